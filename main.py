@@ -1,0 +1,22 @@
+"""TrainDeck: `python main.py` opens the app; `python main.py <command>` runs headless (see --help)."""
+
+import sys
+
+
+def main() -> int:
+    from trainer.cli import COMMANDS
+
+    if len(sys.argv) > 1 and (sys.argv[1] in COMMANDS or sys.argv[1] in ("-h", "--help")):
+        from trainer.cli import main as cli_main
+
+        if sys.argv[1] in ("-h", "--help"):
+            print("python main.py [--config FILE] [--runs-dir DIR] [--autostart]   open the app\n"
+                  f"python main.py {{{','.join(COMMANDS)}}} ...   headless; add --help for each\n")
+        return cli_main(sys.argv[1:] if sys.argv[1] in COMMANDS else ["--help"])
+    from app.main import run_app
+
+    return run_app(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

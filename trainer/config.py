@@ -1,0 +1,397 @@
+"""The run configuration: one typed, validated object, loaded from and saved to YAML.
+
+Torch-free: the desktop app imports this module to build and check configs.
+Every key is declared once here, with its default, its allowed values and a one-line description; the
+validation messages, `docs/config.md` and the app's forms all come from these declarations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+class ConfigError(ValueError):
+    """One or more invalid keys; each message starts with the key path it concerns."""
+
+    def __init__(self, problems: list[str], source: str | None = None):
+        self.problems = problems
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(where + "; ".join(problems))
+
+
+def opt(default: Any = None, doc: str = "", *, choices: tuple | None = None, ge: float | None = None,
+        gt: float | None = None, le: float | None = None, lt: float | None = None, factory: Any = None):
+    """A config key: its default, a one-line description and the values it allows."""
+    meta = {"doc": doc, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class AugmentConfig:
+    hflip: bool = opt(True, "random horizontal flip")
+    random_resized_crop: bool = opt(True, "random crop of part of the image, resized back to image_size")
+    crop_scale_min: float = opt(0.6, "smallest crop area, as a fraction of the image", gt=0, le=1)
+    color_jitter: float = opt(0.0, "strength of random brightness/contrast/saturation changes (0 = off)",
+                              ge=0, le=1)
+
+
+@dataclass
+class DataConfig:
+    train_dir: str = opt("", "ImageFolder directory: one sub-folder per class")
+    val_dir: str | None = opt(None, "optional validation ImageFolder; else val_split of train is held out")
+    val_split: float = opt(0.2, "fraction of train held out for validation (stratified, seeded)", gt=0, lt=1)
+    image_size: int = opt(32, "side of the square images fed to the model, in pixels", ge=8, le=1024)
+    batch_size: int = opt(64, "images per step per process", ge=1, le=65536)
+    num_workers: int = opt(-1, "data-loading worker processes (-1 = from the core count)", ge=-1, le=64)
+    augment: AugmentConfig = opt(factory=AugmentConfig, doc="training-time augmentation")
+    mean: list[float] = opt(factory=lambda: list(IMAGENET_MEAN), doc="per-channel normalisation mean (RGB)")
+    std: list[float] = opt(factory=lambda: list(IMAGENET_STD), doc="per-channel normalisation std (RGB)")
+    cache: str = opt("auto", "decoded-image cache: auto picks memory when it fits",
+                     choices=("auto", "none", "memory"))
+    on_bad_file: str = opt("skip", "unreadable images: skip (listed in the log) or fail the run",
+                           choices=("skip", "fail"))
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("small_cnn", "small_cnn, any torchvision classifier (resnet18, ...) or path/file.py:ClassName")
+    weights: str | None = opt(None, "local file of pretrained weights (.safetensors or .pt state_dict)")
+    init: str = opt("default", "parameter initialisation applied with net.apply",
+                    choices=("default", "xavier_uniform", "xavier_normal", "kaiming_normal", "normal", "constant"))
+
+
+@dataclass
+class LossConfig:
+    name: str = opt("cross_entropy", "loss function",
+                    choices=("cross_entropy", "nll", "mse", "multi_margin"))
+    label_smoothing: float = opt(0.0, "cross_entropy label smoothing", ge=0, lt=1)
+
+
+@dataclass
+class ParamGroupConfig:
+    pattern: str = opt("", "module-name pattern (fnmatch): 'fc', 'layer4.*', 'features.0'")
+    lr: float | None = opt(None, "learning rate of this group (default: optimizer.lr)", gt=0)
+    weight_decay: float | None = opt(None, "weight decay of this group (default: optimizer.weight_decay)", ge=0)
+    momentum: float | None = opt(None, "momentum of this group (sgd/nesterov/rmsprop)", ge=0, lt=1)
+    freeze: bool = opt(False, "freeze the matched parameters (requires_grad = False)")
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = opt("sgd", "optimizer", choices=("sgd", "nesterov", "adam", "adamw", "rmsprop", "adagrad"))
+    lr: float = opt(0.05, "base learning rate", gt=0, le=100)
+    momentum: float = opt(0.9, "momentum (sgd, nesterov, rmsprop)", ge=0, lt=1)
+    weight_decay: float = opt(5e-4, "L2 weight decay", ge=0)
+    groups: list[ParamGroupConfig] = opt(factory=list, doc="parameter groups with their own settings")
+
+
+@dataclass
+class SchedulerConfig:
+    name: str = opt("cosine", "learning-rate schedule",
+                    choices=("none", "step", "multistep", "cosine", "onecycle", "exponential"))
+    warmup_epochs: float = opt(0.0, "linear warm-up from 0 over this many epochs", ge=0)
+    step_size: int = opt(10, "step: epochs between decays", ge=1)
+    milestones: list[int] = opt(factory=lambda: [30, 60], doc="multistep: epochs at which lr decays")
+    gamma: float = opt(0.1, "decay factor (step, multistep, exponential per epoch)", gt=0, le=1)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
+    grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
+    clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
+    seed: int = opt(0, "seed for data order, augmentation and initialisation", ge=0)
+    amp: str = opt("none", "mixed precision: bf16 or fp16 autocast (native torch.amp)",
+                   choices=("none", "bf16", "fp16"))
+    channels_last: bool = opt(False, "use the channels_last memory format")
+    sync_batchnorm: bool = opt(False, "ddp: convert BatchNorm layers to SyncBatchNorm")
+    on_nonfinite: str = opt("stop", "non-finite loss or gradient: stop the run, or skip the step",
+                            choices=("stop", "skip"))
+
+
+@dataclass
+class DeviceConfig:
+    type: str = opt("cpu", "where to train", choices=("cpu", "cuda"))
+    gpus: list[int] = opt(factory=lambda: [0], doc="GPU indices (cuda)")
+    parallel: str = opt("none", "none (one device), dp (DataParallel) or ddp (DistributedDataParallel)",
+                        choices=("none", "dp", "ddp"))
+    launcher: str = opt("torchrun", "ddp launcher", choices=("torchrun", "spawn", "horovod"))
+    nproc: int = opt(1, "ddp processes per node", ge=1, le=1024)
+    backend: str = opt("auto", "ddp backend (auto: nccl on cuda, gloo on cpu)",
+                       choices=("auto", "gloo", "nccl", "mpi"))
+    init_method: str = opt("env", "ddp rendezvous: env (torchrun), tcp or file (spawn)",
+                           choices=("env", "tcp", "file"))
+    nnodes: int = opt(1, "machines taking part in a ddp run", ge=1, le=4096)
+    node_rank: int = opt(0, "this machine's index among nnodes", ge=0)
+    master_addr: str = opt("127.0.0.1", "address of node 0 (multi-node ddp)")
+    master_port: int = opt(0, "rendezvous port (0 = pick a free one, single node only)", ge=0, le=65535)
+    timeout_s: int = opt(120, "seconds a rank waits for the others before giving up", ge=5)
+
+
+@dataclass
+class MonitorConfig:
+    log_every: int = opt(10, "steps between step events (and host syncs)", ge=1)
+    grad_stats: bool = opt(True, "stream per-layer gradient statistics every log_every steps")
+    system_every_s: float = opt(2.0, "seconds between system (CPU/memory/GPU) samples", gt=0)
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = opt(1, "epochs between checkpoints", ge=1)
+    every_steps: int = opt(0, "also checkpoint every N optimizer steps mid-epoch (0 = off)", ge=0)
+    keep_last: int = opt(3, "numbered checkpoints kept (last.pt and best.pt are always kept)", ge=1)
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = opt(factory=DataConfig, doc="dataset and loading")
+    model: ModelConfig = opt(factory=ModelConfig, doc="network")
+    loss: LossConfig = opt(factory=LossConfig, doc="loss function")
+    optimizer: OptimizerConfig = opt(factory=OptimizerConfig, doc="optimizer and parameter groups")
+    scheduler: SchedulerConfig = opt(factory=SchedulerConfig, doc="learning-rate schedule")
+    train: TrainConfig = opt(factory=TrainConfig, doc="training loop")
+    device: DeviceConfig = opt(factory=DeviceConfig, doc="device and parallel mode")
+    monitor: MonitorConfig = opt(factory=MonitorConfig, doc="live statistics")
+    checkpoint: CheckpointConfig = opt(factory=CheckpointConfig, doc="checkpoints")
+
+    # ---- conversions -------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: Any, source: str | None = None) -> RunConfig:
+        problems: list[str] = []
+        cfg = _build(cls, raw if raw is not None else {}, "", problems)
+        if not problems:
+            problems.extend(_cross_checks(cfg))
+        if problems:
+            raise ConfigError(problems, source)
+        return cfg
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+
+    def with_overrides(self, assignments: list[str]) -> RunConfig:
+        """A copy with `key.path=value` assignments applied (values parsed as YAML)."""
+        raw = self.to_dict()
+        apply_overrides(raw, assignments)
+        return RunConfig.from_dict(raw, source="--set")
+
+    def resolve_paths(self, base: Path) -> RunConfig:
+        """Make every file path absolute, relative to `base` (the config file's folder)."""
+        def fix(p: str | None) -> str | None:
+            if not p:
+                return p
+            p = os.path.expanduser(p)
+            return p if os.path.isabs(p) else str((base / p).resolve())
+
+        out = RunConfig.from_dict(self.to_dict())
+        out.data.train_dir = fix(out.data.train_dir) or ""
+        out.data.val_dir = fix(out.data.val_dir)
+        out.model.weights = fix(out.model.weights)
+        if ".py:" in out.model.name:
+            path, cls_name = out.model.name.rsplit(":", 1)
+            out.model.name = f"{fix(path)}:{cls_name}"
+        return out
+
+
+def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> RunConfig:
+    """Read a YAML config file, apply `--set` overrides, resolve relative paths against its folder."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError([f"cannot read config file: {e.strerror}"], str(path)) from e
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"invalid YAML{where}: {getattr(e, 'problem', e)}"], str(path)) from e
+    if raw is None:
+        raw = {}
+    if overrides:
+        if not isinstance(raw, dict):
+            raise ConfigError(["top level must be a mapping of sections"], str(path))
+        apply_overrides(raw, overrides)
+    cfg = RunConfig.from_dict(raw, source=str(path))
+    return cfg.resolve_paths(path.parent.resolve())
+
+
+def save_config(cfg: RunConfig, path: str | os.PathLike) -> None:
+    """Write the config as YAML atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(cfg.to_yaml(), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def apply_overrides(raw: dict, assignments: list[str]) -> None:
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError([f"--set {item!r}: expected key.path=value"])
+        parts = key.strip().split(".")
+        node = raw
+        for part in parts[:-1]:
+            nxt = node.get(part) if isinstance(node, dict) else None
+            if nxt is None:
+                nxt = {}
+                node[part] = nxt
+            if not isinstance(nxt, dict):
+                raise ConfigError([f"{key}: {part} is not a section"])
+            node = nxt
+        try:
+            node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError([f"{key}: cannot parse value {value!r}: {e}"]) from e
+
+
+# ---- validation ------------------------------------------------------------------------------
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"a list of {_describe(typing.get_args(tp)[0])}"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+            type(None): "null"}.get(tp, str(tp))
+
+
+def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, path, problems)
+    if origin is list:
+        if not isinstance(value, list):
+            problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
+            return None
+        (item_tp,) = typing.get_args(tp)
+        return [_convert(item_tp, v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path, problems)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
+    return None
+
+
+def _check_range(path: str, value: Any, meta: dict, problems: list[str]) -> None:
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        problems.append(f"{path}: must be one of {', '.join(choices)}; got {value!r}")
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        for key, ok, word in (("ge", lambda a, b: a >= b, ">="), ("gt", lambda a, b: a > b, ">"),
+                              ("le", lambda a, b: a <= b, "<="), ("lt", lambda a, b: a < b, "<")):
+            bound = meta.get(key)
+            if bound is not None and not ok(v, bound):
+                problems.append(f"{path}: must be {word} {bound:g}, got {v!r}")
+
+
+def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
+    where = prefix or "config"
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: must be a mapping, got {raw!r}")
+        return cls()
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in names:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            problems.append(f"{path}: unknown key (allowed: {', '.join(sorted(names))})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in raw:
+            continue
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        before = len(problems)
+        value = _convert(hints[f.name], raw[f.name], path, problems)
+        if len(problems) == before:
+            _check_range(path, value, f.metadata, problems)
+            kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def _cross_checks(cfg: RunConfig) -> list[str]:
+    problems = []
+    d = cfg.data
+    if len(d.mean) != 3:
+        problems.append(f"data.mean: must have 3 values (RGB), got {d.mean!r}")
+    if len(d.std) != 3 or any(s <= 0 for s in d.std):
+        problems.append(f"data.std: must have 3 values > 0 (RGB), got {d.std!r}")
+    for i, g in enumerate(cfg.optimizer.groups):
+        if not g.pattern.strip():
+            problems.append(f"optimizer.groups[{i}].pattern: must not be empty")
+    dev = cfg.device
+    if dev.type == "cuda" and not dev.gpus:
+        problems.append("device.gpus: must list at least one GPU index when device.type is cuda")
+    if dev.parallel == "dp" and dev.type != "cuda":
+        problems.append("device.parallel: dp (DataParallel) needs device.type cuda")
+    if dev.parallel == "dp" and cfg.data.batch_size < len(dev.gpus):
+        problems.append(f"data.batch_size: dp splits each batch over {len(dev.gpus)} GPUs, "
+                        f"so it must be >= {len(dev.gpus)}, got {cfg.data.batch_size}")
+    if dev.parallel == "ddp" and dev.backend == "nccl" and dev.type != "cuda":
+        problems.append("device.backend: nccl needs device.type cuda; use gloo on cpu")
+    if dev.node_rank >= dev.nnodes:
+        problems.append(f"device.node_rank: must be < device.nnodes ({dev.nnodes}), got {dev.node_rank}")
+    if dev.nnodes > 1 and dev.master_port == 0:
+        problems.append("device.master_port: multi-node runs need a fixed port that every node uses")
+    if dev.parallel == "ddp" and dev.launcher == "spawn" and dev.nnodes > 1:
+        problems.append("device.launcher: spawn is single-node; use torchrun for device.nnodes > 1")
+    if cfg.train.amp == "fp16" and dev.type == "cpu":
+        problems.append("train.amp: fp16 autocast needs device.type cuda; use bf16 on cpu")
+    return problems
+
+
+def describe_keys(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+    """(key path, type, default, description) for every leaf key, for docs and forms."""
+    rows = []
+    hints = typing.get_type_hints(cls)
+    instance = cls()
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}{f.name}"
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe_keys(tp, path + "."))
+            continue
+        doc = f.metadata.get("doc", "")
+        if f.metadata.get("choices"):
+            doc += f" ({' | '.join(f.metadata['choices'])})"
+        rows.append((path, _describe(tp), getattr(instance, f.name), doc))
+    return rows

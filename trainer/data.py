@@ -1,0 +1,279 @@
+"""Datasets, the decoded-image cache, per-epoch batch order and batched augmentation.
+
+Images are decoded once to uint8 tensors at the training resolution (resize the short side, centre
+crop). With `data.cache: memory` every image is decoded up front into one tensor and batches are plain
+indexing; with `none`, DataLoader workers decode each epoch. Both feed the same `BatchAugment`, which
+runs on whole uint8 batches on the training device, so the cache changes speed, never pixels.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import psutil
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageOps
+
+from trainer.config import AugmentConfig, DataConfig
+from trainer.scan import DataError, ScanResult, scan_image_folder
+
+log = logging.getLogger(__name__)
+
+MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in this share of free RAM
+
+
+def decode_image(path: str, size: int) -> torch.Tensor:
+    """An image file as a (3, size, size) uint8 tensor: any mode converted to RGB, short side resized, centre crop."""
+    with Image.open(path) as img:
+        img.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced scale when much larger
+        if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+            arr = np.asarray(img, dtype=np.float32)
+            peak = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
+            img = Image.fromarray(np.clip(arr / peak * 255.0, 0, 255).astype(np.uint8))
+        if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+            img = img.convert("RGBA")
+            background = Image.new("RGBA", img.size, (255, 255, 255, 255))
+            img = Image.alpha_composite(background, img)
+        img = ImageOps.fit(img.convert("RGB"), (size, size), Image.Resampling.BILINEAR)
+        return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """Decodes on access; a file that fails to decode yields None (dropped by `collate_skipping_bad`)."""
+
+    def __init__(self, samples: list[tuple[str, int]], size: int):
+        self.samples = samples
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        path, label = self.samples[index]
+        try:
+            return decode_image(path, self.size), label
+        except Exception as e:  # noqa: BLE001 - any bad file must not crash the epoch
+            log.warning("skipping %s: cannot decode: %s", path, e)
+            return None
+
+
+def collate_skipping_bad(items):
+    items = [it for it in items if it is not None]
+    if not items:
+        return None
+    return torch.stack([it[0] for it in items]), torch.tensor([it[1] for it in items])
+
+
+@dataclass
+class Split:
+    samples: list[tuple[str, int]]
+    images: torch.Tensor | None = None  # (N, 3, S, S) uint8 when cached
+    labels: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+@dataclass
+class DataBundle:
+    classes: list[str]
+    train: Split
+    val: Split
+    skipped: list[tuple[str, str]]
+    cache: str
+
+
+def stratified_split(samples: list[tuple[str, int]], fraction: float, seed: int):
+    """(train, val): `fraction` of each class held out, chosen with `seed`."""
+    rng = random.Random(seed)
+    by_class: dict[int, list[tuple[str, int]]] = {}
+    for s in samples:
+        by_class.setdefault(s[1], []).append(s)
+    train, val = [], []
+    for label in sorted(by_class):
+        items = by_class[label][:]
+        rng.shuffle(items)
+        n_val = max(1, round(len(items) * fraction)) if len(items) > 1 else 0
+        val.extend(items[:n_val])
+        train.extend(items[n_val:])
+    return sorted(train), sorted(val)
+
+
+def resolve_cache(cfg: DataConfig, n_images: int) -> str:
+    if cfg.cache != "auto":
+        return cfg.cache
+    need = n_images * 3 * cfg.image_size ** 2
+    return "memory" if need < MEMORY_CACHE_FRACTION * psutil.virtual_memory().available else "none"
+
+
+def _decode_all(split: Split, size: int, workers: int) -> list[tuple[str, str]]:
+    """Fill split.images/labels; returns files that failed to decode (and removes them)."""
+    def load(sample):
+        try:
+            return decode_image(sample[0], size), None
+        except Exception as e:  # noqa: BLE001
+            return None, f"cannot decode: {e}"
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = list(pool.map(load, split.samples))
+    bad = [(s[0], reason) for s, (img, reason) in zip(split.samples, results) if img is None]
+    kept = [(s, img) for s, (img, _) in zip(split.samples, results) if img is not None]
+    split.samples = [s for s, _ in kept]
+    split.images = torch.stack([img for _, img in kept]) if kept else torch.empty(0, 3, size, size, dtype=torch.uint8)
+    split.labels = torch.tensor([s[1] for s in split.samples], dtype=torch.long)
+    return bad
+
+
+def load_data(cfg: DataConfig, seed: int, workers: int) -> DataBundle:
+    """Scan the folders, split train/val, and (when caching) decode everything once."""
+    train_scan = _checked_scan(cfg.train_dir, "data.train_dir", cfg.cache == "none")
+    skipped = list(train_scan.bad_files)
+    if cfg.val_dir:
+        val_scan = _checked_scan(cfg.val_dir, "data.val_dir", cfg.cache == "none")
+        if val_scan.classes != train_scan.classes:
+            only_train = sorted(set(train_scan.classes) - set(val_scan.classes))
+            only_val = sorted(set(val_scan.classes) - set(train_scan.classes))
+            raise DataError(f"data.val_dir: {cfg.val_dir} has different classes from data.train_dir "
+                            f"(only in train: {only_train or '-'}; only in val: {only_val or '-'})")
+        skipped += val_scan.bad_files
+        train_s, val_s = train_scan.samples, val_scan.samples
+    else:
+        train_s, val_s = stratified_split(train_scan.samples, cfg.val_split, seed)
+    if not val_s:
+        raise DataError(f"data.val_split: no validation images left from {cfg.train_dir}; add images or set data.val_dir")
+    bundle = DataBundle(train_scan.classes, Split(train_s), Split(val_s), skipped,
+                        resolve_cache(cfg, len(train_s) + len(val_s)))
+    if bundle.cache == "memory":
+        for split in (bundle.train, bundle.val):
+            bundle.skipped += _decode_all(split, cfg.image_size, workers)
+    if len(bundle.train) == 0:
+        raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
+    if cfg.on_bad_file == "fail" and bundle.skipped:
+        path, reason = bundle.skipped[0]
+        raise DataError(f"{path}: {reason} (data.on_bad_file is fail; {len(bundle.skipped)} bad files in all)")
+    return bundle
+
+
+def _checked_scan(folder: str, key: str, full: bool) -> ScanResult:
+    if not folder:
+        raise DataError(f"{key}: not set (the ImageFolder to train on)")
+    try:
+        scan = scan_image_folder(folder, full=full)
+    except DataError as e:
+        raise DataError(f"{key}: {e}") from e
+    problems = scan.problems()
+    if problems:
+        raise DataError(f"{key}: {problems[0]}")
+    for w in scan.warnings:
+        log.warning("%s", w)
+    return scan
+
+
+def epoch_batches(n: int, batch_size: int, *, seed: int, epoch: int, rank: int = 0, world: int = 1,
+                  shuffle: bool = True, pad: bool = True) -> list[list[int]]:
+    """This rank's batches of indices for one epoch; the order depends only on (seed, epoch).
+
+    With `pad`, indices are repeated so every rank gets the same number of batches (as
+    DistributedSampler does); rank r takes every world-th index, so the union of the ranks' k-th
+    batches is the single-process k-th batch of size batch_size * world.
+    """
+    if shuffle:
+        g = torch.Generator().manual_seed(seed * 100003 + epoch)
+        order = torch.randperm(n, generator=g).tolist()
+    else:
+        order = list(range(n))
+    if pad and world > 1 and n % world:
+        order += order[: world - n % world]
+    mine = order[rank::world]
+    batches = [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    if shuffle and len(batches) > 1 and len(batches[-1]) < 2:
+        batches.pop()  # a training batch of one breaks BatchNorm; its images come back next epoch
+    return batches
+
+
+def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: int,
+                    pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers."""
+    if split.images is not None:
+        for idx in batches:
+            index = torch.tensor(idx)
+            yield split.images[index], split.labels[index]
+        return
+    loader = torch.utils.data.DataLoader(
+        ImageDataset(split.samples, size), batch_sampler=batches, num_workers=workers,
+        collate_fn=collate_skipping_bad, pin_memory=pin, persistent_workers=False,
+        prefetch_factor=4 if workers else None)
+    for batch in loader:
+        if batch is not None:
+            yield batch
+
+
+def default_workers(requested: int) -> int:
+    if requested >= 0:
+        return requested
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+class BatchAugment:
+    """Random resized crop, flip and colour jitter on whole uint8 batches, then normalisation.
+
+    Per-sample crops and flips are one affine `grid_sample`; the random draws come from a
+    torch.Generator whose state is checkpointed, so a resumed run augments exactly as before.
+    """
+
+    def __init__(self, aug: AugmentConfig, mean: list[float], std: list[float], device: torch.device,
+                 channels_last: bool = False):
+        self.aug = aug
+        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
+        self.device = device
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        x = images.to(self.device, non_blocking=True).float()
+        if generator is not None:
+            x = self._augment(x, generator)
+        x = (x - self.mean) / self.std
+        return x.contiguous(memory_format=self.memory_format)
+
+    def _augment(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        n = x.shape[0]
+        aug = self.aug
+        if aug.random_resized_crop or aug.hflip:
+            sx = torch.ones(n)
+            sy = torch.ones(n)
+            tx = torch.zeros(n)
+            ty = torch.zeros(n)
+            if aug.random_resized_crop:
+                area = aug.crop_scale_min + (1 - aug.crop_scale_min) * torch.rand(n, generator=g)
+                log_ratio = (torch.rand(n, generator=g) * 2 - 1) * math.log(4 / 3)
+                ratio = torch.exp(log_ratio)
+                sx = torch.sqrt(area * ratio).clamp(max=1)
+                sy = torch.sqrt(area / ratio).clamp(max=1)
+                tx = (torch.rand(n, generator=g) * 2 - 1) * (1 - sx)
+                ty = (torch.rand(n, generator=g) * 2 - 1) * (1 - sy)
+            if aug.hflip:
+                flip = torch.rand(n, generator=g) < 0.5
+                sx = torch.where(flip, -sx, sx)
+            theta = torch.zeros(n, 2, 3)
+            theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, tx, sy, ty
+            grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)
+            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        if aug.color_jitter > 0:
+            j = aug.color_jitter
+            factors = (1 - j + 2 * j * torch.rand(n, 3, generator=g)).to(x.device)
+            brightness, contrast, saturation = (factors[:, i].view(n, 1, 1, 1) for i in range(3))
+            x = x * brightness
+            gray = (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+            x = gray + (x - gray) * saturation
+            mean = gray.mean(dim=(2, 3), keepdim=True)
+            x = (mean + (x - mean) * contrast).clamp(0, 255)
+        return x

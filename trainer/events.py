@@ -1,0 +1,103 @@
+"""The event stream between the trainer and its viewers: JSON lines in `events.jsonl`.
+
+Torch-free. The trainer (rank 0 only) appends with `EventWriter`; the app and tools read with `EventTail`,
+which returns only complete lines, so a reader never sees half an event. Documented in docs/events.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+EVENT_TYPES = ("run_start", "step", "grad_stats", "epoch", "checkpoint", "system", "warning", "error", "run_end")
+
+log = logging.getLogger(__name__)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/inf: non-finite floats become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+class EventWriter:
+    """Appends one JSON object per line and flushes it, so readers see each event at once."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> dict:
+        record = {"event": event, "v": SCHEMA_VERSION, "time": round(time.time(), 3), **fields}
+        try:
+            line = json.dumps(record, allow_nan=False)
+        except ValueError:
+            line = json.dumps(_finite(record))
+        self._file.write(line + "\n")
+        self._file.flush()
+        return record
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class NullEventWriter:
+    """What ranks other than 0 get: events are written by rank 0 only."""
+
+    def emit(self, event: str, **fields: Any) -> dict:
+        return {"event": event, **fields}
+
+    def close(self) -> None:
+        pass
+
+
+class EventTail:
+    """Reads the events appended to a file since the last call; partial trailing lines wait for the next."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self, max_bytes: int = 8 << 20) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        if not chunk:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                log.warning("%s: skipping a malformed event line: %.80r", self.path, line)
+        return events
+
+
+def read_events(path: str | os.PathLike) -> list[dict]:
+    """Every complete event in a file."""
+    out: list[dict] = []
+    tail = EventTail(path)
+    while batch := tail.read_new():
+        out.extend(batch)
+    return out

@@ -1,0 +1,41 @@
+"""Assigning parameters to optimizer groups by module-name pattern.
+
+Torch-free, so the app's parameter-groups editor shows exactly the assignment the trainer will use.
+A group's pattern matches a parameter when it matches the parameter's module name (`layer4.0.conv1`)
+or the parameter's own name (`layer4.0.conv1.weight`) with fnmatch, or names a module that contains it
+(`layer4` contains `layer4.0.conv1`). The first matching group wins; unmatched parameters stay in the
+default group.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+
+def pattern_matches(pattern: str, param_name: str) -> bool:
+    module = param_name.rpartition(".")[0]
+    return (fnmatchcase(module, pattern) or fnmatchcase(param_name, pattern)
+            or module.startswith(pattern + ".") or module == pattern)
+
+
+def assign_groups(param_names: list[str], patterns: list[str]) -> list[int | None]:
+    """For each parameter, the index of the first group whose pattern matches it, or None."""
+    out: list[int | None] = []
+    for name in param_names:
+        out.append(next((i for i, p in enumerate(patterns) if pattern_matches(p, name)), None))
+    return out
+
+
+def unmatched_patterns(param_names: list[str], patterns: list[str]) -> list[int]:
+    """Indices of patterns that match no parameter at all (a typo, usually)."""
+    return [i for i, p in enumerate(patterns) if not any(pattern_matches(p, n) for n in param_names)]
+
+
+def module_examples(param_names: list[str], limit: int = 8) -> str:
+    """A few top-level module names, for error messages."""
+    seen: list[str] = []
+    for name in param_names:
+        top = name.split(".")[0]
+        if top not in seen:
+            seen.append(top)
+    return ", ".join(seen[:limit]) + (", ..." if len(seen) > limit else "")

@@ -1,0 +1,219 @@
+"""Building the network: built-in small CNN, any torchvision classifier, or a user's own nn.Module.
+
+Also initialisation schemes (applied with `net.apply`) and safe loading of local pretrained weights.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from trainer.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+
+class ModelError(ValueError):
+    """A model that cannot be built or loaded; the message names the key or file."""
+
+
+class SmallCNN(nn.Module):
+    """A compact conv net for small images: trains the demo data in well under a minute on CPU."""
+
+    def __init__(self, num_classes: int = 10, width: int = 32):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
+                                 nn.ReLU(inplace=True))
+
+        self.features = nn.Sequential(block(3, width), nn.MaxPool2d(2), block(width, 2 * width), nn.MaxPool2d(2),
+                                      block(2 * width, 4 * width), nn.MaxPool2d(2), block(4 * width, 4 * width),
+                                      nn.AdaptiveAvgPool2d(1))
+        self.fc = nn.Linear(4 * width, num_classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.features(x), 1))
+
+
+BUILTIN_MODELS = {"small_cnn": SmallCNN}
+
+
+def torchvision_classifiers() -> list[str]:
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def _import_user_model(spec: str, num_classes: int) -> nn.Module:
+    path_str, _, cls_name = spec.rpartition(":")
+    path = Path(path_str)
+    if not path.is_file():
+        raise ModelError(f"model.name: {path} does not exist")
+    module_name = f"traindeck_user_model_{abs(hash(str(path.resolve())))}"
+    try:
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        module_spec.loader.exec_module(module)
+    except Exception as e:
+        raise ModelError(f"model.name: {path} failed to import: {type(e).__name__}: {e}") from e
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        found = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)
+                 and v.__module__ == module_name]
+        raise ModelError(f"model.name: {path} has no class {cls_name!r} (nn.Module classes there: {found or 'none'})")
+    try:
+        params = inspect.signature(cls).parameters
+        model = cls(num_classes=num_classes) if "num_classes" in params else cls()
+    except Exception as e:
+        raise ModelError(f"model.name: {spec}: constructing {cls_name} failed: {type(e).__name__}: {e}") from e
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"model.name: {spec}: {cls_name} is not an nn.Module")
+    return model
+
+
+def create_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
+    """The network named by model.name with num_classes outputs (weights not yet loaded)."""
+    name = cfg.name
+    if ":" in name and name.split(":")[0].endswith(".py"):
+        return _import_user_model(name, num_classes)
+    if name in BUILTIN_MODELS:
+        return BUILTIN_MODELS[name](num_classes=num_classes)
+    import torchvision
+
+    known = torchvision_classifiers()
+    if name not in known:
+        close = [k for k in known if k.startswith(name[:4])][:6]
+        raise ModelError(f"model.name: unknown model {name!r} (built-in: {', '.join(BUILTIN_MODELS)}; torchvision "
+                         f"classifiers such as {', '.join(close or known[:6])}; or path/to/file.py:ClassName)")
+    kwargs = {"num_classes": num_classes, "weights": None}
+    if name in ("googlenet", "inception_v3"):
+        kwargs["aux_logits"] = False
+        kwargs["init_weights"] = True
+    return torchvision.models.get_model(name, **kwargs)
+
+
+def apply_init(model: nn.Module, scheme: str) -> None:
+    """Re-initialise conv and linear layers with `scheme` using net.apply; 'default' keeps PyTorch's."""
+    if scheme == "default":
+        return
+    inits = {
+        "xavier_uniform": nn.init.xavier_uniform_,
+        "xavier_normal": nn.init.xavier_normal_,
+        "kaiming_normal": lambda w: nn.init.kaiming_normal_(w, mode="fan_out", nonlinearity="relu"),
+        "normal": lambda w: nn.init.normal_(w, 0.0, 0.01),
+        "constant": lambda w: nn.init.constant_(w, 0.01),
+    }
+    if scheme not in inits:
+        raise ModelError(f"model.init: unknown scheme {scheme!r} (known: default, {', '.join(inits)})")
+    init_weight = inits[scheme]
+
+    def init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)):
+            init_weight(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    model.apply(init)
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors from a .safetensors file or a torch file loaded with weights_only=True (never full unpickling)."""
+    from trainer.checkpoint import UnsafeFileError, load_weights_only
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model.weights: {path} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:
+            raise ModelError(f"model.weights: {path} is not a valid safetensors file: {e}") from e
+    try:
+        obj = load_weights_only(path)
+    except UnsafeFileError as e:
+        raise ModelError(f"model.weights: {e}") from e
+    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
+        obj = obj["model"]  # a TrainDeck checkpoint
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ModelError(f"model.weights: {path} does not hold a state_dict (a mapping of names to tensors)")
+    return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+def load_pretrained(model: nn.Module, path: str | Path) -> list[str]:
+    """Load matching weights; a classifier head of another size is left re-initialised.
+
+    Returns the names left re-initialised. Raises ModelError naming the mismatching keys when the
+    file is for another architecture.
+    """
+    incoming = read_state_dict(path)
+    own = model.state_dict()
+    missing = [k for k in own if k not in incoming]
+    unexpected = [k for k in incoming if k not in own]
+    wrong_shape = [k for k in own if k in incoming and incoming[k].shape != own[k].shape]
+    head = {k for k in missing + wrong_shape if _is_head(model, k)}
+    fatal = [k for k in missing + wrong_shape if k not in head] + unexpected
+    if fatal:
+        details = []
+        if missing:
+            details.append(f"missing {_few([k for k in missing if k not in head])}")
+        if unexpected:
+            details.append(f"unexpected {_few(unexpected)}")
+        if wrong_shape:
+            details.append("shape mismatch " + _few([f"{k} {tuple(incoming[k].shape)} vs {tuple(own[k].shape)}"
+                                                     for k in wrong_shape if k not in head]))
+        raise ModelError(f"model.weights: {path} does not fit this model ({'; '.join(d for d in details if d)})")
+    model.load_state_dict({k: v for k, v in incoming.items() if k not in head}, strict=False)
+    if head:
+        log.info("loaded %s; classifier head re-initialised for this dataset: %s", path, ", ".join(sorted(head)))
+    return sorted(head)
+
+
+def _is_head(model: nn.Module, key: str) -> bool:
+    """True for the parameters of the last Linear layer (the classifier resized to the dataset)."""
+    last = None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            last = name
+    return last is not None and key.rpartition(".")[0] == last
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else ""
+
+
+def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int) -> nn.Module:
+    """Create, initialise, load weights and check that the output has one logit per class."""
+    torch.manual_seed(seed)
+    model = create_model(cfg, num_classes)
+    apply_init(model, cfg.init)
+    if cfg.weights:
+        load_pretrained(model, cfg.weights)
+    check_output_size(model, cfg.name, num_classes, image_size)
+    return model
+
+
+def check_output_size(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(2, 3, image_size, image_size))
+    except Exception as e:
+        raise ModelError(f"model.name: {name} fails on a batch of {image_size}x{image_size} images "
+                         f"(data.image_size may be too small for it): {type(e).__name__}: {e}") from e
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor) or out.shape != (2, num_classes):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(f"model.name: {name} outputs {shape} for a batch of 2, expected (2, {num_classes}) "
+                         f"(one logit per class)")

@@ -1,0 +1,118 @@
+"""Optimizer with parameter groups, loss function and learning-rate schedule, chosen by name."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from trainer.config import ConfigError, LossConfig, OptimizerConfig, SchedulerConfig
+from trainer.groups import assign_groups, module_examples, unmatched_patterns
+
+
+def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
+    """torch.optim param groups: configured groups in order, then the default group; frozen ones left out.
+
+    Each group dict carries a `name` (the pattern, or "default") so events and the app can label it.
+    """
+    named = [(n, p) for n, p in model.named_parameters()]
+    names = [n for n, _ in named]
+    patterns = [g.pattern for g in cfg.groups]
+    unmatched = unmatched_patterns(names, patterns)
+    if unmatched:
+        i = unmatched[0]
+        raise ConfigError([f"optimizer.groups[{i}].pattern: {patterns[i]!r} matches no parameter "
+                           f"(module names look like: {module_examples(names)})"])
+    assignment = assign_groups(names, patterns)
+    buckets: list[list[nn.Parameter]] = [[] for _ in cfg.groups]
+    default: list[nn.Parameter] = []
+    for (name, param), idx in zip(named, assignment):
+        if idx is None:
+            default.append(param)
+        elif cfg.groups[idx].freeze:
+            param.requires_grad_(False)
+        else:
+            buckets[idx].append(param)
+    groups = []
+    for g, params in zip(cfg.groups, buckets):
+        if g.freeze or not params:
+            continue
+        group = {"params": params, "name": g.pattern}
+        for key in ("lr", "weight_decay", "momentum"):
+            value = getattr(g, key)
+            if value is not None:
+                group[key] = value
+        groups.append(group)
+    if default:
+        groups.append({"params": default, "name": "default"})
+    if not groups:
+        raise ConfigError(["optimizer.groups: every parameter is frozen; nothing would train"])
+    return groups
+
+
+def build_optimizer(groups: list[dict], cfg: OptimizerConfig, fused_ok: bool = False) -> torch.optim.Optimizer:
+    name = cfg.name
+    common = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    momentum_opts = {"sgd", "nesterov", "rmsprop"}
+    if name not in momentum_opts:
+        for g in groups:
+            g.pop("momentum", None)
+    foreach = {"foreach": True} if not fused_ok else {"fused": True}
+    if name in ("sgd", "nesterov"):
+        return torch.optim.SGD(groups, momentum=cfg.momentum, nesterov=name == "nesterov"
+                               and cfg.momentum > 0, **common, **foreach)
+    if name == "adam":
+        return torch.optim.Adam(groups, **common, **foreach)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, **common, **foreach)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(groups, momentum=cfg.momentum, **common, foreach=True)
+    if name == "adagrad":
+        return torch.optim.Adagrad(groups, **common, foreach=True)
+    raise ConfigError([f"optimizer.name: unknown optimizer {name!r}"])
+
+
+def build_loss(cfg: LossConfig, num_classes: int):
+    """A callable (logits, labels) -> scalar loss."""
+    if cfg.name == "cross_entropy":
+        return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    if cfg.name == "nll":
+        nll = nn.NLLLoss()
+        return lambda logits, y: nll(torch.log_softmax(logits, dim=1), y)
+    if cfg.name == "mse":
+        mse = nn.MSELoss()
+        return lambda logits, y: mse(torch.softmax(logits, dim=1),
+                                     nn.functional.one_hot(y, num_classes).to(logits.dtype))
+    if cfg.name == "multi_margin":
+        return nn.MultiMarginLoss()
+    raise ConfigError([f"loss.name: unknown loss {cfg.name!r}"])
+
+
+def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerConfig) -> float:
+    """Multiplier of each group's base lr at optimizer step `step` (warm-up, then the schedule)."""
+    warmup = cfg.warmup_epochs * steps_per_epoch
+    if cfg.name == "onecycle" and warmup == 0:
+        warmup = 0.3 * total_steps
+    if step < warmup:
+        return (step + 1) / warmup
+    epoch = step // max(1, steps_per_epoch)
+    if cfg.name == "none":
+        return 1.0
+    if cfg.name == "step":
+        return cfg.gamma ** (epoch // cfg.step_size)
+    if cfg.name == "multistep":
+        return cfg.gamma ** sum(1 for m in cfg.milestones if epoch >= m)
+    if cfg.name == "exponential":
+        return cfg.gamma ** epoch
+    if cfg.name in ("cosine", "onecycle"):
+        progress = (step - warmup) / max(1.0, total_steps - warmup)
+        floor = 0.0 if cfg.name == "cosine" else 1e-3
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    raise ConfigError([f"scheduler.name: unknown schedule {cfg.name!r}"])
+
+
+def build_scheduler(optimizer, steps_per_epoch: int, epochs: int, cfg: SchedulerConfig):
+    total = steps_per_epoch * epochs
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: lr_factor(step, steps_per_epoch, total, cfg))

@@ -1,0 +1,146 @@
+"""Starting a run: prepare its directory, launch the worker(s) for the parallel mode, record the outcome.
+
+`main.py train` and `main.py resume` call `launch`. For `parallel: none | dp` the worker runs in this
+process; for `ddp` this process starts torchrun (or mp.spawn) and waits, so stopping this process's
+group stops every rank. Whatever happens to the workers, status.json ends in a final state.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from trainer.config import RunConfig
+from trainer.engine import EXIT_FAILED, EXIT_OK, run_worker
+from trainer.launch import REPO_ROOT, free_port, torchrun_command
+from trainer.rundir import FINAL_STATES, RunDir
+
+log = logging.getLogger(__name__)
+
+def launch(run: RunDir, cfg: RunConfig, resume: bool = False) -> int:
+    """Run (or resume) the run in `run`, whose config.yaml is already written; returns the exit code."""
+    for stale in run.path.glob("rank-*.error"):
+        stale.unlink(missing_ok=True)
+    run.write_status(state="starting", pid=os.getpid(), pgid=os.getpgid(0), started=time.time(), message="", exit_code=None,
+                     model=cfg.model.name, dataset=cfg.data.train_dir, parallel=cfg.device.parallel)
+    dev = cfg.device
+    if dev.parallel != "ddp":
+        code = run_worker(str(run.path), resume)
+    elif dev.launcher == "spawn":
+        code = _spawn(run, cfg, resume)
+    else:
+        code = _torchrun(run, cfg, resume)
+    return _finalise(run, code)
+
+
+def _finalise(run: RunDir, code: int) -> int:
+    """Make sure status.json ends final, naming the failed rank when a worker died."""
+    status = run.read_status()
+    state = status.get("state")
+    errors = sorted(run.path.glob("rank-*.error"))
+    if state in FINAL_STATES and (state in ("completed", "diverged") or code == EXIT_OK or not errors):
+        recorded = status.get("exit_code")
+        return code if recorded is None else recorded
+    message = "; ".join(p.read_text().strip() for p in errors) or status.get("message") or ""
+    if not message or state not in FINAL_STATES:
+        message = (message + "; " if message else "") + (
+            f"the trainer exited with code {code} before finishing; last log lines:\n{run.tail_log(8)}")
+    run.write_status(state="failed", message=message, ended=time.time(), exit_code=EXIT_FAILED)
+    log.error("run failed: %s", message)
+    return EXIT_FAILED
+
+
+def _forward_signals(proc: subprocess.Popen) -> None:
+    def forward(signum, frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+
+
+def _torchrun(run: RunDir, cfg: RunConfig, resume: bool) -> int:
+    dev = cfg.device
+    port = dev.master_port or free_port()
+    cmd = torchrun_command(cfg, run.path, resume, port)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dev.nproc))),
+               TORCH_NCCL_ASYNC_ERROR_HANDLING="1")
+    log.info("launching: %s", " ".join(cmd))
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+    _forward_signals(proc)
+    tail: collections.deque[str] = collections.deque(maxlen=300)
+
+    def pump():
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            tail.append(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    code = proc.wait()
+    reader.join(timeout=5)
+    if code != 0:
+        _note_dead_rank(run, "".join(tail), code)
+    return _worker_code(run, code)
+
+
+def _note_dead_rank(run: RunDir, torchrun_output: str, code: int) -> None:
+    """torchrun's failure summary names the first rank that died; record it when that rank could not."""
+    m = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", torchrun_output, re.S)
+    if not m:
+        return
+    rank, exitcode = int(m.group(1)), int(m.group(2))
+    error_file = run.path / f"rank-{rank}.error"
+    if error_file.exists():
+        return
+    why = f"killed by signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
+    error_file.write_text(f"rank {rank} died ({why}); the other ranks were stopped\n")
+
+
+def _worker_code(run: RunDir, code: int) -> int:
+    """The exit code rank 0 recorded (torchrun and spawn report only 'some worker failed')."""
+    recorded = run.read_status().get("exit_code")
+    return recorded if recorded is not None else (code if code > 0 else EXIT_FAILED)
+
+
+def _spawn_entry(index: int, run_dir: str, resume: bool, world: int, init_method: str) -> None:
+    os.environ.update(RANK=str(index), LOCAL_RANK=str(index), WORLD_SIZE=str(world),
+                      TRAINDECK_INIT_METHOD=init_method)
+    code = run_worker(run_dir, resume)
+    if code not in (EXIT_OK,):
+        sys.exit(code)
+
+
+def _spawn(run: RunDir, cfg: RunConfig, resume: bool) -> int:
+    import torch.multiprocessing as mp
+
+    dev = cfg.device
+    if dev.init_method == "file":
+        rendezvous = run.path / "rendezvous"
+        rendezvous.unlink(missing_ok=True)
+        init_method = f"file://{rendezvous}"
+    else:
+        init_method = f"tcp://127.0.0.1:{dev.master_port or free_port()}"
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dev.nproc)))
+    try:
+        mp.spawn(_spawn_entry, args=(str(run.path), resume, dev.nproc, init_method), nprocs=dev.nproc, join=True)
+    except mp.ProcessExitedException as e:
+        error_file = run.path / f"rank-{e.error_index}.error"
+        if not error_file.exists():
+            how = f"killed by signal {signal.Signals(-e.exit_code).name}" if e.exit_code < 0 else \
+                f"exited with code {e.exit_code}"
+            error_file.write_text(f"rank {e.error_index} died ({how}); the other ranks were stopped\n")
+        return _worker_code(run, e.exit_code if e.exit_code > 0 else EXIT_FAILED)
+    except mp.ProcessRaisedException:
+        return _worker_code(run, EXIT_FAILED)
+    return _worker_code(run, 0)

@@ -1,0 +1,137 @@
+"""Pre-flight scan of an ImageFolder tree: classes, images per class, and files that cannot be used.
+
+Torch-free (Pillow only), so the app can run it in a worker thread. The trainer builds its datasets from
+the same scan, so what `check-data` reports is exactly what training will use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
+IMBALANCE_RATIO = 10  # warn when the largest class has this many times the images of the smallest
+
+log = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+    """A dataset that cannot be trained on; the message names the folder or file."""
+
+
+@dataclass
+class ScanResult:
+    root: str
+    classes: list[str] = field(default_factory=list)
+    samples: list[tuple[str, int]] = field(default_factory=list)
+    bad_files: list[tuple[str, str]] = field(default_factory=list)
+    ignored: int = 0  # hidden files and files without an image extension
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c = Counter(label for _, label in self.samples)
+        return {name: c.get(i, 0) for i, name in enumerate(self.classes)}
+
+    def problems(self) -> list[str]:
+        """Reasons this tree cannot be trained on (empty when it can)."""
+        out = []
+        if not self.classes:
+            out.append(f"{self.root}: no class sub-folders (expected one folder per class, e.g. {self.root}/cat/*.jpg)")
+        elif len(self.classes) < 2:
+            out.append(f"{self.root}: only one class folder ({self.classes[0]}); a classifier needs at least two")
+        elif not self.samples:
+            out.append(f"{self.root}: no usable images in any class folder")
+        return out
+
+
+def _check_image(path: str, full: bool) -> str | None:
+    """None when the image decodes, else the reason it cannot be used."""
+    try:
+        if os.path.islink(path) and not os.path.exists(path):
+            return "broken symbolic link"
+        if os.path.getsize(path) == 0:
+            return "empty file (0 bytes)"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                if full:
+                    img.load()
+    except PermissionError:
+        return "permission denied"
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        return f"too large to decode safely ({e})"
+    except UnidentifiedImageError:
+        return "not an image (unrecognised format)"
+    except (OSError, SyntaxError, ValueError) as e:
+        return f"cannot decode: {e}"
+    return None
+
+
+def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: int = 8) -> ScanResult:
+    """Scan `root`; `full` decodes every image (finds truncated files), else only headers are read."""
+    root_path = Path(root)
+    if not root_path.exists():
+        raise DataError(f"{root}: folder does not exist")
+    if not root_path.is_dir():
+        raise DataError(f"{root}: not a folder")
+    result = ScanResult(root=str(root_path))
+    try:
+        entries = sorted(os.scandir(root_path), key=lambda e: e.name)
+    except PermissionError as e:
+        raise DataError(f"{root}: permission denied") from e
+    result.classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+    result.ignored += sum(1 for e in entries if not e.is_dir())
+
+    candidates: list[tuple[str, int]] = []
+    for label, name in enumerate(result.classes):
+        found = 0
+        for dirpath, dirnames, filenames in os.walk(root_path / name, followlinks=True):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for fname in sorted(filenames):
+                if fname.startswith(".") or not fname.lower().endswith(IMAGE_EXTENSIONS):
+                    result.ignored += 1
+                    continue
+                candidates.append((os.path.join(dirpath, fname), label))
+                found += 1
+        if not found:
+            result.warnings.append(f"{root_path / name}: empty class folder (no images)")
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        reasons = list(pool.map(lambda c: _check_image(c[0], full), candidates))
+    for (path, label), reason in zip(candidates, reasons):
+        if reason is None:
+            result.samples.append((path, label))
+        else:
+            result.bad_files.append((path, reason))
+
+    counts = [n for n in result.counts.values() if n > 0]
+    if len(counts) >= 2 and max(counts) >= IMBALANCE_RATIO * min(counts):
+        small = min(result.counts, key=lambda k: result.counts[k] or float("inf"))
+        big = max(result.counts, key=result.counts.get)
+        result.warnings.append(f"very unbalanced classes: {big} has {result.counts[big]} images, "
+                               f"{small} has {result.counts[small]}")
+    return result
+
+
+def format_report(result: ScanResult) -> str:
+    """The human-readable report printed by `check-data`."""
+    lines = [f"{result.root}: {len(result.classes)} classes, {len(result.samples)} usable images"]
+    width = max((len(c) for c in result.classes), default=0)
+    for name, n in result.counts.items():
+        lines.append(f"  {name:<{width}}  {n}")
+    if result.bad_files:
+        lines.append(f"{len(result.bad_files)} files cannot be used:")
+        lines.extend(f"  {path}: {reason}" for path, reason in result.bad_files)
+    if result.ignored:
+        lines.append(f"{result.ignored} hidden or non-image files ignored")
+    lines.extend(f"warning: {w}" for w in result.warnings)
+    lines.extend(f"error: {p}" for p in result.problems())
+    return "\n".join(lines)
