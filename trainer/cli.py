@@ -42,8 +42,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from trainer.runner import launch
     from trainer.rundir import pid_alive
+    from trainer.runner import launch
 
     run = RunDir(args.run_dir)
     if not run.config.exists():

@@ -23,17 +23,19 @@ import torch
 
 from trainer import data as data_mod
 from trainer.checkpoint import load_latest, save_checkpoint
-from trainer.config import RunConfig, load_config
+from trainer.config import ConfigError, RunConfig, load_config
 from trainer.events import EventWriter, NullEventWriter
-from trainer.models import build_model
+from trainer.models import ModelError, build_model
 from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
 from trainer.rundir import RunDir
+from trainer.scan import DataError
 from trainer.stats import GradMonitor, global_norm
 from trainer.strategy import Precision, Strategy, make_strategy
 
 log = logging.getLogger("trainer")
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+INPUT_ERRORS = (ConfigError, DataError, ModelError)  # the user's input is at fault: exit 2, message as is
 
 
 class Diverged(RuntimeError):
@@ -432,6 +434,8 @@ class Loop:
 
 def describe_failure(exc: BaseException) -> str:
     """A one-line reason for a failed run, with a hint for the failures users can fix."""
+    if isinstance(exc, INPUT_ERRORS):
+        return str(exc)
     text = f"{type(exc).__name__}: {exc}".strip()
     oom = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(exc)
     if oom:
@@ -466,7 +470,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     except Exception as e:  # noqa: BLE001 - every failure is reported, never silent
         state, code = "failed", EXIT_FAILED
         message = describe_failure(e)
-        if isinstance(e, ValueError) and type(e).__name__ in ("DataError", "ModelError", "ConfigError"):
+        if isinstance(e, INPUT_ERRORS):
             code = EXIT_BAD_INPUT
         log.error("run failed: %s\n%s", message, traceback.format_exc())
         events.emit("error", kind=type(e).__name__, message=message, rank=strategy.rank,
@@ -486,8 +490,11 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
 
 
 def _write_rank_error(run: RunDir, rank: int, message: str) -> None:
+    """Ranks other than 0 cannot write events; the launcher reads this file to name them."""
+    if rank == 0:
+        return
     try:
-        (run.path / f"rank-{rank}.error").write_text(message + "\n", encoding="utf-8")
+        (run.path / f"rank-{rank}.error").write_text(f"rank {rank}: {message}\n", encoding="utf-8")
     except OSError:
         pass
 

@@ -27,7 +27,7 @@ def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
     assignment = assign_groups(names, patterns)
     buckets: list[list[nn.Parameter]] = [[] for _ in cfg.groups]
     default: list[nn.Parameter] = []
-    for (name, param), idx in zip(named, assignment):
+    for (_, param), idx in zip(named, assignment):
         if idx is None:
             default.append(param)
         elif cfg.groups[idx].freeze:

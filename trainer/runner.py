@@ -41,17 +41,18 @@ def launch(run: RunDir, cfg: RunConfig, resume: bool = False) -> int:
 
 
 def _finalise(run: RunDir, code: int) -> int:
-    """Make sure status.json ends final, naming the failed rank when a worker died."""
+    """Make sure status.json ends final; a rank other than 0 that failed is named in the message."""
     status = run.read_status()
-    state = status.get("state")
-    errors = sorted(run.path.glob("rank-*.error"))
-    if state in FINAL_STATES and (state in ("completed", "diverged") or code == EXIT_OK or not errors):
-        recorded = status.get("exit_code")
-        return code if recorded is None else recorded
-    message = "; ".join(p.read_text().strip() for p in errors) or status.get("message") or ""
-    if not message or state not in FINAL_STATES:
-        message = (message + "; " if message else "") + (
-            f"the trainer exited with code {code} before finishing; last log lines:\n{run.tail_log(8)}")
+    state, recorded = status.get("state"), status.get("exit_code")
+    errors = [p.read_text().strip() for p in sorted(run.path.glob("rank-*.error"))]
+    if state in FINAL_STATES and recorded is not None and not errors:
+        return recorded
+    if errors:
+        own = status.get("message") if state == "failed" else ""
+        message = "; ".join(errors + ([f"rank 0: {own}"] if own else []))
+    else:
+        message = (f"the trainer exited with code {code} before finishing; last log lines:\n"
+                   f"{run.tail_log(8)}")
     run.write_status(state="failed", message=message, ended=time.time(), exit_code=EXIT_FAILED)
     log.error("run failed: %s", message)
     return EXIT_FAILED

@@ -1,0 +1,137 @@
+"""Real processes: SIGTERM/SIGKILL during a run, resume, and the CLI commands around runs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import REPO, process_tree_gone, run_main, write_config
+
+from trainer.checkpoint import load_weights_only
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+
+def start_train(cfg_path, run_dir, *extra):
+    return subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg_path), "--run-dir", str(run_dir),
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, cwd=REPO)
+
+
+def wait_for_event(run_dir, predicate, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (run_dir / "events.jsonl").exists():
+            for e in read_events(run_dir / "events.jsonl"):
+                if predicate(e):
+                    return e
+        time.sleep(0.05)
+    raise TimeoutError(f"no matching event in {run_dir}")
+
+
+def slow_config(tmp_path, shapes_dir, **sections):
+    # Many small steps so that a signal lands mid-epoch.
+    sections.setdefault("data", {}).update({"batch_size": 4})
+    sections.setdefault("train", {}).setdefault("epochs", 4)
+    return write_config(tmp_path, shapes_dir, monitor={"log_every": 1}, **sections)
+
+
+def test_sigterm_stops_with_a_loadable_checkpoint(shapes_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start_train(slow_config(tmp_path, shapes_dir), run_dir)
+    wait_for_event(run_dir, lambda e: e["event"] == "step" and e["step"] >= 3)
+    sent = time.time()
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert time.time() - sent < 10
+    assert proc.returncode == 0, err
+    status = RunDir(run_dir).read_status()
+    assert status["state"] == "stopped"
+    state = load_weights_only(run_dir / "checkpoints" / "last.pt")
+    assert state["step"] >= 3
+    events = read_events(run_dir / "events.jsonl")
+    assert events[-1]["event"] == "run_end" and events[-1]["status"] == "stopped"
+    assert any(e["event"] == "checkpoint" and e["mid_epoch"] for e in events)
+    assert process_tree_gone(proc.pid)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, tmp_path, how):
+    cfg = slow_config(tmp_path, shapes_dir, train={"epochs": 3}, checkpoint={"every_steps": 5},
+                      data={"augment": {"color_jitter": 0.2}})
+    straight = tmp_path / "straight"
+    assert run_main("train", cfg, "--run-dir", straight).returncode == 0
+
+    interrupted = tmp_path / "interrupted"
+    proc = start_train(cfg, interrupted)
+    wait_for_event(interrupted, lambda e: e["event"] == "checkpoint" and e["step"] >= 10 and e["mid_epoch"])
+    os.killpg(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+    proc.communicate(timeout=30)
+    if how == "sigkill":
+        assert RunDir(interrupted).effective_state() == "failed"
+    result = run_main("resume", interrupted)
+    assert result.returncode == 0, result.stderr
+    a = load_weights_only(straight / "checkpoints" / "last.pt")
+    b = load_weights_only(interrupted / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"]
+    for key, value in a["model"].items():
+        torch.testing.assert_close(b["model"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+    epochs = [e["epoch"] for e in read_events(interrupted / "events.jsonl") if e["event"] == "epoch"]
+    assert epochs[-1] == 3 and sorted(set(epochs)) == [1, 2, 3], "curves continue in the same events file"
+
+
+def test_resume_refuses_a_completed_run_and_a_missing_dir(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
+    assert run_main("train", cfg, "--run-dir", tmp_path / "r").returncode == 0
+    result = run_main("resume", tmp_path / "r")
+    assert result.returncode == 2 and "already completed" in result.stderr
+    result = run_main("resume", tmp_path / "nowhere")
+    assert result.returncode == 2 and "not a run directory" in result.stderr
+
+
+def test_train_cli_reports_progress_and_result(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2})
+    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 0, result.stderr
+    assert "epoch 1/2" in result.stdout and "epoch 2/2" in result.stdout
+    assert "run completed, best val_acc" in result.stdout
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert {"config.yaml", "events.jsonl", "status.json", "train.log", "checkpoints"} <= {
+        p.name for p in run_dir.iterdir()}
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "completed"
+
+
+def test_missing_train_dir_fails_with_its_path(tmp_path):
+    cfg = write_config(tmp_path, tmp_path / "nope")
+    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 2
+    assert f"data.train_dir: {tmp_path / 'nope'}: folder does not exist" in result.stderr
+
+
+def test_check_data_reports_classes_and_bad_files(shapes_dir, tmp_path):
+    result = run_main("check-data", shapes_dir)
+    assert result.returncode == 0
+    assert "4 classes, 120 usable images" in result.stdout and "circle" in result.stdout
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "a.png").write_bytes(b"not an image")
+    result = run_main("check-data", flat)
+    assert result.returncode == 1 and "no class sub-folders" in result.stdout
+
+
+def test_demo_config_reaches_90_percent(tmp_path):
+    """The README's first run: the built-in demo data and config."""
+    from trainer.demo_data import write_demo_dataset
+
+    write_demo_dataset(tmp_path / "demo_data")
+    (tmp_path / "cfg").mkdir()
+    cfg = tmp_path / "cfg" / "demo.yaml"
+    cfg.write_text((REPO / "resources" / "demo.yaml").read_text())
+    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs", timeout=300)
+    assert result.returncode == 0, result.stderr
+    status = json.loads(next((tmp_path / "runs").iterdir()).joinpath("status.json").read_text())
+    assert status["best_acc"] >= 0.9
