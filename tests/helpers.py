@@ -1,11 +1,60 @@
-"""In-process training for tests (the CLI path is covered by subprocess tests)."""
+"""Helpers shared by the tests: configs, running main.py, in-process training, process checks."""
 
 import logging
+import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
+
+import yaml
 
 from trainer.config import load_config, save_config
 from trainer.rundir import RunDir, new_run_dir
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_config(folder: Path, train_dir: Path, **sections) -> Path:
+    """A config file for a fast run on `train_dir`; keyword arguments update sections."""
+    raw = {
+        "data": {"train_dir": str(train_dir), "image_size": 16, "batch_size": 16, "num_workers": 0},
+        "model": {"name": "small_cnn"},
+        "optimizer": {"name": "sgd", "lr": 0.05},
+        "train": {"epochs": 2, "seed": 0},
+        "monitor": {"log_every": 2},
+    }
+    for section, values in sections.items():
+        raw.setdefault(section, {}).update(values)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def run_main(*args, timeout=240, **kwargs) -> subprocess.CompletedProcess:
+    """`python main.py ARGS` in a subprocess, as a user would run it."""
+    return subprocess.run([sys.executable, str(REPO / "main.py"), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=kwargs.pop("cwd", REPO), **kwargs)
+
+
+def process_tree_gone(pid: int) -> bool:
+    """True when no process of the session started by `pid` is left."""
+    import psutil
+
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(proc.info["pid"]) == pid:
+                return False
+        except (ProcessLookupError, PermissionError):
+            continue
+    return True
+
+
+def kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def train_here(config_path: Path, runs_dir: Path, overrides=None, run: RunDir | None = None,

@@ -1,6 +1,6 @@
 import pytest
 import yaml
-from conftest import run_main, write_config
+from helpers import run_main, write_config
 
 from trainer.config import ConfigError, RunConfig, describe_keys, load_config, save_config
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import REPO, process_tree_gone, run_main, write_config
+from helpers import REPO, process_tree_gone, run_main, write_config
 
 from trainer.checkpoint import load_weights_only
 from trainer.events import read_events

@@ -279,9 +279,9 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
         inner = [a for a in args if a is not type(None)]
+        if type(None) in args and (value is None or (value == "" and str in inner)):
+            return None  # an empty text field means "not set"
         return _convert(inner[0], value, path, problems)
     if origin is list:
         if not isinstance(value, list):

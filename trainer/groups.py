@@ -27,8 +27,14 @@ def assign_groups(param_names: list[str], patterns: list[str]) -> list[int | Non
 
 
 def unmatched_patterns(param_names: list[str], patterns: list[str]) -> list[int]:
-    """Indices of patterns that match no parameter at all (a typo, usually)."""
-    return [i for i, p in enumerate(patterns) if not any(pattern_matches(p, n) for n in param_names)]
+    """Indices of groups that receive no parameter: a typo, or an earlier group took all they match."""
+    taken = set(assign_groups(param_names, patterns))
+    return [i for i in range(len(patterns)) if i not in taken]
+
+
+def unmatched_message(index: int, pattern: str, param_names: list[str]) -> str:
+    return (f"optimizer.groups[{index}].pattern: {pattern!r} matches no parameter, or only ones an earlier group "
+            f"took (module names look like: {module_examples(param_names)})")
 
 
 def module_examples(param_names: list[str], limit: int = 8) -> str:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from trainer.config import ConfigError, LossConfig, OptimizerConfig, SchedulerConfig
-from trainer.groups import assign_groups, module_examples, unmatched_patterns
+from trainer.groups import assign_groups, unmatched_message, unmatched_patterns
 
 
 def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
@@ -22,8 +22,7 @@ def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
     unmatched = unmatched_patterns(names, patterns)
     if unmatched:
         i = unmatched[0]
-        raise ConfigError([f"optimizer.groups[{i}].pattern: {patterns[i]!r} matches no parameter "
-                           f"(module names look like: {module_examples(names)})"])
+        raise ConfigError([unmatched_message(i, patterns[i], names)])
     assignment = assign_groups(names, patterns)
     buckets: list[list[nn.Parameter]] = [[] for _ in cfg.groups]
     default: list[nn.Parameter] = []

@@ -1,0 +1,99 @@
+"""Work off the GUI thread: Python callables on the thread pool, `main.py` commands as QProcesses.
+
+Results come back as Qt signals (queued to the GUI thread); nothing here waits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QProcess, QRunnable, QThreadPool, Signal
+
+log = logging.getLogger(__name__)
+
+MAIN_PY = str(Path(__file__).resolve().parent.parent / "main.py")
+
+
+class _Signals(QObject):
+    done = Signal(object)
+    failed = Signal(str)
+
+
+class _Job(QRunnable):
+    def __init__(self, fn: Callable, signals: _Signals):
+        super().__init__()
+        self.fn = fn
+        self.signals = signals
+
+    def run(self) -> None:
+        try:
+            result = self.fn()
+        except Exception as e:  # noqa: BLE001 - reported to the GUI, never lost
+            log.debug("background job failed: %s", traceback.format_exc())
+            self.signals.failed.emit(str(e) or type(e).__name__)
+        else:
+            self.signals.done.emit(result)
+
+
+_alive: set = set()  # signal objects of jobs in flight (kept referenced until they report)
+
+
+def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = None) -> None:
+    signals = _Signals()
+    _alive.add(signals)
+    signals.done.connect(on_done)
+    if on_error:
+        signals.failed.connect(on_error)
+    signals.done.connect(lambda *_: _alive.discard(signals))
+    signals.failed.connect(lambda *_: _alive.discard(signals))
+    QThreadPool.globalInstance().start(_Job(fn, signals))
+
+
+class CliJob(QObject):
+    """`python main.py ARGS`; `done` carries its stdout parsed as JSON (or the text, with parse_json=False)."""
+
+    done = Signal(object)
+    failed = Signal(str)
+
+    def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True):
+        super().__init__(parent)
+        self.parse_json = parse_json
+        self.cancelled = False
+        self.process = QProcess(self)
+        self.process.finished.connect(self._finished)
+        self.process.errorOccurred.connect(self._error)
+        self.process.start(sys.executable, [MAIN_PY, *args])
+
+    def _finished(self, code: int, status) -> None:
+        if self.cancelled:
+            self.deleteLater()
+            return
+        out = bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
+        err = bytes(self.process.readAllStandardError()).decode("utf-8", "replace")
+        if code != 0:
+            lines = [line for line in err.splitlines() if line.strip()]
+            self.failed.emit(lines[-1].removeprefix("error: ") if lines else f"exit code {code}")
+        elif not self.parse_json:
+            self.done.emit(out)
+        else:
+            try:
+                self.done.emit(json.loads(out))
+            except json.JSONDecodeError:
+                self.failed.emit(f"unreadable output: {out[:200]!r}")
+        self.deleteLater()
+
+    def _error(self, error) -> None:
+        if error == QProcess.ProcessError.FailedToStart:
+            self.failed.emit("could not start python")
+            self.deleteLater()
+
+    def cancel(self) -> None:
+        """Kill the process; neither `done` nor `failed` will be emitted."""
+        self.cancelled = True
+        if self.process.state() != QProcess.ProcessState.NotRunning:
+            self.process.kill()

@@ -1,0 +1,139 @@
+"""Growable numpy buffers for curves: amortised O(1) appends, views for plotting, bounded memory.
+
+Qt-free. Long histories are decimated in place (every other point kept once `max_points` is reached),
+so a million-step run costs a fixed amount of memory and plotting stays fast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Series:
+    """x/y float64 pairs."""
+
+    def __init__(self, capacity: int = 1024, max_points: int = 200_000):
+        self._x = np.empty(capacity)
+        self._y = np.empty(capacity)
+        self._n = 0
+        self.max_points = max_points
+        self.version = 0  # bumped on every change, so views redraw only when needed
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, x: float, y: float | None) -> None:
+        if self._n == len(self._x):
+            if self._n >= self.max_points:
+                self._decimate()
+            else:
+                self._x = np.resize(self._x, 2 * len(self._x))
+                self._y = np.resize(self._y, 2 * len(self._y))
+        self._x[self._n] = x
+        self._y[self._n] = np.nan if y is None else y
+        self._n += 1
+        self.version += 1
+
+    def _decimate(self) -> None:
+        half = self._n // 2
+        self._x[:half] = self._x[: 2 * half: 2]
+        self._y[:half] = self._y[: 2 * half: 2]
+        self._n = half
+
+    @property
+    def x(self) -> np.ndarray:
+        return self._x[: self._n]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self._y[: self._n]
+
+    def clear(self) -> None:
+        self._n = 0
+        self.version += 1
+
+
+class Matrix:
+    """Columns of a fixed row count (layers x steps), for the gradient heatmap; decimates like Series."""
+
+    def __init__(self, rows: int, capacity: int = 256, max_columns: int = 4096):
+        self._data = np.full((rows, capacity), np.nan, dtype=np.float32)
+        self._steps = np.empty(capacity)
+        self._n = 0
+        self.max_columns = max_columns
+        self.version = 0
+
+    @property
+    def rows(self) -> int:
+        return self._data.shape[0]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, step: float, column: list[float | None]) -> None:
+        if self._n == self._data.shape[1]:
+            if self._n >= self.max_columns:
+                half = self._n // 2
+                self._data[:, :half] = self._data[:, : 2 * half: 2]
+                self._steps[:half] = self._steps[: 2 * half: 2]
+                self._n = half
+            else:
+                grown = np.full((self.rows, 2 * self._n), np.nan, dtype=np.float32)
+                grown[:, : self._n] = self._data
+                self._data = grown
+                self._steps = np.resize(self._steps, 2 * self._n)
+        self._data[:, self._n] = np.array([np.nan if v is None else v for v in column], dtype=np.float32)
+        self._steps[self._n] = step
+        self._n += 1
+        self.version += 1
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._data[:, : self._n]
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self._steps[: self._n]
+
+
+class Smoothed:
+    """A TensorBoard-style exponential moving average of a Series, extended incrementally.
+
+    Only the points appended since the last call are processed (a Python loop over a few points per
+    redraw); the whole series is recomputed only when the weight changes or the series was decimated.
+    """
+
+    def __init__(self, series: Series, weight: float = 0.6):
+        self.series = series
+        self.weight = weight
+        self._out = np.empty(0)
+        self._done = 0
+        self._acc = self._norm = 0.0
+        self._seen_len = 0
+
+    def set_weight(self, weight: float) -> None:
+        if weight != self.weight:
+            self.weight = weight
+            self._done = 0
+
+    def values(self) -> np.ndarray:
+        y = self.series.y
+        if len(y) < self._seen_len:  # decimated or cleared
+            self._done = 0
+        self._seen_len = len(y)
+        if self.weight <= 0:
+            return y
+        if self._done == 0:
+            self._acc = self._norm = 0.0
+            self._out = np.empty(max(16, 2 * len(y)))
+        if len(self._out) < len(y):
+            self._out = np.resize(self._out, 2 * len(y))
+        w, acc, norm = self.weight, self._acc, self._norm
+        for i in range(self._done, len(y)):
+            v = y[i]
+            if v == v:  # not NaN
+                acc = w * acc + (1 - w) * v
+                norm = w * norm + (1 - w)
+            self._out[i] = acc / norm if norm else np.nan
+        self._acc, self._norm, self._done = acc, norm, len(y)
+        return self._out[: len(y)]

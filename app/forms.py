@@ -1,0 +1,143 @@
+"""Binding form widgets to config keys: one widget per key, loaded from and dumped to the config dict.
+
+Validation is the config's own (`RunConfig.from_dict`): the window marks each widget whose key a
+problem names, with the message as its tooltip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QWidget
+
+ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
+
+
+def get_path(raw: dict, key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def set_path(raw: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = raw
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def parse_number(text: str) -> Any:
+    """A float from the text, or the text itself so that validation names the bad value."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+class Binder(QObject):
+    """Creates widgets bound to config keys and keeps the key -> widget map."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.widgets: dict[str, QWidget] = {}
+        self._loading = False
+
+    def _register(self, key: str, widget: QWidget, signal) -> QWidget:
+        widget.setObjectName(key)
+        self.widgets[key] = widget
+        signal.connect(self._emit_changed)
+        return widget
+
+    def _emit_changed(self, *args) -> None:
+        if not self._loading:
+            self.changed.emit()
+
+    def spin(self, key: str, minimum: int, maximum: int, suffix: str = "", special: str = "") -> QSpinBox:
+        w = QSpinBox()
+        w.setRange(minimum, maximum)
+        w.setSuffix(suffix)
+        if special:
+            w.setSpecialValueText(special)
+        return self._register(key, w, w.valueChanged)
+
+    def dspin(self, key: str, minimum: float, maximum: float, step: float = 0.05, decimals: int = 2) -> QDoubleSpinBox:
+        w = QDoubleSpinBox()
+        w.setRange(minimum, maximum)
+        w.setSingleStep(step)
+        w.setDecimals(decimals)
+        return self._register(key, w, w.valueChanged)
+
+    def number(self, key: str, placeholder: str = "") -> QLineEdit:
+        """Free-form number entry (1e-3 works); empty means null."""
+        w = QLineEdit()
+        w.setPlaceholderText(placeholder)
+        w.setProperty("kind", "number")
+        return self._register(key, w, w.textChanged)
+
+    def line(self, key: str, placeholder: str = "") -> QLineEdit:
+        w = QLineEdit()
+        w.setPlaceholderText(placeholder)
+        return self._register(key, w, w.textChanged)
+
+    def combo(self, key: str, choices: list[str] | tuple[str, ...], editable: bool = False) -> QComboBox:
+        w = QComboBox()
+        w.addItems(list(choices))
+        w.setEditable(editable)
+        return self._register(key, w, w.currentTextChanged)
+
+    def check(self, key: str, text: str) -> QCheckBox:
+        w = QCheckBox(text)
+        return self._register(key, w, w.toggled)
+
+    # ---- values ------------------------------------------------------------------------------
+    def load(self, raw: dict) -> None:
+        self._loading = True
+        try:
+            for key, w in self.widgets.items():
+                value = get_path(raw, key)
+                if isinstance(w, QCheckBox):
+                    w.setChecked(bool(value))
+                elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
+                    w.setValue(value if value is not None else w.minimum())
+                elif isinstance(w, QComboBox):
+                    if w.findText(str(value)) < 0 and w.isEditable():
+                        w.addItem(str(value))
+                    w.setCurrentText(str(value))
+                elif isinstance(w, QLineEdit):
+                    if isinstance(value, list):
+                        w.setText(", ".join(str(v) for v in value))
+                    else:
+                        w.setText("" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
+        finally:
+            self._loading = False
+
+    def dump(self, raw: dict) -> None:
+        for key, w in self.widgets.items():
+            if isinstance(w, QCheckBox):
+                value: Any = w.isChecked()
+            elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
+                value = w.value()
+            elif isinstance(w, QComboBox):
+                value = w.currentText()
+            elif w.property("kind") == "number":
+                value = parse_number(w.text())
+            elif w.property("kind") == "int_list":
+                value = [int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in w.text().split(",")
+                         if v.strip()]
+            else:
+                value = w.text().strip() or None
+            set_path(raw, key, value)
+
+    def mark_errors(self, problems: list[str]) -> None:
+        for key, w in self.widgets.items():
+            mine = [p for p in problems if p.startswith(key + ":") or p.startswith(key + "[")]
+            w.setStyleSheet(ERROR_STYLE if mine else "")
+            w.setToolTip("\n".join(mine))

@@ -1,0 +1,58 @@
+"""Starting the desktop app: `python main.py [--config FILE] [--runs-dir DIR] [--autostart]`.
+
+Nothing here imports torch: the window is up before any training code is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from trainer.rundir import default_runs_dir
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck desktop app")
+    parser.add_argument("--config", type=Path, help="open with this YAML config loaded")
+    parser.add_argument("--runs-dir", type=Path, help="where runs are written and listed (default ./runs)")
+    parser.add_argument("--autostart", action="store_true", help="start training right away")
+    return parser.parse_args(argv)
+
+
+def run_app(argv: list[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.background import run_in_thread
+    from app.main_window import MainWindow, app_icon, load_style
+    from trainer.demo_data import ensure_demo_dataset
+    from trainer.launch import REPO_ROOT
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setOrganizationName("TrainDeck")
+    app.setApplicationName("TrainDeck")
+    app.setWindowIcon(app_icon())
+    app.setStyleSheet(load_style())
+    window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config)
+    window.show()
+
+    demo = REPO_ROOT / "demo_data"
+
+    app.aboutToQuit.connect(window.shutdown)
+
+    def demo_ready(_):
+        window.state_label.setText("Ready: the demo dataset is selected; press Start")
+        window.dataset_page.scan()
+        if args.autostart:
+            QTimer.singleShot(500, window.start_run)
+
+    if not (demo / ".complete").exists():
+        window.state_label.setText("Writing the demo dataset…")
+        run_in_thread(lambda: ensure_demo_dataset(demo), demo_ready)
+    elif args.autostart:
+        QTimer.singleShot(500, window.start_run)
+    return app.exec()

@@ -1,0 +1,416 @@
+"""The main window: set-up pages, Start/Stop/Resume, the live dashboard and the runs list."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
+from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QListWidget, QMainWindow, QMessageBox, QProgressBar,
+                               QStackedWidget, QStyle, QSystemTrayIcon, QToolBar, QWidget)
+
+from app.forms import Binder
+from app.pages.dashboard import Dashboard
+from app.pages.dataset_page import DatasetPage
+from app.pages.device_page import DevicePage
+from app.pages.model_page import ModelPage
+from app.pages.optimizer_page import OptimizerPage
+from app.pages.runs_page import RunsPage
+from app.run_model import RunModel
+from app.trainer_process import TrainerProcess
+from trainer.config import ConfigError, RunConfig, load_config, save_config
+from trainer.launch import REPO_ROOT, node_commands, train_command
+from trainer.rundir import RunDir, new_run_dir, pid_alive
+
+log = logging.getLogger(__name__)
+
+PAGES = ["Dataset", "Model", "Optimizer", "Device", "Training", "Runs"]
+DEMO_CONFIG = REPO_ROOT / "resources" / "demo.yaml"
+STYLE = (REPO_ROOT / "resources" / "style.qss")
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: QSettings, runs_dir: Path, config_path: Path | None = None):
+        super().__init__()
+        self.settings = settings
+        self.runs_dir = Path(runs_dir)
+        self.config_path: Path | None = None
+        self.config_problems: list[str] = []
+        self.run_model: RunModel | None = None
+        self.process = TrainerProcess(self)
+        self.process.ended.connect(self._process_ended)
+        self._close_after_stop = False
+        self.setWindowTitle("TrainDeck")
+        self.resize(1280, 800)
+
+        self.binder = Binder(self)
+        self.dataset_page = DatasetPage(self.binder)
+        self.model_page = ModelPage(self.binder)
+        self.optimizer_page = OptimizerPage(self.binder)
+        self.device_page = DevicePage(self.binder)
+        self.dashboard = Dashboard()
+        self.runs_page = RunsPage()
+
+        self.nav = QListWidget()
+        self.nav.setObjectName("nav")
+        self.nav.addItems(PAGES)
+        self.nav.setFixedWidth(130)
+        self.stack = QStackedWidget()
+        for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.dashboard,
+                     self.runs_page):
+            self.stack.addWidget(page)
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        central = QWidget()
+        layout = QHBoxLayout(central)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.nav)
+        layout.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        self._build_toolbar()
+        self.state_label = QLabel("Ready")
+        self.state_label.setObjectName("stateLabel")
+        self.problem_label = QLabel("")
+        self.problem_label.setObjectName("problemLabel")
+        self.problem_label.setStyleSheet("color: #c9302c;")
+        self.progress = QProgressBar()
+        self.progress.setObjectName("epochProgress")
+        self.progress.setMaximumWidth(260)
+        self.progress.setFormat("epoch %v/%m")
+        self.eta_label = QLabel("")
+        self.statusBar().addWidget(self.state_label)
+        self.statusBar().addWidget(self.problem_label, 1)
+        self.statusBar().addPermanentWidget(self.eta_label)
+        self.statusBar().addPermanentWidget(self.progress)
+
+        self.tray = QSystemTrayIcon(self.windowIcon(), self) if QSystemTrayIcon.isSystemTrayAvailable() else None
+        if self.tray:
+            self.tray.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_ComputerIcon))
+            self.tray.show()
+
+        self._validate_timer = QTimer(self)
+        self._validate_timer.setSingleShot(True)
+        self._validate_timer.setInterval(150)
+        self._validate_timer.timeout.connect(self.validate)
+        self.binder.changed.connect(self._validate_timer.start)
+        self.optimizer_page.groups.changed.connect(self._validate_timer.start)
+        self.device_page.mode.currentIndexChanged.connect(lambda _: self._validate_timer.start())
+        self.dataset_page.scanned.connect(self._scanned)
+        self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
+        self.model_page.parametersChanged.connect(lambda _: self._validate_timer.start())
+        self.runs_page.openRequested.connect(self.open_run)
+        self.runs_page.resumeRequested.connect(self.resume_run)
+
+        self.load_config_file(config_path or DEMO_CONFIG)
+        self.runs_page.set_runs_dir(self.runs_dir)
+        self.device_page.start_probe()
+        self.model_page.describe()
+        self._restore_settings()
+        self.nav.setCurrentRow(0)
+        self._update_buttons()
+
+    # ---- toolbar -----------------------------------------------------------------------------
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Main")
+        bar.setObjectName("mainToolbar")
+        bar.setMovable(False)
+        bar.setIconSize(QSize(18, 18))
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.addToolBar(bar)
+        sp = QStyle.StandardPixmap
+
+        def action(text: str, icon, slot, shortcut: str | None = None) -> QAction:
+            a = QAction(self.style().standardIcon(icon), text, self)
+            a.setObjectName(text)
+            a.triggered.connect(slot)
+            if shortcut:
+                a.setShortcut(QKeySequence(shortcut))
+            bar.addAction(a)
+            return a
+
+        self.open_action = action("Open config…", sp.SP_DialogOpenButton, self._open_config_dialog, "Ctrl+O")
+        self.save_action = action("Save config…", sp.SP_DialogSaveButton, self._save_config_dialog, "Ctrl+S")
+        self.copy_action = action("Copy command", sp.SP_FileDialogDetailedView, self.copy_command)
+        bar.addSeparator()
+        self.start_action = action("Start", sp.SP_MediaPlay, self.start_run, "Ctrl+R")
+        self.stop_action = action("Stop", sp.SP_MediaStop, self.stop_run)
+        self.resume_action = action("Resume", sp.SP_MediaSeekForward, lambda: self.resume_run(None))
+
+    # ---- config ------------------------------------------------------------------------------
+    def load_config_file(self, path: Path) -> bool:
+        try:
+            cfg = load_config(path)
+        except ConfigError as e:
+            QMessageBox.warning(self, "Cannot load config", str(e))
+            return False
+        self.config_path = Path(path) if Path(path) != DEMO_CONFIG else None
+        self.load_config(cfg)
+        if self.config_path:
+            self._remember_recent(str(self.config_path))
+        return True
+
+    def load_config(self, cfg: RunConfig) -> None:
+        raw = cfg.to_dict()
+        self.binder.load(raw)
+        self.optimizer_page.load(raw)
+        self.device_page.load(raw)
+        self.dataset_page.scan()
+        self.validate()
+
+    def current_raw(self) -> dict:
+        raw = RunConfig().to_dict()
+        self.binder.dump(raw)
+        self.optimizer_page.dump(raw)
+        self.device_page.dump(raw)
+        return raw
+
+    def current_config(self) -> RunConfig | None:
+        try:
+            return RunConfig.from_dict(self.current_raw())
+        except ConfigError:
+            return None
+
+    def validate(self) -> list[str]:
+        """Check the form; mark the widgets at fault in place; Start is enabled only when all is well."""
+        raw = self.current_raw()
+        problems: list[str] = []
+        try:
+            RunConfig.from_dict(raw)
+        except ConfigError as e:
+            problems.extend(e.problems)
+        problems += self.dataset_page.problems() + self.model_page.problems()
+        problems += self.optimizer_page.groups.problems() + self.device_page.problems(raw)
+        self.config_problems = problems
+        self.binder.mark_errors(problems)
+        self.optimizer_page.groups.mark_errors(problems)
+        self.problem_label.setText(problems[0] + (f"  (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+                                   if problems else "")
+        self.problem_label.setToolTip("\n".join(problems))
+        self._update_buttons()
+        return problems
+
+    def _scanned(self, result) -> None:
+        if result is not None and result.classes:
+            self.model_page.set_class_count(len(result.classes))
+        self._validate_timer.start()
+
+    def _open_config_dialog(self) -> None:
+        start = self.settings.value("last_config_dir", str(Path.home()))
+        path, _ = QFileDialog.getOpenFileName(self, "Open config", start, "YAML (*.yaml *.yml)")
+        if path:
+            self.settings.setValue("last_config_dir", str(Path(path).parent))
+            self.load_config_file(Path(path))
+
+    def _save_config_dialog(self) -> None:
+        cfg = self.current_config()
+        if cfg is None:
+            QMessageBox.warning(self, "Cannot save", "Fix the marked settings first:\n" + "\n".join(self.config_problems))
+            return
+        start = str(self.config_path or Path(self.settings.value("last_config_dir", str(Path.home()))) / "config.yaml")
+        path, _ = QFileDialog.getSaveFileName(self, "Save config", start, "YAML (*.yaml *.yml)")
+        if path:
+            self.save_config_to(Path(path))
+
+    def save_config_to(self, path: Path) -> None:
+        save_config(self.current_config(), path)
+        self.config_path = path
+        self.settings.setValue("last_config_dir", str(path.parent))
+        self._remember_recent(str(path))
+
+    def command_text(self) -> str:
+        """The headless command(s) for the current form: one line, or one per node for multi-node runs."""
+        cfg = self.current_config()
+        if cfg is None:
+            return ""
+        path = self.config_path
+        if path is None or load_config(path).to_dict() != cfg.to_dict():
+            folder = self.runs_dir / "configs"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"config-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+            save_config(cfg, path)
+        if cfg.device.nnodes > 1:
+            return "\n".join(f"# node {i}\n{c}" for i, c in enumerate(node_commands(path, cfg)))
+        cmd = train_command(path, runs_dir=self.runs_dir)
+        cmd[0:2] = ["python", "main.py"]
+        return shlex.join(cmd)
+
+    def copy_command(self) -> None:
+        text = self.command_text()
+        if text:
+            QGuiApplication.clipboard().setText(text)
+            self.statusBar().showMessage("Copied: " + text.splitlines()[-1], 5000)
+
+    # ---- runs --------------------------------------------------------------------------------
+    def start_run(self) -> None:
+        if self.validate() or self.process.running:
+            return
+        cfg = self.current_config()
+        run = new_run_dir(self.runs_dir, Path(cfg.model.name.split(":")[-1]).stem)
+        save_config(cfg, run.config)
+        self.process.start(train_command(run.config, run_dir=run.path), run, cwd=str(REPO_ROOT))
+        self._watch(run)
+        self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def stop_run(self) -> None:
+        if self.process.running:
+            self.process.stop()
+            self.state_label.setText("Stopping: saving a checkpoint…")
+            self._update_buttons()
+
+    def resume_run(self, path: str | None) -> None:
+        run = RunDir(path) if path else (self.run_model.run if self.run_model else None)
+        if run is None or self.process.running:
+            return
+        if run.effective_state() not in ("stopped", "failed"):
+            QMessageBox.information(self, "Resume", f"{run.name} is {run.effective_state()}: only stopped or failed "
+                                                    f"runs can be resumed.")
+            return
+        self.process.start([sys.executable, str(REPO_ROOT / "main.py"), "resume", str(run.path)], run,
+                           cwd=str(REPO_ROOT))
+        if self.run_model is None or self.run_model.run.path != run.path:
+            self._watch(run)
+        else:
+            self.run_model.watch()
+            self._update_buttons()
+        self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def open_run(self, path: str) -> None:
+        """Show a past run's curves (replayed from its events), re-attaching when it is still going."""
+        run = RunDir(path)
+        status = run.read_status()
+        self._watch(run)
+        if status.get("state") in ("running", "starting") and pid_alive(status.get("pid")) and not self.process.running:
+            self.process.attach(status["pid"])
+            self.state_label.setText(f"Re-attached to {run.name}")
+        try:
+            self.load_config(load_config(run.config))
+        except ConfigError as e:
+            log.warning("%s", e)
+        self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def _watch(self, run: RunDir) -> None:
+        if self.run_model is not None:
+            self.run_model.close()
+            self.run_model.deleteLater()
+        self.run_model = RunModel(run, self)
+        self.run_model.stepLogged.connect(self._progress)
+        self.run_model.epochEnded.connect(self._progress)
+        self.run_model.runStarted.connect(lambda e: self.state_label.setText(f"Running {run.name}"))
+        self.run_model.finished.connect(self._run_finished)
+        self.dashboard.set_model(self.run_model)
+        self.state_label.setText(f"Preparing {run.name}: scanning data, building the model…")
+        self.progress.setValue(0)
+        self._started_at = time.time()
+        self._start_fraction = None
+        self.run_model.watch()
+        self._update_buttons()
+
+    def _progress(self, e: dict) -> None:
+        m = self.run_model
+        epochs = m.epochs or 1
+        if e.get("event") == "epoch":
+            done = e["epoch"]
+        else:
+            done = e["epoch"] - 1 + e.get("batch", 0) / max(1, e.get("batches", 1))
+        self.progress.setMaximum(epochs)
+        self.progress.setValue(int(done))
+        fraction = done / epochs
+        if self._start_fraction is None:
+            self._start_fraction, self._started_at = fraction, time.time()
+        elif fraction > self._start_fraction:
+            rate = (time.time() - self._started_at) / (fraction - self._start_fraction)
+            remaining = rate * (1 - fraction)
+            self.eta_label.setText(f"ETA {int(remaining // 60)}:{int(remaining % 60):02d}")
+
+    def _run_finished(self, state: str, message: str) -> None:
+        self.state_label.setText(f"{self.run_model.run.name}: {state}" + (f" — {message}" if message else ""))
+        self.eta_label.setText("")
+        if state == "completed":
+            self.progress.setValue(self.progress.maximum())
+        if state in ("failed", "diverged") and message and self.isVisible() and self.isActiveWindow():
+            box = QMessageBox(QMessageBox.Icon.Warning, f"Run {state}", message, parent=self)
+            box.setDetailedText(self.run_model.run.tail_log(30))
+            box.setObjectName("runFailedBox")
+            box.open()
+        if self.tray and not self.isActiveWindow():
+            self.tray.showMessage("TrainDeck", f"{self.run_model.run.name}: {state}",
+                                  QSystemTrayIcon.MessageIcon.Warning if state != "completed"
+                                  else QSystemTrayIcon.MessageIcon.Information)
+        self.runs_page.refresh()
+        self._update_buttons()
+
+    def _process_ended(self, code: int) -> None:
+        if self.run_model is not None:
+            self.run_model.poll()
+        self._update_buttons()
+        if self._close_after_stop:
+            self.close()
+
+    def _update_buttons(self) -> None:
+        running = self.process.running
+        self.start_action.setEnabled(not running and not self.config_problems)
+        self.stop_action.setEnabled(running)
+        can_resume = (not running and self.run_model is not None
+                      and self.run_model.run.effective_state() in ("stopped", "failed"))
+        self.resume_action.setEnabled(can_resume)
+
+    # ---- settings and closing ----------------------------------------------------------------
+    def _remember_recent(self, path: str) -> None:
+        recent = [p for p in (self.settings.value("recent_configs") or []) if p != path]
+        self.settings.setValue("recent_configs", [path] + recent[:9])
+
+    def _restore_settings(self) -> None:
+        geometry = self.settings.value("geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.process.running and not self._close_after_stop:
+            box = QMessageBox(QMessageBox.Icon.Question, "A run is in progress",
+                              "Stop the run (it saves a checkpoint) or leave it running in the background? "
+                              "A run left running can be re-opened from the Runs page.", parent=self)
+            stop = box.addButton("Stop run", QMessageBox.ButtonRole.DestructiveRole)
+            leave = box.addButton("Leave running", QMessageBox.ButtonRole.AcceptRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.setObjectName("closeBox")
+            box.exec()
+            if box.clickedButton() is stop:
+                self._close_after_stop = True
+                self.stop_run()
+                event.ignore()
+                return
+            if box.clickedButton() is not leave:
+                event.ignore()
+                return
+        self.shutdown()
+        super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """Stop every timer and helper process this window owns (the trainer itself is left alone)."""
+        self.settings.setValue("geometry", self.saveGeometry())
+        self.settings.sync()
+        self.dashboard.stop_updates()
+        self.model_page.cancel_jobs()
+        self.device_page.cancel_jobs()
+        self._validate_timer.stop()
+        if self.run_model is not None:
+            self.run_model.close()
+        self.process._poll.stop()
+        if self.tray:
+            self.tray.hide()
+
+
+def load_style() -> str:
+    try:
+        return STYLE.read_text()
+    except OSError:
+        return ""
+
+
+def app_icon() -> QIcon:
+    return QIcon(str(REPO_ROOT / "resources" / "icon.png"))
+

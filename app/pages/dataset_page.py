@@ -1,0 +1,201 @@
+"""Dataset page: train/val folders, a background scan (classes, counts, samples, unusable files), loading options."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtWidgets import (QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QListWidget,
+                               QListWidgetItem, QPushButton, QSplitter, QVBoxLayout, QWidget)
+
+from app.background import run_in_thread
+from app.forms import Binder
+from trainer.scan import ScanResult, scan_image_folder
+
+THUMB = 56
+THUMBS_PER_CLASS = 6
+
+
+def _scan_with_thumbnails(folder: str) -> tuple[ScanResult, list[tuple[str, QImage]]]:
+    """Runs on the thread pool: header scan plus a few decoded thumbnails per class (QImage is thread-safe)."""
+    result = scan_image_folder(folder, full=False)
+    rng = random.Random(0)
+    thumbs = []
+    for label, name in enumerate(result.classes):
+        paths = [p for p, lab in result.samples if lab == label]
+        for path in rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))):
+            image = QImage(path)
+            if not image.isNull():
+                thumbs.append((name, image.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio,
+                                                  Qt.TransformationMode.SmoothTransformation)))
+    return result, thumbs
+
+
+def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget) -> QWidget:
+    edit = binder.line(key, placeholder)
+    button = QPushButton("Browse…")
+    button.setObjectName(f"browse:{key}")
+
+    def browse():
+        start = edit.text() or str(Path.home())
+        chosen = QFileDialog.getExistingDirectory(parent, title, start)
+        if chosen:
+            edit.setText(chosen)
+
+    button.clicked.connect(browse)
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(edit, 1)
+    layout.addWidget(button)
+    return row
+
+
+class DatasetPage(QWidget):
+    scanned = Signal(object)  # ScanResult, or None when the folder cannot be scanned
+
+    def __init__(self, binder: Binder, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.binder = binder
+        self.scan_result: ScanResult | None = None
+        self.scan_error = ""
+        self._scan_serial = 0
+
+        folders = QGroupBox("Folders")
+        form = QFormLayout(folders)
+        form.addRow("Training images", folder_row(binder, "data.train_dir", "ImageFolder: one sub-folder per class",
+                                                  "Training images", self))
+        form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
+                                                    "Validation images", self))
+        form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))
+
+        loading = QGroupBox("Loading")
+        lf = QFormLayout(loading)
+        lf.addRow("Image size", binder.spin("data.image_size", 8, 1024, " px"))
+        lf.addRow("Batch size", binder.spin("data.batch_size", 1, 65536))
+        lf.addRow("Workers", binder.spin("data.num_workers", -1, 64, special="auto"))
+        lf.addRow("Decoded cache", binder.combo("data.cache", ["auto", "memory", "none"]))
+        lf.addRow("Unusable files", binder.combo("data.on_bad_file", ["skip", "fail"]))
+
+        augment = QGroupBox("Augmentation")
+        af = QFormLayout(augment)
+        af.addRow(binder.check("data.augment.hflip", "Random horizontal flip"))
+        af.addRow(binder.check("data.augment.random_resized_crop", "Random resized crop"))
+        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, 1.0, 0.05))
+        af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.0, 1.0, 0.05))
+
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        for box in (folders, loading, augment):
+            ll.addWidget(box)
+        ll.addStretch(1)
+
+        self.summary = QLabel("Choose a folder of training images.")
+        self.summary.setObjectName("scanSummary")
+        self.summary.setWordWrap(True)
+        self.bars = pg.PlotWidget()
+        self.bars.setMinimumHeight(160)
+        self.bars.setMouseEnabled(x=False, y=False)
+        self.bars.setLabel("left", "images")
+        self.bars.setBackground("w")
+        self.thumbs = QListWidget()
+        self.thumbs.setViewMode(QListWidget.ViewMode.IconMode)
+        self.thumbs.setIconSize(QSize(THUMB, THUMB))
+        self.thumbs.setResizeMode(QListWidget.ResizeMode.Adjust)
+        self.thumbs.setMovement(QListWidget.Movement.Static)
+        self.bad_files = QListWidget()
+        self.bad_files.setObjectName("badFiles")
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.addWidget(self.summary)
+        rl.addWidget(QLabel("<b>Images per class</b>"))
+        rl.addWidget(self.bars, 2)
+        rl.addWidget(QLabel("<b>Samples</b>"))
+        rl.addWidget(self.thumbs, 3)
+        rl.addWidget(QLabel("<b>Unusable files</b>"))
+        rl.addWidget(self.bad_files, 1)
+
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setSizes([420, 700])
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(400)
+        self._debounce.timeout.connect(self.scan)
+        train_edit: QLineEdit = binder.widgets["data.train_dir"]
+        train_edit.textChanged.connect(lambda _: self._debounce.start())
+
+    @property
+    def train_dir(self) -> str:
+        return self.binder.widgets["data.train_dir"].text().strip()
+
+    def scan(self) -> None:
+        folder = self.train_dir
+        self._scan_serial += 1
+        serial = self._scan_serial
+        self.scan_result = None
+        if not folder:
+            self.summary.setText("Choose a folder of training images.")
+            self.scanned.emit(None)
+            return
+        self.summary.setText(f"Scanning {folder} …")
+        run_in_thread(lambda: _scan_with_thumbnails(folder),
+                      lambda result: self._show(serial, result), lambda error: self._failed(serial, error))
+
+    def _failed(self, serial: int, error: str) -> None:
+        if serial != self._scan_serial:
+            return
+        self.scan_error = error
+        self.summary.setText(f"<span style='color:#c9302c'>{error}</span>")
+        self.bars.clear()
+        self.thumbs.clear()
+        self.bad_files.clear()
+        self.scanned.emit(None)
+
+    def _show(self, serial: int, payload) -> None:
+        if serial != self._scan_serial:
+            return  # a newer scan is under way
+        result, thumbs = payload
+        self.scan_result = result
+        self.scan_error = ""
+        counts = result.counts
+        text = f"<b>{len(result.classes)} classes, {len(result.samples)} images</b> in {result.root}"
+        if result.bad_files:
+            text += f"; {len(result.bad_files)} unusable"
+        for w in result.warnings:
+            text += f"<br><span style='color:#b8860b'>warning: {w}</span>"
+        for p in result.problems():
+            text += f"<br><span style='color:#c9302c'>{p}</span>"
+        self.summary.setText(text)
+        self.bars.clear()
+        if counts:
+            xs = list(range(len(counts)))
+            self.bars.addItem(pg.BarGraphItem(x=xs, height=list(counts.values()), width=0.7, brush="#4a90d9"))
+            self.bars.getAxis("bottom").setTicks([list(zip(xs, counts.keys()))])
+        self.thumbs.clear()
+        for name, image in thumbs:
+            item = QListWidgetItem(QPixmap.fromImage(image), name)
+            item.setToolTip(name)
+            self.thumbs.addItem(item)
+        self.bad_files.clear()
+        for path, reason in result.bad_files:
+            self.bad_files.addItem(f"{path}: {reason}")
+        self.scanned.emit(result)
+
+    def problems(self) -> list[str]:
+        """What stops a run from starting, as key-path messages."""
+        if not self.train_dir:
+            return ["data.train_dir: choose the folder of training images"]
+        if self.scan_error:
+            return [f"data.train_dir: {self.scan_error}"]
+        if self.scan_result is not None:
+            return [f"data.train_dir: {p}" for p in self.scan_result.problems()]
+        return []

@@ -1,0 +1,186 @@
+"""Device page: CPU or GPUs found here, the parallel mode, processes, backend, precision, multi-node settings.
+
+What this machine offers comes from `main.py probe-devices` (a short subprocess; CUDA is never
+initialised in the GUI process). Options it cannot run are disabled, with the reason beside them.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QLabel, QListWidget, QListWidgetItem, QVBoxLayout,
+                               QWidget)
+
+from app.background import CliJob
+from app.forms import Binder
+
+# (label, device.parallel, device.launcher)
+MODES = [
+    ("One device (CPU or one GPU)", "none", "torchrun"),
+    ("DataParallel (one process, several GPUs)", "dp", "torchrun"),
+    ("DDP via torchrun", "ddp", "torchrun"),
+    ("DDP via mp.spawn", "ddp", "spawn"),
+    ("DDP via Horovod", "ddp", "horovod"),
+]
+
+
+class DevicePage(QWidget):
+    changed = Signal()
+
+    def __init__(self, binder: Binder, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.binder = binder
+        self.probe: dict | None = None
+        self.probe_error = ""
+        self._job: CliJob | None = None
+
+        self.devices = QListWidget()
+        self.devices.setObjectName("deviceList")
+        self.devices.setMaximumHeight(120)
+        self.devices.addItem("probing this machine…")
+        self.type = binder.combo("device.type", ["cpu", "cuda"])
+        self.gpus = binder.line("device.gpus", "e.g. 0, 1")
+        self.gpus.setProperty("kind", "int_list")
+
+        self.mode = QComboBox()
+        self.mode.setObjectName("parallelMode")
+        self.mode.addItems([m[0] for m in MODES])
+        self.mode.currentIndexChanged.connect(self._mode_changed)
+        self.reasons = QLabel("")
+        self.reasons.setObjectName("unavailableReasons")
+        self.reasons.setWordWrap(True)
+        self.reasons.setStyleSheet("color: #666;")
+
+        where = QGroupBox("Where")
+        wf = QFormLayout(where)
+        wf.addRow("Found here", self.devices)
+        wf.addRow("Device", self.type)
+        wf.addRow("GPUs", self.gpus)
+
+        par = QGroupBox("Parallel mode")
+        pf = QFormLayout(par)
+        pf.addRow("Mode", self.mode)
+        pf.addRow("Processes per node", binder.spin("device.nproc", 1, 1024))
+        pf.addRow("Backend", binder.combo("device.backend", ["auto", "gloo", "nccl", "mpi"]))
+        pf.addRow("Rendezvous", binder.combo("device.init_method", ["env", "tcp", "file"]))
+        pf.addRow("Rank timeout", binder.spin("device.timeout_s", 5, 86400, " s"))
+        pf.addRow(binder.check("train.sync_batchnorm", "SyncBatchNorm across processes"))
+        pf.addRow(self.reasons)
+
+        nodes = QGroupBox("Several machines (torchrun)")
+        nf = QFormLayout(nodes)
+        nf.addRow("Nodes", binder.spin("device.nnodes", 1, 4096))
+        nf.addRow("This node's rank", binder.spin("device.node_rank", 0, 4095))
+        nf.addRow("Node 0 address", binder.line("device.master_addr"))
+        nf.addRow("Port", binder.spin("device.master_port", 0, 65535, special="pick a free one"))
+
+        prec = QGroupBox("Precision and speed")
+        rf = QFormLayout(prec)
+        rf.addRow("Mixed precision", binder.combo("train.amp", ["none", "bf16", "fp16"]))
+        rf.addRow(binder.check("train.channels_last", "channels_last memory format"))
+
+        layout = QVBoxLayout(self)
+        for box in (where, par, nodes, prec):
+            layout.addWidget(box)
+        layout.addStretch(1)
+        self.type.currentTextChanged.connect(lambda _: self._apply_availability())
+
+    # ---- probing -----------------------------------------------------------------------------
+    def start_probe(self) -> None:
+        job = CliJob(["probe-devices"], self)
+        job.done.connect(self._probed)
+        job.failed.connect(self._probe_failed)
+        self._job = job
+
+    def cancel_jobs(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            self._job = None
+
+    def _probed(self, info: dict) -> None:
+        self._job = None
+        self.probe = info
+        self.devices.clear()
+        self.devices.addItem("CPU")
+        for g in info["gpus"]:
+            self.devices.addItem(QListWidgetItem(f"GPU {g['index']}: {g['name']} ({g['memory_gb']} GB)"))
+        if not info["gpus"]:
+            self.devices.addItem("no CUDA GPU found")
+        self._apply_availability()
+
+    def _probe_failed(self, error: str) -> None:
+        self._job = None
+        self.probe_error = error
+        self.devices.clear()
+        self.devices.addItem(f"probe failed: {error}")
+
+    def unavailable(self) -> dict[str, str]:
+        """Option -> reason, for what this machine cannot run."""
+        if self.probe is None:
+            return {}
+        gpus = self.probe["gpus"]
+        out = {}
+        if not gpus:
+            out["cuda"] = "no CUDA GPU found on this machine"
+            out["dp"] = "DataParallel needs CUDA GPUs; none found"
+            out["nccl"] = "nccl needs CUDA GPUs"
+            out["fp16"] = "fp16 autocast needs a CUDA GPU (use bf16 on CPU)"
+        elif len(gpus) < 2:
+            out["dp"] = "DataParallel needs at least 2 GPUs; 1 found"
+        if not self.probe["backends"].get("mpi"):
+            out["mpi"] = "this PyTorch build has no MPI backend"
+        if not self.probe["horovod"]:
+            out["horovod"] = "Horovod is not installed (pip install 'horovod[pytorch]')"
+        return out
+
+    def _apply_availability(self) -> None:
+        missing = self.unavailable()
+        for combo_key, options in (("device.type", ["cuda"]), ("device.backend", ["nccl", "mpi"]),
+                                   ("train.amp", ["fp16"])):
+            self._enable(self.binder.widgets[combo_key], options, missing)
+        model: QStandardItemModel = self.mode.model()
+        for i, (_, parallel, launcher) in enumerate(MODES):
+            reason = missing.get(parallel) or (missing.get("horovod") if launcher == "horovod" else None)
+            item = model.item(i)
+            item.setEnabled(reason is None)
+            item.setToolTip(reason or "")
+        self.reasons.setText("Not available here: " + "; ".join(sorted(set(missing.values()))) if missing else "")
+
+    @staticmethod
+    def _enable(combo: QComboBox, options: list[str], missing: dict[str, str]) -> None:
+        model: QStandardItemModel = combo.model()
+        for option in options:
+            idx = combo.findText(option)
+            if idx >= 0:
+                model.item(idx).setEnabled(option not in missing)
+                model.item(idx).setData(missing.get(option, ""), Qt.ItemDataRole.ToolTipRole)
+
+    # ---- config ------------------------------------------------------------------------------
+    def _mode_changed(self, index: int) -> None:
+        self.changed.emit()
+
+    def load(self, raw: dict) -> None:
+        dev = raw.get("device", {})
+        for i, (_, parallel, launcher) in enumerate(MODES):
+            if dev.get("parallel") == parallel and (parallel != "ddp" or dev.get("launcher") == launcher):
+                self.mode.blockSignals(True)
+                self.mode.setCurrentIndex(i)
+                self.mode.blockSignals(False)
+                break
+
+    def dump(self, raw: dict) -> None:
+        _, parallel, launcher = MODES[self.mode.currentIndex()]
+        dev = raw.setdefault("device", {})
+        dev["parallel"] = parallel
+        dev["launcher"] = launcher
+
+    def problems(self, raw: dict) -> list[str]:
+        missing = self.unavailable()
+        dev, out = raw.get("device", {}), []
+        for key, value in (("device.type", dev.get("type")), ("device.backend", dev.get("backend")),
+                           ("train.amp", raw.get("train", {}).get("amp")), ("device.parallel", dev.get("parallel"))):
+            if value in missing:
+                out.append(f"{key}: {missing[value]}")
+        if dev.get("launcher") == "horovod" and dev.get("parallel") == "ddp" and "horovod" in missing:
+            out.append(f"device.launcher: {missing['horovod']}")
+        return out

@@ -1,0 +1,187 @@
+"""Optimizer page: optimizer, parameter-groups editor with live match counts, schedule, loss and loop settings."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QPushButton,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from app.forms import ERROR_STYLE, Binder, parse_number
+from app.pages.model_page import human
+from trainer.config import LossConfig, OptimizerConfig, SchedulerConfig, TrainConfig
+from trainer.groups import assign_groups, unmatched_message, unmatched_patterns
+
+GROUP_COLUMNS = ["pattern", "lr", "weight decay", "momentum", "freeze", "matches"]
+
+
+def choices(cls, key: str) -> tuple:
+    return cls.__dataclass_fields__[key].metadata["choices"]
+
+
+class GroupsEditor(QWidget):
+    """A table of parameter groups; the last column shows how many tensors/values each matches."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.parameters: list[tuple[str, int]] = []
+        self.table = QTableWidget(0, len(GROUP_COLUMNS))
+        self.table.setObjectName("groupsTable")
+        self.table.setHorizontalHeaderLabels(GROUP_COLUMNS)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.verticalHeader().hide()
+        self.table.setMinimumHeight(130)
+        self.table.itemChanged.connect(self._edited)
+        add = QPushButton("Add group")
+        add.setObjectName("addGroup")
+        add.clicked.connect(lambda: self.add_group({"pattern": "fc"}))
+        remove = QPushButton("Remove group")
+        remove.clicked.connect(self.remove_selected)
+        buttons = QHBoxLayout()
+        buttons.addWidget(add)
+        buttons.addWidget(remove)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table)
+        layout.addLayout(buttons)
+        self._loading = False
+
+    def add_group(self, group: dict) -> None:
+        self._loading = True
+        row = self.table.rowCount()
+        self.table.insertRow(row)
+        self.table.setItem(row, 0, QTableWidgetItem(group.get("pattern", "")))
+        for col, key in ((1, "lr"), (2, "weight_decay"), (3, "momentum")):
+            value = group.get(key)
+            self.table.setItem(row, col, QTableWidgetItem("" if value is None else f"{value:g}"))
+        freeze = QCheckBox()
+        freeze.setChecked(bool(group.get("freeze")))
+        freeze.toggled.connect(self._edited)
+        self.table.setCellWidget(row, 4, freeze)
+        matches = QTableWidgetItem("")
+        matches.setFlags(Qt.ItemFlag.ItemIsEnabled)
+        self.table.setItem(row, 5, matches)
+        self._loading = False
+        self._edited()
+
+    def remove_selected(self) -> None:
+        rows = sorted({i.row() for i in self.table.selectedIndexes()}, reverse=True) or (
+            [self.table.rowCount() - 1] if self.table.rowCount() else [])
+        for row in rows:
+            self.table.removeRow(row)
+        self._edited()
+
+    def set_groups(self, groups: list[dict]) -> None:
+        self.table.setRowCount(0)
+        for g in groups:
+            self.add_group(g)
+
+    def groups(self) -> list[dict]:
+        out = []
+        for row in range(self.table.rowCount()):
+            g = {"pattern": self.table.item(row, 0).text().strip()}
+            for col, key in ((1, "lr"), (2, "weight_decay"), (3, "momentum")):
+                value = parse_number(self.table.item(row, col).text())
+                if value is not None:
+                    g[key] = value
+            if self.table.cellWidget(row, 4).isChecked():
+                g["freeze"] = True
+            out.append(g)
+        return out
+
+    def set_parameters(self, parameters: list[tuple[str, int]]) -> None:
+        self.parameters = parameters
+        self.update_matches()
+
+    def update_matches(self) -> None:
+        """Recount matches from the model's parameter names (the same rule the trainer applies)."""
+        self._loading = True
+        patterns = [g["pattern"] for g in self.groups()]
+        assignment = assign_groups([n for n, _ in self.parameters], patterns) if self.parameters else []
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, 5)
+            if not self.parameters:
+                item.setText("…")
+                continue
+            hits = [numel for (_, numel), idx in zip(self.parameters, assignment) if idx == row]
+            item.setText(f"{len(hits)} tensors, {human(sum(hits))}" if hits else "nothing")
+            item.setForeground(Qt.GlobalColor.red if not hits else Qt.GlobalColor.black)
+        self._loading = False
+
+    def _edited(self, *args) -> None:
+        if self._loading:
+            return
+        self.update_matches()
+        self.changed.emit()
+
+    def problems(self) -> list[str]:
+        if not self.parameters:
+            return []
+        names = [n for n, _ in self.parameters]
+        patterns = [g["pattern"] for g in self.groups()]
+        return [unmatched_message(i, patterns[i], names) for i in unmatched_patterns(names, patterns) if patterns[i]]
+
+    def mark_errors(self, problems: list[str]) -> None:
+        mine = [p for p in problems if p.startswith("optimizer.groups")]
+        self.table.setStyleSheet(ERROR_STYLE if mine else "")
+        self.table.setToolTip("\n".join(mine))
+
+
+class OptimizerPage(QWidget):
+    def __init__(self, binder: Binder, parent: QWidget | None = None):
+        super().__init__(parent)
+        b = binder
+        opt = QGroupBox("Optimizer")
+        of = QFormLayout(opt)
+        of.addRow("Algorithm", b.combo("optimizer.name", choices(OptimizerConfig, "name")))
+        of.addRow("Learning rate", b.number("optimizer.lr"))
+        of.addRow("Momentum", b.number("optimizer.momentum"))
+        of.addRow("Weight decay", b.number("optimizer.weight_decay"))
+
+        self.groups = GroupsEditor()
+        groups_box = QGroupBox("Parameter groups (first matching pattern wins; the rest use the settings above)")
+        QVBoxLayout(groups_box).addWidget(self.groups)
+
+        sched = QGroupBox("Learning-rate schedule")
+        sf = QFormLayout(sched)
+        sf.addRow("Schedule", b.combo("scheduler.name", choices(SchedulerConfig, "name")))
+        sf.addRow("Warm-up epochs", b.dspin("scheduler.warmup_epochs", 0, 1000, 0.5))
+        sf.addRow("Step size (epochs)", b.spin("scheduler.step_size", 1, 100000))
+        milestones = b.line("scheduler.milestones", "e.g. 30, 60")
+        milestones.setProperty("kind", "int_list")
+        sf.addRow("Milestones", milestones)
+        sf.addRow("Gamma", b.number("scheduler.gamma"))
+
+        loop = QGroupBox("Loss and loop")
+        lf = QFormLayout(loop)
+        lf.addRow("Loss", b.combo("loss.name", choices(LossConfig, "name")))
+        lf.addRow("Label smoothing", b.dspin("loss.label_smoothing", 0, 0.99, 0.05))
+        lf.addRow("Epochs", b.spin("train.epochs", 1, 100000))
+        lf.addRow("Gradient accumulation", b.spin("train.grad_accum_steps", 1, 1024, " batches"))
+        lf.addRow("Clip gradient norm", b.number("train.clip_grad_norm", "off"))
+        lf.addRow("Seed", b.spin("train.seed", 0, 2**31 - 1))
+        lf.addRow("Non-finite loss", b.combo("train.on_nonfinite", choices(TrainConfig, "on_nonfinite")))
+
+        mon = QGroupBox("Monitoring and checkpoints")
+        mf = QFormLayout(mon)
+        mf.addRow("Log every", b.spin("monitor.log_every", 1, 100000, " steps"))
+        mf.addRow(b.check("monitor.grad_stats", "Per-layer gradient statistics"))
+        mf.addRow("Checkpoint every", b.spin("checkpoint.every_epochs", 1, 100000, " epochs"))
+        mf.addRow("… and every", b.spin("checkpoint.every_steps", 0, 10**9, " steps", special="off"))
+        mf.addRow("Keep last", b.spin("checkpoint.keep_last", 1, 1000, " checkpoints"))
+
+        grid = QGridLayout(self)
+        grid.addWidget(opt, 0, 0)
+        grid.addWidget(sched, 0, 1)
+        grid.addWidget(groups_box, 1, 0, 1, 2)
+        grid.addWidget(loop, 2, 0)
+        grid.addWidget(mon, 2, 1)
+        grid.setRowStretch(1, 1)
+
+    def load(self, raw: dict) -> None:
+        self.groups.set_groups(raw.get("optimizer", {}).get("groups", []))
+
+    def dump(self, raw: dict) -> None:
+        raw.setdefault("optimizer", {})["groups"] = self.groups.groups()

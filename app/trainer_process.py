@@ -1,0 +1,101 @@
+"""TrainerProcess: starts the headless trainer in its own session and stops its whole process group.
+
+The trainer writes everything to its run directory (output goes to `output.log`, never a pipe that
+could fill up), so the app can quit and the run goes on; a later app re-attaches by pid. Stop sends
+SIGTERM to the group (the trainer checkpoints and exits), then SIGKILL after a grace period.
+All waiting is done by timers: nothing here blocks the GUI thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from trainer.rundir import RunDir, pid_alive
+
+log = logging.getLogger(__name__)
+
+GRACE_MS = 15_000
+
+
+class TrainerProcess(QObject):
+    ended = Signal(int)  # exit code (or -1 when re-attached and unknown)
+
+    def __init__(self, parent: QObject | None = None, grace_ms: int = GRACE_MS):
+        super().__init__(parent)
+        self.grace_ms = grace_ms
+        self.popen: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self._poll = QTimer(self)
+        self._poll.setInterval(200)
+        self._poll.timeout.connect(self._check)
+        self._kill_timer = QTimer(self)
+        self._kill_timer.setSingleShot(True)
+        self._kill_timer.timeout.connect(self.kill)
+
+    def start(self, command: list[str], run: RunDir, cwd: str | None = None) -> None:
+        output = open(run.output_log, "ab")
+        try:
+            self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                          start_new_session=True, cwd=cwd,
+                                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        finally:
+            output.close()
+        self.pid = self.popen.pid
+        log.info("started trainer pid %d: %s", self.pid, " ".join(command))
+        self._poll.start()
+
+    def attach(self, pid: int) -> None:
+        """Follow a trainer started by an earlier app session (not our child: liveness by pid)."""
+        self.popen = None
+        self.pid = pid
+        self._poll.start()
+
+    @property
+    def running(self) -> bool:
+        return self._poll.isActive()
+
+    def stop(self) -> None:
+        """Graceful stop of the whole process group, forced after the grace period."""
+        if not self.running:
+            return
+        self._signal(signal.SIGTERM)
+        self._kill_timer.start(self.grace_ms)
+
+    def kill(self) -> None:
+        if self.running:
+            log.warning("trainer pid %s did not stop in time: killing its process group", self.pid)
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)  # the trainer is its session's leader: pgid == pid
+        except ProcessLookupError:
+            pass
+        except PermissionError as e:
+            log.error("cannot signal trainer %s: %s", self.pid, e)
+
+    def _check(self) -> None:
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is None:
+                return
+        elif pid_alive(self.pid):
+            return
+        else:
+            code = -1
+        self._poll.stop()
+        self._kill_timer.stop()
+        self._reap_group()
+        self.ended.emit(code)
+
+    def _reap_group(self) -> None:
+        """Workers left behind by a dead launcher (e.g. it was SIGKILLed) are killed too."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

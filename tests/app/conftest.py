@@ -1,0 +1,60 @@
+import psutil
+import pytest
+from PySide6.QtCore import QSettings, QThreadPool, QTimer
+from PySide6.QtWidgets import QApplication
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running(qapp):
+    """Fail a test that leaves a child process, a pool thread or an active timer of a window behind."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    QThreadPool.globalInstance().waitForDone(10_000)
+    assert QThreadPool.globalInstance().activeThreadCount() == 0, "a background job is still running"
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    _, alive = psutil.wait_procs(new, timeout=5)  # what the window killed on close gets a moment to go
+    leftovers = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for p in leftovers:
+        p.kill()
+    assert not leftovers, f"processes left running: {[p.cmdline()[:4] for p in leftovers]}"
+    timers = [t.parent().objectName() or type(t.parent()).__name__ for w in QApplication.topLevelWidgets()
+              if w.isVisible() for t in w.findChildren(QTimer) if t.isActive()]
+    assert not timers, f"timers still active in open windows: {timers}"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+
+
+@pytest.fixture
+def make_window(qtbot, settings, tmp_path):
+    from app.main_window import MainWindow
+
+    windows = []
+
+    def make(config_path=None, runs_dir=None):
+        window = MainWindow(settings, runs_dir or tmp_path / "runs", config_path)
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        return window
+
+    yield make
+    for w in windows:
+        w.process.stop()
+        if w.process.running:
+            w.process.kill()
+            qtbot.waitUntil(lambda w=w: not w.process.running, timeout=20_000)
+        w.shutdown()
+        w.hide()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def collect_before_exit():
+    """Collect Qt wrappers while the QApplication still exists (PySide6 can crash collecting them at exit)."""
+    yield
+    import gc
+
+    gc.collect()
+    QApplication.processEvents()

@@ -1,0 +1,147 @@
+"""The real window, driven like a user: real trainer subprocesses, real files, offscreen."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import yaml
+from helpers import REPO, process_tree_gone, write_config
+from PySide6.QtGui import QGuiApplication
+
+from trainer.config import load_config
+from trainer.events import read_events
+
+
+def wait_ready(qtbot, window, timeout=60_000):
+    """Scan done, model described, device probed, no problems: Start is enabled."""
+    qtbot.waitUntil(lambda: window.device_page.probe is not None, timeout=timeout)
+    qtbot.waitUntil(lambda: bool(window.model_page.parameters), timeout=timeout)
+    qtbot.waitUntil(lambda: window.start_action.isEnabled(), timeout=timeout)
+
+
+def test_configure_start_watch_stop_and_reopen(qtbot, make_window, shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, tmp_path / "elsewhere", data={"batch_size": 4}, train={"epochs": 30},
+                       monitor={"log_every": 1})
+    window = make_window(cfg)
+    # choose the generated ImageFolder, as the folder dialog would
+    window.binder.widgets["data.train_dir"].setText(str(shapes_dir))
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
+    assert window.dataset_page.thumbs.count() > 0
+    assert "4 classes, 120 images" in window.dataset_page.summary.text()
+    # edit a parameter group: the head gets its own learning rate
+    editor = window.optimizer_page.groups
+    editor.add_group({"pattern": "fc", "lr": 0.2})
+    wait_ready(qtbot, window)
+    assert editor.table.item(0, 5).text().startswith("2 tensors")
+
+    window.start_action.trigger()
+    assert window.process.running
+    pid = window.process.pid
+    qtbot.waitUntil(lambda: len(window.run_model.step_loss) >= 3, timeout=90_000)
+    assert window.run_model.group_names == ["fc", "default"]
+    assert window.run_model.lr[0].y[-1] <= 0.2 and len(window.dashboard.lr_curves) == 2
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: not window.process.running, timeout=30_000)
+    qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
+    assert process_tree_gone(pid)
+    run = window.run_model.run
+    assert run.read_status()["state"] == "stopped"
+    assert "stopped" in window.state_label.text()
+    assert window.resume_action.isEnabled()
+    steps, losses = window.run_model.step_loss.x.copy(), window.run_model.step_loss.y.copy()
+
+    # reopen the run: the same curve, replayed from its events
+    window.open_run(str(run.path))
+    qtbot.waitUntil(lambda: window.run_model.state == "stopped" and len(window.run_model.step_loss) == len(steps),
+                    timeout=10_000)
+    np.testing.assert_array_equal(window.run_model.step_loss.x, steps)
+    np.testing.assert_array_equal(window.run_model.step_loss.y, losses)
+    config = load_config(run.config)
+    assert config.optimizer.groups[0].pattern == "fc" and config.optimizer.groups[0].lr == 0.2
+
+
+def test_invalid_values_are_flagged_in_place_and_block_start(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    wait_ready(qtbot, window)
+    lr = window.binder.widgets["optimizer.lr"]
+    lr.setText("-3")
+    qtbot.waitUntil(lambda: not window.start_action.isEnabled(), timeout=5_000)
+    assert "optimizer.lr: must be > 0, got -3" in lr.toolTip()
+    assert lr.styleSheet() and "optimizer.lr" in window.problem_label.text()
+    lr.setText("0.01")
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=5_000)
+    assert lr.styleSheet() == ""
+
+    window.optimizer_page.groups.add_group({"pattern": "layer9"})
+    qtbot.waitUntil(lambda: not window.start_action.isEnabled(), timeout=5_000)
+    assert "matches no parameter" in window.optimizer_page.groups.table.toolTip()
+    assert window.optimizer_page.groups.table.item(0, 5).text() == "nothing"
+
+    window.binder.widgets["data.train_dir"].setText(str(tmp_path / "missing"))
+    qtbot.waitUntil(lambda: "folder does not exist" in window.binder.widgets["data.train_dir"].toolTip(),
+                    timeout=10_000)
+
+
+def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    qtbot.waitUntil(lambda: window.device_page.probe is not None, timeout=60_000)
+    page = window.device_page
+    probe = page.probe
+    model = page.mode.model()
+    labels = [page.mode.itemText(i) for i in range(page.mode.count())]
+    enabled = {label: model.item(i).isEnabled() for i, label in enumerate(labels)}
+    assert enabled["DDP via torchrun"] and enabled["DDP via mp.spawn"] and enabled["One device (CPU or one GPU)"]
+    assert enabled["DataParallel (one process, several GPUs)"] == (len(probe["gpus"]) >= 2)
+    assert enabled["DDP via Horovod"] == probe["horovod"]
+    cuda = window.binder.widgets["device.type"]
+    assert cuda.model().item(cuda.findText("cuda")).isEnabled() == bool(probe["gpus"])
+    if not probe["gpus"]:
+        assert "no CUDA GPU found" in page.reasons.text()
+    if not probe["horovod"]:
+        assert "Horovod is not installed" in page.reasons.text()
+
+
+def test_copy_command_runs_the_same_config(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    wait_ready(qtbot, window)
+    window.binder.widgets["optimizer.lr"].setText("0.123")
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=5_000)
+    window.copy_action.trigger()
+    text = QGuiApplication.clipboard().text()
+    assert text.startswith("python main.py train ")
+    config_path = text.split()[3]
+    assert load_config(config_path).optimizer.lr == 0.123
+    assert yaml.safe_load(open(config_path))["data"]["train_dir"] == str(shapes_dir)
+
+
+def test_window_starts_without_torch():
+    code = ("import sys, os; os.environ['QT_QPA_PLATFORM']='offscreen'\n"
+            "from PySide6.QtCore import QSettings, QTimer\nfrom PySide6.QtWidgets import QApplication\n"
+            "app = QApplication([])\nfrom app.main_window import MainWindow\n"
+            "w = MainWindow(QSettings(), sys.argv[1]); w.show()\n"
+            "QTimer.singleShot(1500, app.quit); app.exec(); w.shutdown()\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NO_TORCH')")
+    result = subprocess.run([sys.executable, "-c", code, "/tmp/td-runs-unused"], capture_output=True, text=True,
+                            cwd=REPO, timeout=60, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    assert "NO_TORCH" in result.stdout, result.stderr
+
+
+def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
+    model_file = tmp_path / "net.py"
+    model_file.write_text("import torch\nclass Net(torch.nn.Module):\n"
+                          "    def __init__(self, num_classes):\n        super().__init__()\n"
+                          "        self.fc = torch.nn.Linear(3, num_classes)\n        self.calls = 0\n"
+                          "    def forward(self, x):\n        self.calls += 1\n"
+                          "        if self.calls > 3:\n            raise RuntimeError('boom in user code')\n"
+                          "        return self.fc(x.mean((2, 3)))\n")
+    window = make_window(write_config(tmp_path, shapes_dir, model={"name": f"{model_file}:Net"}))
+    wait_ready(qtbot, window)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.state == "failed", timeout=60_000)
+    qtbot.waitUntil(lambda: not window.process.running, timeout=10_000)
+    assert "boom in user code" in window.state_label.text()
+    assert any("boom in user code" in window.dashboard.warnings.item(i).text()
+               for i in range(window.dashboard.warnings.count()))
+    events = read_events(window.run_model.run.events)
+    assert events[-1]["status"] == "failed"
