@@ -10,8 +10,20 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
-from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QListWidget, QMainWindow, QMessageBox, QProgressBar,
-                               QStackedWidget, QStyle, QSystemTrayIcon, QToolBar, QWidget)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QStackedWidget,
+    QStyle,
+    QSystemTrayIcon,
+    QToolBar,
+    QWidget,
+)
 
 from app.forms import Binder
 from app.pages.dashboard import Dashboard

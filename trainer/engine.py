@@ -283,7 +283,9 @@ class Loop:
                     continue
                 if cfg.train.clip_grad_norm:
                     torch.nn.utils.clip_grads_with_norm_(self.monitor.params, cfg.train.clip_grad_norm, total_norm)
+            zero_frac = None
             if log_now and cfg.monitor.grad_stats:
+                zero_frac = self.monitor.zero_fractions()
                 self.monitor.snapshot_weights()
             self.precision.step(self.optimizer)
             self.optimizer.zero_grad(set_to_none=True)
@@ -303,7 +305,7 @@ class Loop:
                                  loss=loss_mean, lr=self.lrs(), images_per_s=rate,
                                  grad_norm=None if total_norm is None else total_norm.item())
                 if cfg.monitor.grad_stats and s.is_main:
-                    self.events.emit("grad_stats", step=p.step, **self.monitor.layer_stats(grad_norms))
+                    self.events.emit("grad_stats", step=p.step, **self.monitor.layer_stats(grad_norms, zero_frac))
                 log_loss.zero_()
                 log_count.zero_()
                 self.maybe_system_event()

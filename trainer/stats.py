@@ -30,7 +30,11 @@ class GradMonitor:
         """Remember the weights before the optimizer step, for the update-to-weight ratio."""
         self._before = [p.detach().clone() for p in self.params]
 
-    def layer_stats(self, grad_norms: torch.Tensor) -> dict[str, list[float]]:
+    def zero_fractions(self) -> torch.Tensor:
+        """(L,) fraction of exactly-zero gradient entries per tensor (call before zero_grad)."""
+        return torch.stack([(g == 0).float().mean() for g in self._grads()])
+
+    def layer_stats(self, grad_norms: torch.Tensor, zero_frac: torch.Tensor) -> dict[str, list[float]]:
         """After the optimizer step: grad norm, weight norm, update/weight ratio, zero-gradient fraction.
 
         One device-to-host copy for all layers.
@@ -43,7 +47,6 @@ class GradMonitor:
         else:
             update = torch.zeros_like(weight_norms)
         self._before = None
-        zero_frac = torch.stack([(g == 0).float().mean() for g in self._grads()])
         table = torch.stack([grad_norms, weight_norms, update, zero_frac]).cpu().tolist()
         return {"grad_norm": table[0], "weight_norm": table[1], "update_ratio": table[2], "zero_frac": table[3]}
 

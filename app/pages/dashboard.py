@@ -14,9 +14,24 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, QHeaderView, QLabel, QListWidget,
-                               QPlainTextEdit, QPushButton, QSlider, QSplitter, QTableWidget, QTableWidgetItem,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QPlainTextEdit,
+    QPushButton,
+    QSlider,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.buffers import Series, Smoothed
 from app.run_model import RunModel
@@ -71,7 +86,7 @@ class Dashboard(QWidget):
         self.lr_curves: list = []
         self.speed_plot = make_plot("Throughput", "images/s")
         self.speed_curve = curve(self.speed_plot, COLORS[4])
-        self.norm_plot = make_plot("Global gradient norm (before clipping)", "L2 norm")
+        self.norm_plot = make_plot("Gradient norm (global, before clipping)", "L2 norm")
         self.norm_curve = curve(self.norm_plot, COLORS[3])
         self.step_plots = [self.loss_plot, self.lr_plot, self.speed_plot, self.norm_plot]
         self._warning_lines: list = []
@@ -139,7 +154,7 @@ class Dashboard(QWidget):
         grad_tab.addWidget(self.layer_table)
 
         # ---- results tab ----
-        self.confusion_plot = pg.PlotWidget(title="Confusion matrix of the best epoch (rows: true, columns: predicted)")
+        self.confusion_plot = pg.PlotWidget(title="Confusion matrix, best epoch (rows: true class)")
         self.confusion_plot.setBackground("w")
         self.confusion_plot.getViewBox().invertY(True)
         self.confusion_plot.setMouseEnabled(x=False, y=False)
@@ -332,16 +347,18 @@ class Dashboard(QWidget):
         if not best or not best.get("confusion"):
             return
         conf = np.array(best["confusion"], dtype=float)
+        n = len(conf)
         rows = conf.sum(1, keepdims=True)
         share = np.divide(conf, rows, out=np.zeros_like(conf), where=rows > 0)
         self.confusion_image.setImage(share.T, levels=(0, 1), autoLevels=False)
+        self.confusion_plot.setRange(xRange=(0, n), yRange=(0, n), padding=0.02)
         for t in self._confusion_texts:
             self.confusion_plot.removeItem(t)
         self._confusion_texts.clear()
         classes = m.start_event.get("classes", [])
         if len(classes) <= 20:
-            for i in range(len(conf)):
-                for j in range(len(conf)):
+            for i in range(n):
+                for j in range(n):
                     text = pg.TextItem(str(int(conf[i, j])), color="w" if share[i, j] > 0.5 else "k", anchor=(0.5, 0.5))
                     text.setPos(j + 0.5, i + 0.5)
                     self.confusion_plot.addItem(text)

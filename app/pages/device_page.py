@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QLabel, QListWidget, QListWidgetItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
 
 from app.background import CliJob
 from app.forms import Binder
@@ -36,7 +35,7 @@ class DevicePage(QWidget):
 
         self.devices = QListWidget()
         self.devices.setObjectName("deviceList")
-        self.devices.setMaximumHeight(120)
+        self.devices.setMaximumHeight(64)
         self.devices.addItem("probing this machine…")
         self.type = binder.combo("device.type", ["cpu", "cuda"])
         self.gpus = binder.line("device.gpus", "e.g. 0, 1")
@@ -144,7 +143,8 @@ class DevicePage(QWidget):
             item = model.item(i)
             item.setEnabled(reason is None)
             item.setToolTip(reason or "")
-        self.reasons.setText("Not available here: " + "; ".join(sorted(set(missing.values()))) if missing else "")
+        self.reasons.setText("Not available on this machine:<br>" + "<br>".join(
+            f"• {r}" for r in sorted(set(missing.values()))) if missing else "")
 
     @staticmethod
     def _enable(combo: QComboBox, options: list[str], missing: dict[str, str]) -> None:

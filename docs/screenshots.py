@@ -1,0 +1,82 @@
+"""Screenshots of every page of the real app at 1280x800, with a real (short) run in the dashboard.
+
+Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots.py [OUT_DIR]   (default docs/images)
+"""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from PySide6.QtCore import QSettings, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "images")
+    out.mkdir(parents=True, exist_ok=True)
+    from app.main_window import PAGES, MainWindow, load_style
+    from trainer.demo_data import ensure_demo_dataset
+
+    ensure_demo_dataset(REPO / "demo_data")
+    app = QApplication([])
+    app.setStyleSheet(load_style())
+    tmp = Path(tempfile.mkdtemp())
+    window = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat), tmp / "runs")
+    window.resize(1280, 800)
+    window.show()
+    window.optimizer_page.groups.add_group({"pattern": "fc", "lr": 0.1})
+    steps = iter([])
+
+    def shoot(name: str, page: str) -> None:
+        window.nav.setCurrentRow(PAGES.index(page))
+        QTimer.singleShot(400, lambda: window.grab().save(str(out / f"{name}.png")))
+
+    def wait_ready():
+        if window.start_action.isEnabled():
+            window.start_run()
+            QTimer.singleShot(100, wait_done)
+        else:
+            QTimer.singleShot(200, wait_ready)
+
+    def wait_done():
+        if window.run_model.state in ("completed", "failed", "stopped"):
+            run_steps()
+        else:
+            QTimer.singleShot(300, wait_done)
+
+    def run_steps():
+        nonlocal steps
+        steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
+                      ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
+                      ("runs", "Runs")])
+        next_shot()
+
+    def next_shot():
+        try:
+            name, page = next(steps)
+        except StopIteration:
+            QTimer.singleShot(600, app.quit)
+            return
+        tabs = {"dashboard": 0, "gradients": 1, "results": 2}
+        if name == "runs":
+            window.runs_page.table.selectRow(0)
+            window.runs_page._compare()
+        if name in tabs:
+            window.dashboard.tabs.setCurrentIndex(tabs[name])
+        shoot(name, page)
+        QTimer.singleShot(700, next_shot)
+
+    QTimer.singleShot(500, wait_ready)
+    app.exec()
+    window.shutdown()
+    print(f"screenshots in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
