@@ -56,6 +56,7 @@ class MainWindow(QMainWindow):
         self.process = TrainerProcess(self)
         self.process.ended.connect(self._process_ended)
         self._close_after_stop = False
+        self._leave_running = False
         self.setWindowTitle("TrainDeck")
         self.resize(1280, 800)
 
@@ -381,25 +382,33 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self.process.running and not self._close_after_stop:
-            box = QMessageBox(QMessageBox.Icon.Question, "A run is in progress",
-                              "Stop the run (it saves a checkpoint) or leave it running in the background? "
-                              "A run left running can be re-opened from the Runs page.", parent=self)
-            stop = box.addButton("Stop run", QMessageBox.ButtonRole.DestructiveRole)
-            leave = box.addButton("Leave running", QMessageBox.ButtonRole.AcceptRole)
-            box.addButton(QMessageBox.StandardButton.Cancel)
-            box.setObjectName("closeBox")
-            box.exec()
+        if self.process.running and not (self._close_after_stop or self._leave_running):
+            event.ignore()
+            self._ask_how_to_close()
+            return
+        self.shutdown()
+        super().closeEvent(event)
+
+    def _ask_how_to_close(self) -> None:
+        """Stop the run, leave it running, or cancel: asked without blocking (the answer arrives by signal)."""
+        box = QMessageBox(QMessageBox.Icon.Question, "A run is in progress",
+                          "Stop the run (it saves a checkpoint) or leave it running in the background? "
+                          "A run left running can be re-opened from the Runs page.", parent=self)
+        stop = box.addButton("Stop run", QMessageBox.ButtonRole.DestructiveRole)
+        leave = box.addButton("Leave running", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setObjectName("closeBox")
+
+        def answered():
             if box.clickedButton() is stop:
                 self._close_after_stop = True
                 self.stop_run()
-                event.ignore()
-                return
-            if box.clickedButton() is not leave:
-                event.ignore()
-                return
-        self.shutdown()
-        super().closeEvent(event)
+            elif box.clickedButton() is leave:
+                self._leave_running = True
+                self.close()
+
+        box.finished.connect(answered)
+        box.open()
 
     def shutdown(self) -> None:
         """Stop every timer and helper process this window owns (the trainer itself is left alone)."""

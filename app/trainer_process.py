@@ -2,7 +2,8 @@
 
 The trainer writes everything to its run directory (output goes to `output.log`, never a pipe that
 could fill up), so the app can quit and the run goes on; a later app re-attaches by pid. Stop sends
-SIGTERM to the group (the trainer checkpoints and exits), then SIGKILL after a grace period.
+SIGTERM to the group (the trainer checkpoints and exits), then SIGKILL after a grace period to the group
+and to every process of the trainer's tree (torchrun puts DDP workers in sessions of their own).
 All waiting is done by timers: nothing here blocks the GUI thread.
 """
 
@@ -13,6 +14,7 @@ import os
 import signal
 import subprocess
 
+import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from trainer.rundir import RunDir, pid_alive
@@ -30,6 +32,7 @@ class TrainerProcess(QObject):
         self.grace_ms = grace_ms
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
+        self._tree: dict[int, psutil.Process] = {}  # descendants seen while running (pid -> process)
         self._poll = QTimer(self)
         self._poll.setInterval(200)
         self._poll.timeout.connect(self._check)
@@ -46,6 +49,7 @@ class TrainerProcess(QObject):
         finally:
             output.close()
         self.pid = self.popen.pid
+        self._tree.clear()
         log.info("started trainer pid %d: %s", self.pid, " ".join(command))
         self._poll.start()
 
@@ -68,8 +72,9 @@ class TrainerProcess(QObject):
 
     def kill(self) -> None:
         if self.running:
-            log.warning("trainer pid %s did not stop in time: killing its process group", self.pid)
+            log.warning("trainer pid %s did not stop in time: killing its processes", self.pid)
             self._signal(signal.SIGKILL)
+            self._kill_tree()
 
     def _signal(self, sig: int) -> None:
         try:
@@ -83,19 +88,30 @@ class TrainerProcess(QObject):
         if self.popen is not None:
             code = self.popen.poll()
             if code is None:
+                self._remember_tree()
                 return
         elif pid_alive(self.pid):
+            self._remember_tree()
             return
         else:
             code = -1
         self._poll.stop()
         self._kill_timer.stop()
-        self._reap_group()
+        self._kill_tree()  # workers left behind by a launcher that died (e.g. it was SIGKILLed)
         self.ended.emit(code)
 
-    def _reap_group(self) -> None:
-        """Workers left behind by a dead launcher (e.g. it was SIGKILLed) are killed too."""
+    def _remember_tree(self) -> None:
         try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            for child in psutil.Process(self.pid).children(recursive=True):
+                self._tree.setdefault(child.pid, child)
+        except psutil.Error:
             pass
+
+    def _kill_tree(self) -> None:
+        for proc in self._tree.values():
+            try:
+                if proc.is_running():  # also checks the start time: a reused pid is left alone
+                    proc.kill()
+            except psutil.Error:
+                pass
+        self._tree.clear()

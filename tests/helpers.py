@@ -37,10 +37,12 @@ def run_main(*args, timeout=240, **kwargs) -> subprocess.CompletedProcess:
                           timeout=timeout, cwd=kwargs.pop("cwd", REPO), **kwargs)
 
 
-def process_tree_gone(pid: int) -> bool:
-    """True when no process of the session started by `pid` is left."""
+def process_tree_gone(pid: int, also=()) -> bool:
+    """True when no process of the session started by `pid` is left, nor any of the processes `also`."""
     import psutil
 
+    if any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in also):
+        return False
     for proc in psutil.process_iter(["pid"]):
         try:
             if os.getsid(proc.info["pid"]) == pid:

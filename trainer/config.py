@@ -374,6 +374,8 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         problems.append("device.master_port: multi-node runs need a fixed port that every node uses")
     if dev.parallel == "ddp" and dev.launcher == "spawn" and dev.nnodes > 1:
         problems.append("device.launcher: spawn is single-node; use torchrun for device.nnodes > 1")
+    if cfg.train.sync_batchnorm and dev.type == "cpu" and dev.parallel == "ddp":
+        problems.append("train.sync_batchnorm: SyncBatchNorm runs on GPUs only; on cpu leave it off")
     if cfg.train.amp == "fp16" and dev.type == "cpu":
         problems.append("train.amp: fp16 autocast needs device.type cuda; use bf16 on cpu")
     return problems

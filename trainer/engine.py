@@ -43,10 +43,23 @@ class Diverged(RuntimeError):
 
 
 class StopRequest:
-    """Set by SIGTERM/SIGINT; the loop stops at the next safe point and checkpoints."""
+    """Set by SIGTERM/SIGINT, or when a launched worker's launcher is gone; the loop stops at the next safe
+    point and checkpoints."""
 
-    def __init__(self):
-        self.requested = False
+    def __init__(self, watch_parent: bool = False):
+        self._requested = False
+        self._parent = os.getppid() if watch_parent else None
+
+    @property
+    def requested(self) -> bool:
+        if not self._requested and self._parent is not None and os.getppid() != self._parent:
+            log.warning("the launcher (pid %d) is gone: stopping", self._parent)
+            self._requested = True
+        return self._requested
+
+    @requested.setter
+    def requested(self, value: bool) -> None:
+        self._requested = value
 
     def install(self) -> None:
         def handler(signum, frame):
@@ -188,6 +201,8 @@ class Loop:
             trainable=sum(p.numel() for p in self.net.parameters() if p.requires_grad),
             layers=self.monitor.names, resumed_from=self.resumed_from, start_epoch=self.progress.epoch,
             start_step=self.progress.step)
+        if not self.strategy.is_main:
+            return
         log.info("training %s on %d images (%d classes), validating on %d; %s; cache %s; %d workers",
                  cfg.model.name, len(self.data.train), len(self.classes), len(self.data.val),
                  self.strategy.description, self.data.cache, self.workers)
@@ -450,7 +465,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     """Train the run in `run_dir` on this rank; returns the process exit code."""
     run = RunDir(run_dir)
     cfg = load_config(run.config)
-    stop = StopRequest()
+    stop = StopRequest(watch_parent="RANK" in os.environ)  # torchrun / spawn workers must not outlive them
     stop.install()
     strategy = make_strategy(cfg)
     setup_logging(run, strategy.rank)

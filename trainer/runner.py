@@ -47,6 +47,11 @@ def _finalise(run: RunDir, code: int) -> int:
     errors = [p.read_text().strip() for p in sorted(run.path.glob("rank-*.error"))]
     if state in FINAL_STATES and recorded is not None and not errors:
         return recorded
+    if code == EXIT_OK and not errors:
+        # Only global rank 0 records the outcome; on the other nodes a clean exit is the outcome.
+        run.write_status(state="completed", exit_code=EXIT_OK, ended=time.time(),
+                         message="this node's ranks finished; events and checkpoints are on node 0")
+        return EXIT_OK
     if errors:
         own = status.get("message") if state == "failed" else ""
         message = "; ".join(errors + ([f"rank 0: {own}"] if own else []))
@@ -58,12 +63,14 @@ def _finalise(run: RunDir, code: int) -> int:
     return EXIT_FAILED
 
 
-def _forward_signals(proc: subprocess.Popen) -> None:
+def _forward_signals(pids) -> None:
+    """Stop requests to this launcher go to its workers' launcher (torchrun) or the spawned ranks, once."""
     def forward(signum, frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
+        for pid in pids():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
@@ -77,8 +84,11 @@ def _torchrun(run: RunDir, cfg: RunConfig, resume: bool) -> int:
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dev.nproc))),
                TORCH_NCCL_ASYNC_ERROR_HANDLING="1")
     log.info("launching: %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace")
-    _forward_signals(proc)
+    # torchrun gets its own session so that a stop sent to this launcher's group reaches it exactly once
+    # (forwarded below); torchrun then stops the workers, which it starts in sessions of their own.
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
+                            start_new_session=True)
+    _forward_signals(lambda: [proc.pid])
     tail: collections.deque[str] = collections.deque(maxlen=300)
 
     def pump():
@@ -111,7 +121,7 @@ def _note_dead_rank(run: RunDir, torchrun_output: str, code: int) -> None:
 def _worker_code(run: RunDir, code: int) -> int:
     """The exit code rank 0 recorded (torchrun and spawn report only 'some worker failed')."""
     recorded = run.read_status().get("exit_code")
-    return recorded if recorded is not None else (code if code > 0 else EXIT_FAILED)
+    return recorded if recorded is not None else (code if code >= 0 else EXIT_FAILED)
 
 
 def _spawn_entry(index: int, run_dir: str, resume: bool, world: int, init_method: str) -> None:
@@ -134,7 +144,11 @@ def _spawn(run: RunDir, cfg: RunConfig, resume: bool) -> int:
         init_method = f"tcp://127.0.0.1:{dev.master_port or free_port()}"
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dev.nproc)))
     try:
-        mp.spawn(_spawn_entry, args=(str(run.path), resume, dev.nproc, init_method), nprocs=dev.nproc, join=True)
+        context = mp.start_processes(_spawn_entry, args=(str(run.path), resume, dev.nproc, init_method),
+                                     nprocs=dev.nproc, join=False, start_method="spawn")
+        _forward_signals(lambda: [p.pid for p in context.processes if p.is_alive()])
+        while not context.join():
+            pass
     except mp.ProcessExitedException as e:
         error_file = run.path / f"rank-{e.error_index}.error"
         if not error_file.exists():

@@ -35,8 +35,7 @@ def make_window(qtbot, settings, tmp_path):
 
     def make(config_path=None, runs_dir=None):
         window = MainWindow(settings, runs_dir or tmp_path / "runs", config_path)
-        qtbot.addWidget(window)
-        window.show()
+        window.show()  # not qtbot.addWidget: the teardown below stops the trainer before the window closes
         windows.append(window)
         return window
 
@@ -46,8 +45,9 @@ def make_window(qtbot, settings, tmp_path):
         if w.process.running:
             w.process.kill()
             qtbot.waitUntil(lambda w=w: not w.process.running, timeout=20_000)
-        w.shutdown()
-        w.hide()
+        w._leave_running = True
+        w.close()
+        w.deleteLater()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -145,3 +145,24 @@ def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
                for i in range(window.dashboard.warnings.count()))
     events = read_events(window.run_model.run.events)
     assert events[-1]["status"] == "failed"
+
+
+def test_ddp_run_from_the_app_plots_and_stops_every_rank(qtbot, make_window, shapes_dir, tmp_path):
+    import psutil
+
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50}, monitor={"log_every": 1})
+    window = make_window(cfg)
+    wait_ready(qtbot, window)
+    window.device_page.mode.setCurrentText("DDP via torchrun")
+    window.binder.widgets["device.nproc"].setValue(2)
+    qtbot.waitUntil(window.start_action.isEnabled, timeout=5_000)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: len(window.run_model.step_loss) >= 2, timeout=90_000)
+    assert window.run_model.start_event["world_size"] == 2
+    pid = window.process.pid
+    workers = [p for p in psutil.Process(pid).children(recursive=True) if "RANK" in p.environ()]
+    assert len(workers) == 2
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: not window.process.running, timeout=60_000)
+    qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
+    qtbot.waitUntil(lambda: process_tree_gone(pid, workers), timeout=10_000)

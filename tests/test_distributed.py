@@ -1,0 +1,187 @@
+"""DDP on CPU with gloo, for real: torchrun, mp.spawn, two 'nodes' on loopback, a rank killed mid-run, AMP."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+from helpers import REPO, process_tree_gone, run_main, write_config
+
+from trainer.checkpoint import load_weights_only
+from trainer.config import ConfigError, RunConfig
+from trainer.demo_data import write_demo_dataset
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+PLAIN_MODEL = """
+import torch
+from torch import nn
+
+class Plain(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(16, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.body(x))
+"""
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    return write_demo_dataset(tmp_path_factory.mktemp("demo") / "shapes", per_class=150, size=32, seed=3)
+
+
+def ddp_sets(launcher, nproc=2, **extra):
+    sets = ["device.parallel=ddp", f"device.launcher={launcher}", f"device.nproc={nproc}"]
+    return sets + [f"{k}={v}" for k, v in extra.items()]
+
+
+@pytest.mark.parametrize("launcher, init", [("torchrun", "env"), ("spawn", "tcp")])
+def test_two_ranks_reach_the_single_process_accuracy_band(demo_dir, tmp_path, launcher, init):
+    cfg = write_config(tmp_path, demo_dir, data={"image_size": 24, "batch_size": 16}, train={"epochs": 6},
+                       optimizer={"lr": 0.1}, monitor={"log_every": 5})
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set",
+                      *ddp_sets(launcher, **{"device.init_method": init}), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    start = next(e for e in events if e["event"] == "run_start")
+    assert start["world_size"] == 2 and "DDP x2 (gloo" in start["device"]
+    assert sum(1 for e in events if e["event"] == "run_start") == 1, "rank 0 alone writes events"
+    best = RunDir(tmp_path / "run").read_status()["best_acc"]
+    assert best >= 0.85, f"{launcher}: best val_acc {best}"
+    state = load_weights_only(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert not any(k.startswith("module.") for k in state["model"]), "checkpoints hold the unwrapped model"
+
+
+def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):
+    model = tmp_path / "plain.py"
+    model.write_text(PLAIN_MODEL)
+    common = dict(data={"image_size": 16, "augment": {"hflip": False, "random_resized_crop": False}},
+                  model={"name": f"{model}:Plain"}, train={"epochs": 1}, scheduler={"name": "none"},
+                  optimizer={"lr": 0.05, "groups": [{"pattern": "fc", "lr": 0.1}]})
+    single_cfg = write_config(tmp_path, shapes_dir, **common)
+    assert run_main("train", single_cfg, "--run-dir", tmp_path / "single", "--set", "data.batch_size=8").returncode == 0
+    result = run_main("train", single_cfg, "--run-dir", tmp_path / "ddp", "--set", "data.batch_size=4",
+                      *ddp_sets("torchrun"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    a = load_weights_only(tmp_path / "single" / "checkpoints" / "last.pt")
+    b = load_weights_only(tmp_path / "ddp" / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"] == 12
+    for key, value in a["model"].items():
+        assert not torch.equal(value, torch.zeros_like(value))
+        torch.testing.assert_close(b["model"][key], value, rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_two_nodes_on_loopback_complete_a_run_together(shapes_dir, tmp_path):
+    from trainer.launch import free_port
+
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir",
+                               str(tmp_path / f"node{rank}"), "--set", *ddp_sets("torchrun", nproc=1),
+                               "device.nnodes=2", f"device.node_rank={rank}", f"device.master_port={port}"],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
+    start = next(e for e in read_events(tmp_path / "node0" / "events.jsonl") if e["event"] == "run_start")
+    assert start["world_size"] == 2
+    assert not (tmp_path / "node1" / "events.jsonl").exists(), "only global rank 0 writes events"
+
+
+def test_killing_one_rank_fails_the_run_and_names_it(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50},
+                       monitor={"log_every": 1})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(run_dir),
+                             "--set", *ddp_sets("torchrun"), "device.timeout_s=20"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if (run_dir / "events.jsonl").exists() and any(
+                    e["event"] == "step" for e in read_events(run_dir / "events.jsonl")):
+                break
+            time.sleep(0.1)
+        workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "RANK" in p.environ()]
+        rank1 = next(p for p in workers if p.environ()["RANK"] == "1")
+        rank1.send_signal(signal.SIGKILL)
+        started = time.time()
+        _, err = proc.communicate(timeout=90)
+        assert time.time() - started < 60
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    status = RunDir(run_dir).read_status()
+    assert status["state"] == "failed"
+    assert "rank 1" in status["message"] and "SIGKILL" in status["message"], status["message"]
+    deadline = time.time() + 10
+    while not process_tree_gone(proc.pid, workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert process_tree_gone(proc.pid, workers)
+
+
+def test_bf16_autocast_on_cpu_tracks_fp32(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3})
+    losses = {}
+    for amp in ("none", "bf16"):
+        assert run_main("train", cfg, "--run-dir", tmp_path / amp, "--set", f"train.amp={amp}").returncode == 0
+        epochs = [e for e in read_events(tmp_path / amp / "events.jsonl") if e["event"] == "epoch"]
+        losses[amp] = [e["train_loss"] for e in epochs]
+    for fp32, bf16 in zip(losses["none"], losses["bf16"]):
+        assert abs(bf16 - fp32) < 0.25 * fp32 + 0.05, losses
+
+
+def test_options_this_machine_lacks_fail_before_launch(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir)
+    if not torch.cuda.is_available():
+        result = run_main("train", cfg, "--runs-dir", tmp_path / "runs", "--set", "device.type=cuda")
+        assert result.returncode == 2 and "device.type: cuda, but no CUDA GPU is available" in result.stderr
+    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs", "--set", *ddp_sets("horovod"))
+    try:
+        import horovod  # noqa: F401
+    except ImportError:
+        assert result.returncode == 2 and "horovod is not installed" in result.stderr
+        assert "pip install 'horovod[pytorch]'" in result.stderr
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(ConfigError, match="train.sync_batchnorm: SyncBatchNorm runs on GPUs only"):
+        RunConfig.from_dict({"device": {"parallel": "ddp"}, "train": {"sync_batchnorm": True}})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast with GradScaler needs a CUDA GPU")
+def test_fp16_with_grad_scaler_on_gpu(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, device={"type": "cuda"}, train={"amp": "fp16", "epochs": 2})
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert load_weights_only(tmp_path / "run" / "checkpoints" / "last.pt")["scaler"]["scale"] > 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DataParallel needs at least 2 CUDA GPUs")
+def test_data_parallel_on_two_gpus(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, device={"type": "cuda", "gpus": [0, 1], "parallel": "dp"})
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "DataParallel" in next(e for e in read_events(tmp_path / "run" / "events.jsonl")
+                                  if e["event"] == "run_start")["device"]
+
+
+def test_slurm_script_and_per_node_commands(shapes_dir, tmp_path):
+    from trainer.config import load_config
+    from trainer.launch import node_commands
+
+    cfg_path = write_config(tmp_path, shapes_dir, device={"nnodes": 3, "master_port": 29512, "parallel": "ddp"})
+    result = run_main("slurm", cfg_path)
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    assert "#SBATCH --nodes=3" in script and "device.node_rank=$SLURM_NODEID" in script
+    assert "device.master_port=29512" in script and f"main.py train {cfg_path}" in script
+    commands = node_commands(cfg_path, load_config(cfg_path))
+    assert len(commands) == 3 and all(f"device.node_rank={i}" in c for i, c in enumerate(commands))
