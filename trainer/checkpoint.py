@@ -86,9 +86,16 @@ def load_weights_only(path: str | Path, map_location: str = "cpu") -> Any:
         raise
 
 
+def remove_stale_temporaries(folder: Path) -> None:
+    """Temp files of a writer that was killed mid-save (one writer per run: rank 0 of one launch)."""
+    for path in list(folder.glob(".*.tmp")) + list(folder.glob(".*.link")):
+        path.unlink(missing_ok=True)
+
+
 def save_checkpoint(folder: Path, state: dict, *, is_best: bool, keep_last: int) -> Path:
     """Write a numbered checkpoint, update last.pt (and best.pt), prune old numbered ones."""
     folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder)
     path = folder / f"ckpt-e{state['epoch']:04d}-s{state['step']:08d}.pt"
     atomic_save(state, path)
     atomic_link(path, folder / "last.pt")
@@ -112,6 +119,8 @@ def load_latest(folder: Path) -> tuple[dict, Path] | None:
 
     None when the folder has no checkpoint at all; CorruptCheckpointError when some exist but none load.
     """
+    if folder.is_dir():
+        remove_stale_temporaries(folder)
     candidates = [folder / "last.pt"] if (folder / "last.pt").exists() else []
     candidates += numbered_checkpoints(folder)
     if not candidates:

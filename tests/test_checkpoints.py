@@ -1,0 +1,203 @@
+"""Checkpoints that survive kills and full disks, safe loading, and exports other tools load."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from helpers import REPO, run_main, train_here, write_config
+
+from trainer import checkpoint as ckpt
+from trainer.checkpoint import CorruptCheckpointError, UnsafeFileError, load_latest, load_weights_only
+from trainer.data import decode_image
+from trainer.export import FORMATS, export_run, load_run_model, predict
+from trainer.models import ModelError, read_state_dict
+
+
+def fake_state(epoch: int, step: int, size: int = 50_000) -> dict:
+    return {"model": {"w": torch.full((size,), float(step))}, "epoch": epoch, "step": step}
+
+
+def test_kill_9_during_a_save_loop_leaves_a_loadable_checkpoint(tmp_path):
+    folder = tmp_path / "checkpoints"
+    script = ("import sys, torch\nfrom pathlib import Path\nfrom trainer.checkpoint import save_checkpoint\n"
+              "step = 0\nwhile True:\n    step += 1\n"
+              "    save_checkpoint(Path(sys.argv[1]), {'model': {'w': torch.full((2_000_000,), float(step))},"
+              " 'epoch': step, 'step': step}, is_best=step % 3 == 0, keep_last=2)\n"
+              "    print(step, flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(folder)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    for _ in range(4):
+        proc.stdout.readline()
+    time.sleep(0.05)  # land somewhere inside a save
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    state, path = load_latest(folder)
+    assert state["model"]["w"][0].item() == state["step"] >= 4
+    assert not list(folder.glob(".*")), "temporary files of the killed writer are cleaned up"
+    assert len(ckpt.numbered_checkpoints(folder)) <= 3
+    best = load_weights_only(folder / "best.pt")
+    assert best["step"] % 3 == 0
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    folder = tmp_path / "checkpoints"
+    ckpt.save_checkpoint(folder, fake_state(1, 10), is_best=True, keep_last=3)
+    real_save = torch.save
+
+    def disk_full(obj, f, *args, **kwargs):
+        real_save({"partial": torch.zeros(10)}, f)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.save_checkpoint(folder, fake_state(2, 20), is_best=True, keep_last=3)
+    monkeypatch.setattr(torch, "save", real_save)
+    state, path = load_latest(folder)
+    assert state["step"] == 10 and path.name == "last.pt"
+    assert load_weights_only(folder / "best.pt")["step"] == 10
+    assert sorted(p.name for p in folder.iterdir()) == ["best.pt", "ckpt-e0001-s00000010.pt", "last.pt"]
+
+
+def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    folder = tmp_path / "checkpoints"
+    for epoch in (1, 2, 3):
+        ckpt.save_checkpoint(folder, fake_state(epoch, epoch * 10), is_best=False, keep_last=3)
+    newest = folder / "ckpt-e0003-s00000030.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # truncated (last.pt is the same file)
+    state, path = load_latest(folder)
+    assert state["step"] == 20 and path.name == "ckpt-e0002-s00000020.pt"
+    assert "cannot be loaded" in caplog.text and "last.pt" in caplog.text
+    for p in ckpt.numbered_checkpoints(folder):
+        p.write_bytes(b"garbage")
+    with pytest.raises(CorruptCheckpointError, match="no checkpoint loads"):
+        load_latest(folder)
+
+
+class Payload:
+    """Unpickling this runs code: it creates a marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_malicious_pickle_is_refused_and_never_runs(tmp_path, shapes_dir):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "weights.pt"
+    torch.save({"model": {"fc.weight": torch.zeros(2)}, "x": Payload(str(marker)), "epoch": 1}, evil)
+    with pytest.raises(UnsafeFileError, match="refused, it needs full unpickling"):
+        load_weights_only(evil)
+    with pytest.raises(ModelError, match="model.weights: .*refused"):
+        read_state_dict(evil)
+    # as a user-supplied weights file in a real run, and as a checkpoint found on resume
+    cfg = write_config(tmp_path, shapes_dir, model={"weights": str(evil)})
+    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 2 and "refused" in result.stderr
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    (folder / "last.pt").write_bytes(evil.read_bytes())
+    with pytest.raises(CorruptCheckpointError, match="refused"):
+        load_latest(folder)
+    assert not marker.exists(), "the payload must not have run"
+
+
+def test_weights_for_another_architecture_name_the_mismatching_keys(tmp_path, shapes_dir):
+    from safetensors.torch import save_file
+
+    from trainer.config import ModelConfig
+    from trainer.models import create_model, load_pretrained
+
+    other = create_model(ModelConfig(name="resnet18"), 7).state_dict()
+    save_file({k: v.contiguous() for k, v in other.items()}, str(tmp_path / "r18.safetensors"))
+    with pytest.raises(ModelError, match=r"does not fit this model \(missing features\.0\.0\.weight"):
+        load_pretrained(create_model(ModelConfig(name="small_cnn"), 4), tmp_path / "r18.safetensors")
+    # same architecture, other class count: the head is re-initialised, the rest loads
+    model = create_model(ModelConfig(name="resnet18"), 4)
+    assert load_pretrained(model, tmp_path / "r18.safetensors") == ["fc.bias", "fc.weight"]
+    assert torch.equal(model.conv1.weight, other["conv1.weight"])
+
+
+ROUND_TRIP = r"""
+import json, sys
+import numpy as np, torch
+fmt, path, batch_path, out_path, name, classes = sys.argv[1:7]
+x = torch.load(batch_path, weights_only=True)
+with torch.no_grad():
+    if fmt == "state_dict":
+        import torchvision
+        model = torchvision.models.get_model(name, num_classes=int(classes)).eval()
+        model.load_state_dict(torch.load(path, weights_only=True))
+        y = model(x)
+    elif fmt == "safetensors":
+        import torchvision
+        from safetensors.torch import load_file
+        model = torchvision.models.get_model(name, num_classes=int(classes)).eval()
+        model.load_state_dict(load_file(path))
+        y = model(x)
+    elif fmt == "exported_program":
+        y = torch.export.load(path).module()(x)
+    elif fmt == "torchscript":
+        y = torch.jit.load(path)(x)
+    elif fmt == "onnx":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        y = torch.from_numpy(session.run(None, {"images": x.numpy()})[0])
+assert not any(m == "trainer" or m.startswith(("trainer.", "app")) for m in sys.modules), "TrainDeck was imported"
+torch.save(y, out_path)
+"""
+
+
+@pytest.fixture(scope="module")
+def trained_resnet(tmp_path_factory, shapes_dir):
+    tmp = tmp_path_factory.mktemp("resnet")
+    cfg = write_config(tmp, shapes_dir, model={"name": "resnet18"}, data={"image_size": 32}, train={"epochs": 1})
+    run, code = train_here(cfg, tmp / "runs")
+    assert code == 0
+    return run
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_exports_reload_without_traindeck_and_give_the_same_logits(trained_resnet, tmp_path, fmt, shapes_dir):
+    out = export_run(trained_resnet, fmt, tmp_path / f"model{FORMATS[fmt]}")
+    sidecar = json.loads(open(f"{out}.json").read())
+    assert sidecar["classes"] == ["circle", "cross", "square", "triangle"] and sidecar["image_size"] == 32
+    assert sidecar["model_name"] == "resnet18" and sidecar["source_run"] == str(trained_resnet.path)
+    model, state, _ = load_run_model(trained_resnet)
+    x = torch.randn(3, 3, 32, 32)
+    torch.save(x, tmp_path / "x.pt")
+    with torch.no_grad():
+        expected = model(x)
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", ROUND_TRIP, fmt, str(out), str(tmp_path / "x.pt"),
+                             str(tmp_path / "y.pt"), "resnet18", "4"], capture_output=True, text=True,
+                            cwd=tmp_path, env=clean_env, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.testing.assert_close(torch.load(tmp_path / "y.pt", weights_only=True), expected, rtol=1e-4, atol=1e-4)
+
+    images = sorted(shapes_dir.glob("*/*.png"))[::29]
+    predicted = [label for _, label, _ in predict(out, images)]
+    mean = torch.tensor(state["preprocess"]["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(state["preprocess"]["std"]).view(1, 3, 1, 1)
+    batch = (torch.stack([decode_image(str(p), 32) for p in images]).float() / 255 - mean) / std
+    with torch.no_grad():
+        in_app = [state["classes"][i] for i in model(batch).argmax(1).tolist()]
+    assert predicted == in_app
+
+
+def test_export_and_predict_from_the_command_line(trained_resnet, tmp_path, shapes_dir):
+    out = tmp_path / "m.safetensors"
+    result = run_main("export", trained_resnet.path, "--format", "safetensors", "--out", out, "--checkpoint", "last")
+    assert result.returncode == 0, result.stderr
+    image = next(shapes_dir.glob("circle/*.png"))
+    result = run_main("predict", out, image)
+    assert result.returncode == 0 and str(image) in result.stdout
+    assert result.stdout.split("\t")[1] in ("circle", "cross", "square", "triangle")
+    result = run_main("export", tmp_path / "nowhere", "--format", "onnx", "--out", tmp_path / "x.onnx")
+    assert result.returncode == 1 and "no such checkpoint" in result.stderr
