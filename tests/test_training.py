@@ -83,7 +83,7 @@ def test_events_have_every_type_with_documented_fields(shapes_dir, tmp_path):
 
     shutil.copytree(shapes_dir, data)
     (data / "circle" / "broken.png").write_bytes(b"")
-    cfg_path = write_config(tmp_path, data, train={"epochs": 2})
+    cfg_path = write_config(tmp_path, data, train={"epochs": 2}, monitor={"log_every": 2, "histogram_every": 4})
     run, code = train_here(cfg_path, tmp_path / "runs")
     assert code == 0
     events = read_events(run.events)

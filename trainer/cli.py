@@ -14,7 +14,7 @@ from trainer.rundir import RunDir, default_runs_dir, new_run_dir
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict")
+            "export", "predict", "lr-find")
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -175,6 +175,38 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def cmd_lr_find(args) -> int:
+    import tempfile
+
+    import yaml
+
+    from trainer.lr_find import find_lr
+    from trainer.models import ModelError
+    from trainer.scan import DataError
+
+    try:
+        cfg = load_config(args.config, args.set)
+    except ConfigError as e:
+        return _fail(str(e))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = find_lr(cfg, RunDir(tmp).create(), steps=args.steps, start=args.start, end=args.end)
+        except (DataError, ModelError, ConfigError, ValueError) as e:
+            return _fail(str(e))
+    lr = result["suggested_lr"]
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"suggested optimizer.lr: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, "
+              f"lowest loss at {result['min_loss_lr']:.3g})")
+    if args.write:
+        raw = yaml.safe_load(Path(args.config).read_text()) or {}
+        raw.setdefault("optimizer", {})["lr"] = float(f"{lr:.3g}")
+        Path(args.config).write_text(yaml.safe_dump(raw, sort_keys=False))
+        print(f"wrote optimizer.lr: {lr:.3g} to {args.config}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck: train image classifiers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -226,6 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--checkpoint", default="best", choices=("best", "last"))
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")
+    p.add_argument("config")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--start", type=float, default=1e-6)
+    p.add_argument("--end", type=float, default=10.0)
+    p.add_argument("--json", action="store_true", help="print the whole curve as JSON")
+    p.add_argument("--write", action="store_true", help="write the suggestion into the config file")
+    p.set_defaults(func=cmd_lr_find)
 
     p = sub.add_parser("predict", help="classify images with an exported model")
     p.add_argument("export")

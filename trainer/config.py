@@ -146,6 +146,12 @@ class DeviceConfig:
 class MonitorConfig:
     log_every: int = opt(10, "steps between step events (and host syncs)", ge=1)
     grad_stats: bool = opt(True, "stream per-layer gradient statistics every log_every steps")
+    histogram_every: int = opt(0, "steps between gradient/weight histograms (0 = off)", ge=0)
+    histogram_layers: list[str] = opt(factory=list, doc="layers to histogram (patterns; empty = first and last)")
+    histogram_bins: int = opt(32, "bins per histogram", ge=4, le=1024)
+    loss_spike_factor: float = opt(3.0, "warn when the logged loss exceeds this multiple of its running mean", gt=1)
+    grad_explode: float = opt(1e4, "warn when the global gradient norm exceeds this", gt=0)
+    grad_vanish: float = opt(1e-8, "warn when the global gradient norm falls below this", ge=0)
     system_every_s: float = opt(2.0, "seconds between system (CPU/memory/GPU) samples", gt=0)
 
 

@@ -25,11 +25,12 @@ from trainer import data as data_mod
 from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.config import ConfigError, RunConfig, load_config
 from trainer.events import EventWriter, NullEventWriter
+from trainer.groups import pattern_matches
 from trainer.models import ModelError, build_model
 from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
 from trainer.rundir import RunDir
 from trainer.scan import DataError
-from trainer.stats import GradMonitor, global_norm
+from trainer.stats import AnomalyWatch, GradMonitor, global_norm, histogram
 from trainer.strategy import Precision, Strategy, make_strategy
 
 log = logging.getLogger("trainer")
@@ -127,6 +128,7 @@ class Loop:
         self.run, self.cfg, self.strategy, self.events, self.stop = run, cfg, strategy, events, stop
         self.progress = Progress()
         self.last_system = 0.0
+        self._grad_histograms: dict = {}
         self.process = psutil.Process()
 
     # ---- set-up ------------------------------------------------------------------------------
@@ -158,6 +160,11 @@ class Loop:
                                              cfg.train.channels_last)
         self.aug_generator = torch.Generator()
         self.monitor = GradMonitor(self.net)
+        mon = cfg.monitor
+        self.anomalies = AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish)
+        names = self.monitor.names
+        chosen = [n for n in names if any(pattern_matches(p, n) for p in mon.histogram_layers)]
+        self.histogram_layers = chosen or ([names[0], names[-1]] if len(names) > 1 else names)
         self.need_grad_norms = cfg.monitor.grad_stats or cfg.train.clip_grad_norm or cfg.train.on_nonfinite == "skip"
         self.resumed_from = self._resume() if resume else None
 
@@ -296,8 +303,14 @@ class Loop:
                 if cfg.train.on_nonfinite == "skip" and not torch.isfinite(total_norm).item():  # host sync
                     self.skip_step(p.step, self.monitor.first_nonfinite())
                     continue
+                if log_now and not torch.isfinite(total_norm).item():  # host sync, log steps only
+                    raise Diverged(self.divergence_message(p.step + 1, log_loss.item() / max(log_count.item(), 1)))
                 if cfg.train.clip_grad_norm:
                     torch.nn.utils.clip_grads_with_norm_(self.monitor.params, cfg.train.clip_grad_norm, total_norm)
+            if cfg.monitor.histogram_every and (p.step + 1) % cfg.monitor.histogram_every == 0 and s.is_main:
+                params = dict(zip(self.monitor.names, self.monitor.params))
+                self._grad_histograms = {n: histogram(params[n].grad, cfg.monitor.histogram_bins)
+                                         for n in self.histogram_layers if params[n].grad is not None}
             zero_frac = None
             if log_now and cfg.monitor.grad_stats:
                 zero_frac = self.monitor.zero_fractions()
@@ -321,6 +334,9 @@ class Loop:
                                  grad_norm=None if total_norm is None else total_norm.item())
                 if cfg.monitor.grad_stats and s.is_main:
                     self.events.emit("grad_stats", step=p.step, **self.monitor.layer_stats(grad_norms, zero_frac))
+                for warning in self.anomalies.check(p.step, loss_mean, None if total_norm is None else total_norm.item()):
+                    log.warning("%s", warning["message"])
+                    self.events.emit("warning", **warning)
                 log_loss.zero_()
                 log_count.zero_()
                 self.maybe_system_event()
@@ -332,6 +348,8 @@ class Loop:
             elif s.world_size == 1 and self.stop.requested:
                 self.save(is_best=False)
                 return None
+            if cfg.monitor.histogram_every and p.step % cfg.monitor.histogram_every == 0 and s.is_main:
+                self.emit_histograms()
             if cfg.checkpoint.every_steps and p.step % cfg.checkpoint.every_steps == 0:
                 self.save(is_best=False)
         if bool(nonfinite.item()):  # host sync at epoch end
@@ -341,6 +359,18 @@ class Loop:
         seen = max(totals[2], 1.0)
         return totals[0] / seen, totals[1] / seen, images_done * s.world_size
 
+    def emit_histograms(self) -> None:
+        """Histograms of the chosen layers: weights after this step, gradients as they were before it."""
+        bins = self.cfg.monitor.histogram_bins
+        params = dict(zip(self.monitor.names, self.monitor.params))
+        for name in self.histogram_layers:
+            self.events.emit("histogram", step=self.progress.step, layer=name, kind="weight",
+                             **histogram(params[name], bins))
+            if name in self._grad_histograms:
+                self.events.emit("histogram", step=self.progress.step, layer=name, kind="grad",
+                                 **self._grad_histograms[name])
+        self._grad_histograms = {}
+
     def skip_step(self, step: int, layer: str | None) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         message = f"non-finite gradient at step {step + 1} (first in {layer}); step skipped"
@@ -349,8 +379,8 @@ class Loop:
 
     def divergence_message(self, step: int, loss: float) -> str:
         layer = self.monitor.first_nonfinite()
-        where = f"first non-finite gradient in {layer}" if layer else "gradients finite"
-        return (f"training diverged by step {step}: loss {loss} ({where}); lower optimizer.lr, set "
+        where = f"first non-finite gradient in {layer}" if layer else "non-finite loss"
+        return (f"training diverged at step {step}: loss {loss:.4g}, {where}; lower optimizer.lr, set "
                 f"train.clip_grad_norm, or train.on_nonfinite: skip")
 
     @torch.no_grad()

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-EVENT_TYPES = ("run_start", "step", "grad_stats", "epoch", "checkpoint", "system", "warning", "error", "run_end")
+EVENT_TYPES = ("run_start", "step", "grad_stats", "histogram", "epoch", "checkpoint", "system", "warning", "error",
+               "run_end")
 
 log = logging.getLogger(__name__)
 

@@ -61,3 +61,35 @@ class GradMonitor:
 def global_norm(grad_norms: torch.Tensor) -> torch.Tensor:
     """The global L2 norm from per-tensor norms (what clip_grad_norm_ computes)."""
     return torch.linalg.vector_norm(grad_norms)
+
+
+def histogram(t: torch.Tensor, bins: int) -> dict:
+    """A fixed-bin histogram computed on the device; one small host copy."""
+    t = t.detach().float().flatten()
+    lo, hi = torch.aminmax(t)
+    counts = torch.histc(t, bins=bins, min=0.0, max=0.0)  # min=max=0: the tensor's own range
+    values = torch.cat([torch.stack([lo, hi]), counts]).cpu().tolist()
+    return {"min": values[0], "max": values[1], "counts": [int(c) for c in values[2:]]}
+
+
+class AnomalyWatch:
+    """Loss spikes and exploding/vanishing gradients, judged on values already on the host at log steps."""
+
+    def __init__(self, spike_factor: float, explode: float, vanish: float):
+        self.spike_factor, self.explode, self.vanish = spike_factor, explode, vanish
+        self.mean: float | None = None
+
+    def check(self, step: int, loss: float, grad_norm: float | None) -> list[dict]:
+        found = []
+        if self.mean is not None and loss > self.spike_factor * self.mean:
+            found.append({"kind": "loss_spike", "step": step, "value": loss,
+                          "message": f"loss spike at step {step}: {loss:.4g} is over {self.spike_factor:g}x "
+                                     f"its running mean {self.mean:.4g}"})
+        self.mean = loss if self.mean is None else 0.9 * self.mean + 0.1 * loss
+        if grad_norm is not None and grad_norm > self.explode:
+            found.append({"kind": "exploding_gradients", "step": step, "value": grad_norm,
+                          "message": f"exploding gradients at step {step}: global norm {grad_norm:.3g} > {self.explode:g}"})
+        if grad_norm is not None and grad_norm < self.vanish:
+            found.append({"kind": "vanishing_gradients", "step": step, "value": grad_norm,
+                          "message": f"vanishing gradients at step {step}: global norm {grad_norm:.3g} < {self.vanish:g}"})
+        return found

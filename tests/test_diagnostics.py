@@ -1,0 +1,150 @@
+"""Gradient statistics against a reference, divergence, what disabled statistics cost, histograms, lr-find."""
+
+import math
+
+import pytest
+import torch
+from helpers import run_main, train_here, write_config
+
+from trainer.config import ModelConfig
+from trainer.demo_data import write_demo_dataset
+from trainer.events import read_events
+from trainer.models import create_model
+from trainer.rundir import RunDir
+from trainer.stats import AnomalyWatch, GradMonitor, global_norm, histogram
+
+
+def test_layer_stats_match_a_reference_computation():
+    torch.manual_seed(0)
+    model = create_model(ModelConfig(name="resnet18"), 5)
+    model.fc.weight.requires_grad_(True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    monitor = GradMonitor(model)
+    norms = monitor.grad_norms()
+    zero = monitor.zero_fractions()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ref_grad = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    ref_zero = {n: (p.grad == 0).float().mean().item() for n, p in model.named_parameters()}
+    monitor.snapshot_weights()
+    opt.step()
+    stats = monitor.layer_stats(norms, zero)
+    for i, (name, p) in enumerate(model.named_parameters()):
+        assert stats["grad_norm"][i] == pytest.approx(ref_grad[name], rel=1e-5, abs=1e-7)
+        assert stats["weight_norm"][i] == pytest.approx(p.norm().item(), rel=1e-5)
+        ratio = (p.detach() - before[name]).norm().item() / p.norm().item()
+        assert stats["update_ratio"][i] == pytest.approx(ratio, rel=1e-4, abs=1e-9)
+        assert stats["zero_frac"][i] == pytest.approx(ref_zero[name], abs=1e-6)
+    total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
+    assert global_norm(norms).item() == pytest.approx(total, rel=1e-5)
+
+
+NAN_MODEL = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.head = nn.Linear(8, num_classes)
+        self.calls = 0
+        # poison the head's gradient on the 4th training step only
+        self.head.weight.register_hook(lambda g: torch.full_like(g, float("nan")) if self.calls == 4 else g)
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+        return self.head(self.conv(x).relu().mean((2, 3)))
+"""
+
+
+def test_injected_nan_stops_the_run_naming_the_layer(shapes_dir, tmp_path):
+    (tmp_path / "net.py").write_text(NAN_MODEL)
+    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"}, monitor={"log_every": 1})
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run")
+    assert result.returncode == 3
+    status = RunDir(tmp_path / "run").read_status()
+    assert status["state"] == "diverged"
+    assert "step 4" in status["message"] and "first non-finite gradient in head.weight" in status["message"]
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    assert events[-2]["event"] == "error" and events[-2]["kind"] == "diverged"
+    assert events[-1] == {**events[-1], "event": "run_end", "status": "diverged"}
+    # without gradient statistics the loss still gives it away, one step later, without a layer name
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run2", "--set", "monitor.grad_stats=false")
+    assert result.returncode == 3 and "step 5" in RunDir(tmp_path / "run2").read_status()["message"]
+
+
+def test_skip_mode_skips_the_bad_step_and_finishes(shapes_dir, tmp_path):
+    (tmp_path / "net.py").write_text(NAN_MODEL)
+    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"},
+                       train={"on_nonfinite": "skip", "epochs": 1}, monitor={"log_every": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    skipped = [e for e in read_events(run.events) if e["event"] == "warning" and e["kind"] == "nonfinite_skipped"]
+    assert len(skipped) == 1 and skipped[0]["layer"] == "head.weight" and skipped[0]["step"] == 4
+    from trainer.checkpoint import load_weights_only
+
+    assert all(torch.isfinite(v).all() for v in load_weights_only(run.checkpoints / "last.pt")["model"].values())
+
+
+def count_foreach_norm(monkeypatch) -> list:
+    calls = []
+    real = torch._foreach_norm
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_foreach_norm", counting)
+    return calls
+
+
+def test_disabled_statistics_do_no_work(shapes_dir, tmp_path, monkeypatch):
+    calls = count_foreach_norm(monkeypatch)
+    off = write_config(tmp_path, shapes_dir, train={"epochs": 1}, monitor={"grad_stats": False, "log_every": 1})
+    run, code = train_here(off, tmp_path / "off")
+    assert code == 0 and calls == []
+    assert not [e for e in read_events(run.events) if e["event"] in ("grad_stats", "histogram")]
+    assert all(e["grad_norm"] is None for e in read_events(run.events) if e["event"] == "step")
+    on = write_config(tmp_path, shapes_dir, train={"epochs": 1}, monitor={"grad_stats": True, "log_every": 3})
+    run, code = train_here(on, tmp_path / "on")
+    steps = [e for e in read_events(run.events) if e["event"] == "step"]
+    assert code == 0 and len(calls) >= len(steps) > 0
+
+
+def test_histograms_of_chosen_layers(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1},
+                       monitor={"histogram_every": 2, "histogram_layers": ["fc"], "histogram_bins": 16})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    hists = [e for e in read_events(run.events) if e["event"] == "histogram"]
+    assert {(e["layer"], e["kind"]) for e in hists} == {("fc.weight", "weight"), ("fc.weight", "grad"),
+                                                        ("fc.bias", "weight"), ("fc.bias", "grad")}
+    weight = next(e for e in hists if e["layer"] == "fc.weight" and e["kind"] == "weight")
+    assert len(weight["counts"]) == 16 and sum(weight["counts"]) == 4 * 128 and weight["min"] < weight["max"]
+    assert histogram(torch.tensor([0.0, 1.0, 1.0, 3.0]), 3) == {"min": 0.0, "max": 3.0, "counts": [1, 2, 1]}
+
+
+def test_anomaly_watch_warns_on_spikes_and_gradient_extremes():
+    watch = AnomalyWatch(spike_factor=3, explode=100, vanish=1e-6)
+    assert watch.check(1, 1.0, 1.0) == [] and watch.check(2, 1.1, 2.0) == []
+    kinds = [w["kind"] for w in watch.check(3, 10.0, 500.0)]
+    assert kinds == ["loss_spike", "exploding_gradients"]
+    assert [w["kind"] for w in watch.check(4, 1.0, 1e-9)] == ["vanishing_gradients"]
+
+
+def test_lr_finder_suggestion_trains_well(tmp_path):
+    data = write_demo_dataset(tmp_path / "demo", per_class=150, size=32, seed=5)
+    cfg = write_config(tmp_path, data, data={"image_size": 24, "batch_size": 32}, train={"epochs": 8},
+                       optimizer={"lr": 1e-5})
+    result = run_main("lr-find", cfg, "--write")
+    assert result.returncode == 0, result.stderr
+    suggested = float(result.stdout.split("suggested optimizer.lr: ")[1].split()[0])
+    assert 1e-3 < suggested < 5
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    status = RunDir(tmp_path / "run").read_status()
+    assert math.isclose(float(__import__("yaml").safe_load(cfg.read_text())["optimizer"]["lr"]), suggested)
+    assert status["best_acc"] >= 0.85

@@ -1,0 +1,74 @@
+"""Learning-rate finder: sweep the lr exponentially over a few hundred steps, suggest a value.
+
+The sweep uses the run's own data, model, optimizer and parameter groups (every group's lr scaled
+together), on a throw-away copy: nothing is checkpointed. The suggestion is the lr of the steepest
+descent of the smoothed loss, a tenth of the lr at its minimum when that is smaller (the common rule).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer import data as data_mod
+from trainer.config import RunConfig
+from trainer.engine import Loop, StopRequest, seed_everything
+from trainer.events import NullEventWriter
+from trainer.rundir import RunDir
+from trainer.strategy import Strategy
+
+
+def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0) -> dict:
+    """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr."""
+    cfg.device.parallel = "none"
+    loop = Loop(run, cfg, Strategy(cfg.device), NullEventWriter(), StopRequest())
+    loop.setup(resume=False)
+    seed_everything(cfg.train.seed)
+    base = [g["lr"] for g in loop.optimizer.param_groups]
+    ratio = [b / cfg.optimizer.lr for b in base]
+    factor = (end / start) ** (1 / max(1, steps - 1))
+    lrs, losses, smooth, best = [], [], None, math.inf
+    loop.model.train()
+    epoch = 0
+    while len(lrs) < steps:
+        batches = loop._batches(epoch)
+        loop.aug_generator.manual_seed(epoch)
+        for images, labels in data_mod.iterate_batches(loop.data.train, batches, loop.workers, cfg.data.image_size,
+                                                       False):
+            lr = start * factor ** len(lrs)
+            for g, r in zip(loop.optimizer.param_groups, ratio):
+                g["lr"] = lr * r
+            x = loop.augment(images, loop.aug_generator)
+            y = labels.to(loop.strategy.device)
+            with loop.precision.autocast():
+                loss = loop.criterion(loop.model(x), y)
+            loop.optimizer.zero_grad(set_to_none=True)
+            loop.precision.backward(loss)
+            loop.precision.step(loop.optimizer)
+            value = loss.item()  # host sync per step: acceptable in a short sweep
+            smooth = value if smooth is None else 0.9 * smooth + 0.1 * value
+            corrected = smooth / (1 - 0.9 ** (len(lrs) + 1))
+            lrs.append(lr)
+            losses.append(corrected)
+            best = min(best, corrected)
+            if not math.isfinite(value) or corrected > 4 * best or len(lrs) >= steps:
+                return _result(lrs, losses)
+        epoch += 1
+    return _result(lrs, losses)
+
+
+def _result(lrs: list[float], losses: list[float]) -> dict:
+    finite = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
+    if len(finite) < 10:
+        raise ValueError("lr-find: too few steps before the loss diverged; lower the start lr")
+    xs = torch.tensor([math.log10(lr) for lr, _ in finite])
+    ys = torch.tensor([loss for _, loss in finite])
+    slope = (ys[2:] - ys[:-2]) / (xs[2:] - xs[:-2])
+    minimum = int(torch.argmin(ys))
+    skip = len(slope) // 10  # the first steps barely move; their noise makes false slopes
+    upto = max(skip + 1, minimum - 1)  # descent before the lowest loss, not the blow-up after it
+    steepest = int(torch.argmin(slope[skip:upto])) + skip + 1
+    suggestion = min(finite[steepest][0], finite[minimum][0] / 10)
+    return {"lrs": lrs, "losses": losses, "suggested_lr": suggestion, "steepest_lr": finite[steepest][0],
+            "min_loss_lr": finite[minimum][0]}
