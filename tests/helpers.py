@@ -38,14 +38,23 @@ def run_main(*args, timeout=240, **kwargs) -> subprocess.CompletedProcess:
 
 
 def process_tree_gone(pid: int, also=()) -> bool:
-    """True when no process of the session started by `pid` is left, nor any of the processes `also`."""
+    """True when no process of the session started by `pid` is left, nor any of the processes `also`.
+
+    Zombies (exited, waiting to be reaped by a parent that may be a container's PID 1) do not count.
+    """
     import psutil
 
-    if any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in also):
+    def alive(p: psutil.Process) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    if any(alive(p) for p in also):
         return False
     for proc in psutil.process_iter(["pid"]):
         try:
-            if os.getsid(proc.info["pid"]) == pid:
+            if os.getsid(proc.info["pid"]) == pid and alive(proc):
                 return False
         except (ProcessLookupError, PermissionError):
             continue

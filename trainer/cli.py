@@ -36,9 +36,18 @@ def cmd_train(args) -> int:
     else:
         label = Path(cfg.model.name.split(":")[-1]).stem
         run = new_run_dir(args.runs_dir or default_runs_dir(), label)
+    from trainer.runner import RunDirInUse, lock_run_dir
+
+    try:
+        lock_run_dir(run).close()  # fail before overwriting the config of a run in progress
+    except RunDirInUse as e:
+        return _fail(str(e))
     save_config(cfg, run.config)
     print(f"run directory: {run.path}", flush=True)
-    return _finish(run, launch(run, cfg))
+    try:
+        return _finish(run, launch(run, cfg))
+    except RunDirInUse as e:
+        return _fail(str(e))
 
 
 def cmd_resume(args) -> int:
@@ -54,11 +63,15 @@ def cmd_resume(args) -> int:
     if status.get("state") == "completed" and not args.force:
         return _fail(f"{run.path}: the run already completed; pass --force to train it again from its last "
                      f"checkpoint (raise train.epochs in config.yaml to train longer)")
+    from trainer.runner import RunDirInUse
+
     try:
         cfg = load_config(run.config)
+        return _finish(run, launch(run, cfg, resume=True))
     except ConfigError as e:
         return _fail(str(e))
-    return _finish(run, launch(run, cfg, resume=True))
+    except RunDirInUse as e:
+        return _fail(str(e))
 
 
 def _finish(run: RunDir, code: int) -> int:

@@ -8,6 +8,7 @@ group stops every rank. Whatever happens to the workers, status.json ends in a f
 from __future__ import annotations
 
 import collections
+import fcntl
 import logging
 import os
 import re
@@ -24,8 +25,32 @@ from trainer.rundir import FINAL_STATES, RunDir
 
 log = logging.getLogger(__name__)
 
+class RunDirInUse(RuntimeError):
+    """Another process is training in this run directory."""
+
+
+def lock_run_dir(run: RunDir):
+    """An exclusive lock held for the run's life (released by the OS if the process dies)."""
+    handle = open(run.path / ".lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        holder = run.read_status().get("pid")
+        raise RunDirInUse(f"{run.path}: in use by another run (pid {holder}); wait for it or stop it") from None
+    return handle
+
+
 def launch(run: RunDir, cfg: RunConfig, resume: bool = False) -> int:
     """Run (or resume) the run in `run`, whose config.yaml is already written; returns the exit code."""
+    lock = lock_run_dir(run)
+    try:
+        return _launch_locked(run, cfg, resume)
+    finally:
+        lock.close()
+
+
+def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     for stale in run.path.glob("rank-*.error"):
         stale.unlink(missing_ok=True)
     run.write_status(state="starting", pid=os.getpid(), pgid=os.getpgid(0), started=time.time(), message="", exit_code=None,

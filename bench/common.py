@@ -1,0 +1,89 @@
+"""Shared by the benchmarks: generated datasets, the plain loop a user would write, timing helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def machine() -> str:
+    import torch
+
+    cpu = "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return (f"{cpu}, {os.cpu_count()} cores, {gpu}; Python {platform.python_version()}, torch {torch.__version__}")
+
+
+def photo_dataset(root: Path, per_class: int = 150, classes: int = 4, size=(400, 300), seed: int = 0) -> Path:
+    """Photo-like JPEGs (smooth gradients, blobs and noise), decode-heavy: the class is the blob shape."""
+    from PIL import Image
+
+    from trainer.demo_data import CLASSES, draw_shape
+
+    if (root / ".done").exists():
+        return root
+    rng = np.random.default_rng(seed)
+    for c in CLASSES[:classes]:
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            shape = draw_shape(c, 96, rng).resize(size, Image.Resampling.BILINEAR)
+            arr = np.asarray(shape, dtype=np.int16) + rng.normal(0, 8, (size[1], size[0], 3)).astype(np.int16)
+            Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(root / c / f"{i:04d}.jpg", quality=90)
+    (root / ".done").write_text("")
+    return root
+
+
+def small_dataset(root: Path, per_class: int = 300) -> Path:
+    from trainer.demo_data import write_demo_dataset
+
+    if not (root / ".done").exists():
+        write_demo_dataset(root, per_class=per_class, size=32, seed=1)
+        (root / ".done").write_text("")
+    return root
+
+
+def run_json(args: list[str], timeout: int = 1800) -> dict:
+    """Run a python snippet/script that prints one JSON line last; return it."""
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def train_cli(config: Path, run_dir: Path, sets: list[str]) -> dict:
+    """`main.py train` end to end; wall time, and the run's own numbers from its events."""
+    from trainer.events import read_events
+
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(config), "--run-dir", str(run_dir),
+                          "--set", *sets], capture_output=True, text=True, cwd=REPO)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    events = read_events(run_dir / "events.jsonl")
+    steps = [e["images_per_s"] for e in events if e["event"] == "step"]
+    epochs = [e for e in events if e["event"] == "epoch"]
+    start_ev = next(e for e in events if e["event"] == "run_start")
+    return {"wall_s": wall, "step_images_per_s": statistics.median(steps[len(steps) // 4:]) if steps else None,
+            "final_acc": epochs[-1]["val_acc"], "train_images": start_ev["train_size"] * len(epochs),
+            "amp": start_ev["config"]["train"]["amp"], "cache": start_ev["cache"]}
+
+
+def median_spread(values: list[float]) -> str:
+    med = statistics.median(values)
+    return f"{med:.0f} ({min(values):.0f}–{max(values):.0f})"

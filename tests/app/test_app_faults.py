@@ -1,0 +1,111 @@
+"""Faults around the app: a trainer deaf to SIGTERM, a log flood, the app itself killed mid-run."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+from helpers import REPO, process_tree_gone, write_config
+from PySide6.QtCore import QElapsedTimer, QTimer
+
+from app.trainer_process import TrainerProcess
+from trainer.rundir import RunDir, pid_alive
+
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"], start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_is_forced_for_the_whole_tree_after_the_grace_period(qtbot, tmp_path):
+    run = RunDir(tmp_path / "run").create()
+    proc = TrainerProcess(grace_ms=1000)
+    proc.start([sys.executable, "-c", STUBBORN], run)
+    qtbot.waitUntil(lambda: run.output_log.read_text().strip() != "", timeout=10_000)
+    child = int(run.output_log.read_text().split()[0])
+    qtbot.waitUntil(lambda: child in proc._tree, timeout=5_000)
+    timer = QElapsedTimer()
+    timer.start()
+    with qtbot.waitSignal(proc.ended, timeout=10_000):
+        proc.stop()
+    assert 900 <= timer.elapsed() < 5000
+    qtbot.waitUntil(lambda: not pid_alive(child) and not pid_alive(proc.pid), timeout=5_000)
+
+
+FLOOD_MODEL = """
+import sys, torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.fc = nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        sys.stdout.write(("flood " * 20 + "\\n") * 5000)  # ~600 kB per call
+        return self.fc(x.mean((2, 3)))
+"""
+
+
+def test_a_log_flood_never_blocks_the_trainer_or_the_app(qtbot, make_window, shapes_dir, tmp_path):
+    from test_main_window import wait_ready
+
+    (tmp_path / "flood.py").write_text(FLOOD_MODEL)
+    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'flood.py'}:Net"}, train={"epochs": 4},
+                       monitor={"log_every": 1}, data={"batch_size": 4})
+    window = make_window(cfg)
+    wait_ready(qtbot, window)
+    gaps, clock = [], QElapsedTimer()
+    clock.start()
+    ticker = QTimer()
+    ticker.setInterval(20)
+
+    def tick():
+        gaps.append(clock.restart())
+
+    ticker.timeout.connect(tick)
+    ticker.start()
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=120_000)
+    ticker.stop()
+    output = window.run_model.run.output_log.stat().st_size
+    assert output > 20_000_000, f"only {output} bytes were written"
+    assert max(gaps[5:]) < 400, f"the GUI thread stalled {max(gaps[5:])} ms"
+    assert "flood" in window.dashboard.log_view.toPlainText()
+    assert window.dashboard.log_view.document().blockCount() <= 5001
+
+
+def test_the_app_killed_mid_run_leaves_the_trainer_running_and_reattachable(qtbot, make_window, shapes_dir,
+                                                                             tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 100}, monitor={"log_every": 1})
+    runs = tmp_path / "runs"
+    app = subprocess.Popen([sys.executable, str(REPO / "main.py"), "--config", str(cfg), "--runs-dir", str(runs),
+                            "--autostart"], cwd=REPO, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        qtbot.waitUntil(lambda: runs.exists() and any(runs.iterdir())
+                        and RunDir(next(runs.iterdir())).read_status().get("state") == "running", timeout=90_000)
+        run = RunDir(next(runs.iterdir()))
+        app.send_signal(signal.SIGKILL)
+        app.wait(timeout=10)
+        trainer_pid = run.read_status()["pid"]
+        time.sleep(1.5)
+        assert pid_alive(trainer_pid) and run.effective_state() == "running", "the run goes on without the app"
+    finally:
+        if app.poll() is None:
+            app.kill()
+    window = make_window(cfg, runs_dir=runs)
+    window.open_run(str(run.path))
+    assert window.process.running and window.process.pid == trainer_pid
+    qtbot.waitUntil(lambda: len(window.run_model.step_loss) > 0, timeout=10_000)
+    workers = [p for p in psutil.Process(trainer_pid).children(recursive=True)]
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: not window.process.running, timeout=30_000)
+    qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
+    assert process_tree_gone(trainer_pid, workers)
