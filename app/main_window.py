@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import shlex
 import sys
@@ -25,12 +26,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.background import CliJob
 from app.forms import Binder
 from app.pages.dashboard import Dashboard
 from app.pages.dataset_page import DatasetPage
 from app.pages.device_page import DevicePage
 from app.pages.model_page import ModelPage
-from app.pages.optimizer_page import OptimizerPage
+from app.pages.optimizer_page import LrFindDialog, OptimizerPage
 from app.pages.runs_page import RunsPage
 from app.run_model import RunModel
 from app.trainer_process import TrainerProcess
@@ -115,6 +117,8 @@ class MainWindow(QMainWindow):
         self.dataset_page.scanned.connect(self._scanned)
         self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
         self.model_page.parametersChanged.connect(lambda _: self._validate_timer.start())
+        self.optimizer_page.lrFindRequested.connect(self.find_lr)
+        self.lr_job: CliJob | None = None
         self.runs_page.openRequested.connect(self.open_run)
         self.runs_page.resumeRequested.connect(self.resume_run)
 
@@ -168,6 +172,7 @@ class MainWindow(QMainWindow):
 
     def load_config(self, cfg: RunConfig) -> None:
         raw = cfg.to_dict()
+        self.loaded_raw = raw  # keys without a widget keep their loaded values
         self.binder.load(raw)
         self.optimizer_page.load(raw)
         self.device_page.load(raw)
@@ -175,7 +180,7 @@ class MainWindow(QMainWindow):
         self.validate()
 
     def current_raw(self) -> dict:
-        raw = RunConfig().to_dict()
+        raw = copy.deepcopy(getattr(self, "loaded_raw", None) or RunConfig().to_dict())
         self.binder.dump(raw)
         self.optimizer_page.dump(raw)
         self.device_page.dump(raw)
@@ -250,6 +255,38 @@ class MainWindow(QMainWindow):
         cmd = train_command(path, runs_dir=self.runs_dir)
         cmd[0:2] = ["python", "main.py"]
         return shlex.join(cmd)
+
+    def find_lr(self) -> None:
+        """Run `main.py lr-find` on the current form in a subprocess; show the curve and offer the suggestion."""
+        cfg = self.current_config()
+        if cfg is None or self.lr_job is not None:
+            return
+        folder = self.runs_dir / "configs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"lr-find-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        save_config(cfg, path)
+        button = self.optimizer_page.find_lr
+        button.setEnabled(False)
+        button.setText("Sweeping…")
+        self.lr_job = CliJob(["lr-find", str(path), "--json"], self)
+
+        def finished():
+            self.lr_job = None
+            button.setEnabled(True)
+            button.setText("Find…")
+
+        def show(result: dict) -> None:
+            finished()
+            self.lr_dialog = LrFindDialog(result, lambda lr: self.binder.widgets["optimizer.lr"].setText(f"{lr:.3g}"),
+                                          self)
+            self.lr_dialog.open()
+
+        def failed(error: str) -> None:
+            finished()
+            QMessageBox.warning(self, "Learning-rate finder", error)
+
+        self.lr_job.done.connect(show)
+        self.lr_job.failed.connect(failed)
 
     def copy_command(self) -> None:
         text = self.command_text()
@@ -417,6 +454,8 @@ class MainWindow(QMainWindow):
         self.dashboard.stop_updates()
         self.model_page.cancel_jobs()
         self.device_page.cancel_jobs()
+        if self.lr_job is not None:
+            self.lr_job.cancel()
         self._validate_timer.stop()
         if self.run_model is not None:
             self.run_model.close()

@@ -66,6 +66,7 @@ class RunModel(QObject):
         self.layers: list[str] = []
         self.group_names: list[str] = []
         self.warnings: list[dict] = []
+        self.histograms: dict[tuple[str, str], list[dict]] = {}  # (layer, kind) -> events, oldest first
         self.step_loss = Series()
         self.grad_norm = Series()
         self.images_per_s = Series()
@@ -159,6 +160,11 @@ class RunModel(QObject):
             self.layer_table = e
             if self.layer_grad is not None and len(e.get("grad_norm", [])) == self.layer_grad.rows:
                 self.layer_grad.append(e["step"], e["grad_norm"])
+        elif kind == "histogram":
+            series = self.histograms.setdefault((e["layer"], e["kind"]), [])
+            series.append(e)
+            if len(series) > 2000:
+                del series[::2]  # bounded: keep every other one of a long history
         elif kind == "epoch":
             self.last_epoch = e
             if not self.best_epoch or (e.get("val_acc") or 0) > (self.best_epoch.get("val_acc") or 0):

@@ -1,8 +1,8 @@
 """Learning-rate finder: sweep the lr exponentially over a few hundred steps, suggest a value.
 
 The sweep uses the run's own data, model, optimizer and parameter groups (every group's lr scaled
-together), on a throw-away copy: nothing is checkpointed. The suggestion is the lr of the steepest
-descent of the smoothed loss, a tenth of the lr at its minimum when that is smaller (the common rule).
+together), on a throw-away copy: nothing is checkpointed. The suggestion is a tenth of the lr at the
+smoothed loss's minimum (the common rule; the steepest descent, noisier on small data, is reported too).
 """
 
 from __future__ import annotations
@@ -69,6 +69,6 @@ def _result(lrs: list[float], losses: list[float]) -> dict:
     skip = len(slope) // 10  # the first steps barely move; their noise makes false slopes
     upto = max(skip + 1, minimum - 1)  # descent before the lowest loss, not the blow-up after it
     steepest = int(torch.argmin(slope[skip:upto])) + skip + 1
-    suggestion = min(finite[steepest][0], finite[minimum][0] / 10)
+    suggestion = finite[minimum][0] / 10
     return {"lrs": lrs, "losses": losses, "suggested_lr": suggestion, "steepest_lr": finite[steepest][0],
             "min_loss_lr": finite[minimum][0]}

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
@@ -144,14 +145,38 @@ class Dashboard(QWidget):
         self.layer_table.setSortingEnabled(True)
         self.layer_table.verticalHeader().hide()
         self.layer_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.hist_choice = QComboBox()
+        self.hist_choice.setObjectName("histogramLayer")
+        self.hist_choice.setPlaceholderText("no histograms yet (monitor.histogram_every)")
+        self.hist_choice.currentIndexChanged.connect(lambda _: self._versions.pop("hist", None))
+        self.hist_plot = pg.PlotWidget(title="Histogram over time (each column: one logged step, own range)")
+        self.hist_plot.setBackground("w")
+        self.hist_image = pg.ImageItem()
+        self.hist_image.setColorMap(pg.colormap.get("magma"))
+        self.hist_plot.addItem(self.hist_image)
+        self.hist_plot.setLabel("bottom", "histogram #")
+        self.hist_plot.setLabel("left", "bin (min → max)")
+        self.hist_range = QLabel("")
+        hist_box = QWidget()
+        hl = QVBoxLayout(hist_box)
+        hl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Layer"))
+        row.addWidget(self.hist_choice, 1)
+        row.addWidget(self.hist_range)
+        hl.addLayout(row)
+        hl.addWidget(self.hist_plot, 1)
         grad_tab = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(self.heat_plot, 1)
         tl.addWidget(self.heat_hover)
+        bottom = QSplitter()
+        bottom.addWidget(self.layer_table)
+        bottom.addWidget(hist_box)
         grad_tab.addWidget(top)
-        grad_tab.addWidget(self.layer_table)
+        grad_tab.addWidget(bottom)
 
         # ---- results tab ----
         self.confusion_plot = pg.PlotWidget(title="Confusion matrix, best epoch (rows: true class)")
@@ -231,6 +256,8 @@ class Dashboard(QWidget):
             self.lr_plot.removeItem(c)
         self.lr_curves.clear()
         self.heat_image.clear()
+        self.hist_image.clear()
+        self.hist_choice.clear()
         self.layer_table.setRowCount(0)
         self.system.setText("")
         self.summary.setText(f"{model.run.name}<br>preparing: scanning data, building the model…")
@@ -314,6 +341,30 @@ class Dashboard(QWidget):
             levels = (float(finite.min()), float(finite.max()) + 1e-6) if finite.size else (0, 1)
             self.heat_image.setImage(image.T, levels=levels, autoLevels=False)
             self._fill_layer_table()
+        self._draw_histograms()
+
+    def _draw_histograms(self) -> None:
+        m = self.model
+        keys = sorted(m.histograms)
+        if self.hist_choice.count() != len(keys):
+            current = self.hist_choice.currentText()
+            self.hist_choice.blockSignals(True)
+            self.hist_choice.clear()
+            self.hist_choice.addItems([f"{layer} ({kind})" for layer, kind in keys])
+            self.hist_choice.setCurrentIndex(max(0, self.hist_choice.findText(current)))
+            self.hist_choice.blockSignals(False)
+        index = self.hist_choice.currentIndex()
+        if index < 0 or index >= len(keys):
+            return
+        series = m.histograms[keys[index]]
+        if self._versions.get("hist") == (index, len(series)):
+            return
+        self._versions["hist"] = (index, len(series))
+        counts = np.array([h["counts"] for h in series], dtype=float)
+        counts /= np.maximum(counts.max(axis=1, keepdims=True), 1)
+        self.hist_image.setImage(counts, levels=(0, 1), autoLevels=False)
+        last = series[-1]
+        self.hist_range.setText(f"step {last['step']}: {last['min']:.3g} … {last['max']:.3g}")
 
     def _fill_layer_table(self) -> None:
         m = self.model

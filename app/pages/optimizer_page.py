@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QDialog,
+    QDialogButtonBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -140,14 +144,48 @@ class GroupsEditor(QWidget):
         self.table.setToolTip("\n".join(mine))
 
 
+class LrFindDialog(QDialog):
+    """The finder's loss-vs-lr curve, its suggestion, and a button to use it."""
+
+    def __init__(self, result: dict, use, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Learning-rate finder")
+        self.resize(640, 420)
+        plot = pg.PlotWidget(title="Smoothed loss while the learning rate grows")
+        plot.setBackground("w")
+        plot.setLogMode(x=True, y=False)
+        plot.setLabel("bottom", "learning rate")
+        plot.setLabel("left", "loss")
+        plot.plot(result["lrs"], result["losses"], pen=pg.mkPen("#1f77b4", width=2))
+        lr = result["suggested_lr"]
+        plot.addItem(pg.InfiniteLine(pos=np.log10(lr), angle=90, pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        apply = buttons.addButton(f"Use lr = {lr:.3g}", QDialogButtonBox.ButtonRole.AcceptRole)
+        apply.setObjectName("useSuggestedLr")
+        apply.clicked.connect(lambda: (use(lr), self.accept()))
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(plot)
+        layout.addWidget(buttons)
+
+
 class OptimizerPage(QWidget):
+    lrFindRequested = Signal()
+
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
         b = binder
         opt = QGroupBox("Optimizer")
         of = QFormLayout(opt)
         of.addRow("Algorithm", b.combo("optimizer.name", choices(OptimizerConfig, "name")))
-        of.addRow("Learning rate", b.number("optimizer.lr"))
+        self.find_lr = QPushButton("Find…")
+        self.find_lr.setObjectName("findLr")
+        self.find_lr.setToolTip("Sweep the learning rate over a few hundred steps and suggest one")
+        self.find_lr.clicked.connect(self.lrFindRequested)
+        lr_row = QHBoxLayout()
+        lr_row.addWidget(b.number("optimizer.lr"), 1)
+        lr_row.addWidget(self.find_lr)
+        of.addRow("Learning rate", lr_row)
         of.addRow("Momentum", b.number("optimizer.momentum"))
         of.addRow("Weight decay", b.number("optimizer.weight_decay"))
 

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import yaml
 from helpers import REPO, process_tree_gone, write_config
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from trainer.config import load_config
@@ -166,3 +167,37 @@ def test_ddp_run_from_the_app_plots_and_stops_every_rank(qtbot, make_window, sha
     qtbot.waitUntil(lambda: not window.process.running, timeout=60_000)
     qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
     qtbot.waitUntil(lambda: process_tree_gone(pid, workers), timeout=10_000)
+
+
+def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_window, shapes_dir, tmp_path):
+    from PySide6.QtWidgets import QApplication, QPushButton
+
+    window = make_window(write_config(tmp_path, shapes_dir, optimizer={"lr": 1e-5}))
+    wait_ready(qtbot, window)
+    window.optimizer_page.find_lr.click()
+    assert window.optimizer_page.find_lr.text() == "Sweeping…"
+    qtbot.waitUntil(lambda: getattr(window, "lr_dialog", None) is not None, timeout=120_000)
+    use = window.lr_dialog.findChild(QPushButton, "useSuggestedLr")
+    suggested = use.text().split("= ")[1]
+    use.click()
+    assert window.binder.widgets["optimizer.lr"].text() == suggested and float(suggested) > 1e-4
+    QApplication.processEvents()
+
+
+def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2},
+                       monitor={"log_every": 1, "histogram_every": 2, "histogram_layers": ["fc"]})
+    window = make_window(cfg)
+    wait_ready(qtbot, window)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=90_000)
+    window.dashboard.redraw()
+    choice = window.dashboard.hist_choice
+    assert [choice.itemText(i) for i in range(choice.count())] == [
+        "fc.bias (grad)", "fc.bias (weight)", "fc.weight (grad)", "fc.weight (weight)"]
+    assert window.dashboard.hist_image.image.shape[0] == len(window.run_model.histograms[("fc.bias", "grad")])
+    table = window.dashboard.layer_table
+    assert table.rowCount() == len(window.run_model.layers)
+    table.sortItems(1, Qt.SortOrder.DescendingOrder)
+    values = [float(table.item(r, 1).text()) for r in range(table.rowCount())]
+    assert values == sorted(values, reverse=True)

@@ -1,0 +1,62 @@
+"""End-to-end speed against the script a user would write, on decode-heavy photos and on small images.
+
+(a) the plain seed-style loop (ImageFolder, PIL transforms, DataLoader, fp32), (b) `main.py train` with defaults,
+end to end (scan, cache, validation, checkpoints), (c) the in-memory ceiling at the precision (b) chose.
+Interleaved, medians of --repeats. Rates are training images per second of wall time for (a) and (b) (both
+including their per-epoch validation), and of the training loop for (c).
+
+python bench/throughput.py [--repeats 3] [--epochs 2] [--model resnet18] [--batch 64]
+"""
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import yaml
+from common import REPO, machine, median_spread, photo_dataset, run_json, small_dataset, train_cli
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--batch", type=int, default=64)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="td-throughput-"))
+    datasets = {"photos 400x300 JPEG @64px": (photo_dataset(REPO / "bench" / ".data" / "photos"), 64),
+                "small PNG @32px": (small_dataset(REPO / "bench" / ".data" / "shapes"), 32)}
+    table = {}
+    for label, (data, size) in datasets.items():
+        cfg = work / f"{size}.yaml"
+        cfg.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": args.batch},
+                                       "model": {"name": args.model}, "train": {"epochs": args.epochs}}))
+        rows = {"a": [], "b": [], "c": [], "acc_a": [], "acc_b": []}
+        for r in range(args.repeats):
+            a = run_json([str(REPO / "bench" / "plain_loop.py"), str(data), str(size), str(args.epochs), args.model,
+                          str(args.batch)])
+            rows["a"].append(a["train_images"] / a["wall_s"])
+            rows["acc_a"].append(a["final_acc"])
+            b = train_cli(cfg, work / f"b{size}-{r}", [])
+            rows["b"].append(b["train_images"] / b["wall_s"])
+            rows["acc_b"].append(b["final_acc"])
+            c = run_json([str(REPO / "bench" / "ceiling.py"), str(data), str(size), str(args.epochs), args.model,
+                          str(args.batch), b["amp"]])
+            rows["c"].append(c["train_images_per_s"])
+            print(json.dumps({"dataset": label, "a": rows["a"][-1], "b": rows["b"][-1], "c": rows["c"][-1],
+                              "cache": b["cache"], "amp": b["amp"]}), flush=True)
+        table[label] = rows
+    print(f"\nmachine: {machine()}")
+    print(f"{args.model}, batch {args.batch}, {args.epochs} epochs, {args.repeats} repeats (interleaved)\n")
+    print("| data | (a) plain loop img/s | (b) main.py train img/s | (c) in-memory ceiling img/s | b/a | b/c | "
+          "final acc a / b |\n|---|---|---|---|---|---|---|")
+    for label, rows in table.items():
+        med = {k: statistics.median(v) for k, v in rows.items()}
+        print(f"| {label} | {median_spread(rows['a'])} | {median_spread(rows['b'])} | {median_spread(rows['c'])} | "
+              f"{med['b'] / med['a']:.2f} | {med['b'] / med['c']:.2f} | {med['acc_a']:.2f} / {med['acc_b']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
