@@ -7,7 +7,9 @@ finished run replayed from disk: all three read `events.jsonl` (docs/events.md).
 
 from __future__ import annotations
 
+import collections
 import logging
+import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -18,7 +20,8 @@ from trainer.rundir import FINAL_STATES, RunDir
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
-CHUNK_BYTES = 1 << 20  # per poll: replaying a long run takes several polls instead of one long stall
+CHUNK_BYTES = 256 << 10  # read and parsed at once
+BUDGET_S = 0.025  # GUI-thread time one poll may spend on events; the rest waits for the next poll
 
 
 class LogTail:
@@ -28,7 +31,7 @@ class LogTail:
         self.path = path
         self.offset = 0
 
-    def read_new(self, max_bytes: int = 256 << 10) -> str:
+    def read_new(self, max_bytes: int = 64 << 10) -> str:
         try:
             with open(self.path, "rb") as f:
                 f.seek(0, 2)
@@ -80,6 +83,7 @@ class RunModel(QObject):
         self._events = EventTail(run.events)
         self._log = LogTail(run.output_log if run.output_log.exists() else run.log)
         self._ticks = 0
+        self._pending: collections.deque[dict] = collections.deque()
         self._ended = False
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
@@ -105,16 +109,25 @@ class RunModel(QObject):
 
     # ---- reading -----------------------------------------------------------------------------
     def poll(self) -> None:
-        events = self._events.read_new(CHUNK_BYTES)
-        for event in events:
-            self._dispatch(event)
+        """Take in what was appended, within a time budget, so a flood of events never stalls the GUI."""
+        deadline = time.perf_counter() + BUDGET_S
+        got_any = bool(self._pending)
+        while time.perf_counter() < deadline:
+            if not self._pending:
+                new = self._events.read_new(CHUNK_BYTES)
+                if not new:
+                    break
+                got_any = True
+                self._pending.extend(new)
+            while self._pending and time.perf_counter() < deadline:
+                self._dispatch(self._pending.popleft())
         text = self._log.read_new()
         if text:
             self.logAppended.emit(text)
         self._ticks += 1
-        if self._ended and not events:
+        if self._ended and not got_any and not self._pending:
             self._timer.stop()
-        elif not events and self._ticks % 10 == 0:
+        elif not got_any and self._ticks % 10 == 0:
             self._check_alive()
 
     def _check_alive(self) -> None:

@@ -71,7 +71,7 @@ def train_cli(config: Path, run_dir: Path, sets: list[str]) -> dict:
 
     start = time.perf_counter()
     out = subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(config), "--run-dir", str(run_dir),
-                          "--set", *sets], capture_output=True, text=True, cwd=REPO)
+                          *(["--set", *sets] if sets else [])], capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])

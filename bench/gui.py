@@ -94,12 +94,13 @@ def main():
     writer.wait()
     probe.stop()
     rss_end = proc.memory_info().rss
-    events = len(model.step_loss) + (len(model.layer_grad) if model.layer_grad is not None else 0)
+    events = args.steps + args.steps // 10  # step + grad_stats events written and ingested
+    ingested = {"step_points_kept": len(model.step_loss), "heatmap_columns_kept": len(model.layer_grad)}
 
     # redraw time of each plot with 1,000,000 points
     from app.buffers import Series
 
-    big = Series(max_points=2_000_000)
+    big = Series()  # as the app keeps it: long histories decimated to at most Series.max_points
     for i in range(1_000_000):
         big.append(i, 1.0 / (1 + i) + random.random() * 1e-3)
     model.step_loss = model.images_per_s = model.grad_norm = big
@@ -116,11 +117,11 @@ def main():
         plot.grab()
         paint[name] = (time.perf_counter() - t) * 1000
     print(json.dumps({"steps": args.steps, "layers": args.layers, "ingest_s": done.get("t"),
-                      "ingested_steps": len(model.step_loss), "events_per_s": events / done["t"] if done else None,
+                      **ingested, "events_per_s": events / done["t"] if done else None,
                       "max_stall_ms": max(gaps[3:]) if len(gaps) > 3 else None,
                       "p99_gap_ms": sorted(gaps)[int(0.99 * len(gaps))] if gaps else None,
                       "rss_growth_mb": (rss_end - rss_start) / 2**20, "setdata_1M_ms": set_data_ms,
-                      "paint_1M_ms": paint}))
+                      "paint_1M_ms": paint, "points_kept_of_1M": len(big)}))
     print(f"machine: {machine()}")
     dashboard.stop_updates()
     model.close()

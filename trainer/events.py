@@ -84,10 +84,13 @@ class EventTail:
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
+        lines = [line for line in lines if line.strip()]
+        try:  # one parse for the whole chunk is several times faster than one per line
+            return json.loads(b"[" + b",".join(lines) + b"]")
+        except json.JSONDecodeError:
+            pass
         events = []
         for line in lines:
-            if not line.strip():
-                continue
             try:
                 events.append(json.loads(line))
             except json.JSONDecodeError:

@@ -237,13 +237,7 @@ class Dashboard(QWidget):
 
     # ---- binding to a run ----------------------------------------------------------------------
     def set_model(self, model: RunModel) -> None:
-        if self.model is not None:
-            for sig in (self.model.runStarted, self.model.warningRaised, self.model.errorRaised,
-                        self.model.systemSampled, self.model.logAppended, self.model.epochEnded):
-                try:
-                    sig.disconnect(self)
-                except (RuntimeError, TypeError):
-                    pass
+        """Show `model` (the previous RunModel is discarded by its owner, and its connections with it)."""
         self.model = model
         self._versions.clear()
         self.smoother = Smoothed(model.step_loss, self.smoothing.value() / 100)
