@@ -41,11 +41,11 @@ def test_a_changed_file_is_read_again(shapes_dir, tmp_path):
 
 
 def test_batch_order_depends_only_on_seed_and_epoch_and_ranks_partition_it():
-    a = epoch_batches(50, 4, seed=1, epoch=2)
-    assert a == epoch_batches(50, 4, seed=1, epoch=2) and a != epoch_batches(50, 4, seed=1, epoch=3)
-    r0 = epoch_batches(50, 2, seed=1, epoch=2, rank=0, world=2)
-    r1 = epoch_batches(50, 2, seed=1, epoch=2, rank=1, world=2)
-    assert len(r0) == len(r1)
+    a = epoch_batches(48, 4, seed=1, epoch=2)
+    assert a == epoch_batches(48, 4, seed=1, epoch=2) and a != epoch_batches(48, 4, seed=1, epoch=3)
+    r0 = epoch_batches(48, 2, seed=1, epoch=2, rank=0, world=2)
+    r1 = epoch_batches(48, 2, seed=1, epoch=2, rank=1, world=2)
+    assert len(r0) == len(r1) == len(a) == 12
     for k in range(len(a)):
         assert sorted(r0[k] + r1[k]) == sorted(a[k])
 
@@ -57,3 +57,9 @@ def test_validation_split_is_stratified_and_seeded():
     assert (train, val) == stratified_split(samples, 0.25, seed=4)
     assert val != stratified_split(samples, 0.25, seed=5)[1]
     assert not set(train) & set(val)
+
+
+def test_uneven_shards_are_padded_so_every_rank_takes_the_same_number_of_steps():
+    r0 = epoch_batches(51, 4, seed=0, epoch=0, rank=0, world=2)
+    r1 = epoch_batches(51, 4, seed=0, epoch=0, rank=1, world=2)
+    assert len(r0) == len(r1) and sum(map(len, r0)) == sum(map(len, r1)) == 26

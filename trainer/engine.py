@@ -165,7 +165,8 @@ class Loop:
         names = self.monitor.names
         chosen = [n for n in names if any(pattern_matches(p, n) for p in mon.histogram_layers)]
         self.histogram_layers = chosen or ([names[0], names[-1]] if len(names) > 1 else names)
-        self.need_grad_norms = cfg.monitor.grad_stats or cfg.train.clip_grad_norm or cfg.train.on_nonfinite == "skip"
+        # Gradient norms every step only when a step needs them (clipping, skipping); statistics need them at log steps.
+        self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self.resumed_from = self._resume() if resume else None
 
     def _batches(self, epoch: int) -> list[list[int]]:
@@ -297,7 +298,7 @@ class Loop:
             log_now = (p.step + 1) % cfg.monitor.log_every == 0
             grad_norms = total_norm = None
             self.precision.unscale(self.optimizer)
-            if self.need_grad_norms:
+            if self.norms_every_step or (log_now and cfg.monitor.grad_stats):
                 grad_norms = self.monitor.grad_norms()
                 total_norm = global_norm(grad_norms)
                 if cfg.train.on_nonfinite == "skip" and not torch.isfinite(total_norm).item():  # host sync

@@ -39,6 +39,7 @@ from app.run_model import RunModel
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 REDRAW_MS = 100
+GRADIENTS_TAB = 1
 
 
 def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
@@ -205,6 +206,7 @@ class Dashboard(QWidget):
         self.tabs.addTab(grad_tab, "Gradients")
         self.tabs.addTab(results_tab, "Results")
         self.tabs.addTab(self.log_view, "Log")
+        self.tabs.currentChanged.connect(lambda _: self.redraw())
 
         # ---- side panel ----
         self.summary = QLabel("No run yet: press Start.")
@@ -328,6 +330,8 @@ class Dashboard(QWidget):
         self._set("norm", self.norm_curve, m.grad_norm)
         for i, (item, series) in enumerate(zip(self.lr_curves, m.lr)):
             self._set(f"lr{i}", item, series)
+        if self.tabs.currentIndex() != GRADIENTS_TAB:
+            return  # hidden views are not redrawn; switching tabs redraws them from the buffers
         if m.layer_grad is not None and self._changed("heat", m.layer_grad) and len(m.layer_grad):
             with np.errstate(divide="ignore", invalid="ignore"):
                 image = np.log10(np.maximum(m.layer_grad.data, 1e-12))
