@@ -176,6 +176,7 @@ class Dashboard(QWidget):
         bottom = QSplitter()
         bottom.addWidget(self.layer_table)
         bottom.addWidget(hist_box)
+        bottom.setSizes([560, 420])
         grad_tab.addWidget(top)
         grad_tab.addWidget(bottom)
 
