@@ -20,7 +20,7 @@ from trainer.rundir import FINAL_STATES, RunDir
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
-CHUNK_BYTES = 256 << 10  # read and parsed at once
+CHUNK_BYTES = 64 << 10  # read and parsed at once
 BUDGET_S = 0.025  # GUI-thread time one poll may spend on events; the rest waits for the next poll
 
 

@@ -48,7 +48,7 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
     plot.showGrid(x=True, y=True, alpha=0.25)
     plot.setLabel("left", y_label)
     plot.setLabel("bottom", x_label)
-    plot.getPlotItem().setDownsampling(mode="peak")
+    plot.getPlotItem().setDownsampling(auto=True, mode="peak")
     plot.getPlotItem().setClipToView(True)
     plot.addLegend(offset=(-10, 10))
     return plot
