@@ -54,6 +54,20 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
     return plot
 
 
+def image_plot(title: str, colormap: str, x_label: str = "", y_label: str = "") -> tuple[pg.PlotWidget, pg.ImageItem]:
+    """A plot holding one colour-mapped image (heatmaps, histograms over time, confusion matrix); row 0 on top."""
+    plot = pg.PlotWidget(title=title)
+    plot.setBackground("w")
+    image = pg.ImageItem()
+    image.setColorMap(pg.colormap.get(colormap))
+    plot.addItem(image)
+    if x_label:
+        plot.setLabel("bottom", x_label)
+    if y_label:
+        plot.setLabel("left", y_label)
+    return plot, image
+
+
 def curve(plot: pg.PlotWidget, color: str, name: str | None = None, width: float = 2, symbol: str | None = None):
     return plot.plot([], [], pen=pg.mkPen(color, width=width), name=name, symbol=symbol, symbolSize=6,
                      symbolBrush=color if symbol else None)
@@ -128,13 +142,8 @@ class Dashboard(QWidget):
         cl.addWidget(self.curves, 1)
 
         # ---- gradients tab ----
-        self.heat_plot = pg.PlotWidget(title="Per-layer gradient norm (log10), layers × logged steps")
-        self.heat_plot.setBackground("w")
-        self.heat_image = pg.ImageItem()
-        self.heat_image.setColorMap(pg.colormap.get("viridis"))
-        self.heat_plot.addItem(self.heat_image)
-        self.heat_plot.setLabel("bottom", "logged step")
-        self.heat_plot.setLabel("left", "layer")
+        self.heat_plot, self.heat_image = image_plot("Per-layer gradient norm (log10), layers × logged steps",
+                                                     "viridis", "logged step", "layer")
         self.heat_plot.getViewBox().invertY(True)
         self.heat_hover = QLabel("hover over the heatmap for layer and value")
         self.heat_hover.setObjectName("heatHover")
@@ -150,13 +159,8 @@ class Dashboard(QWidget):
         self.hist_choice.setObjectName("histogramLayer")
         self.hist_choice.setPlaceholderText("no histograms yet (monitor.histogram_every)")
         self.hist_choice.currentIndexChanged.connect(lambda _: self._versions.pop("hist", None))
-        self.hist_plot = pg.PlotWidget(title="Histogram over time (each column: one logged step, own range)")
-        self.hist_plot.setBackground("w")
-        self.hist_image = pg.ImageItem()
-        self.hist_image.setColorMap(pg.colormap.get("magma"))
-        self.hist_plot.addItem(self.hist_image)
-        self.hist_plot.setLabel("bottom", "histogram #")
-        self.hist_plot.setLabel("left", "bin (min → max)")
+        self.hist_plot, self.hist_image = image_plot("Histogram over time (each column: one logged step, own range)",
+                                                     "magma", "histogram #", "bin (min → max)")
         self.hist_range = QLabel("")
         hist_box = QWidget()
         hl = QVBoxLayout(hist_box)
@@ -181,13 +185,10 @@ class Dashboard(QWidget):
         grad_tab.addWidget(bottom)
 
         # ---- results tab ----
-        self.confusion_plot = pg.PlotWidget(title="Confusion matrix, best epoch (rows: true class)")
-        self.confusion_plot.setBackground("w")
+        self.confusion_plot, self.confusion_image = image_plot("Confusion matrix, best epoch (rows: true class)",
+                                                               "CET-L12")
         self.confusion_plot.getViewBox().invertY(True)
         self.confusion_plot.setMouseEnabled(x=False, y=False)
-        self.confusion_image = pg.ImageItem()
-        self.confusion_image.setColorMap(pg.colormap.get("CET-L12"))
-        self.confusion_plot.addItem(self.confusion_image)
         self._confusion_texts: list = []
         self.class_plot = make_plot("Per-class accuracy (best epoch)", "accuracy", "class")
         self.class_plot.setMouseEnabled(x=False, y=False)
