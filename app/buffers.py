@@ -1,7 +1,8 @@
 """Growable numpy buffers for curves: amortised O(1) appends, views for plotting, bounded memory.
 
-Qt-free. Long histories are decimated in place (every other point kept once `max_points` is reached),
-so a million-step run costs a fixed amount of memory and plotting stays fast.
+Qt-free. Long histories are decimated in place once `max_points` is reached: each run of four points
+keeps its lowest and highest, so a million-step run costs a fixed amount of memory, plotting stays fast,
+and a one-step spike (or dip) is never decimated away.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ class Series:
         self._n = 0
         self.max_points = max_points
         self.version = 0  # bumped on every change, so views redraw only when needed
+        self.decimations = 0  # how many times the history was thinned; `kept` = old indices kept the last time
+        self.kept = np.empty(0, dtype=np.int64)
+        self.before_decimating: list = []  # callables run just before thinning (derived views catch up first)
 
     def __len__(self) -> int:
         return self._n
@@ -35,10 +39,23 @@ class Series:
         self.version += 1
 
     def _decimate(self) -> None:
-        half = self._n // 2
-        self._x[:half] = self._x[: 2 * half: 2]
-        self._y[:half] = self._y[: 2 * half: 2]
-        self._n = half
+        """Halve the history: of each four points keep the lowest and the highest (in step order)."""
+        for catch_up in self.before_decimating:
+            catch_up()
+        full = self._n // 4 * 4
+        y = self._y[:full].reshape(-1, 4)
+        nan = np.isnan(y)
+        low = np.argmin(np.where(nan, np.inf, y), axis=1)
+        high = np.argmax(np.where(nan, -np.inf, y), axis=1)
+        high = np.where(high == low, 3 - low, high)  # a flat run of four: keep two distinct points
+        base = np.arange(len(y)) * 4
+        pairs = np.sort(np.stack([base + low, base + high], axis=1), axis=1).ravel()
+        kept = np.concatenate([pairs, np.arange(full, self._n)])
+        self._x[: len(kept)] = self._x[kept]
+        self._y[: len(kept)] = self._y[kept]
+        self._n = len(kept)
+        self.kept = kept
+        self.decimations += 1
 
     @property
     def x(self) -> np.ndarray:
@@ -51,6 +68,8 @@ class Series:
     def clear(self) -> None:
         self._n = 0
         self.version += 1
+        self.decimations += 1
+        self.kept = np.empty(0, dtype=np.int64)
 
 
 class Matrix:
@@ -100,7 +119,8 @@ class Smoothed:
     """A TensorBoard-style exponential moving average of a Series, extended incrementally.
 
     Only the points appended since the last call are processed (a Python loop over a few points per
-    redraw); the whole series is recomputed only when the weight changes or the series was decimated.
+    redraw). When the series is decimated, the smoothed values are thinned the same way and the average
+    runs on over every raw point; the whole series is recomputed only when the weight changes.
     """
 
     def __init__(self, series: Series, weight: float = 0.6):
@@ -109,7 +129,8 @@ class Smoothed:
         self._out = np.empty(0)
         self._done = 0
         self._acc = self._norm = 0.0
-        self._seen_len = 0
+        self._decimations = series.decimations
+        series.before_decimating.append(self.values)  # smooth every point before any is thinned away
 
     def set_weight(self, weight: float) -> None:
         if weight != self.weight:
@@ -118,9 +139,15 @@ class Smoothed:
 
     def values(self) -> np.ndarray:
         y = self.series.y
-        if len(y) < self._seen_len:  # decimated or cleared
-            self._done = 0
-        self._seen_len = len(y)
+        if self.series.decimations != self._decimations:
+            once = self.series.decimations == self._decimations + 1
+            self._decimations = self.series.decimations
+            if once and self._done:  # keep the smoothed values of the points kept; the average runs on
+                done = self.series.kept[self.series.kept < self._done]
+                self._out[: len(done)] = self._out[done]
+                self._done = len(done)
+            else:
+                self._done = 0
         if self.weight <= 0:
             return y
         if self._done == 0:

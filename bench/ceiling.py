@@ -1,6 +1,6 @@
 """The in-memory ceiling: the same model and batch on pre-decoded tensors, no data loading at all.
 
-python bench/ceiling.py DATA_DIR IMAGE_SIZE EPOCHS MODEL BATCH AMP -> one JSON line
+python bench/ceiling.py DATA_DIR IMAGE_SIZE EPOCHS MODEL BATCH PRECISION MEMORY_FORMAT -> one JSON line
 """
 
 import contextlib
@@ -14,6 +14,8 @@ import torchvision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from common import BENCH_OPTIMIZER  # noqa: E402
+
 from trainer.data import decode_image  # noqa: E402
 from trainer.scan import scan_image_folder  # noqa: E402
 
@@ -21,12 +23,14 @@ from trainer.scan import scan_image_folder  # noqa: E402
 def main():
     root, size, epochs, name, batch, amp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
         int(sys.argv[5]), sys.argv[6]
+    memory_format = getattr(torch, sys.argv[7])
     torch.manual_seed(0)
     scan = scan_image_folder(root, full=False)
     x = torch.stack([decode_image(p, size) for p, _ in scan.samples]).float().div(255)
+    x = x.contiguous(memory_format=memory_format)
     y = torch.tensor([label for _, label in scan.samples])
-    model = torchvision.models.get_model(name, num_classes=len(scan.classes))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model = torchvision.models.get_model(name, num_classes=len(scan.classes)).to(memory_format=memory_format)
+    opt = torch.optim.AdamW(model.parameters(), lr=BENCH_OPTIMIZER["lr"], weight_decay=BENCH_OPTIMIZER["weight_decay"])
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if amp == "bf16" else contextlib.nullcontext()
     n = len(y) * 4 // 5
     images, start = 0, time.perf_counter()

@@ -98,14 +98,14 @@ def main():
     ingested = {"step_points_kept": len(model.step_loss), "heatmap_columns_kept": len(model.layer_grad)}
 
     # redraw time of each plot with 1,000,000 points
-    from app.buffers import Series
+    from app.buffers import Series, Smoothed
 
     big = Series()  # as the app keeps it: long histories decimated to at most Series.max_points
     for i in range(1_000_000):
         big.append(i, 1.0 / (1 + i) + random.random() * 1e-3)
     model.step_loss = model.images_per_s = model.grad_norm = big
     model.lr = [big, big]
-    dashboard.smoother.series = big
+    dashboard.smoother = Smoothed(big, dashboard.smoother.weight)
     dashboard._versions.clear()
     t = time.perf_counter()
     dashboard.redraw()

@@ -1,5 +1,6 @@
 """What the live statistics cost: images/s of (a) the plain seed-style loop, (b) the trainer with statistics off,
-(c) statistics every 10 steps, (d) every step — interleaved, medians of several repeats.
+(c) statistics every 10 steps, (d) every step — interleaved, medians of several repeats. All fp32 (`train.amp:
+none`), like (a), so the comparison is about the statistics alone.
 
 python bench/overhead.py [--repeats 3] [--epochs 3] [--model small_cnn] [--size 32]
 """
@@ -11,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from common import REPO, machine, median_spread, run_json, small_dataset, train_cli
+from common import BENCH_OPTIMIZER, REPO, machine, median_spread, run_json, small_dataset, train_cli
 
 VARIANTS = {
     "b": ("trainer, stats off", ["monitor.grad_stats=false", "monitor.log_every=10"]),
@@ -33,7 +34,7 @@ def main():
     config = work / "cfg.yaml"
     config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": args.size,
                                                "batch_size": args.batch}, "model": {"name": args.model},
-                                      "train": {"epochs": args.epochs}}))
+                                      "train": {"epochs": args.epochs, "amp": "none"}, "optimizer": BENCH_OPTIMIZER}))
     results = {k: [] for k in "abcd"}
     for r in range(args.repeats):
         a = run_json([str(REPO / "bench" / "plain_loop.py"), str(data), str(args.size), str(args.epochs), args.model,

@@ -1,4 +1,5 @@
-"""The training script a user would write from the seed documents: ImageFolder, PIL transforms, DataLoader, fp32.
+"""The training script a user would write from the seed documents: ImageFolder, PIL transforms, DataLoader, fp32
+(with the benchmarks' common optimizer, so that it trains exactly what the trainer trains).
 
 python bench/plain_loop.py DATA_DIR IMAGE_SIZE EPOCHS MODEL BATCH [--log-every N] -> one JSON line
 """
@@ -14,6 +15,7 @@ from torch import nn
 from torchvision import transforms as T
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
+from common import BENCH_OPTIMIZER  # noqa: E402
 
 
 def main():
@@ -37,7 +39,7 @@ def main():
         model = SmallCNN(len(full.classes))
     else:
         model = torchvision.models.get_model(model_name, num_classes=len(full.classes))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=BENCH_OPTIMIZER["lr"], weight_decay=BENCH_OPTIMIZER["weight_decay"])
     criterion = nn.CrossEntropyLoss()
     images, train_time = 0, 0.0
     start = time.perf_counter()

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import REPO, machine, median_spread, photo_dataset, run_json, small_dataset, train_cli
+from common import BENCH_OPTIMIZER, REPO, machine, median_spread, photo_dataset, run_json, small_dataset, train_cli
 
 
 def main():
@@ -34,7 +34,8 @@ def main():
     for label, (data, size) in datasets.items():
         cfg = work / f"{size}.yaml"
         cfg.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": args.batch},
-                                       "model": {"name": args.model}, "train": {"epochs": args.epochs}}))
+                                       "model": {"name": args.model}, "train": {"epochs": args.epochs},
+                                       "optimizer": BENCH_OPTIMIZER}))
         rows = {"a": [], "b": [], "c": [], "acc_a": [], "acc_b": []}
         for r in range(args.repeats):
             started = time.perf_counter()
@@ -46,10 +47,10 @@ def main():
             rows["b"].append(b["train_images"] / b["wall_s"])
             rows["acc_b"].append(b["final_acc"])
             c = run_json([str(REPO / "bench" / "ceiling.py"), str(data), str(size), str(args.epochs), args.model,
-                          str(args.batch), b["amp"]])
+                          str(args.batch), b["precision"], b["memory_format"]])
             rows["c"].append(c["train_images_per_s"])
             print(json.dumps({"dataset": label, "a": rows["a"][-1], "b": rows["b"][-1], "c": rows["c"][-1],
-                              "cache": b["cache"], "amp": b["amp"]}), flush=True)
+                              "cache": b["cache"], "precision": b["precision"]}), flush=True)
         table[label] = rows
     print(f"\nmachine: {machine()}")
     print(f"{args.model}, batch {args.batch}, {args.epochs} epochs, {args.repeats} repeats (interleaved)\n")

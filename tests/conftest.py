@@ -6,6 +6,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# The decoded-image cache of every run started by the tests (in-process or as subprocesses) goes here, not ~/.cache.
+os.environ["XDG_CACHE_HOME"] = os.path.join(__import__("tempfile").mkdtemp(prefix="traindeck-test-cache-"))
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -1,15 +1,21 @@
 """The data path: cache and plain decoding feed identical pixels; batch order and augmentation are seeded."""
 
+import shutil
+
+import pytest
 import torch
 
+import trainer.data
 from trainer.config import AugmentConfig, DataConfig
-from trainer.data import BatchAugment, Split, _decode_all, epoch_batches, iterate_batches, load_data, stratified_split
+from trainer.data import BatchAugment, epoch_batches, iterate_batches, load_data, stratified_split
 
 
-def test_memory_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_dir):
-    cached = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="memory"), seed=0, workers=0)
+@pytest.mark.parametrize("cache", ["memory", "disk"])
+def test_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_dir, tmp_path, cache):
+    cached = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache=cache, cache_dir=str(tmp_path)),
+                       seed=0, workers=0)
     plain = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="none"), seed=0, workers=0)
-    assert cached.cache == "memory" and plain.cache == "none"
+    assert cached.cache == cache and plain.cache == "none"
     assert cached.train.samples == plain.train.samples and cached.val.samples == plain.val.samples
     augment = BatchAugment(AugmentConfig(color_jitter=0.3), [0.5] * 3, [0.25] * 3, torch.device("cpu"))
     batches = epoch_batches(len(plain.train), 8, seed=0, epoch=3)
@@ -21,23 +27,70 @@ def test_memory_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_
         assert torch.equal(augment(xa, g1), augment(xb, g2))
         n += 1
     assert n == len(batches)
+    val_batches = epoch_batches(len(plain.val), 8, seed=0, epoch=0, shuffle=False)
+    for (xa, _), (xb, _) in zip(iterate_batches(cached.val, val_batches, 0, 16, False),
+                                iterate_batches(plain.val, val_batches, 0, 16, False)):
+        assert torch.equal(xa, xb)
 
 
-def test_a_changed_file_is_read_again(shapes_dir, tmp_path):
-    import shutil
+def _pixels(bundle, path: str) -> torch.Tensor:
+    for split in (bundle.train, bundle.val):
+        for i, (p, _) in enumerate(split.samples):
+            if p == path:
+                return split.store.take(split.rows[i:i + 1])[0]
+    raise KeyError(path)
 
+
+def test_the_cache_is_reused_until_a_file_changes_is_added_or_removed(shapes_dir, tmp_path, monkeypatch):
     from PIL import Image
 
     data = tmp_path / "d"
     shutil.copytree(shapes_dir, data)
-    path = sorted(data.glob("circle/*.png"))[0]
-    split = Split([(str(path), 0)])
-    _decode_all(split, 16, 1)
-    before = split.images.clone()
-    Image.new("RGB", (24, 24), (255, 0, 0)).save(path)
-    split = Split([(str(path), 0)])
-    _decode_all(split, 16, 1)
-    assert not torch.equal(before, split.images) and (split.images[0, 0] == 255).all()
+    cfg = DataConfig(train_dir=str(data), image_size=16, cache="disk", cache_dir=str(tmp_path / "cache"))
+    first = load_data(cfg, seed=0, workers=0)
+    changed = sorted(data.glob("circle/*.png"))[0]
+    before = _pixels(first, str(changed)).clone()
+
+    decoded = []
+    real_decode = trainer.data.decode_image
+    monkeypatch.setattr(trainer.data, "decode_image", lambda path, size: decoded.append(path) or real_decode(path, size))
+    again = load_data(cfg, seed=0, workers=0)
+    assert decoded == [] and torch.equal(_pixels(again, str(changed)), before)  # unchanged folder: nothing decoded
+
+    Image.new("RGB", (24, 24), (255, 0, 0)).save(changed)
+    after = load_data(cfg, seed=0, workers=0)
+    assert len(decoded) == 120 and torch.equal(_pixels(after, str(changed))[0], torch.full((16, 16), 255, dtype=torch.uint8))
+
+    added = data / "circle" / "new.png"
+    Image.new("RGB", (24, 24), (0, 0, 255)).save(added)
+    removed = sorted(data.glob("square/*.png"))[0]
+    removed.unlink()
+    latest = load_data(cfg, seed=0, workers=0)
+    paths = {p for split in (latest.train, latest.val) for p, _ in split.samples}
+    assert str(added) in paths and str(removed) not in paths and len(paths) == 120
+    assert (_pixels(latest, str(added))[2] == 255).all()
+
+
+def test_a_damaged_cache_entry_is_decoded_again(shapes_dir, tmp_path):
+    cfg = DataConfig(train_dir=str(shapes_dir), image_size=16, cache="disk", cache_dir=str(tmp_path))
+    good = load_data(cfg, seed=0, workers=0)
+    some = torch.arange(10)
+    expected = good.train.store.take(good.train.rows[some])  # a copy: the map itself must not outlive the truncation
+    del good
+    (entry,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    with open(entry / "images.u8", "r+b") as f:
+        f.truncate(1000)
+    again = load_data(cfg, seed=0, workers=0)
+    assert torch.equal(expected, again.train.store.take(again.train.rows[some]))
+
+
+def test_an_unusable_cache_folder_falls_back_to_memory_with_a_warning(shapes_dir, tmp_path, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    bundle = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="disk", cache_dir=str(blocker)),
+                       seed=0, workers=0)
+    assert bundle.train.store.where == "memory" and len(bundle.train) == 96
+    assert any("not-a-folder" in r.getMessage() and "unusable" in r.getMessage() for r in caplog.records)
 
 
 def test_batch_order_depends_only_on_seed_and_epoch_and_ranks_partition_it():

@@ -14,6 +14,7 @@ from helpers import REPO, process_tree_gone, run_main, write_config
 from trainer.checkpoint import load_weights_only
 from trainer.events import read_events
 from trainer.rundir import RunDir
+from trainer.strategy import choose_precision
 
 
 def start_train(cfg_path, run_dir, *extra):
@@ -133,5 +134,10 @@ def test_demo_config_reaches_90_percent(tmp_path):
     cfg.write_text((REPO / "resources" / "demo.yaml").read_text())
     result = run_main("train", cfg, "--runs-dir", tmp_path / "runs", timeout=300)
     assert result.returncode == 0, result.stderr
-    status = json.loads(next((tmp_path / "runs").iterdir()).joinpath("status.json").read_text())
+    run = next((tmp_path / "runs").iterdir())
+    status = json.loads(run.joinpath("status.json").read_text())
     assert status["best_acc"] >= 0.9
+    start = next(e for e in read_events(run / "events.jsonl") if e["event"] == "run_start")
+    # The defaults: the precision this CPU runs natively, channels_last for the built-in conv net.
+    assert start["precision"] == choose_precision("auto", torch.device("cpu"))[0]
+    assert start["memory_format"] == "channels_last" and start["cache"] == "memory"

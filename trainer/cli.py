@@ -149,6 +149,8 @@ def cmd_probe_devices(args) -> int:
     import torch
     import torch.distributed as dist
 
+    from trainer.strategy import native_bf16
+
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -156,7 +158,8 @@ def cmd_probe_devices(args) -> int:
             gpus.append({"index": i, "name": props.name, "memory_gb": round(props.total_memory / 2**30, 1)})
     print(json.dumps({
         "gpus": gpus,
-        "bf16_cuda": bool(gpus) and torch.cuda.is_bf16_supported(),
+        "bf16_cuda": bool(gpus) and native_bf16(torch.device("cuda", 0)),
+        "bf16_cpu": native_bf16(torch.device("cpu")),
         "backends": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available() and bool(gpus),
                      "mpi": dist.is_mpi_available()},
         "horovod": importlib.util.find_spec("horovod") is not None,

@@ -60,8 +60,11 @@ class DataConfig:
     augment: AugmentConfig = opt(factory=AugmentConfig, doc="training-time augmentation")
     mean: list[float] = opt(factory=lambda: list(IMAGENET_MEAN), doc="per-channel normalisation mean (RGB)")
     std: list[float] = opt(factory=lambda: list(IMAGENET_STD), doc="per-channel normalisation std (RGB)")
-    cache: str = opt("auto", "decoded-image cache: auto picks memory when it fits",
-                     choices=("auto", "none", "memory"))
+    cache: str = opt("auto", "decoded-image cache, built once and reused by later runs: memory (read into RAM), "
+                     "disk (memory-mapped), none (decode every epoch); auto = memory when it fits in a quarter "
+                     "of free RAM, else disk", choices=("auto", "none", "memory", "disk"))
+    cache_dir: str | None = opt(None, "where decoded images are kept (default: ~/.cache/traindeck/images, or "
+                                "$XDG_CACHE_HOME/traindeck/images)")
     on_bad_file: str = opt("skip", "unreadable images: skip (listed in the log) or fail the run",
                            choices=("skip", "fail"))
 
@@ -115,9 +118,14 @@ class TrainConfig:
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
     seed: int = opt(0, "seed for data order, augmentation and initialisation", ge=0)
-    amp: str = opt("none", "mixed precision: bf16 or fp16 autocast (native torch.amp)",
-                   choices=("none", "bf16", "fp16"))
-    channels_last: bool = opt(False, "use the channels_last memory format")
+    amp: str = opt("auto", "mixed precision: auto = bf16 autocast where the hardware runs it natively (GPUs with bf16, "
+                   "CPUs with AVX512-BF16 or AMX), else fp32; none = fp32; bf16 / fp16 (+ GradScaler) when asked",
+                   choices=("auto", "none", "bf16", "fp16"))
+    memory_format: str = opt("auto", "activation and weight layout: auto = channels_last for the built-in and "
+                             "torchvision models (their convolutions run faster in it), contiguous for your own",
+                             choices=("auto", "channels_last", "contiguous"))
+    compile: bool = opt(False, "torch.compile the model: faster steps on some hardware after a slow first step "
+                        "(on a 2-core CPU it was slower; see docs/benchmarks.md)")
     sync_batchnorm: bool = opt(False, "ddp: convert BatchNorm layers to SyncBatchNorm")
     on_nonfinite: str = opt("stop", "non-finite loss or gradient: stop the run, or skip the step",
                             choices=("stop", "skip"))
@@ -208,11 +216,17 @@ class RunConfig:
         out = RunConfig.from_dict(self.to_dict())
         out.data.train_dir = fix(out.data.train_dir) or ""
         out.data.val_dir = fix(out.data.val_dir)
+        out.data.cache_dir = fix(out.data.cache_dir)
         out.model.weights = fix(out.model.weights)
-        if ".py:" in out.model.name:
+        if is_user_model(out.model.name):
             path, cls_name = out.model.name.rsplit(":", 1)
             out.model.name = f"{fix(path)}:{cls_name}"
         return out
+
+
+def is_user_model(name: str) -> bool:
+    """model.name is the user's own class: path/to/file.py:ClassName."""
+    return ":" in name and name.rpartition(":")[0].endswith(".py")
 
 
 def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> RunConfig:
@@ -384,6 +398,8 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         problems.append("train.sync_batchnorm: SyncBatchNorm runs on GPUs only; on cpu leave it off")
     if cfg.train.amp == "fp16" and dev.type == "cpu":
         problems.append("train.amp: fp16 autocast needs device.type cuda; use bf16 on cpu")
+    if cfg.train.compile and dev.parallel == "dp":
+        problems.append("train.compile: not supported with device.parallel dp; use ddp (or leave compile off)")
     return problems
 
 

@@ -1,9 +1,10 @@
-"""Datasets, the decoded-image cache, per-epoch batch order and batched augmentation.
+"""Datasets, per-epoch batch order and batched augmentation.
 
-Images are decoded once to uint8 tensors at the training resolution (resize the short side, centre
-crop). With `data.cache: memory` every image is decoded up front into one tensor and batches are plain
-indexing; with `none`, DataLoader workers decode each epoch. Both feed the same `BatchAugment`, which
-runs on whole uint8 batches on the training device, so the cache changes speed, never pixels.
+Images are decoded to uint8 tensors at the training resolution (resize the short side, centre crop).
+With `data.cache: memory | disk` each folder is decoded once through `trainer.cache` (and reused by
+later runs) and batches are plain indexing; with `none`, DataLoader workers decode each epoch. All feed
+the same `BatchAugment`, which runs on whole uint8 batches on the training device, so the cache changes
+speed, never pixels.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import math
 import os
 import random
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 
+from trainer.cache import ImageStore, Progress, default_cache_dir, open_store
 from trainer.config import AugmentConfig, DataConfig
 from trainer.scan import DataError, ScanResult, scan_image_folder
 
@@ -75,11 +77,17 @@ def collate_skipping_bad(items):
 @dataclass
 class Split:
     samples: list[tuple[str, int]]
-    images: torch.Tensor | None = None  # (N, 3, S, S) uint8 when cached
+    store: ImageStore | None = None  # decoded images when cached
+    rows: torch.Tensor | None = None  # store row of each sample
     labels: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def attach(self, store: ImageStore) -> None:
+        self.store = store
+        self.rows = torch.tensor([store.rows[path] for path, _ in self.samples], dtype=torch.long)
+        self.labels = torch.tensor([label for _, label in self.samples], dtype=torch.long)
 
 
 @dataclass
@@ -108,54 +116,55 @@ def stratified_split(samples: list[tuple[str, int]], fraction: float, seed: int)
 
 
 def resolve_cache(cfg: DataConfig, n_images: int) -> str:
+    """memory | disk | none: `data.cache`, or for auto, memory when the decoded images fit in a share of free RAM."""
     if cfg.cache != "auto":
         return cfg.cache
     need = n_images * 3 * cfg.image_size ** 2
-    return "memory" if need < MEMORY_CACHE_FRACTION * psutil.virtual_memory().available else "none"
+    return "memory" if need < MEMORY_CACHE_FRACTION * psutil.virtual_memory().available else "disk"
 
 
-def _decode_all(split: Split, size: int, workers: int) -> list[tuple[str, str]]:
-    """Fill split.images/labels; returns files that failed to decode (and removes them)."""
-    def load(sample):
-        try:
-            return decode_image(sample[0], size), None
-        except Exception as e:  # noqa: BLE001
-            return None, f"cannot decode: {e}"
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        results = list(pool.map(load, split.samples))
-    bad = [(s[0], reason) for s, (img, reason) in zip(split.samples, results) if img is None]
-    kept = [(s, img) for s, (img, _) in zip(split.samples, results) if img is not None]
-    split.samples = [s for s, _ in kept]
-    split.images = torch.stack([img for _, img in kept]) if kept else torch.empty(0, 3, size, size, dtype=torch.uint8)
-    split.labels = torch.tensor([s[1] for s in split.samples], dtype=torch.long)
-    return bad
+def cache_dir(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
 
 
-def load_data(cfg: DataConfig, seed: int, workers: int) -> DataBundle:
-    """Scan the folders, split train/val, and (when caching) decode everything once."""
-    train_scan = _checked_scan(cfg.train_dir, "data.train_dir", cfg.cache == "none")
-    skipped = list(train_scan.bad_files)
+def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | None = None) -> DataBundle:
+    """Scan the folders, decode them once through the cache (unless `cache: none`), split train/val.
+
+    Files that fail to decode are dropped before the split, so every cache mode splits the same usable files.
+    """
+    cache = resolve_cache(cfg, 0)
+    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none")}
     if cfg.val_dir:
-        val_scan = _checked_scan(cfg.val_dir, "data.val_dir", cfg.cache == "none")
+        folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none")
+        train_scan, val_scan = folders["train"], folders["val"]
         if val_scan.classes != train_scan.classes:
             only_train = sorted(set(train_scan.classes) - set(val_scan.classes))
             only_val = sorted(set(val_scan.classes) - set(train_scan.classes))
             raise DataError(f"data.val_dir: {cfg.val_dir} has different classes from data.train_dir "
                             f"(only in train: {only_train or '-'}; only in val: {only_val or '-'})")
-        skipped += val_scan.bad_files
-        train_s, val_s = train_scan.samples, val_scan.samples
+    cache = resolve_cache(cfg, sum(len(f.samples) for f in folders.values()))
+    skipped = [bad for scan in folders.values() for bad in scan.bad_files]
+    stores: dict[str, ImageStore] = {}
+    if cache != "none":
+        for name, scan in folders.items():
+            store = open_store([p for p, _ in scan.samples], cfg.image_size, cache, cache_dir(cfg), decode_image,
+                               os.cpu_count() or 1, progress)
+            stores[name] = store
+            skipped += store.bad
+            scan.samples = [s for s in scan.samples if s[0] in store.rows]
+    samples = folders["train"].samples
+    if cfg.val_dir:
+        train_s, val_s = samples, folders["val"].samples
     else:
-        train_s, val_s = stratified_split(train_scan.samples, cfg.val_split, seed)
+        train_s, val_s = stratified_split(samples, cfg.val_split, seed)
+    if not train_s:
+        raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
     if not val_s:
         raise DataError(f"data.val_split: no validation images left from {cfg.train_dir}; add images or set data.val_dir")
-    bundle = DataBundle(train_scan.classes, Split(train_s), Split(val_s), skipped,
-                        resolve_cache(cfg, len(train_s) + len(val_s)))
-    if bundle.cache == "memory":
-        for split in (bundle.train, bundle.val):
-            bundle.skipped += _decode_all(split, cfg.image_size, workers)
-    if len(bundle.train) == 0:
-        raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
+    bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache)
+    if stores:
+        bundle.train.attach(stores["train"])
+        bundle.val.attach(stores.get("val", stores["train"]))
     if cfg.on_bad_file == "fail" and bundle.skipped:
         path, reason = bundle.skipped[0]
         raise DataError(f"{path}: {reason} (data.on_bad_file is fail; {len(bundle.skipped)} bad files in all)")
@@ -202,10 +211,10 @@ def epoch_batches(n: int, batch_size: int, *, seed: int, epoch: int, rank: int =
 def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: int,
                     pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers."""
-    if split.images is not None:
+    if split.store is not None:
         for idx in batches:
             index = torch.tensor(idx)
-            yield split.images[index], split.labels[index]
+            yield split.store.take(split.rows[index]), split.labels[index]
         return
     loader = torch.utils.data.DataLoader(
         ImageDataset(split.samples, size), batch_sampler=batches, num_workers=workers,
@@ -230,12 +239,12 @@ class BatchAugment:
     """
 
     def __init__(self, aug: AugmentConfig, mean: list[float], std: list[float], device: torch.device,
-                 channels_last: bool = False):
+                 memory_format: torch.memory_format = torch.contiguous_format):
         self.aug = aug
         self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
         self.device = device
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.memory_format = memory_format
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         x = images.to(self.device, non_blocking=True).float()

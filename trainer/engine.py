@@ -26,12 +26,12 @@ from trainer.checkpoint import load_latest, save_checkpoint
 from trainer.config import ConfigError, RunConfig, load_config
 from trainer.events import EventWriter, NullEventWriter
 from trainer.groups import pattern_matches
-from trainer.models import ModelError, build_model
+from trainer.models import ModelError, build_model, choose_memory_format
 from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
 from trainer.rundir import RunDir
 from trainer.scan import DataError
 from trainer.stats import AnomalyWatch, GradMonitor, global_norm, histogram
-from trainer.strategy import Precision, Strategy, make_strategy
+from trainer.strategy import Precision, Strategy, choose_precision, make_strategy
 
 log = logging.getLogger("trainer")
 
@@ -136,7 +136,8 @@ class Loop:
         cfg, strategy = self.cfg, self.strategy
         seed_everything(cfg.train.seed + strategy.rank)
         self.workers = data_mod.default_workers(cfg.data.num_workers)
-        self.data = data_mod.load_data(cfg.data, cfg.train.seed, self.workers)
+        self.prepare("scan", f"scanning {cfg.data.train_dir}")
+        self.data = data_mod.load_data(cfg.data, cfg.train.seed, self.workers, self.cache_progress())
         for path, reason in self.data.skipped:
             log.warning("skipping %s: %s", path, reason)
         if self.data.skipped:
@@ -144,20 +145,25 @@ class Loop:
                              message=f"{len(self.data.skipped)} unusable files skipped (listed in train.log)",
                              files=[{"path": p, "reason": r} for p, r in self.data.skipped[:100]])
         self.classes = self.data.classes
+        self.prepare("model", f"building {cfg.model.name}")
         model = build_model(cfg.model, len(self.classes), cfg.data.image_size, cfg.train.seed)
-        if cfg.train.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+        self.memory_format = choose_memory_format(cfg.train.memory_format, cfg.model.name, model)
+        model = model.to(memory_format=self.memory_format)
         self.groups = build_param_groups(model, cfg.optimizer)
         self.model = strategy.wrap(model)
         self.net = strategy.unwrap(self.model)
-        self.optimizer = build_optimizer(self.groups, cfg.optimizer)
+        self.optimizer = build_optimizer(self.groups, cfg.optimizer, fused_ok=strategy.device.type == "cuda")
         self.train_batches_per_epoch = len(self._batches(0))
         self.steps_per_epoch = math.ceil(self.train_batches_per_epoch / cfg.train.grad_accum_steps)
         self.scheduler = build_scheduler(self.optimizer, self.steps_per_epoch, cfg.train.epochs, cfg.scheduler)
-        self.precision = Precision(cfg.train.amp, strategy.device)
+        self.precision_name, self.precision_reason = choose_precision(cfg.train.amp, strategy.device)
+        self.precision = Precision(self.precision_name, strategy.device)
+        if cfg.train.compile:
+            log.info("compiling the model (torch.compile); the first steps are slow")
+            self.model.compile()
         self.criterion = build_loss(cfg.loss, len(self.classes))
         self.augment = data_mod.BatchAugment(cfg.data.augment, cfg.data.mean, cfg.data.std, strategy.device,
-                                             cfg.train.channels_last)
+                                             self.memory_format)
         self.aug_generator = torch.Generator()
         self.monitor = GradMonitor(self.net)
         mon = cfg.monitor
@@ -168,6 +174,26 @@ class Loop:
         # Gradient norms every step only when a step needs them (clipping, skipping); statistics need them at log steps.
         self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self.resumed_from = self._resume() if resume else None
+
+    def prepare(self, phase: str, message: str, **fields) -> None:
+        """What the run is doing before its first step (the app shows it instead of a frozen dashboard)."""
+        self.events.emit("prepare", phase=phase, message=message, **fields)
+
+    def cache_progress(self):
+        """A progress callback for decoding into the cache: a `prepare` event at most every 0.5 s, a log line per 10%."""
+        shown = {"time": 0.0, "tenth": 0}
+
+        def report(done: int, total: int) -> None:
+            now = time.monotonic()
+            if done == total or now - shown["time"] >= 0.5:
+                shown["time"] = now
+                self.prepare("cache", f"decoding images into the cache: {done}/{total}", done=done, total=total)
+            tenth = done * 10 // max(total, 1)
+            if tenth > shown["tenth"] and self.strategy.is_main:
+                shown["tenth"] = tenth
+                log.info("decoding images into the cache: %d/%d", done, total)
+
+        return report
 
     def _batches(self, epoch: int) -> list[list[int]]:
         s = self.strategy
@@ -203,6 +229,8 @@ class Loop:
             "run_start", config=cfg.to_dict(), classes=self.classes, train_size=len(self.data.train),
             val_size=len(self.data.val), world_size=self.strategy.world_size, device=self.strategy.description,
             cache=self.data.cache, workers=self.workers, steps_per_epoch=self.steps_per_epoch,
+            precision=self.precision_name, precision_reason=self.precision_reason,
+            memory_format=str(self.memory_format).removeprefix("torch."), compiled=cfg.train.compile,
             param_groups=[{"name": g["name"], "tensors": len(g["params"]),
                            "params": sum(p.numel() for p in g["params"])} for g in self.groups],
             parameters=sum(p.numel() for p in self.net.parameters()),
@@ -211,9 +239,9 @@ class Loop:
             start_step=self.progress.step)
         if not self.strategy.is_main:
             return
-        log.info("training %s on %d images (%d classes), validating on %d; %s; cache %s; %d workers",
+        log.info("training %s on %d images (%d classes), validating on %d; %s; %s (%s); cache %s; %d workers",
                  cfg.model.name, len(self.data.train), len(self.classes), len(self.data.val),
-                 self.strategy.description, self.data.cache, self.workers)
+                 self.strategy.description, self.precision_name, self.precision_reason, self.data.cache, self.workers)
 
     def fit(self) -> str:
         cfg, p = self.cfg, self.progress

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-EVENT_TYPES = ("run_start", "step", "grad_stats", "histogram", "epoch", "checkpoint", "system", "warning", "error",
+EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "checkpoint", "system", "warning", "error",
                "run_end")
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer.config import ModelConfig
+from trainer.config import ModelConfig, is_user_model
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,20 @@ class SmallCNN(nn.Module):
 
 
 BUILTIN_MODELS = {"small_cnn": SmallCNN}
+
+
+def choose_memory_format(setting: str, model_name: str, model: nn.Module) -> torch.memory_format:
+    """`train.memory_format`; auto = channels_last for built-in / torchvision conv nets.
+
+    Your own model keeps the contiguous layout under auto: code such as `x.view(n, -1)` on a
+    channels_last activation fails, and only you know whether yours does that.
+    """
+    if setting == "channels_last":
+        return torch.channels_last
+    if setting == "contiguous" or is_user_model(model_name):
+        return torch.contiguous_format
+    has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    return torch.channels_last if has_conv else torch.contiguous_format
 
 
 def torchvision_classifiers() -> list[str]:
@@ -82,7 +96,7 @@ def _import_user_model(spec: str, num_classes: int) -> nn.Module:
 def create_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
     """The network named by model.name with num_classes outputs (weights not yet loaded)."""
     name = cfg.name
-    if ":" in name and name.split(":")[0].endswith(".py"):
+    if is_user_model(name):
         return _import_user_model(name, num_classes)
     if name in BUILTIN_MODELS:
         return BUILTIN_MODELS[name](num_classes=num_classes)

@@ -25,7 +25,26 @@ class LaunchError(RuntimeError):
     """A device / parallel setting this machine cannot run; the message says which key and why."""
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` runs bf16 convolutions and matmuls in hardware (not emulated through fp32)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def choose_precision(amp: str, device: torch.device) -> tuple[str, str]:
+    """(fp32 | bf16 | fp16, why): `train.amp` as set, or for `auto` what this device runs natively."""
+    if amp != "auto":
+        return {"none": "fp32"}.get(amp, amp), f"train.amp is {amp}"
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "this CPU"
+    if native_bf16(device):
+        return "bf16", f"auto: {where} runs bf16 natively"
+    return "fp32", f"auto: {where} has no native bf16"
+
+
 class Precision:
+    """Autocast, loss scaling and the optimizer step for one precision: none (fp32), bf16 or fp16."""
+
     def __init__(self, amp: str, device: torch.device):
         self.amp = amp
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)

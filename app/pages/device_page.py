@@ -75,14 +75,20 @@ class DevicePage(QWidget):
 
         prec = QGroupBox("Precision and speed")
         rf = QFormLayout(prec)
-        rf.addRow("Mixed precision", binder.combo("train.amp", ["none", "bf16", "fp16"]))
-        rf.addRow(binder.check("train.channels_last", "channels_last memory format"))
+        rf.addRow("Mixed precision", binder.combo("train.amp", ["auto", "none", "bf16", "fp16"]))
+        self.amp_note = QLabel("")
+        self.amp_note.setObjectName("autoPrecision")
+        self.amp_note.setStyleSheet("color: #666;")
+        rf.addRow("", self.amp_note)
+        rf.addRow("Memory format", binder.combo("train.memory_format", ["auto", "channels_last", "contiguous"]))
+        rf.addRow(binder.check("train.compile", "torch.compile the model (slow first steps)"))
 
         layout = QVBoxLayout(self)
         for box in (where, par, nodes, prec):
             layout.addWidget(box)
         layout.addStretch(1)
         self.type.currentTextChanged.connect(lambda _: self._apply_availability())
+        binder.widgets["train.amp"].currentTextChanged.connect(lambda _: self._show_auto_precision())
 
     # ---- probing -----------------------------------------------------------------------------
     def start_probe(self) -> None:
@@ -145,6 +151,18 @@ class DevicePage(QWidget):
             item.setToolTip(reason or "")
         self.reasons.setText("Not available on this machine:<br>" + "<br>".join(
             f"• {r}" for r in sorted(set(missing.values()))) if missing else "")
+        self._show_auto_precision()
+
+    def _show_auto_precision(self) -> None:
+        """What `train.amp: auto` will pick on the chosen device, from the probe."""
+        if self.probe is None or self.binder.widgets["train.amp"].currentText() != "auto":
+            self.amp_note.setText("")
+            return
+        on_gpu = self.type.currentText() == "cuda"
+        native = self.probe.get("bf16_cuda" if on_gpu else "bf16_cpu", False)
+        where = "this GPU" if on_gpu else "this CPU"
+        self.amp_note.setText(f"auto: bf16 — {where} runs bf16 natively" if native
+                              else f"auto: fp32 — {where} has no native bf16")
 
     @staticmethod
     def _enable(combo: QComboBox, options: list[str], missing: dict[str, str]) -> None:

@@ -1,0 +1,46 @@
+"""Curve buffers: bounded memory for any run length, without losing what a user looks for in a long curve."""
+
+import numpy as np
+
+from app.buffers import Series, Smoothed
+
+
+def test_a_long_history_is_bounded_and_keeps_spikes_and_dips():
+    s = Series(max_points=1000)
+    for i in range(100_000):
+        y = 1.0
+        if i == 31_337:
+            y = 50.0  # one diverging step
+        elif i == 77_777:
+            y = -3.0  # one dip
+        s.append(i, y)
+    assert len(s) <= 1000 and s.decimations > 0
+    assert s.y.max() == 50.0 and s.y.min() == -3.0
+    assert 31_337 in s.x and 77_777 in s.x
+    assert np.all(np.diff(s.x) > 0)  # still in step order
+    assert s.x[-1] == 99_999  # the newest point is always there
+
+
+def test_missing_values_survive_as_gaps_without_hiding_real_ones():
+    s = Series(max_points=100)
+    for i in range(1000):
+        s.append(i, None if i % 2 else float(i))
+    assert np.isfinite(s.y).sum() > 0 and s.y[np.isfinite(s.y)].max() >= 990
+
+
+def test_smoothing_continues_across_decimation_like_over_the_raw_stream():
+    s = Series(max_points=512)
+    smooth = Smoothed(s, weight=0.9)
+    rng = np.random.default_rng(0)
+    raw = rng.normal(1.0, 0.5, 5000)
+    reference, acc, norm = {}, 0.0, 0.0
+    for i, v in enumerate(raw):
+        s.append(i, v)
+        acc, norm = 0.9 * acc + 0.1 * v, 0.9 * norm + 0.1
+        reference[i] = acc / norm
+        if i % 7 == 0:
+            smooth.values()  # the dashboard reads it every redraw, while points keep coming
+    values = smooth.values()
+    assert len(values) == len(s) and s.decimations >= 3
+    expected = np.array([reference[int(x)] for x in s.x])
+    assert np.allclose(values, expected, atol=1e-9)
