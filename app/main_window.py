@@ -350,6 +350,7 @@ class MainWindow(QMainWindow):
         self.run_model.stepLogged.connect(self._progress)
         self.run_model.epochEnded.connect(self._progress)
         self.run_model.runStarted.connect(lambda e: self.state_label.setText(f"Running {run.name}"))
+        self.run_model.preparing.connect(lambda e: self.state_label.setText(f"Preparing {run.name}: {e['message']}…"))
         self.run_model.finished.connect(self._run_finished)
         self.dashboard.set_model(self.run_model)
         self.state_label.setText(f"Preparing {run.name}: scanning data, building the model…")

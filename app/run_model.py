@@ -47,6 +47,7 @@ class LogTail:
 
 
 class RunModel(QObject):
+    preparing = Signal(dict)  # before the first step: scan, cache build (with done/total), model
     runStarted = Signal(dict)
     stepLogged = Signal(dict)
     epochEnded = Signal(dict)
@@ -148,7 +149,9 @@ class RunModel(QObject):
 
     def _dispatch(self, e: dict) -> None:
         kind = e.get("event")
-        if kind == "run_start":
+        if kind == "prepare":
+            self.preparing.emit(e)
+        elif kind == "run_start":
             self._ended = False
             self.state = "running"
             self.start_event = e

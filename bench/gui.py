@@ -21,7 +21,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
-from common import machine  # noqa: E402
+from common import machine, save_result  # noqa: E402
 
 WRITER = r"""
 import json, math, random, sys, time
@@ -116,13 +116,15 @@ def main():
         t = time.perf_counter()
         plot.grab()
         paint[name] = (time.perf_counter() - t) * 1000
-    print(json.dumps({"steps": args.steps, "layers": args.layers, "ingest_s": done.get("t"),
-                      **ingested, "events_per_s": events / done["t"] if done else None,
-                      "max_stall_ms": max(gaps[3:]) if len(gaps) > 3 else None,
-                      "p99_gap_ms": sorted(gaps)[int(0.99 * len(gaps))] if gaps else None,
-                      "rss_growth_mb": (rss_end - rss_start) / 2**20, "setdata_1M_ms": set_data_ms,
-                      "paint_1M_ms": paint, "points_kept_of_1M": len(big)}))
+    result = {"steps": args.steps, "layers": args.layers, "ingest_s": done.get("t"),
+              **ingested, "events_per_s": events / done["t"] if done else None,
+              "max_stall_ms": max(gaps[3:]) if len(gaps) > 3 else None,
+              "p99_gap_ms": sorted(gaps)[int(0.99 * len(gaps))] if gaps else None,
+              "rss_growth_mb": (rss_end - rss_start) / 2**20, "setdata_1M_ms": set_data_ms,
+              "paint_1M_ms": paint, "points_kept_of_1M": len(big)}
+    print(json.dumps(result))
     print(f"machine: {machine()}")
+    save_result("gui", {**result, "gaps_ms": gaps[3:], "machine": machine()})
     dashboard.stop_updates()
     model.close()
 

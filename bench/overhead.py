@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from common import BENCH_OPTIMIZER, REPO, machine, median_spread, run_json, small_dataset, train_cli
+from common import BENCH_OPTIMIZER, REPO, machine, median_spread, run_json, save_result, small_dataset, train_cli
 
 VARIANTS = {
     "b": ("trainer, stats off", ["monitor.grad_stats=false", "monitor.log_every=10"]),
@@ -45,6 +45,7 @@ def main():
             results[key].append(out["step_images_per_s"])
         print(json.dumps({k: v[-1] for k, v in results.items()}), flush=True)
     med = {k: statistics.median(v) for k, v in results.items()}
+    save_result("overhead", {"args": vars(args), "machine": machine(), "results": results})
     print(f"\nmachine: {machine()}")
     print(f"{args.model}, {args.size}px, batch {args.batch}, {args.epochs} epochs, {args.repeats} repeats (interleaved)\n")
     print("| variant | images/s, median (min–max) | vs (a) | vs (b) |\n|---|---|---|---|")

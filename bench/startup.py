@@ -1,4 +1,5 @@
-"""Time from `python main.py` to the window shown, and whether torch was loaded by then.
+"""Start-up: from `python main.py` to the window shown (and whether torch was loaded by then), and from pressing
+Start to the first training step plotted on the dashboard, with what the trainer reported in between.
 
 python bench/startup.py [--repeats 5]   (offscreen unless DISPLAY/QT_QPA_PLATFORM say otherwise)
 """
@@ -9,14 +10,17 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from common import machine, save_result
+
 REPO = Path(__file__).resolve().parent.parent
-PROBE = r"""
+SHOWN = r"""
 import sys, time
 t0 = float(sys.argv[1])
-from PySide6.QtCore import QObject, QEvent, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import app.main_window as mw
 original_show = mw.MainWindow.show
@@ -31,6 +35,39 @@ import main
 main.main()
 """
 
+# Press Start (as soon as the window allows it) and time the first plotted step; the trainer is stopped after.
+FIRST_STEP = r"""
+import json, sys, time
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+import app.main_window as mw
+marks = {}
+original_start = mw.MainWindow.start_run
+def start_run(self):
+    if not self.start_action.isEnabled():
+        QTimer.singleShot(50, lambda: start_run(self))
+        return
+    marks["start"] = time.time()
+    original_start(self)
+    model = self.run_model
+    model.preparing.connect(lambda e: marks.setdefault("first_prepare", time.time()))
+    model.runStarted.connect(lambda e: marks.setdefault("run_start", time.time()))
+    def check():
+        x, _ = self.dashboard.raw_loss.getData()
+        if x is not None and len(x):
+            marks["plotted"] = time.time()
+            print("MARKS", json.dumps({k: v - marks["start"] for k, v in marks.items()}), flush=True)
+            self.stop_run()
+            QTimer.singleShot(3000, QApplication.instance().quit)
+        else:
+            QTimer.singleShot(10, check)
+    check()
+mw.MainWindow.start_run = start_run
+sys.argv = ["main.py", "--runs-dir", sys.argv[1], "--autostart"]
+import main
+main.main()
+"""
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -38,16 +75,28 @@ def main():
     args = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("QT_QPA_PLATFORM", "offscreen")
-    times, torch_loaded = [], []
+    runs = tempfile.mkdtemp(prefix="td-startup-runs-")
+    times, torch_loaded, first = [], [], []
     for _ in range(args.repeats):
         t0 = time.time()
-        out = subprocess.run([sys.executable, "-c", PROBE, str(t0), "/tmp/td-startup-runs"], capture_output=True,
-                             text=True, cwd=REPO, env=env, timeout=60)
+        out = subprocess.run([sys.executable, "-c", SHOWN, str(t0), runs], capture_output=True, text=True, cwd=REPO,
+                             env=env, timeout=60)
         line = next(line for line in out.stdout.splitlines() if line.startswith("SHOWN"))
         times.append(float(line.split()[1]))
         torch_loaded.append(line.split()[2] == "True")
-    print(json.dumps({"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-                      "torch_loaded_at_show": any(torch_loaded)}))
+        out = subprocess.run([sys.executable, "-c", FIRST_STEP, runs], capture_output=True, text=True, cwd=REPO,
+                             env=env, timeout=180)
+        line = next(line for line in out.stdout.splitlines() if line.startswith("MARKS"))
+        first.append(json.loads(line.split(" ", 1)[1]))
+        print(json.dumps({"shown_s": times[-1], **first[-1]}), flush=True)
+    result = {"shown_s": times, "torch_loaded_at_show": any(torch_loaded), "after_start": first, "machine": machine(),
+              "display": env["QT_QPA_PLATFORM"] if "DISPLAY" not in env else env["DISPLAY"]}
+    save_result("startup", result)
+    med = {k: statistics.median(f[k] for f in first) for k in first[0]}
+    print(f"\nmachine: {result['machine']}")
+    print(f"window shown: median {statistics.median(times):.2f} s ({min(times):.2f}–{max(times):.2f}); "
+          f"torch loaded by then: {any(torch_loaded)}")
+    print("after Start (medians): " + ", ".join(f"{k} {v:.2f} s" for k, v in med.items()))
 
 
 if __name__ == "__main__":

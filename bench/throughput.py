@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import BENCH_OPTIMIZER, REPO, machine, median_spread, photo_dataset, run_json, small_dataset, train_cli
+from common import BENCH_OPTIMIZER, REPO, machine, median_spread, photo_dataset, run_json, save_result, small_dataset, train_cli
 
 
 def main():
@@ -52,6 +52,7 @@ def main():
             print(json.dumps({"dataset": label, "a": rows["a"][-1], "b": rows["b"][-1], "c": rows["c"][-1],
                               "cache": b["cache"], "precision": b["precision"]}), flush=True)
         table[label] = rows
+    save_result("throughput", {"args": vars(args), "machine": machine(), "table": table})
     print(f"\nmachine: {machine()}")
     print(f"{args.model}, batch {args.batch}, {args.epochs} epochs, {args.repeats} repeats (interleaved)\n")
     print("| data | (a) plain loop img/s | (b) main.py train img/s | (c) in-memory ceiling img/s | b/a | b/c | "

@@ -84,13 +84,18 @@ def test_a_damaged_cache_entry_is_decoded_again(shapes_dir, tmp_path):
     assert torch.equal(expected, again.train.store.take(again.train.rows[some]))
 
 
-def test_an_unusable_cache_folder_falls_back_to_memory_with_a_warning(shapes_dir, tmp_path, caplog):
+def test_an_unusable_cache_folder_falls_back_with_a_warning(shapes_dir, tmp_path, caplog):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
-    bundle = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="disk", cache_dir=str(blocker)),
+    memory = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="memory", cache_dir=str(blocker)),
                        seed=0, workers=0)
-    assert bundle.train.store.where == "memory" and len(bundle.train) == 96
+    assert memory.cache == "memory" and memory.train.store.where == "memory" and len(memory.train) == 96
     assert any("not-a-folder" in r.getMessage() and "unusable" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    disk = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="disk", cache_dir=str(blocker)),
+                     seed=0, workers=0)
+    assert disk.cache == "none" and disk.train.store is None and len(disk.train) == 96  # decoded every epoch
+    assert any("not-a-folder" in r.getMessage() and "every epoch" in r.getMessage() for r in caplog.records)
 
 
 def test_batch_order_depends_only_on_seed_and_epoch_and_ranks_partition_it():

@@ -71,14 +71,16 @@ def open_store(paths: list[str], size: int, where: str, cache_dir: Path | None, 
                workers: int, progress: Progress | None = None) -> ImageStore:
     """The decoded images of `paths`: from the cache entry when one matches, else decoded now (and kept).
 
-    `where` is memory (read into RAM) or disk (memory-mapped). Without a usable cache directory, images are
-    decoded into memory and not kept.
+    `where` is memory (read into RAM) or disk (memory-mapped). Without a usable cache directory, memory images
+    are decoded for this run only, and disk raises OSError (the caller decides what to do instead).
     """
     entry = None
     if cache_dir is not None:
         try:
             entry = _ensure_entry(paths, size, Path(cache_dir), decode, workers, progress)
         except OSError as e:
+            if where == "disk":
+                raise OSError(f"decoded-image cache {cache_dir} unusable: {e}") from e
             log.warning("decoded-image cache %s unusable (%s): decoding into memory for this run only", cache_dir, e)
     if entry is None:
         images = np.empty((len(paths), 3, size, size), dtype=np.uint8)

@@ -146,12 +146,16 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
     skipped = [bad for scan in folders.values() for bad in scan.bad_files]
     stores: dict[str, ImageStore] = {}
     if cache != "none":
-        for name, scan in folders.items():
-            store = open_store([p for p, _ in scan.samples], cfg.image_size, cache, cache_dir(cfg), decode_image,
-                               os.cpu_count() or 1, progress)
-            stores[name] = store
+        try:
+            for name, scan in folders.items():
+                stores[name] = open_store([p for p, _ in scan.samples], cfg.image_size, cache, cache_dir(cfg),
+                                          decode_image, os.cpu_count() or 1, progress)
+        except OSError as e:  # disk cache impossible here: decode every epoch instead
+            log.warning("%s: decoding every epoch instead (data.cache: none)", e)
+            cache, stores = "none", {}
+        for name, store in stores.items():
             skipped += store.bad
-            scan.samples = [s for s in scan.samples if s[0] in store.rows]
+            folders[name].samples = [s for s in folders[name].samples if s[0] in store.rows]
     samples = folders["train"].samples
     if cfg.val_dir:
         train_s, val_s = samples, folders["val"].samples

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
     QSlider,
     QSplitter,
@@ -39,6 +41,9 @@ from app.run_model import RunModel
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 REDRAW_MS = 100
+# Step plots redrawn per timer tick, the longest-waiting first: repainting one plot of tens of thousands of
+# points costs ~10 ms, so redrawing all four at once under a flood of events would stall the GUI thread.
+STEP_PLOTS_PER_TICK = 1
 GRADIENTS_TAB = 1
 
 
@@ -215,6 +220,9 @@ class Dashboard(QWidget):
         self.summary.setObjectName("runSummary")
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.progress = QProgressBar()
+        self.progress.setObjectName("prepareProgress")
+        self.progress.hide()
         self.system = QLabel("")
         self.system.setObjectName("systemPanel")
         self.system.setWordWrap(True)
@@ -225,6 +233,7 @@ class Dashboard(QWidget):
         sl = QVBoxLayout(side)
         sl.addWidget(QLabel("<b>Run</b>"))
         sl.addWidget(self.summary)
+        sl.addWidget(self.progress)
         sl.addWidget(QLabel("<b>System</b>"))
         sl.addWidget(self.system)
         sl.addWidget(QLabel("<b>Warnings and errors</b>"))
@@ -237,7 +246,8 @@ class Dashboard(QWidget):
         self.smoother: Smoothed | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
-        self._timer.timeout.connect(self.redraw)
+        self._timer.timeout.connect(lambda: self.redraw(STEP_PLOTS_PER_TICK))
+        self._step_turn = 0  # the step plot whose turn is next
 
     # ---- binding to a run ----------------------------------------------------------------------
     def set_model(self, model: RunModel) -> None:
@@ -258,7 +268,9 @@ class Dashboard(QWidget):
         self.hist_choice.clear()
         self.layer_table.setRowCount(0)
         self.system.setText("")
-        self.summary.setText(f"{model.run.name}<br>preparing: scanning data, building the model…")
+        self.summary.setText(f"{model.run.name}<br>preparing: starting the trainer…")
+        self.progress.hide()
+        model.preparing.connect(self._preparing)
         model.runStarted.connect(self._run_started)
         model.warningRaised.connect(self._warning)
         model.errorRaised.connect(self._error)
@@ -271,12 +283,23 @@ class Dashboard(QWidget):
     def stop_updates(self) -> None:
         self._timer.stop()
 
+    def _preparing(self, e: dict) -> None:
+        self.summary.setText(f"{self.model.run.name}<br>preparing: {e.get('message', '')}")
+        if e.get("total"):
+            self.progress.setRange(0, e["total"])
+            self.progress.setValue(e.get("done", 0))
+            self.progress.setFormat("decoding images %v/%m")
+            self.progress.show()
+
     def _run_started(self, e: dict) -> None:
+        self.progress.hide()
         cfg = e.get("config", {})
         self.summary.setText(
             f"<b>{self.model.run.name}</b><br>{cfg.get('model', {}).get('name')} on {len(e['classes'])} classes"
             f"<br>{e['train_size']} train / {e['val_size']} val images<br>{e['device']}, cache {e['cache']}"
-            f"<br>{e['trainable']:,} trainable parameters"
+            f"<br>{e.get('precision', 'fp32')}, {e.get('memory_format', 'contiguous_format')}"
+            + (", compiled" if e.get("compiled") else "")
+            + f"<br>{e['trainable']:,} trainable parameters"
             + (f"<br>resumed from {Path(e['resumed_from']).name}" if e.get("resumed_from") else ""))
         while len(self.lr_curves) < len(self.model.lr):
             i = len(self.lr_curves)
@@ -318,20 +341,44 @@ class Dashboard(QWidget):
         if self._changed(key, series):
             item.setData(series.x, series.y if y is None else y)
 
-    def redraw(self) -> None:
+    def _step_plots(self) -> list[tuple[list[tuple[str, Series]], Callable[[], None]]]:
+        """Per step plot: the (key, series) it shows and how to redraw it."""
+        m = self.model
+
+        def loss():
+            self.raw_loss.setData(m.step_loss.x, m.step_loss.y)
+            self.smooth_loss.setData(m.step_loss.x, self.smoother.values())
+
+        def lrs():
+            for item, series in zip(self.lr_curves, m.lr):
+                item.setData(series.x, series.y)
+
+        return [([("loss", m.step_loss)], loss),
+                ([(f"lr{i}", s) for i, s in enumerate(m.lr[: len(self.lr_curves)])], lrs),
+                ([("speed", m.images_per_s)], lambda: self.speed_curve.setData(m.images_per_s.x, m.images_per_s.y)),
+                ([("norm", m.grad_norm)], lambda: self.norm_curve.setData(m.grad_norm.x, m.grad_norm.y))]
+
+    def redraw(self, step_plots: int | None = None) -> None:
+        """Bring the visible views up to date; `step_plots` limits how many step plots are redrawn (timer ticks)."""
         m = self.model
         if m is None:
             return
-        if self._changed("loss", m.step_loss):
-            self.raw_loss.setData(m.step_loss.x, m.step_loss.y)
-            self.smooth_loss.setData(m.step_loss.x, self.smoother.values())
+        plots = self._step_plots()
+        budget = len(plots) if step_plots is None else step_plots
+        for k in range(len(plots)):
+            if budget == 0:
+                break
+            index = (self._step_turn + k) % len(plots)
+            shown, draw = plots[index]
+            if any(self._versions.get(key) != series.version for key, series in shown):
+                for key, series in shown:
+                    self._versions[key] = series.version
+                draw()
+                budget -= 1
+                self._step_turn = index + 1
         self._set("train_epoch", self.train_epoch, m.train_loss)
         self._set("val_epoch", self.val_epoch, m.val_loss)
         self._set("acc", self.acc_curve, m.val_acc)
-        self._set("speed", self.speed_curve, m.images_per_s)
-        self._set("norm", self.norm_curve, m.grad_norm)
-        for i, (item, series) in enumerate(zip(self.lr_curves, m.lr)):
-            self._set(f"lr{i}", item, series)
         if self.tabs.currentIndex() != GRADIENTS_TAB:
             return  # hidden views are not redrawn; switching tabs redraws them from the buffers
         if m.layer_grad is not None and self._changed("heat", m.layer_grad) and len(m.layer_grad):

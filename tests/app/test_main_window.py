@@ -101,6 +101,14 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
         assert "no CUDA GPU found" in page.reasons.text()
     if not probe["horovod"]:
         assert "Horovod is not installed" in page.reasons.text()
+    # what `train.amp: auto` will pick here, said before the run starts
+    import torch
+
+    from trainer.strategy import choose_precision
+
+    window.binder.widgets["train.amp"].setCurrentText("auto")
+    expected = choose_precision("auto", torch.device("cpu"))[0]
+    assert page.amp_note.text().startswith(f"auto: {expected}")
 
 
 def test_copy_command_runs_the_same_config(qtbot, make_window, shapes_dir, tmp_path):
@@ -201,3 +209,31 @@ def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_d
     table.sortItems(1, Qt.SortOrder.DescendingOrder)
     values = [float(table.item(r, 1).text()) for r in range(table.rowCount())]
     assert values == sorted(values, reverse=True)
+
+
+def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tmp_path):
+    from app.pages.dashboard import Dashboard
+    from app.run_model import RunModel
+    from trainer.events import EventWriter
+    from trainer.rundir import RunDir
+
+    run = RunDir(tmp_path / "run").create()
+    dashboard = Dashboard()
+    qtbot.addWidget(dashboard)
+    model = RunModel(run)
+    dashboard.set_model(model)
+    dashboard.show()
+    writer = EventWriter(run.events)
+    writer.emit("prepare", phase="scan", message="scanning /data/photos")
+    writer.emit("prepare", phase="cache", message="decoding images into the cache: 300/1200", done=300, total=1200)
+    model.poll()
+    assert "decoding images into the cache: 300/1200" in dashboard.summary.text()
+    assert dashboard.progress.isVisible() and dashboard.progress.value() == 300 and dashboard.progress.maximum() == 1200
+    writer.emit("run_start", config={"model": {"name": "resnet18"}}, classes=["a", "b"], train_size=960, val_size=240,
+                device="cpu", cache="memory", trainable=11_000_000, precision="bf16", memory_format="channels_last",
+                param_groups=[], layers=[])
+    writer.close()
+    model.poll()
+    assert not dashboard.progress.isVisible()
+    assert "bf16, channels_last" in dashboard.summary.text() and "960 train" in dashboard.summary.text()
+    dashboard.stop_updates()
