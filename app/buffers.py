@@ -13,7 +13,7 @@ import numpy as np
 class Series:
     """x/y float64 pairs."""
 
-    def __init__(self, capacity: int = 1024, max_points: int = 50_000):
+    def __init__(self, capacity: int = 1024, max_points: int = 20_000):
         self._x = np.empty(capacity)
         self._y = np.empty(capacity)
         self._n = 0

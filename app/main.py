@@ -6,6 +6,7 @@ Nothing here imports torch: the window is up before any training code is loaded.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from pathlib import Path
@@ -19,6 +20,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs-dir", type=Path, help="where runs are written and listed (default ./runs)")
     parser.add_argument("--autostart", action="store_true", help="start training right away")
     return parser.parse_args(argv)
+
+
+def quiet_garbage_collector() -> None:
+    """Exempt everything built at start-up (Qt wrappers, pyqtgraph, modules) from Python's cyclic garbage
+    collector: a full collection over them took ~80 ms, a visible stall, every time one ran during a run."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_app(argv: list[str]) -> int:
@@ -39,6 +47,7 @@ def run_app(argv: list[str]) -> int:
     app.setStyleSheet(load_style())
     window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config)
     window.show()
+    quiet_garbage_collector()
 
     demo = REPO_ROOT / "demo_data"
 

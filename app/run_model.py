@@ -2,7 +2,7 @@
 
 The same code serves a run the app just started, a run re-attached after the app was closed, and a
 finished run replayed from disk: all three read `events.jsonl` (docs/events.md). Reading happens on a
-10 Hz timer in bounded chunks, so even a huge history never stalls the GUI thread.
+20 Hz timer within a time budget, so even a huge history never stalls the GUI thread.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from trainer.rundir import FINAL_STATES, RunDir
 
 log = logging.getLogger(__name__)
 
-POLL_MS = 100
+POLL_MS = 40
 CHUNK_BYTES = 64 << 10  # read and parsed at once
-BUDGET_S = 0.025  # GUI-thread time one poll may spend on events; the rest waits for the next poll
+BUDGET_S = 0.010  # GUI-thread time one poll may spend on events; the rest waits for the next poll
 
 
 class LogTail:

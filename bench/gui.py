@@ -60,6 +60,7 @@ def main():
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from app.main import quiet_garbage_collector
     from app.pages.dashboard import Dashboard
     from app.run_model import RunModel
     from trainer.rundir import RunDir
@@ -70,6 +71,8 @@ def main():
     dashboard = Dashboard()
     dashboard.resize(1280, 800)
     dashboard.show()
+    app.processEvents()  # the first paint of the whole dashboard happens before the flood, as in the app
+    quiet_garbage_collector()  # as the app does once its window is up
     model = RunModel(run)
     dashboard.set_model(model)
     proc = psutil.Process()

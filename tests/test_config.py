@@ -23,7 +23,7 @@ def test_round_trip_keeps_every_key(tmp_path):
     ({"data": {"batch_size": "big"}}, "data.batch_size: must be an integer, got 'big'"),
     ({"data": {"batchsize": 3}}, "data.batchsize: unknown key"),
     ({"trian": {}}, "trian: unknown key"),
-    ({"train": {"amp": "fp8"}}, "train.amp: must be one of none, bf16, fp16; got 'fp8'"),
+    ({"train": {"amp": "fp8"}}, "train.amp: must be one of auto, none, bf16, fp16; got 'fp8'"),
     ({"train": {"epochs": True}}, "train.epochs: must be an integer, got True"),
     ({"data": {"mean": [0.5, 0.5]}}, "data.mean: must have 3 values"),
     ({"data": {"std": [0.5, 0, 0.5]}}, "data.std: must have 3 values > 0"),

@@ -27,6 +27,12 @@ def test_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_dir, tm
         assert torch.equal(augment(xa, g1), augment(xb, g2))
         n += 1
     assert n == len(batches)
+    loader = plain.train.loader
+    next_epoch = epoch_batches(len(plain.train), 8, seed=0, epoch=4)
+    for (xa, ya), (xb, yb) in zip(iterate_batches(cached.train, next_epoch, 0, 16, False),
+                                  iterate_batches(plain.train, next_epoch, 2, 16, False)):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert plain.train.loader is loader  # the same decoding workers, kept across epochs
     val_batches = epoch_batches(len(plain.val), 8, seed=0, epoch=0, shuffle=False)
     for (xa, _), (xb, _) in zip(iterate_batches(cached.val, val_batches, 0, 16, False),
                                 iterate_batches(plain.val, val_batches, 0, 16, False)):

@@ -55,7 +55,7 @@ class ImageStore:
 
     def take(self, rows: torch.Tensor) -> torch.Tensor:
         if isinstance(self.images, torch.Tensor):
-            return self.images[rows]
+            return self.images[rows.to(self.images.device)]
         return torch.from_numpy(self.images[rows.numpy()])  # fancy indexing copies out of the map
 
 

@@ -80,6 +80,7 @@ class Split:
     store: ImageStore | None = None  # decoded images when cached
     rows: torch.Tensor | None = None  # store row of each sample
     labels: torch.Tensor | None = None
+    loader: torch.utils.data.DataLoader | None = None  # decoding workers, when not cached
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -212,21 +213,55 @@ def epoch_batches(n: int, batch_size: int, *, seed: int, epoch: int, rank: int =
     return batches
 
 
+class EpochBatches(torch.utils.data.Sampler):
+    """The batch sampler of a long-lived DataLoader: this epoch's batches, swapped in before each epoch."""
+
+    def __init__(self):
+        self.batches: list[list[int]] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
 def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: int,
                     pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers."""
+    """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers.
+
+    The workers are started once per split and kept across epochs (persistent), not restarted each epoch.
+    """
     if split.store is not None:
         for idx in batches:
             index = torch.tensor(idx)
             yield split.store.take(split.rows[index]), split.labels[index]
         return
-    loader = torch.utils.data.DataLoader(
-        ImageDataset(split.samples, size), batch_sampler=batches, num_workers=workers,
-        collate_fn=collate_skipping_bad, pin_memory=pin, persistent_workers=False,
-        prefetch_factor=4 if workers else None)
-    for batch in loader:
+    if split.loader is None:
+        split.loader = torch.utils.data.DataLoader(
+            ImageDataset(split.samples, size), batch_sampler=EpochBatches(), num_workers=workers,
+            collate_fn=collate_skipping_bad, pin_memory=pin, persistent_workers=workers > 0,
+            prefetch_factor=4 if workers else None)
+    split.loader.batch_sampler.batches = batches
+    for batch in split.loader:
         if batch is not None:
             yield batch
+
+
+def keep_on_device(bundle: DataBundle, device: torch.device) -> bool:
+    """Move the in-memory cache to the GPU when it fits in a quarter of its free memory: batches are then
+    indexed on the GPU, with no host-to-device copy at all. Returns whether it moved."""
+    stores = {id(s.store): s.store for s in (bundle.train, bundle.val) if s.store is not None}
+    if device.type != "cuda" or bundle.cache != "memory" or not stores:
+        return False
+    need = sum(store.images.numel() for store in stores.values())
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > MEMORY_CACHE_FRACTION * free:
+        return False
+    for store in stores.values():
+        store.images = store.images.to(device)
+    log.info("decoded images kept on %s (%.0f MiB)", device, need / 2**20)
+    return True
 
 
 def default_workers(requested: int) -> int:

@@ -31,7 +31,7 @@ from trainer.optim import build_loss, build_optimizer, build_param_groups, build
 from trainer.rundir import RunDir
 from trainer.scan import DataError
 from trainer.stats import AnomalyWatch, GradMonitor, global_norm, histogram
-from trainer.strategy import Precision, Strategy, choose_precision, make_strategy
+from trainer.strategy import Precision, Strategy, choose_precision, fast_gpu_math, make_strategy
 
 log = logging.getLogger("trainer")
 
@@ -145,6 +145,9 @@ class Loop:
                              message=f"{len(self.data.skipped)} unusable files skipped (listed in train.log)",
                              files=[{"path": p, "reason": r} for p, r in self.data.skipped[:100]])
         self.classes = self.data.classes
+        if strategy.device.type == "cuda":
+            fast_gpu_math()
+            data_mod.keep_on_device(self.data, strategy.device)
         self.prepare("model", f"building {cfg.model.name}")
         model = build_model(cfg.model, len(self.classes), cfg.data.image_size, cfg.train.seed)
         self.memory_format = choose_memory_format(cfg.train.memory_format, cfg.model.name, model)

@@ -25,6 +25,14 @@ class LaunchError(RuntimeError):
     """A device / parallel setting this machine cannot run; the message says which key and why."""
 
 
+def fast_gpu_math() -> None:
+    """cuDNN picks the fastest convolution algorithms for the (fixed) input shapes; fp32 matmuls and
+    convolutions use TF32 tensor cores where the GPU has them (Ampere and newer; 10-bit mantissa inputs)."""
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
 def native_bf16(device: torch.device) -> bool:
     """Whether `device` runs bf16 convolutions and matmuls in hardware (not emulated through fp32)."""
     if device.type == "cuda":
