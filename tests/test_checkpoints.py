@@ -201,3 +201,24 @@ def test_export_and_predict_from_the_command_line(trained_resnet, tmp_path, shap
     assert result.stdout.split("\t")[1] in ("circle", "cross", "square", "triangle")
     result = run_main("export", tmp_path / "nowhere", "--format", "onnx", "--out", tmp_path / "x.onnx")
     assert result.returncode == 1 and "no such checkpoint" in result.stderr
+
+
+def test_background_fsync_keeps_the_previous_checkpoint_until_the_new_one_is_durable(tmp_path, monkeypatch):
+    folder = tmp_path / "checkpoints"
+    sync = ckpt.BackgroundSync()
+    ckpt.save_checkpoint(folder, fake_state(1, 10), is_best=True, keep_last=1, sync=sync)
+    sync.wait()
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    path = ckpt.save_checkpoint(folder, fake_state(2, 20), is_best=False, keep_last=1, sync=sync)
+    assert load_weights_only(path)["step"] == 20  # complete and in place before the fsync ran
+    with pytest.raises(OSError, match="Input/output error"):
+        sync.wait()  # the trainer waits before its next save and before reporting the run finished
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    names = sorted(p.name for p in folder.iterdir())
+    assert "ckpt-e0001-s00000010.pt" in names, "the last durable checkpoint is not pruned"
+    sync.close()

@@ -3,6 +3,10 @@
 Each save writes `ckpt-e{epoch}-s{step}.pt` to a temporary file in the same folder (fsync, rename,
 fsync the folder), then points `last.pt` (and `best.pt` when it is the best) at it with a hard link,
 also replaced atomically. A kill or a full disk at any moment leaves the previous files intact.
+
+During training the fsyncs run on a background thread (`BackgroundSync`): the file is complete and in
+place before training goes on, so a crash of the trainer cannot lose it; only protection against a power
+cut arrives a moment later, and until it has, the previous checkpoint is kept.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +46,27 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temp file beside `path`, fsync, rename over `path`; nothing partial survives."""
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_save(obj: Any, path: Path, durable: bool = True) -> None:
+    """torch.save to a temp file beside `path`, fsync, rename over `path`; nothing partial survives.
+
+    `durable=False` leaves the fsyncs to the caller (the file is complete either way).
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -56,10 +74,40 @@ def atomic_save(obj: Any, path: Path) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def atomic_link(src: Path, dst: Path) -> None:
+class BackgroundSync:
+    """Runs the fsyncs of saved checkpoints on one background thread, in order.
+
+    `wait` blocks until all are done and raises the first error; `save_checkpoint` waits before writing
+    the next checkpoint, and the trainer waits before it reports a run finished.
+    """
+
+    def __init__(self):
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+
+    def submit(self, work: Callable[[], None]) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-fsync")
+        self._pending.append(self._pool.submit(work))
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown()
+
+
+def atomic_link(src: Path, dst: Path, durable: bool = True) -> None:
     """Make dst another name for src, replacing dst atomically (falls back to a copy without hard links)."""
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
     try:
@@ -70,8 +118,9 @@ def atomic_link(src: Path, dst: Path) -> None:
         os.link(src, tmp)
         os.replace(tmp, dst)
     except OSError:
-        atomic_save(load_weights_only(src), dst)
-    _fsync_dir(dst.parent)
+        atomic_save(load_weights_only(src), dst, durable)
+    if durable:
+        _fsync_dir(dst.parent)
 
 
 def load_weights_only(path: str | Path, map_location: str = "cpu") -> Any:
@@ -92,17 +141,35 @@ def remove_stale_temporaries(folder: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def save_checkpoint(folder: Path, state: dict, *, is_best: bool, keep_last: int) -> Path:
-    """Write a numbered checkpoint, update last.pt (and best.pt), prune old numbered ones."""
+def save_checkpoint(folder: Path, state: dict, *, is_best: bool, keep_last: int,
+                    sync: BackgroundSync | None = None) -> Path:
+    """Write a numbered checkpoint, update last.pt (and best.pt), prune old numbered ones.
+
+    With `sync`, the fsyncs (and then the pruning, so the previous checkpoint stays until this one is
+    durable) run on its background thread; the file is complete and in place when this returns.
+    """
+    if sync is not None:
+        sync.wait()
     folder.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(folder)
     path = folder / f"ckpt-e{state['epoch']:04d}-s{state['step']:08d}.pt"
-    atomic_save(state, path)
-    atomic_link(path, folder / "last.pt")
+    durable = sync is None
+    atomic_save(state, path, durable)
+    atomic_link(path, folder / "last.pt", durable)
     if is_best:
-        atomic_link(path, folder / "best.pt")
-    for old in numbered_checkpoints(folder)[keep_last:]:
-        old.unlink(missing_ok=True)
+        atomic_link(path, folder / "best.pt", durable)
+
+    def make_durable_and_prune() -> None:
+        if not durable:
+            _fsync_file(path)
+            _fsync_dir(folder)
+        for old in numbered_checkpoints(folder)[keep_last:]:
+            old.unlink(missing_ok=True)
+
+    if sync is None:
+        make_durable_and_prune()
+    else:
+        sync.submit(make_durable_and_prune)
     return path
 
 

@@ -22,7 +22,7 @@ import psutil
 import torch
 
 from trainer import data as data_mod
-from trainer.checkpoint import load_latest, save_checkpoint
+from trainer.checkpoint import BackgroundSync, load_latest, save_checkpoint
 from trainer.config import ConfigError, RunConfig, load_config
 from trainer.events import EventWriter, NullEventWriter
 from trainer.groups import pattern_matches
@@ -129,6 +129,7 @@ class Loop:
         self.progress = Progress()
         self.last_system = 0.0
         self._grad_histograms: dict = {}
+        self.checkpoint_sync = BackgroundSync()  # checkpoint fsyncs run while training goes on
         self.process = psutil.Process()
 
     # ---- set-up ------------------------------------------------------------------------------
@@ -155,7 +156,7 @@ class Loop:
         self.groups = build_param_groups(model, cfg.optimizer)
         self.model = strategy.wrap(model)
         self.net = strategy.unwrap(self.model)
-        self.optimizer = build_optimizer(self.groups, cfg.optimizer, fused_ok=strategy.device.type == "cuda")
+        self.optimizer = build_optimizer(self.groups, cfg.optimizer)
         self.train_batches_per_epoch = len(self._batches(0))
         self.steps_per_epoch = math.ceil(self.train_batches_per_epoch / cfg.train.grad_accum_steps)
         self.scheduler = build_scheduler(self.optimizer, self.steps_per_epoch, cfg.train.epochs, cfg.scheduler)
@@ -463,7 +464,8 @@ class Loop:
                 "preprocess": {"image_size": cfg.data.image_size, "mean": cfg.data.mean, "std": cfg.data.std,
                                "resize": "short side to image_size, centre crop"},
             }
-            path = save_checkpoint(self.run.checkpoints, state, is_best=is_best, keep_last=cfg.checkpoint.keep_last)
+            path = save_checkpoint(self.run.checkpoints, state, is_best=is_best, keep_last=cfg.checkpoint.keep_last,
+                                   sync=self.checkpoint_sync)
             self.events.emit("checkpoint", path=str(path), epoch=p.epoch, step=p.step, best=is_best,
                              mid_epoch=p.batch_in_epoch > 0)
             log.info("saved %s%s", path.name, " (best)" if is_best else "")
@@ -540,6 +542,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         loop.setup(resume)
         loop.run_start_event()
         state = loop.fit()
+        loop.checkpoint_sync.wait()  # durable before the run reports itself finished
         code = EXIT_OK
         message = "stopped by request; resume to continue" if state == "stopped" else ""
     except Diverged as e:
@@ -556,6 +559,10 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
                     traceback=traceback.format_exc()[-4000:])
         _write_rank_error(run, strategy.rank, message)
     finally:
+        try:
+            loop.checkpoint_sync.close()
+        except OSError as e:
+            log.error("the last checkpoint may not be durable: %s", e)
         best = loop.progress.best_acc if loop.progress.best_acc >= 0 else None
         events.emit("run_end", status=state, message=message, best_acc=best, epochs_completed=loop.progress.epoch,
                     step=loop.progress.step)
