@@ -10,6 +10,25 @@ from __future__ import annotations
 import numpy as np
 
 
+def minmax_indices(y: np.ndarray, bucket: int) -> np.ndarray:
+    """Indices, in order, of the lowest and highest value of each run of `bucket` points (NaNs only when a
+    whole run is NaN), plus the incomplete run at the end kept whole; the first and last point always."""
+    full = len(y) // bucket * bucket
+    runs = y[:full].reshape(-1, bucket)
+    nan = np.isnan(runs)
+    low = np.argmin(np.where(nan, np.inf, runs), axis=1)
+    high = np.argmax(np.where(nan, -np.inf, runs), axis=1)
+    high = np.where(high == low, bucket - 1 - low, high)  # a flat run: keep two distinct points
+    base = np.arange(len(runs)) * bucket
+    pairs = np.sort(np.stack([base + low, base + high], axis=1), axis=1).ravel()
+    index = np.concatenate([pairs, np.arange(full, len(y))])
+    if len(index) and index[0] != 0:
+        index = np.concatenate([[0], index])
+    if len(index) and index[-1] != len(y) - 1:
+        index = np.concatenate([index, [len(y) - 1]])
+    return index
+
+
 class Series:
     """x/y float64 pairs."""
 
@@ -42,20 +61,22 @@ class Series:
         """Halve the history: of each four points keep the lowest and the highest (in step order)."""
         for catch_up in self.before_decimating:
             catch_up()
-        full = self._n // 4 * 4
-        y = self._y[:full].reshape(-1, 4)
-        nan = np.isnan(y)
-        low = np.argmin(np.where(nan, np.inf, y), axis=1)
-        high = np.argmax(np.where(nan, -np.inf, y), axis=1)
-        high = np.where(high == low, 3 - low, high)  # a flat run of four: keep two distinct points
-        base = np.arange(len(y)) * 4
-        pairs = np.sort(np.stack([base + low, base + high], axis=1), axis=1).ravel()
-        kept = np.concatenate([pairs, np.arange(full, self._n)])
+        kept = minmax_indices(self._y[: self._n], 4)
         self._x[: len(kept)] = self._x[kept]
         self._y[: len(kept)] = self._y[kept]
         self._n = len(kept)
         self.kept = kept
         self.decimations += 1
+
+    def display_index(self, max_points: int = 4000) -> np.ndarray | slice:
+        """Which points to draw: all when few, else each bucket's lowest and highest (first and last always).
+
+        Plots are given these rather than letting the plot library thin them by the visible range: its thinned
+        data changed the autoranged view, which changed the thinning, in an endless repaint loop.
+        """
+        if self._n <= max_points:
+            return slice(0, self._n)
+        return minmax_indices(self._y[: self._n], -(-self._n // (max_points // 2)))
 
     @property
     def x(self) -> np.ndarray:

@@ -84,6 +84,7 @@ class RunModel(QObject):
         self._events = EventTail(run.events)
         self._log = LogTail(run.output_log if run.output_log.exists() else run.log)
         self._ticks = 0
+        self.catching_up = False  # the last poll ran out of time with events still unread (a flood or a replay)
         self._pending: collections.deque[dict] = collections.deque()
         self._ended = False
         self._timer = QTimer(self)
@@ -113,10 +114,12 @@ class RunModel(QObject):
         """Take in what was appended, within a time budget, so a flood of events never stalls the GUI."""
         deadline = time.perf_counter() + BUDGET_S
         got_any = bool(self._pending)
+        self.catching_up = True
         while time.perf_counter() < deadline:
             if not self._pending:
                 new = self._events.read_new(CHUNK_BYTES)
                 if not new:
+                    self.catching_up = False
                     break
                 got_any = True
                 self._pending.extend(new)

@@ -27,6 +27,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--save-as", default="throughput", help="name of the raw-numbers file in bench/results")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="td-throughput-"))
     datasets = {"photos 400x300 JPEG @64px": (photo_dataset(REPO / "bench" / ".data" / "photos"), 64),
@@ -55,7 +56,7 @@ def main():
                               "c": rows["c"][-1],
                               "cache": b["cache"], "precision": b["precision"]}), flush=True)
         table[label] = rows
-    save_result("throughput", {"args": vars(args), "machine": machine(), "table": table})
+    save_result(args.save_as, {"args": vars(args), "machine": machine(), "table": table})
     print(f"\nmachine: {machine()}")
     print(f"{args.model}, batch {args.batch}, {args.epochs} epochs, {args.repeats} repeats (interleaved)\n")
     print("| data | (a) plain loop | (b) main.py train | (b train) its training phase | (c) in-memory ceiling | b/a | "

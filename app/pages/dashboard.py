@@ -44,6 +44,9 @@ REDRAW_MS = 100
 # Step plots redrawn per timer tick, the longest-waiting first: repainting one plot of tens of thousands of
 # points costs ~10 ms, so redrawing all four at once under a flood of events would stall the GUI thread.
 STEP_PLOTS_PER_TICK = 1
+# While the run model is catching up on unread events, redraw only every this many ticks: painting (axes with
+# their text, curves) otherwise takes most of the GUI thread and the backlog drains slowly.
+CATCHING_UP_EVERY = 5
 GRADIENTS_TAB = 1
 
 
@@ -53,8 +56,11 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
     plot.showGrid(x=True, y=True, alpha=0.25)
     plot.setLabel("left", y_label)
     plot.setLabel("bottom", x_label)
-    plot.getPlotItem().setDownsampling(auto=True, mode="peak")
-    plot.getPlotItem().setClipToView(True)
+    # Fixed axis geometry: with auto SI prefixes and text-fitted axis widths, a growing step count made the axis
+    # re-layout the plot, which changed the ticks, which changed the layout again: an endless repaint loop.
+    for side in ("bottom", "left"):
+        plot.getAxis(side).enableAutoSIPrefix(False)
+    plot.getAxis("left").setWidth(64)
     plot.addLegend(offset=(-10, 10))
     return plot
 
@@ -76,6 +82,12 @@ def image_plot(title: str, colormap: str, x_label: str = "", y_label: str = "") 
 def curve(plot: pg.PlotWidget, color: str, name: str | None = None, width: float = 2, symbol: str | None = None):
     return plot.plot([], [], pen=pg.mkPen(color, width=width), name=name, symbol=symbol, symbolSize=6,
                      symbolBrush=color if symbol else None)
+
+
+def show(item, series: Series) -> None:
+    """Draw `series` in `item`, thinned to what a plot can show (`Series.display_index`)."""
+    shown = series.display_index()
+    item.setData(series.x[shown], series.y[shown])
 
 
 class NumericItem(QTableWidgetItem):
@@ -246,8 +258,9 @@ class Dashboard(QWidget):
         self.smoother: Smoothed | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)
-        self._timer.timeout.connect(lambda: self.redraw(STEP_PLOTS_PER_TICK))
+        self._timer.timeout.connect(self._tick)
         self._step_turn = 0  # the step plot whose turn is next
+        self._ticks = 0
 
     # ---- binding to a run ----------------------------------------------------------------------
     def set_model(self, model: RunModel) -> None:
@@ -337,26 +350,34 @@ class Dashboard(QWidget):
         self._versions[key] = series.version
         return True
 
-    def _set(self, key: str, item, series: Series, y=None) -> None:
+    def _set(self, key: str, item, series: Series) -> None:
         if self._changed(key, series):
-            item.setData(series.x, series.y if y is None else y)
+            show(item, series)
+
+    def _tick(self) -> None:
+        self._ticks += 1
+        if self.model is not None and self.model.catching_up and self._ticks % CATCHING_UP_EVERY:
+            return
+        self.redraw(STEP_PLOTS_PER_TICK)
 
     def _step_plots(self) -> list[tuple[list[tuple[str, Series]], Callable[[], None]]]:
         """Per step plot: the (key, series) it shows and how to redraw it."""
         m = self.model
 
         def loss():
-            self.raw_loss.setData(m.step_loss.x, m.step_loss.y)
-            self.smooth_loss.setData(m.step_loss.x, self.smoother.values())
+            shown = m.step_loss.display_index()
+            x = m.step_loss.x[shown]
+            self.raw_loss.setData(x, m.step_loss.y[shown])
+            self.smooth_loss.setData(x, self.smoother.values()[shown])
 
         def lrs():
             for item, series in zip(self.lr_curves, m.lr):
-                item.setData(series.x, series.y)
+                show(item, series)
 
         return [([("loss", m.step_loss)], loss),
                 ([(f"lr{i}", s) for i, s in enumerate(m.lr[: len(self.lr_curves)])], lrs),
-                ([("speed", m.images_per_s)], lambda: self.speed_curve.setData(m.images_per_s.x, m.images_per_s.y)),
-                ([("norm", m.grad_norm)], lambda: self.norm_curve.setData(m.grad_norm.x, m.grad_norm.y))]
+                ([("speed", m.images_per_s)], lambda: show(self.speed_curve, m.images_per_s)),
+                ([("norm", m.grad_norm)], lambda: show(self.norm_curve, m.grad_norm))]
 
     def redraw(self, step_plots: int | None = None) -> None:
         """Bring the visible views up to date; `step_plots` limits how many step plots are redrawn (timer ticks)."""

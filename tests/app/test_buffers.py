@@ -44,3 +44,17 @@ def test_smoothing_continues_across_decimation_like_over_the_raw_stream():
     assert len(values) == len(s) and s.decimations >= 3
     expected = np.array([reference[int(x)] for x in s.x])
     assert np.allclose(values, expected, atol=1e-9)
+
+
+def test_what_is_drawn_is_thinned_but_keeps_ends_and_extremes():
+    s = Series(max_points=100_000)
+    for i in range(30_000):
+        s.append(i, 50.0 if i == 12_345 else float(i % 7))
+    shown = s.display_index(max_points=4000)
+    x, y = s.x[shown], s.y[shown]
+    assert len(x) <= 4002 and x[0] == 0 and x[-1] == 29_999  # the view's range is the data's range
+    assert 12_345 in x and y.max() == 50.0 and y.min() == 0.0
+    assert np.all(np.diff(x) > 0)
+    few = Series()
+    few.append(1, 2.0)
+    assert list(few.x[few.display_index()]) == [1]
