@@ -38,7 +38,8 @@ def grouped_bars(plot: pg.PlotWidget, groups: list[str], series: dict[str, list[
     for k, (name, per_group) in enumerate(series.items()):
         xs = np.arange(len(groups)) + (k - (len(series) - 1) / 2) * width
         med = [statistics.median(v) for v in per_group]
-        plot.addItem(pg.BarGraphItem(x=xs, height=med, width=width * 0.9, brush=COLORS[k % len(COLORS)], name=name))
+        plot.addItem(pg.BarGraphItem(x=xs, height=med, width=width * 0.9, brush=COLORS[k % len(COLORS)],
+                                     name=name if len(series) > 1 else None))
         lo = [m - min(v) for m, v in zip(med, per_group)]
         hi = [max(v) - m for m, v in zip(med, per_group)]
         plot.addItem(pg.ErrorBarItem(x=xs, y=np.array(med), top=np.array(hi), bottom=np.array(lo), beam=width * 0.3))
@@ -46,13 +47,12 @@ def grouped_bars(plot: pg.PlotWidget, groups: list[str], series: dict[str, list[
             label = pg.TextItem(f"{m:.3g}", color="k", anchor=(0.5, 1.2))
             label.setPos(x, m)
             plot.addItem(label)
-        plot.plotItem.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=COLORS[k % len(COLORS)]), name)
     plot.getAxis("bottom").setTicks([list(enumerate(groups))])
 
 
 def target_line(plot: pg.PlotWidget, y: float, text: str) -> None:
     line = pg.InfiniteLine(pos=y, angle=0, pen=pg.mkPen("#d62728", width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-                           label=text, labelOpts={"color": "#d62728", "position": 0.95})
+                           label=text, labelOpts={"color": "#d62728", "position": 0.08, "anchors": [(0, 1), (0, 1)]})
     plot.addItem(line)
 
 
@@ -83,8 +83,8 @@ def overhead(r: dict) -> None:
 
 
 def amp_parity(r: dict) -> None:
-    plot = new_plot(f"Final validation accuracy, fp32 vs bf16 autocast, {r['args']['model']}, "
-                    f"{r['args']['epochs']} epochs, {r['args']['seeds']} seeds (median, min–max)", "accuracy")
+    plot = new_plot(f"Final val accuracy, fp32 vs bf16, {r['args']['model']} {r['args']['epochs']} epochs, "
+                    f"{r['args']['seeds']} seeds (median, min–max)", "accuracy")
     groups = list(r["results"])
     grouped_bars(plot, groups, {"fp32": [r["results"][g]["none"] for g in groups],
                                 "bf16": [r["results"][g]["bf16"] for g in groups]})
@@ -93,8 +93,8 @@ def amp_parity(r: dict) -> None:
 
 
 def gui(r: dict) -> None:
-    plot = new_plot(f"GUI thread under a flood of {r['steps']:,} steps × {r['layers']} layers: gap between 10 ms "
-                    "probe ticks", "gap (ms)")
+    plot = new_plot(f"GUI-thread gaps between 10 ms probe ticks, {r['steps']:,} steps × {r['layers']} layers",
+                    "gap (ms)")
     gaps = np.array(r["gaps_ms"], dtype=float)
     t = np.cumsum(gaps) / 1000
     plot.plot(t, gaps, pen=pg.mkPen(COLORS[0], width=1), name="probe gap")
