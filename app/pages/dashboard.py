@@ -119,7 +119,7 @@ class Dashboard(QWidget):
         self.lr_curves: list = []
         self.speed_plot = make_plot("Throughput", "images/s")
         self.speed_curve = curve(self.speed_plot, COLORS[4])
-        self.norm_plot = make_plot("Gradient norm (global, before clipping)", "L2 norm")
+        self.norm_plot = make_plot("Gradient norm (global)", "L2 norm, before clipping")
         self.norm_curve = curve(self.norm_plot, COLORS[3])
         self.step_plots = [self.loss_plot, self.lr_plot, self.speed_plot, self.norm_plot]
         self._warning_lines: list = []
@@ -290,6 +290,7 @@ class Dashboard(QWidget):
         model.systemSampled.connect(self._system)
         model.logAppended.connect(self._log)
         model.epochEnded.connect(lambda e: self._show_results())
+        model.finished.connect(lambda state, message: self.redraw())  # every plot final, not only its round-robin turn
         self._timer.start()
         self.redraw()
 
