@@ -403,6 +403,15 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     return problems
 
 
+def key_choices(key: str) -> tuple:
+    """The allowed values of a config key, e.g. key_choices("train.amp") (forms offer exactly these)."""
+    cls: Any = RunConfig
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = typing.get_type_hints(cls)[section]
+    return cls.__dataclass_fields__[name].metadata["choices"]
+
+
 def describe_keys(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     """(key path, type, default, description) for every leaf key, for docs and forms."""
     rows = []

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.background import run_in_thread
 from app.forms import Binder
+from trainer.config import key_choices
 from trainer.scan import ScanResult, scan_image_folder
 
 THUMB = 56
@@ -89,7 +90,7 @@ class DatasetPage(QWidget):
         lf.addRow("Image size", binder.spin("data.image_size", 8, 1024, " px"))
         lf.addRow("Batch size", binder.spin("data.batch_size", 1, 65536))
         lf.addRow("Workers", binder.spin("data.num_workers", -1, 64, special="auto"))
-        lf.addRow("Decoded cache", binder.combo("data.cache", ["auto", "memory", "none"]))
+        lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
         lf.addRow("Unusable files", binder.combo("data.on_bad_file", ["skip", "fail"]))
 
         augment = QGroupBox("Augmentation")

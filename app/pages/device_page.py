@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QListWi
 
 from app.background import CliJob
 from app.forms import Binder
+from trainer.config import key_choices
 
 # (label, device.parallel, device.launcher)
 MODES = [
@@ -75,12 +76,12 @@ class DevicePage(QWidget):
 
         prec = QGroupBox("Precision and speed")
         rf = QFormLayout(prec)
-        rf.addRow("Mixed precision", binder.combo("train.amp", ["auto", "none", "bf16", "fp16"]))
+        rf.addRow("Mixed precision", binder.combo("train.amp", key_choices("train.amp")))
         self.amp_note = QLabel("")
         self.amp_note.setObjectName("autoPrecision")
         self.amp_note.setStyleSheet("color: #666;")
         rf.addRow("", self.amp_note)
-        rf.addRow("Memory format", binder.combo("train.memory_format", ["auto", "channels_last", "contiguous"]))
+        rf.addRow("Memory format", binder.combo("train.memory_format", key_choices("train.memory_format")))
         rf.addRow(binder.check("train.compile", "torch.compile the model (slow first steps)"))
 
         layout = QVBoxLayout(self)

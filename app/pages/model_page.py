@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob
 from app.forms import Binder
-from trainer.config import ModelConfig
+from trainer.config import key_choices
 
 BUILTIN = ["small_cnn"]
 COMMON = ["resnet18", "resnet34", "resnet50", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
@@ -68,7 +68,7 @@ class ModelPage(QWidget):
         form = QFormLayout(box)
         form.addRow("Model", row)
         form.addRow("Pretrained weights", wrow)
-        form.addRow("Initialisation", binder.combo("model.init", ModelConfig.__dataclass_fields__["init"].metadata["choices"]))
+        form.addRow("Initialisation", binder.combo("model.init", key_choices("model.init")))
         self.count = QLabel("")
         self.count.setObjectName("paramCount")
         form.addRow("Parameters", self.count)
