@@ -127,3 +127,21 @@ def test_uneven_shards_are_padded_so_every_rank_takes_the_same_number_of_steps()
     r0 = epoch_batches(51, 4, seed=0, epoch=0, rank=0, world=2)
     r1 = epoch_batches(51, 4, seed=0, epoch=0, rank=1, world=2)
     assert len(r0) == len(r1) and sum(map(len, r0)) == sum(map(len, r1)) == 26
+
+
+def test_the_memory_cache_moves_to_the_gpu_only_when_it_fits(shapes_dir, tmp_path, monkeypatch):
+    """The decision of `keep_on_device` (CI has no GPU: the move itself is a plain `.to(device)`)."""
+    from trainer.data import keep_on_device
+
+    bundle = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="memory", cache_dir=str(tmp_path)),
+                       seed=0, workers=0)
+    gpu = torch.device("cuda", 0)
+    need = bundle.train.store.images.numel()
+    assert bundle.val.store is bundle.train.store  # one store for both splits: moved once
+    assert not keep_on_device(bundle, torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2 * need, 10 * need))
+    assert not keep_on_device(bundle, gpu)  # needs more than a quarter of the free memory
+    moved = []
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, device, *a, **k: moved.append(device) or self)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * need, 10 * need))
+    assert keep_on_device(bundle, gpu) and moved == [gpu]
