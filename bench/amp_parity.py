@@ -15,8 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import yaml
-from common import BENCH_OPTIMIZER, REPO, machine, photo_dataset, save_result, small_dataset, train_cli
+from common import bench_config, bench_datasets, machine, save_result, train_cli
 
 
 def main():
@@ -27,14 +26,9 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="td-amp-"))
-    datasets = {"photos @64px": (photo_dataset(REPO / "bench" / ".data" / "photos"), 64),
-                "small @32px": (small_dataset(REPO / "bench" / ".data" / "shapes"), 32)}
     results = {}
-    for label, (data, size) in datasets.items():
-        cfg = work / f"{size}.yaml"
-        cfg.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": args.batch},
-                                       "model": {"name": args.model}, "train": {"epochs": args.epochs},
-                                       "optimizer": BENCH_OPTIMIZER}))
+    for label, (data, size) in bench_datasets().items():
+        cfg = bench_config(work / f"{size}.yaml", data, size, args.model, args.batch, args.epochs)
         rows = {"none": [], "bf16": []}
         for seed in range(args.seeds):
             for amp in rows:

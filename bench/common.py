@@ -60,6 +60,22 @@ def small_dataset(root: Path, per_class: int = 300) -> Path:
     return root
 
 
+def bench_datasets() -> dict[str, tuple[Path, int]]:
+    """The generated datasets of the speed and precision benchmarks: label -> (folder, training image size)."""
+    return {"photos 400x300 JPEG @64px": (photo_dataset(REPO / "bench" / ".data" / "photos"), 64),
+            "small PNG @32px": (small_dataset(REPO / "bench" / ".data" / "shapes"), 32)}
+
+
+def bench_config(path: Path, data: Path, size: int, model: str, batch: int, epochs: int) -> Path:
+    """A `main.py train` config for a benchmark run: the benchmark optimizer, TrainDeck defaults for the rest."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": batch},
+                                    "model": {"name": model}, "train": {"epochs": epochs},
+                                    "optimizer": BENCH_OPTIMIZER}))
+    return path
+
+
 def run_json(args: list[str], timeout: int = 1800) -> dict:
     """Run a python snippet/script that prints one JSON line last; return it."""
     out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)

@@ -17,8 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-from common import BENCH_OPTIMIZER, REPO, machine, median_spread, photo_dataset, run_json, save_result, small_dataset, train_cli
+from common import REPO, bench_config, bench_datasets, machine, median_spread, run_json, save_result, train_cli
 
 
 def main():
@@ -30,14 +29,9 @@ def main():
     parser.add_argument("--save-as", default="throughput", help="name of the raw-numbers file in bench/results")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="td-throughput-"))
-    datasets = {"photos 400x300 JPEG @64px": (photo_dataset(REPO / "bench" / ".data" / "photos"), 64),
-                "small PNG @32px": (small_dataset(REPO / "bench" / ".data" / "shapes"), 32)}
     table = {}
-    for label, (data, size) in datasets.items():
-        cfg = work / f"{size}.yaml"
-        cfg.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": args.batch},
-                                       "model": {"name": args.model}, "train": {"epochs": args.epochs},
-                                       "optimizer": BENCH_OPTIMIZER}))
+    for label, (data, size) in bench_datasets().items():
+        cfg = bench_config(work / f"{size}.yaml", data, size, args.model, args.batch, args.epochs)
         rows = {"a": [], "b": [], "b_train": [], "c": [], "acc_a": [], "acc_b": []}
         for r in range(args.repeats):
             started = time.perf_counter()
