@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, QRunnable, QThreadPool, Signal
 
-log = logging.getLogger(__name__)
+from trainer.launch import main_command
 
-MAIN_PY = str(Path(__file__).resolve().parent.parent / "main.py")
+log = logging.getLogger(__name__)
 
 
 class _Signals(QObject):
@@ -67,7 +65,8 @@ class CliJob(QObject):
         self.process = QProcess(self)
         self.process.finished.connect(self._finished)
         self.process.errorOccurred.connect(self._error)
-        self.process.start(sys.executable, [MAIN_PY, *args])
+        program, *arguments = main_command(*args)
+        self.process.start(program, arguments)
 
     def _finished(self, code: int, status) -> None:
         if self.cancelled:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import logging
 import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -26,19 +25,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob
 from app.forms import Binder
+from app.lr_finder import LrFinder
 from app.pages.dashboard import Dashboard
 from app.pages.dataset_page import DatasetPage
 from app.pages.device_page import DevicePage
 from app.pages.model_page import ModelPage
 from app.pages.optimizer_page import LrFindDialog, OptimizerPage
 from app.pages.runs_page import RunsPage
+from app.run_controller import RunController
 from app.run_model import RunModel
-from app.trainer_process import TrainerProcess
 from trainer.config import ConfigError, RunConfig, load_config, save_config
 from trainer.launch import REPO_ROOT, node_commands, train_command
-from trainer.rundir import RunDir, new_run_dir, pid_alive
+from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +53,8 @@ class MainWindow(QMainWindow):
         self.runs_dir = Path(runs_dir)
         self.config_path: Path | None = None
         self.config_problems: list[str] = []
-        self.run_model: RunModel | None = None
-        self.process = TrainerProcess(self)
-        self.process.ended.connect(self._process_ended)
+        self.runs = RunController(self.runs_dir, self)
+        self.runs.process.ended.connect(self._process_ended)
         self._close_after_stop = False
         self._leave_running = False
         self.setWindowTitle("TrainDeck")
@@ -118,7 +116,14 @@ class MainWindow(QMainWindow):
         self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
         self.model_page.parametersChanged.connect(lambda _: self._validate_timer.start())
         self.optimizer_page.lrFindRequested.connect(self.find_lr)
-        self.lr_job: CliJob | None = None
+        self.lr_finder = LrFinder(self.runs_dir, self)
+        self.lr_finder.done.connect(self._lr_found)
+        self.lr_finder.failed.connect(self._lr_failed)
+        self.runs.modelChanged.connect(self.dashboard.set_model)
+        self.runs.stateText.connect(self.state_label.setText)
+        self.runs.progressed.connect(self._progress)
+        self.runs.runFinished.connect(self._run_finished)
+        self.runs.changed.connect(self._update_buttons)
         self.runs_page.openRequested.connect(self.open_run)
         self.runs_page.resumeRequested.connect(self.resume_run)
 
@@ -257,36 +262,26 @@ class MainWindow(QMainWindow):
         return shlex.join(cmd)
 
     def find_lr(self) -> None:
-        """Run `main.py lr-find` on the current form in a subprocess; show the curve and offer the suggestion."""
+        """Sweep the learning rate on the current form (in a subprocess); show the curve, offer the suggestion."""
         cfg = self.current_config()
-        if cfg is None or self.lr_job is not None:
+        if cfg is None or self.lr_finder.busy:
             return
-        folder = self.runs_dir / "configs"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"lr-find-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
-        save_config(cfg, path)
-        button = self.optimizer_page.find_lr
-        button.setEnabled(False)
-        button.setText("Sweeping…")
-        self.lr_job = CliJob(["lr-find", str(path), "--json"], self)
+        self.lr_finder.start(cfg)
+        self.optimizer_page.find_lr.setEnabled(False)
+        self.optimizer_page.find_lr.setText("Sweeping…")
 
-        def finished():
-            self.lr_job = None
-            button.setEnabled(True)
-            button.setText("Find…")
+    def _lr_sweep_over(self) -> None:
+        self.optimizer_page.find_lr.setEnabled(True)
+        self.optimizer_page.find_lr.setText("Find…")
 
-        def show(result: dict) -> None:
-            finished()
-            self.lr_dialog = LrFindDialog(result, lambda lr: self.binder.widgets["optimizer.lr"].setText(f"{lr:.3g}"),
-                                          self)
-            self.lr_dialog.open()
+    def _lr_found(self, result: dict) -> None:
+        self._lr_sweep_over()
+        self.lr_dialog = LrFindDialog(result, lambda lr: self.binder.widgets["optimizer.lr"].setText(f"{lr:.3g}"), self)
+        self.lr_dialog.open()
 
-        def failed(error: str) -> None:
-            finished()
-            QMessageBox.warning(self, "Learning-rate finder", error)
-
-        self.lr_job.done.connect(show)
-        self.lr_job.failed.connect(failed)
+    def _lr_failed(self, error: str) -> None:
+        self._lr_sweep_over()
+        QMessageBox.warning(self, "Learning-rate finder", error)
 
     def copy_command(self) -> None:
         text = self.command_text()
@@ -295,90 +290,49 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("Copied: " + text.splitlines()[-1], 5000)
 
     # ---- runs --------------------------------------------------------------------------------
+    @property
+    def process(self):
+        return self.runs.process
+
+    @property
+    def run_model(self) -> RunModel | None:
+        return self.runs.model
+
     def start_run(self) -> None:
-        if self.validate() or self.process.running:
+        if self.validate() or self.runs.running:
             return
-        cfg = self.current_config()
-        run = new_run_dir(self.runs_dir, Path(cfg.model.name.split(":")[-1]).stem)
-        save_config(cfg, run.config)
-        self.process.start(train_command(run.config, run_dir=run.path), run, cwd=str(REPO_ROOT))
-        self._watch(run)
+        self.runs.start(self.current_config())
         self.nav.setCurrentRow(PAGES.index("Training"))
 
     def stop_run(self) -> None:
-        if self.process.running:
-            self.process.stop()
-            self.state_label.setText("Stopping: saving a checkpoint…")
-            self._update_buttons()
+        self.runs.stop()
 
     def resume_run(self, path: str | None) -> None:
         run = RunDir(path) if path else (self.run_model.run if self.run_model else None)
-        if run is None or self.process.running:
+        if run is None or self.runs.running:
             return
-        if run.effective_state() not in ("stopped", "failed"):
-            QMessageBox.information(self, "Resume", f"{run.name} is {run.effective_state()}: only stopped or failed "
-                                                    f"runs can be resumed.")
+        refused = self.runs.resume(run)
+        if refused:
+            QMessageBox.information(self, "Resume", refused)
             return
-        self.process.start([sys.executable, str(REPO_ROOT / "main.py"), "resume", str(run.path)], run,
-                           cwd=str(REPO_ROOT))
-        if self.run_model is None or self.run_model.run.path != run.path:
-            self._watch(run)
-        else:
-            self.run_model.watch()
-            self._update_buttons()
         self.nav.setCurrentRow(PAGES.index("Training"))
 
     def open_run(self, path: str) -> None:
         """Show a past run's curves (replayed from its events), re-attaching when it is still going."""
         run = RunDir(path)
-        status = run.read_status()
-        self._watch(run)
-        if status.get("state") in ("running", "starting") and pid_alive(status.get("pid")) and not self.process.running:
-            self.process.attach(status["pid"])
-            self.state_label.setText(f"Re-attached to {run.name}")
+        self.runs.open(run)
         try:
             self.load_config(load_config(run.config))
         except ConfigError as e:
             log.warning("%s", e)
         self.nav.setCurrentRow(PAGES.index("Training"))
 
-    def _watch(self, run: RunDir) -> None:
-        if self.run_model is not None:
-            self.run_model.close()
-            self.run_model.deleteLater()
-        self.run_model = RunModel(run, self)
-        self.run_model.stepLogged.connect(self._progress)
-        self.run_model.epochEnded.connect(self._progress)
-        self.run_model.runStarted.connect(lambda e: self.state_label.setText(f"Running {run.name}"))
-        self.run_model.preparing.connect(lambda e: self.state_label.setText(f"Preparing {run.name}: {e['message']}…"))
-        self.run_model.finished.connect(self._run_finished)
-        self.dashboard.set_model(self.run_model)
-        self.state_label.setText(f"Preparing {run.name}: scanning data, building the model…")
-        self.progress.setValue(0)
-        self._started_at = time.time()
-        self._start_fraction = None
-        self.run_model.watch()
-        self._update_buttons()
-
-    def _progress(self, e: dict) -> None:
-        m = self.run_model
-        epochs = m.epochs or 1
-        if e.get("event") == "epoch":
-            done = e["epoch"]
-        else:
-            done = e["epoch"] - 1 + e.get("batch", 0) / max(1, e.get("batches", 1))
-        self.progress.setMaximum(epochs)
+    def _progress(self, done: float, epochs: int, eta_s: float | None) -> None:
+        self.progress.setMaximum(max(epochs, 1))
         self.progress.setValue(int(done))
-        fraction = done / epochs
-        if self._start_fraction is None:
-            self._start_fraction, self._started_at = fraction, time.time()
-        elif fraction > self._start_fraction:
-            rate = (time.time() - self._started_at) / (fraction - self._start_fraction)
-            remaining = rate * (1 - fraction)
-            self.eta_label.setText(f"ETA {int(remaining // 60)}:{int(remaining % 60):02d}")
+        self.eta_label.setText("" if eta_s is None else f"ETA {int(eta_s // 60)}:{int(eta_s % 60):02d}")
 
     def _run_finished(self, state: str, message: str) -> None:
-        self.state_label.setText(f"{self.run_model.run.name}: {state}" + (f" — {message}" if message else ""))
         self.eta_label.setText("")
         if state == "completed":
             self.progress.setValue(self.progress.maximum())
@@ -392,22 +346,16 @@ class MainWindow(QMainWindow):
                                   QSystemTrayIcon.MessageIcon.Warning if state != "completed"
                                   else QSystemTrayIcon.MessageIcon.Information)
         self.runs_page.refresh()
-        self._update_buttons()
 
     def _process_ended(self, code: int) -> None:
-        if self.run_model is not None:
-            self.run_model.poll()
-        self._update_buttons()
         if self._close_after_stop:
             self.close()
 
     def _update_buttons(self) -> None:
-        running = self.process.running
+        running = self.runs.running
         self.start_action.setEnabled(not running and not self.config_problems)
         self.stop_action.setEnabled(running)
-        can_resume = (not running and self.run_model is not None
-                      and self.run_model.run.effective_state() in ("stopped", "failed"))
-        self.resume_action.setEnabled(can_resume)
+        self.resume_action.setEnabled(self.runs.can_resume())
 
     # ---- settings and closing ----------------------------------------------------------------
     def _remember_recent(self, path: str) -> None:
@@ -420,7 +368,7 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self.process.running and not (self._close_after_stop or self._leave_running):
+        if self.runs.running and not (self._close_after_stop or self._leave_running):
             event.ignore()
             self._ask_how_to_close()
             return
@@ -455,12 +403,9 @@ class MainWindow(QMainWindow):
         self.dashboard.stop_updates()
         self.model_page.cancel_jobs()
         self.device_page.cancel_jobs()
-        if self.lr_job is not None:
-            self.lr_job.cancel()
+        self.lr_finder.cancel()
         self._validate_timer.stop()
-        if self.run_model is not None:
-            self.run_model.close()
-        self.process._poll.stop()
+        self.runs.shutdown()
         if self.tray:
             self.tray.hide()
 

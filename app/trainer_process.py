@@ -59,6 +59,11 @@ class TrainerProcess(QObject):
         self.pid = pid
         self._poll.start()
 
+    def detach(self) -> None:
+        """Stop following the trainer without signalling it (it goes on; a later app re-attaches)."""
+        self._poll.stop()
+        self._kill_timer.stop()
+
     @property
     def running(self) -> bool:
         return self._poll.isActive()

@@ -33,7 +33,11 @@ def test_round_trip_keeps_every_key(tmp_path):
     ({"device": {"parallel": "ddp", "backend": "nccl"}}, "device.backend: nccl needs device.type cuda"),
     ({"device": {"nnodes": 2, "node_rank": 2, "master_port": 1234}}, "device.node_rank: must be < device.nnodes"),
     ({"device": {"nnodes": 2}}, "device.master_port: multi-node runs need a fixed port"),
-    ({"train": {"amp": "fp16"}}, "train.amp: fp16 autocast needs device.type cuda"),
+    ({"train": {"seed": 2**63}}, "train.seed: must be <= 4294967295, got 9223372036854775808"),
+    ({"optimizer": {"weight_decay": float("inf")}}, "optimizer.weight_decay: must be a finite number, got inf"),
+    ({"optimizer": {"lr": "3e-4x"}}, "optimizer.lr: must be a number, got '3e-4x'"),
+    ({"device": {"parallel": "ddp", "launcher": "horovod", "nnodes": 2, "master_port": 1234}},
+     "device.launcher: horovod runs start on one machine here"),
     ({"data": {"val_split": 1.0}}, "data.val_split: must be < 1, got 1.0"),
     ("just a string", "config: must be a mapping"),
 ])
@@ -90,3 +94,27 @@ def test_cli_exits_2_with_the_key_path(tmp_path):
     assert result.returncode == 2
     assert "optimizer.lr: must be > 0, got -3" in result.stderr
     assert not (tmp_path / "runs").exists(), "no run directory for a config that never started"
+
+
+FLOAT_KEYS = [path for path, kind, _, _ in describe_keys() if kind in ("a number", "a number or null")]
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize(("text", "value"), [("1e-3", 1e-3), ("3E-4", 3e-4), (".5", 0.5), ("1_000", 1000.0),
+                                             ("1.0e12", 1e12), ("1e12", 1e12), ("-2.5e-1", -0.25)])
+def test_every_float_key_reads_the_notations_users_write(tmp_path, key, text, value):
+    """YAML 1.1 leaves 3e-4 and friends as strings; the config reads them as numbers, in files and in --set."""
+    section, name = key.rsplit(".", 1)
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{section.replace('.', ': {')}: {{{name}: {text}}}" + "}" * section.count(".") + "\n")
+    for cfg in (lambda: load_config(path), lambda: load_config(tmp_path / "empty.yaml", [f"{key}={text}"])):
+        (tmp_path / "empty.yaml").write_text("")
+        try:
+            got = cfg()
+        except ConfigError as e:  # only a range check may refuse the value, never its notation
+            assert all("must be a number" not in p for p in e.problems), e.problems
+            continue
+        obj = got
+        for part in key.split("."):
+            obj = getattr(obj, part)
+        assert obj == pytest.approx(value)

@@ -34,9 +34,13 @@ from trainer.rundir import pid_alive
 
 log = logging.getLogger(__name__)
 
-DECODER_VERSION = 1  # bump when decode_image's output changes: old entries then never match
+DECODER_VERSION = 2  # 2: EXIF orientation applied. Bump when decode_image's output changes: old entries then never match
 MAX_AGE_DAYS = 30
-Progress = Callable[[int, int], None]  # (done, total)
+Progress = Callable[[int, int], None]  # (done, total); may raise Interrupted to abandon the build
+
+
+class Interrupted(Exception):
+    """A stop was requested while images were being decoded (the half-built entry is discarded)."""
 
 
 def default_cache_dir() -> Path:

@@ -11,20 +11,27 @@ cut arrives a moment later, and until it has, the previous checkpoint is kept.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import random
 import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 log = logging.getLogger(__name__)
 
 NUMBERED = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
+FORMAT = "traindeck-checkpoint"
+VERSION = 1  # bump when the layout below changes; a newer file is refused by an older TrainDeck
 
 
 class UnsafeFileError(ValueError):
@@ -33,6 +40,102 @@ class UnsafeFileError(ValueError):
 
 class CorruptCheckpointError(ValueError):
     """Every checkpoint in a folder failed to load."""
+
+
+class CheckpointVersionError(ValueError):
+    """A checkpoint written by a newer TrainDeck (its layout version is unknown here)."""
+
+
+def rng_state() -> dict:
+    np_state = np.random.get_state()
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    kind, keys, *rest = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), *rest))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class TrainState:
+    """Where a run is, and the one place that builds and reads the checkpoint layout.
+
+    A checkpoint holds the unwrapped model, optimizer, scheduler and loss-scaler states, this progress, every
+    random generator, the resolved config, the classes and the preprocessing, under `format` and `version`.
+    """
+
+    epoch: int = 0  # epoch in progress (0-based)
+    batch_in_epoch: int = 0  # micro-batches of `epoch` already trained
+    step: int = 0  # optimizer steps so far
+    best_acc: float = -1.0
+
+    def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
+                      classes: list[str]) -> dict:
+        data = config["data"]
+        return {
+            "format": FORMAT, "version": VERSION,
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "scaler": precision.state_dict(),
+            "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_acc": self.best_acc,
+            "rng": rng_state(), "aug_rng": aug_generator.get_state(),
+            "config": config, "classes": classes, "model_name": config["model"]["name"],
+            "preprocess": {"image_size": data["image_size"], "mean": data["mean"], "std": data["std"],
+                           "resize": "short side to image_size, centre crop"},
+        }
+
+    def restore(self, state: dict, *, model, optimizer, scheduler, precision, aug_generator) -> None:
+        """Continue exactly where `state` was saved: weights, optimizer, schedule, scaler, progress, randomness."""
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        precision.load_state_dict(state.get("scaler", {}))
+        self.epoch, self.batch_in_epoch, self.step = state["epoch"], state["batch_in_epoch"], state["step"]
+        self.best_acc = state.get("best_acc", -1.0)
+        set_rng_state(state["rng"])
+        if state.get("aug_rng") is not None:
+            aug_generator.set_state(state["aug_rng"])
+
+
+def check_layout(state: Any, path: str | Path) -> dict:
+    """`state` if it is a TrainDeck checkpoint this version can read; else a clear error naming the file."""
+    if not isinstance(state, dict) or "model" not in state or "epoch" not in state:
+        raise ValueError(f"{path}: not a TrainDeck checkpoint (no model/epoch)")
+    version = state.get("version", 1)
+    if not isinstance(version, int) or version > VERSION:
+        raise CheckpointVersionError(f"{path}: written by a newer TrainDeck (checkpoint version {version}; this one "
+                                     f"reads up to {VERSION}); update TrainDeck to use it")
+    return state
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """A TrainDeck checkpoint file, loaded safely and checked (layout and version)."""
+    return check_layout(load_weights_only(path), path)
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; the message says why in words (full disk, permissions, ...)."""
+
+
+def describe_write_failure(e: BaseException, folder: str | Path) -> str:
+    """A failed write as a user reads it: 'no space left on device in FOLDER', not an errno or a torch assert
+    (torch.save reports a full disk as `[enforce fail at inline_container.cc]`)."""
+    full = getattr(e, "errno", None) == errno.ENOSPC
+    if not full:
+        try:
+            full = shutil.disk_usage(folder).free < (1 << 20)
+        except OSError:
+            full = False
+    if full:
+        return f"no space left on device in {folder}"
+    return f"{folder}: {getattr(e, 'strerror', None) or e}"
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -68,11 +171,13 @@ def atomic_save(obj: Any, path: Path, durable: bool = True) -> None:
             if durable:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) or (isinstance(e, RuntimeError) and "write" in str(e)):
+            raise CheckpointWriteError(f"cannot save {path.name}: {describe_write_failure(e, path.parent)}") from e
         raise
     if durable:
         _fsync_dir(path.parent)
@@ -195,9 +300,9 @@ def load_latest(folder: Path) -> tuple[dict, Path] | None:
     failures = []
     for path in candidates:
         try:
-            state = load_weights_only(path)
-            if not isinstance(state, dict) or "model" not in state or "epoch" not in state:
-                raise ValueError("not a TrainDeck checkpoint (no model/epoch)")
+            state = read_checkpoint(path)
+        except CheckpointVersionError:
+            raise  # a newer file is not corrupt: falling back to an older one would silently lose it
         except Exception as e:  # noqa: BLE001 - every failure means "try the previous one"
             failures.append(f"{path.name}: {type(e).__name__}: {e}")
             log.warning("checkpoint %s cannot be loaded (%s); trying the previous one", path, e)

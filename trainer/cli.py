@@ -8,8 +8,10 @@ import logging
 import sys
 from pathlib import Path
 
+from trainer.catalog import EXPORT_FORMATS
 from trainer.config import ConfigError, load_config, save_config
-from trainer.rundir import RunDir, default_runs_dir, new_run_dir
+from trainer.rundir import RunDir, default_runs_dir, new_run_dir, user_log_dir
+from trainer.scan import printable_path
 
 log = logging.getLogger("traindeck")
 
@@ -17,61 +19,76 @@ COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-mod
             "export", "predict", "lr-find")
 
 
+class CommandError(Exception):
+    """A command refused its input: the message is printed alone (no traceback) and the command exits 2."""
+
+
 def _fail(message: str, code: int = 2) -> int:
     print(f"error: {message}", file=sys.stderr)
     return code
 
 
-def cmd_train(args) -> int:
-    from trainer.runner import launch
-    from trainer.strategy import LaunchError, check_device
+def _input_errors() -> tuple[type[Exception], ...]:
+    """Exceptions that mean the user's input is at fault (imported lazily: most need torch)."""
+    from trainer.checkpoint import CheckpointVersionError, UnsafeFileError
+    from trainer.export import ExportError
+    from trainer.models import ModelError
+    from trainer.rundir import RunDirInUse, RunDirUsed
+    from trainer.scan import DataError
+    from trainer.strategy import LaunchError
 
-    try:
-        cfg = load_config(args.config, args.set)
-        check_device(cfg)
-    except (ConfigError, LaunchError) as e:
-        return _fail(str(e))
+    return (CommandError, ConfigError, DataError, ModelError, LaunchError, ExportError, RunDirInUse, RunDirUsed,
+            CheckpointVersionError, UnsafeFileError)
+
+
+def cmd_train(args) -> int:
+    from trainer.preflight import preflight
+    from trainer.runner import launch
+
+    cfg = load_config(args.config, args.set)
+    preflight(cfg)  # before a run directory exists: a refused input leaves nothing behind
     if args.run_dir:
-        run = RunDir(args.run_dir).create()
+        run = RunDir(args.run_dir)
     else:
         label = Path(cfg.model.name.split(":")[-1]).stem
         run = new_run_dir(args.runs_dir or default_runs_dir(), label)
-    from trainer.runner import RunDirInUse, lock_run_dir
+    lock = run.lock()  # held from before the first write until the run ends: two launches never mix
+    try:
+        if run.holds_a_run():
+            if not args.overwrite:
+                from trainer.rundir import RunDirUsed
 
-    try:
-        lock_run_dir(run).close()  # fail before overwriting the config of a run in progress
-    except RunDirInUse as e:
-        return _fail(str(e))
-    save_config(cfg, run.config)
+                raise RunDirUsed(f"{run.path}: already holds a run ({run.effective_state()}); continue it with "
+                                 f"`main.py resume {run.path}`, train into a new directory, or pass --overwrite "
+                                 f"to replace it")
+            run.clear_for_new_run()
+        run.create()
+        save_config(cfg, run.config)
+    except BaseException:
+        lock.close()
+        raise
     print(f"run directory: {run.path}", flush=True)
-    try:
-        return _finish(run, launch(run, cfg))
-    except RunDirInUse as e:
-        return _fail(str(e))
+    return _finish(run, launch(run, cfg, lock=lock))
 
 
 def cmd_resume(args) -> int:
-    from trainer.rundir import pid_alive
+    from trainer.preflight import preflight
     from trainer.runner import launch
 
     run = RunDir(args.run_dir)
     if not run.config.exists():
-        return _fail(f"{run.path}: not a run directory (no config.yaml)")
-    status = run.read_status()
-    if status.get("state") in ("running", "starting") and pid_alive(status.get("pid")):
-        return _fail(f"{run.path}: the run is still going (pid {status.get('pid')}); stop it first")
-    if status.get("state") == "completed" and not args.force:
-        return _fail(f"{run.path}: the run already completed; pass --force to train it again from its last "
-                     f"checkpoint (raise train.epochs in config.yaml to train longer)")
-    from trainer.runner import RunDirInUse
-
+        raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
+    lock = run.lock()
     try:
+        if run.read_status().get("state") == "completed" and not args.force:
+            raise CommandError(f"{run.path}: the run already completed; pass --force to train it again from its "
+                               f"last checkpoint (raise train.epochs in config.yaml to train longer)")
         cfg = load_config(run.config)
-        return _finish(run, launch(run, cfg, resume=True))
-    except ConfigError as e:
-        return _fail(str(e))
-    except RunDirInUse as e:
-        return _fail(str(e))
+        preflight(cfg)
+    except BaseException:
+        lock.close()
+        raise
+    return _finish(run, launch(run, cfg, resume=True, lock=lock))
 
 
 def _finish(run: RunDir, code: int) -> int:
@@ -87,12 +104,9 @@ def _finish(run: RunDir, code: int) -> int:
 
 
 def cmd_check_data(args) -> int:
-    from trainer.scan import DataError, format_report, scan_image_folder
+    from trainer.scan import format_report, scan_image_folder
 
-    try:
-        result = scan_image_folder(args.dir)
-    except DataError as e:
-        return _fail(str(e))
+    result = scan_image_folder(args.dir)
     print(format_report(result))
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -110,17 +124,26 @@ def cmd_demo_data(args) -> int:
 
 
 def cmd_slurm(args) -> int:
+    """Write the resolved config beside the script (or under the runs folder) and the script that trains it."""
+    import time
+
     from trainer.launch import slurm_script
 
-    try:
-        cfg = load_config(args.config, args.set)
-    except ConfigError as e:
-        return _fail(str(e))
-    script = slurm_script(args.config, cfg)
+    cfg = load_config(args.config, args.set)
     if args.out:
-        Path(args.out).write_text(script)
-        print(f"wrote {args.out}; submit it with: sbatch {args.out}")
+        out = Path(args.out).resolve()
+        config_path = out.with_name(out.stem + ".config.yaml")
     else:
+        folder = Path(default_runs_dir()).resolve() / "configs"
+        folder.mkdir(parents=True, exist_ok=True)
+        config_path = folder / f"slurm-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+    save_config(cfg, config_path)
+    script = slurm_script(config_path, cfg)
+    if args.out:
+        out.write_text(script, encoding="utf-8")
+        print(f"wrote {out} and the config it trains, {config_path}; submit it with: sbatch {out}")
+    else:
+        print(f"# the config this script trains: {config_path}", file=sys.stderr)
         print(script)
     return 0
 
@@ -128,66 +151,47 @@ def cmd_slurm(args) -> int:
 def cmd_describe_model(args) -> int:
     """JSON on stdout: the model's parameter tensors (for the app's parameter-groups editor)."""
     from trainer.config import ModelConfig
-    from trainer.models import ModelError, create_model, torchvision_classifiers
+    from trainer.models import create_model, torchvision_classifiers
 
     if args.list:
         print(json.dumps({"models": torchvision_classifiers()}))
         return 0
-    try:
-        model = create_model(ModelConfig(name=args.name), args.classes)
-    except ModelError as e:
-        return _fail(str(e))
+    model = create_model(ModelConfig(name=args.name), args.classes)
     params = [{"name": n, "shape": list(p.shape), "numel": p.numel()} for n, p in model.named_parameters()]
     print(json.dumps({"name": args.name, "parameters": params, "total": sum(p["numel"] for p in params)}))
     return 0
 
 
 def cmd_probe_devices(args) -> int:
-    """JSON on stdout: GPUs, distributed backends and launchers available here (run as a short subprocess)."""
-    import importlib.util
+    """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
+    why, which options are refused and why); the app shows these and keeps no rule of its own."""
+    from trainer.devices import auto_precision, refusals
+    from trainer.strategy import machine_facts
 
-    import torch
-    import torch.distributed as dist
-
-    from trainer.strategy import native_bf16
-
-    gpus = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            gpus.append({"index": i, "name": props.name, "memory_gb": round(props.total_memory / 2**30, 1)})
+    facts = machine_facts()
+    gpu_name = facts["gpus"][0]["name"] if facts["gpus"] else None
     print(json.dumps({
-        "gpus": gpus,
-        "bf16_cuda": bool(gpus) and native_bf16(torch.device("cuda", 0)),
-        "bf16_cpu": native_bf16(torch.device("cpu")),
-        "backends": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available() and bool(gpus),
-                     "mpi": dist.is_mpi_available()},
-        "horovod": importlib.util.find_spec("horovod") is not None,
-        "torch": torch.__version__,
+        **facts,
+        "auto_precision": {"cpu": auto_precision("auto", "cpu", facts), "cuda": auto_precision("auto", "cuda", facts,
+                                                                                              gpu_name)},
+        "refused": refusals(facts),
     }))
     return 0
 
 
 def cmd_export(args) -> int:
-    from trainer.export import ExportError, export_run
+    from trainer.export import export_run
 
-    try:
-        out = export_run(RunDir(args.run_dir), args.format, Path(args.out), args.checkpoint)
-    except ExportError as e:
-        return _fail(str(e), 1)
+    out = export_run(RunDir(args.run_dir), args.format, Path(args.out), args.checkpoint)
     print(f"exported {out} (+ {out.name}.json)")
     return 0
 
 
 def cmd_predict(args) -> int:
-    from trainer.export import ExportError, predict
+    from trainer.export import predict
 
-    try:
-        results = predict(Path(args.export), [Path(p) for p in args.images])
-    except ExportError as e:
-        return _fail(str(e), 1)
-    for path, label, prob in results:
-        print(f"{path}\t{label}\t{prob:.3f}")
+    for path, label, prob in predict(Path(args.export), [Path(p) for p in args.images]):
+        print(f"{printable_path(path)}\t{label}\t{prob:.3f}")
     return 0
 
 
@@ -196,19 +200,16 @@ def cmd_lr_find(args) -> int:
 
     import yaml
 
-    from trainer.lr_find import find_lr
-    from trainer.models import ModelError
-    from trainer.scan import DataError
+    from trainer.lr_find import LrFindError, find_lr
+    from trainer.preflight import preflight
 
-    try:
-        cfg = load_config(args.config, args.set)
-    except ConfigError as e:
-        return _fail(str(e))
+    cfg = load_config(args.config, args.set)
+    preflight(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             result = find_lr(cfg, RunDir(tmp).create(), steps=args.steps, start=args.start, end=args.end)
-        except (DataError, ModelError, ConfigError, ValueError) as e:
-            return _fail(str(e))
+        except LrFindError as e:
+            raise CommandError(str(e)) from e
     lr = result["suggested_lr"]
     if args.json:
         print(json.dumps(result))
@@ -216,9 +217,9 @@ def cmd_lr_find(args) -> int:
         print(f"suggested optimizer.lr: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, "
               f"lowest loss at {result['min_loss_lr']:.3g})")
     if args.write:
-        raw = yaml.safe_load(Path(args.config).read_text()) or {}
+        raw = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
         raw.setdefault("optimizer", {})["lr"] = float(f"{lr:.3g}")
-        Path(args.config).write_text(yaml.safe_dump(raw, sort_keys=False))
+        Path(args.config).write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
         print(f"wrote optimizer.lr: {lr:.3g} to {args.config}", file=sys.stderr)
     return 0
 
@@ -233,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", help="use this run directory")
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("resume", help="continue a stopped, failed or killed run from its last good checkpoint")
@@ -269,8 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="export a run's checkpoint for other tools")
     p.add_argument("run_dir")
-    p.add_argument("--format", default="state_dict",
-                   choices=("state_dict", "safetensors", "exported_program", "torchscript", "onnx"))
+    p.add_argument("--format", default="state_dict", choices=tuple(EXPORT_FORMATS))
     p.add_argument("--out", required=True)
     p.add_argument("--checkpoint", default="best", choices=("best", "last"))
     p.set_defaults(func=cmd_export)
@@ -295,4 +297,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as e:  # noqa: BLE001 - the user sees a message; a traceback only goes to the log file
+        if isinstance(e, _input_errors()):
+            return _fail(str(e))
+        log_file = record_traceback(args.command)
+        if isinstance(e, OSError):
+            from trainer.checkpoint import describe_write_failure
+
+            where = e.filename or Path.cwd()
+            return _fail(f"{describe_write_failure(e, where)} (details in {log_file})", 1)
+        return _fail(f"{type(e).__name__}: {e} (a TrainDeck bug? details in {log_file})", 1)
+
+
+def record_traceback(command: str) -> Path | str:
+    """Append the current exception's traceback to the user's TrainDeck log; its path (or why it failed)."""
+    import traceback
+
+    path = user_log_dir() / "cli.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"--- main.py {command}\n{traceback.format_exc()}\n")
+    except OSError as e:
+        return f"nowhere: {e.strerror}"
+    return path

@@ -8,7 +8,9 @@ validation messages, `docs/config.md` and the app's forms all come from these de
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +21,9 @@ import yaml
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
+MAX_SEED = 2**32 - 1  # numpy seeds are 32-bit; the loop derives per-epoch seeds from it
+# Numbers YAML 1.1 leaves as strings but users write as numbers: 3e-4, 1E12, .5, 1_000.
+_FLOAT_TEXT = re.compile(r"[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?")
 
 
 class ConfigError(ValueError):
@@ -117,7 +122,7 @@ class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
-    seed: int = opt(0, "seed for data order, augmentation and initialisation", ge=0)
+    seed: int = opt(0, "seed for data order, augmentation and initialisation", ge=0, le=MAX_SEED)
     amp: str = opt("auto", "mixed precision: auto = bf16 autocast where the hardware runs it natively (GPUs with bf16, "
                    "CPUs with AVX512-BF16 or AMX), else fp32; none = fp32; bf16 / fp16 (+ GradScaler) when asked",
                    choices=("auto", "none", "bf16", "fp16"))
@@ -234,8 +239,15 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except IsADirectoryError as e:
+        raise ConfigError(["is a folder, not a YAML config file"], str(path)) from e
     except OSError as e:
         raise ConfigError([f"cannot read config file: {e.strerror}"], str(path)) from e
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"not a text (UTF-8) YAML file: byte {e.start} is {e.object[e.start:e.start + 1]!r}"],
+                          str(path)) from e
+    if "\x00" in text:
+        raise ConfigError(["not a text YAML file (it contains NUL bytes)"], str(path))
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -256,8 +268,12 @@ def save_config(cfg: RunConfig, path: str | os.PathLike) -> None:
     """Write the config as YAML atomically."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(cfg.to_yaml(), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(cfg.to_yaml(), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no 0-byte temporary behind
+        raise
 
 
 def apply_overrides(raw: dict, assignments: list[str]) -> None:
@@ -318,7 +334,12 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
+        if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
+            value = float(value.strip().replace("_", ""))
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                problems.append(f"{path}: must be a finite number, got {value!r}")
+                return None
             return float(value)
     elif tp is str:
         if isinstance(value, str):
@@ -341,7 +362,8 @@ def _check_range(path: str, value: Any, meta: dict, problems: list[str]) -> None
                               ("le", lambda a, b: a <= b, "<="), ("lt", lambda a, b: a < b, "<")):
             bound = meta.get(key)
             if bound is not None and not ok(v, bound):
-                problems.append(f"{path}: must be {word} {bound:g}, got {v!r}")
+                shown = bound if isinstance(bound, int) else f"{bound:g}"
+                problems.append(f"{path}: must be {word} {shown}, got {v!r}")
 
 
 def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
@@ -396,8 +418,8 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         problems.append("device.launcher: spawn is single-node; use torchrun for device.nnodes > 1")
     if cfg.train.sync_batchnorm and dev.type == "cpu" and dev.parallel == "ddp":
         problems.append("train.sync_batchnorm: SyncBatchNorm runs on GPUs only; on cpu leave it off")
-    if cfg.train.amp == "fp16" and dev.type == "cpu":
-        problems.append("train.amp: fp16 autocast needs device.type cuda; use bf16 on cpu")
+    if dev.parallel == "ddp" and dev.launcher == "horovod" and dev.nnodes > 1:
+        problems.append("device.launcher: horovod runs start on one machine here; use torchrun for device.nnodes > 1")
     if cfg.train.compile and dev.parallel == "dp":
         problems.append("train.compile: not supported with device.parallel dp; use ddp (or leave compile off)")
     return problems

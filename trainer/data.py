@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,19 +23,23 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 
-from trainer.cache import ImageStore, Progress, default_cache_dir, open_store
+from trainer.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
 from trainer.config import AugmentConfig, DataConfig
-from trainer.scan import DataError, ScanResult, scan_image_folder
+from trainer.scan import DataError, ScanResult, check_same_classes, scan_image_folder
 
 log = logging.getLogger(__name__)
 
+ORIENTATION_TAG = 0x0112  # EXIF
 MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in this share of free RAM
 
 
 def decode_image(path: str, size: int) -> torch.Tensor:
-    """An image file as a (3, size, size) uint8 tensor: any mode converted to RGB, short side resized, centre crop."""
+    """An image file as a (3, size, size) uint8 tensor: EXIF orientation applied, any mode converted to RGB,
+    short side resized, centre crop."""
     with Image.open(path) as img:
         img.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced scale when much larger
+        if img.getexif().get(ORIENTATION_TAG, 1) != 1:  # phone photos: upright as the camera meant, not as stored
+            img = ImageOps.exif_transpose(img)
         if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
             arr = np.asarray(img, dtype=np.float32)
             peak = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
@@ -99,6 +103,14 @@ class DataBundle:
     skipped: list[tuple[str, str]]
     cache: str
 
+    def classes_without_val(self) -> list[tuple[str, int]]:
+        """(class, training images) of the classes with no validation image (their accuracy is unknown)."""
+        in_val = {label for _, label in self.val.samples}
+        train_counts: dict[int, int] = {}
+        for _, label in self.train.samples:
+            train_counts[label] = train_counts.get(label, 0) + 1
+        return [(name, train_counts.get(i, 0)) for i, name in enumerate(self.classes) if i not in in_val]
+
 
 def stratified_split(samples: list[tuple[str, int]], fraction: float, seed: int):
     """(train, val): `fraction` of each class held out, chosen with `seed`."""
@@ -128,21 +140,24 @@ def cache_dir(cfg: DataConfig) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
 
 
-def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | None = None) -> DataBundle:
+def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | None = None,
+              should_stop: Callable[[], bool] | None = None) -> DataBundle:
     """Scan the folders, decode them once through the cache (unless `cache: none`), split train/val.
 
     Files that fail to decode are dropped before the split, so every cache mode splits the same usable files.
+    When `should_stop` turns true while images are decoded, the build is abandoned with `Interrupted`.
     """
+    def report(done: int, total: int) -> None:
+        if should_stop is not None and should_stop():
+            raise Interrupted(f"stopped while decoding images into the cache ({done}/{total})")
+        if progress is not None:
+            progress(done, total)
+
     cache = resolve_cache(cfg, 0)
     folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none")}
     if cfg.val_dir:
         folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none")
-        train_scan, val_scan = folders["train"], folders["val"]
-        if val_scan.classes != train_scan.classes:
-            only_train = sorted(set(train_scan.classes) - set(val_scan.classes))
-            only_val = sorted(set(val_scan.classes) - set(train_scan.classes))
-            raise DataError(f"data.val_dir: {cfg.val_dir} has different classes from data.train_dir "
-                            f"(only in train: {only_train or '-'}; only in val: {only_val or '-'})")
+        check_same_classes(folders["train"].classes, folders["val"].classes, cfg.val_dir)
     cache = resolve_cache(cfg, sum(len(f.samples) for f in folders.values()))
     skipped = [bad for scan in folders.values() for bad in scan.bad_files]
     stores: dict[str, ImageStore] = {}
@@ -150,7 +165,7 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
         try:
             for name, scan in folders.items():
                 stores[name] = open_store([p for p, _ in scan.samples], cfg.image_size, cache, cache_dir(cfg),
-                                          decode_image, os.cpu_count() or 1, progress)
+                                          decode_image, os.cpu_count() or 1, report)
         except OSError as e:  # disk cache impossible here: decode every epoch instead
             log.warning("%s: decoding every epoch instead (data.cache: none)", e)
             cache, stores = "none", {}

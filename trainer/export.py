@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.checkpoint import UnsafeFileError, load_weights_only
+from trainer.catalog import EXPORT_FORMATS
+from trainer.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
 from trainer.config import ModelConfig
 from trainer.data import decode_image
 from trainer.models import create_model
@@ -20,8 +21,6 @@ from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
-FORMATS = {"state_dict": ".pt", "safetensors": ".safetensors", "exported_program": ".pt2",
-           "torchscript": ".ts.pt", "onnx": ".onnx"}
 ONNX_OPSET = 18  # what the dynamo exporter targets well and onnxruntime >= 1.16 runs
 
 
@@ -35,17 +34,21 @@ def load_run_model(run: RunDir, which: str = "best") -> tuple[torch.nn.Module, d
     if not path.exists():
         raise ExportError(f"{path}: no such checkpoint (has the run finished an epoch?)")
     try:
-        state = load_weights_only(path)
-    except UnsafeFileError as e:
+        state = read_checkpoint(path)
+    except (UnsafeFileError, ValueError) as e:
         raise ExportError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - a damaged file, in whatever way torch reports it
+        raise ExportError(f"{path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
     model = create_model(ModelConfig(name=state["model_name"]), len(state["classes"]))
     model.load_state_dict(state["model"])
     return model.eval(), state, path
 
 
 def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
-    if fmt not in FORMATS:
-        raise ExportError(f"--format: unknown format {fmt!r} (known: {', '.join(FORMATS)})")
+    if fmt not in EXPORT_FORMATS:
+        raise ExportError(f"--format: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+    if out.is_dir():
+        raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
     model, state, ckpt_path = load_run_model(run, which)
     pre = state["preprocess"]
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -85,39 +88,56 @@ def _arg_name(model: torch.nn.Module) -> str:
 def predict(export: Path, images: list[Path]) -> list[tuple[str, str, float]]:
     """(image, class, probability) for each image, using the export's sidecar preprocessing."""
     sidecar_path = Path(f"{export}.json")
+    if not export.is_file():
+        raise ExportError(f"{export}: no such model file")
     if not sidecar_path.exists():
         raise ExportError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
-    meta = json.loads(sidecar_path.read_text())
-    size = meta["image_size"]
-    mean = torch.tensor(meta["mean"]).view(1, 3, 1, 1)
-    std = torch.tensor(meta["std"]).view(1, 3, 1, 1)
     try:
-        batch = torch.stack([decode_image(str(p), size) for p in images]).float() / 255
-    except OSError as e:
-        raise ExportError(f"cannot read image: {e}") from e
-    x = (batch - mean) / std
-    fmt = meta["format"]
+        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
+        size, fmt, classes = meta["image_size"], meta["format"], meta["classes"]
+        mean = torch.tensor(meta["mean"]).view(1, 3, 1, 1)
+        std = torch.tensor(meta["std"]).view(1, 3, 1, 1)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{sidecar_path}: not a TrainDeck export description ({type(e).__name__}: {e})") from e
+    decoded = []
+    for p in images:
+        try:
+            decoded.append(decode_image(str(p), size))
+        except Exception as e:  # noqa: BLE001 - unreadable, truncated, a decompression bomb: name the file
+            raise ExportError(f"{p}: cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
+    x = (torch.stack(decoded).float() / 255 - mean) / std
+    try:
+        run_model = _load_export(export, fmt, meta)
+    except (ExportError, UnsafeFileError) as e:
+        raise ExportError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
+        raise ExportError(f"{export}: cannot load the {fmt} model, the file looks damaged or truncated "
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from e
     with torch.no_grad():
-        if fmt in ("state_dict", "safetensors"):
-            model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
-            if fmt == "safetensors":
-                from safetensors.torch import load_file
-
-                model.load_state_dict(load_file(str(export)))
-            else:
-                model.load_state_dict(load_weights_only(export))
-            logits = model(x)
-        elif fmt == "exported_program":
-            logits = torch.export.load(str(export)).module()(x)
-        elif fmt == "torchscript":
-            logits = torch.jit.load(str(export))(x)
-        elif fmt == "onnx":
-            import onnxruntime
-
-            session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
-            logits = torch.from_numpy(session.run(None, {"images": x.numpy()})[0])
-        else:
-            raise ExportError(f"{sidecar_path}: unknown format {fmt!r}")
+        logits = run_model(x)
     probs = torch.softmax(logits.float(), dim=1)
     conf, idx = probs.max(1)
-    return [(str(p), meta["classes"][i], c) for p, i, c in zip(images, idx.tolist(), conf.tolist())]
+    return [(str(p), classes[i], c) for p, i, c in zip(images, idx.tolist(), conf.tolist())]
+
+
+def _load_export(export: Path, fmt: str, meta: dict):
+    """A callable images -> logits for an exported model of any format."""
+    if fmt in ("state_dict", "safetensors"):
+        model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
+        if fmt == "safetensors":
+            from safetensors.torch import load_file
+
+            model.load_state_dict(load_file(str(export)))
+        else:
+            model.load_state_dict(load_weights_only(export))
+        return model
+    if fmt == "exported_program":
+        return torch.export.load(str(export)).module()
+    if fmt == "torchscript":
+        return torch.jit.load(str(export))
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
+        return lambda x: torch.from_numpy(session.run(None, {"images": x.numpy()})[0])
+    raise ExportError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")

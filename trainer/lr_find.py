@@ -13,39 +13,41 @@ import torch
 
 from trainer import data as data_mod
 from trainer.config import RunConfig
-from trainer.engine import Loop, StopRequest, seed_everything
+from trainer.engine import StopRequest, seed_everything
 from trainer.events import NullEventWriter
+from trainer.loop import Loop
+from trainer.parts import build
+from trainer.reporter import Reporter
 from trainer.rundir import RunDir
 from trainer.strategy import Strategy
+
+
+class LrFindError(ValueError):
+    """The sweep could not suggest a learning rate."""
 
 
 def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0) -> dict:
     """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr."""
     cfg.device.parallel = "none"
-    loop = Loop(run, cfg, Strategy(cfg.device), NullEventWriter(), StopRequest())
-    loop.setup(resume=False)
+    strategy = Strategy(cfg.device)
     seed_everything(cfg.train.seed)
-    base = [g["lr"] for g in loop.optimizer.param_groups]
+    parts = build(cfg, strategy, Reporter(NullEventWriter(), is_main=False))
+    loop = Loop(run, cfg, strategy, parts, Reporter(NullEventWriter(), is_main=False), StopRequest())
+    seed_everything(cfg.train.seed)
+    base = [g["lr"] for g in parts.optimizer.param_groups]
     ratio = [b / cfg.optimizer.lr for b in base]
     factor = (end / start) ** (1 / max(1, steps - 1))
     lrs, losses, smooth, best = [], [], None, math.inf
-    loop.model.train()
+    parts.model.train()
     epoch = 0
     while len(lrs) < steps:
-        batches = loop._batches(epoch)
-        loop.aug_generator.manual_seed(epoch)
-        for images, labels in data_mod.iterate_batches(loop.data.train, batches, loop.workers, cfg.data.image_size,
-                                                       False):
+        parts.aug_generator.manual_seed(epoch)
+        for images, labels in data_mod.iterate_batches(parts.data.train, parts.epoch_batches(cfg, strategy, epoch),
+                                                       parts.workers, cfg.data.image_size, False):
             lr = start * factor ** len(lrs)
-            for g, r in zip(loop.optimizer.param_groups, ratio):
+            for g, r in zip(parts.optimizer.param_groups, ratio):
                 g["lr"] = lr * r
-            x = loop.augment(images, loop.aug_generator)
-            y = labels.to(loop.strategy.device)
-            with loop.precision.autocast():
-                loss = loop.criterion(loop.model(x), y)
-            loop.optimizer.zero_grad(set_to_none=True)
-            loop.precision.backward(loss)
-            loop.precision.step(loop.optimizer)
+            loss, _, _ = loop.train_step(parts.augment(images, parts.aug_generator), labels.to(strategy.device))
             value = loss.item()  # host sync per step: acceptable in a short sweep
             smooth = value if smooth is None else 0.9 * smooth + 0.1 * value
             corrected = smooth / (1 - 0.9 ** (len(lrs) + 1))
@@ -61,7 +63,7 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
 def _result(lrs: list[float], losses: list[float]) -> dict:
     finite = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
     if len(finite) < 10:
-        raise ValueError("lr-find: too few steps before the loss diverged; lower the start lr")
+        raise LrFindError("lr-find: too few steps before the loss diverged; lower --start")
     xs = torch.tensor([math.log10(lr) for lr, _ in finite])
     ys = torch.tensor([loss for _, loss in finite])
     slope = (ys[2:] - ys[:-2]) / (xs[2:] - xs[:-2])

@@ -5,6 +5,8 @@ Also initialisation schemes (applied with `net.apply`) and safe loading of local
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
 import inspect
 import logging
@@ -14,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from trainer.catalog import BUILTIN_MODELS
 from trainer.config import ModelConfig, is_user_model
 
 log = logging.getLogger(__name__)
@@ -42,7 +45,6 @@ class SmallCNN(nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
-BUILTIN_MODELS = {"small_cnn": SmallCNN}
 
 
 def choose_memory_format(setting: str, model_name: str, model: nn.Module) -> torch.memory_format:
@@ -99,7 +101,8 @@ def create_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
     if is_user_model(name):
         return _import_user_model(name, num_classes)
     if name in BUILTIN_MODELS:
-        return BUILTIN_MODELS[name](num_classes=num_classes)
+        module, _, cls_name = BUILTIN_MODELS[name].partition(":")
+        return getattr(importlib.import_module(module), cls_name)(num_classes=num_classes)
     import torchvision
 
     known = torchvision_classifiers()
@@ -140,7 +143,7 @@ def apply_init(model: nn.Module, scheme: str) -> None:
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """Tensors from a .safetensors file or a torch file loaded with weights_only=True (never full unpickling)."""
-    from trainer.checkpoint import UnsafeFileError, load_weights_only
+    from trainer.checkpoint import UnsafeFileError, check_layout, load_weights_only
 
     path = Path(path)
     if not path.is_file():
@@ -156,20 +159,24 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         obj = load_weights_only(path)
     except UnsafeFileError as e:
         raise ModelError(f"model.weights: {e}") from e
+    except Exception as e:  # noqa: BLE001 - truncated or not a torch file at all
+        raise ModelError(f"model.weights: {path} cannot be read as weights ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:200] if str(e) else ''})") from e
     if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
-        obj = obj["model"]  # a TrainDeck checkpoint
+        try:
+            obj = check_layout(obj, path)["model"]  # a TrainDeck checkpoint
+        except ValueError as e:
+            raise ModelError(f"model.weights: {e}") from e
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise ModelError(f"model.weights: {path} does not hold a state_dict (a mapping of names to tensors)")
     return {k.removeprefix("module."): v for k, v in obj.items()}
 
 
-def load_pretrained(model: nn.Module, path: str | Path) -> list[str]:
-    """Load matching weights; a classifier head of another size is left re-initialised.
+def check_weights_fit(model: nn.Module, incoming: dict[str, torch.Tensor], path: str | Path) -> set[str]:
+    """The keys of `model`'s classifier head that `incoming` does not fit (they stay re-initialised).
 
-    Returns the names left re-initialised. Raises ModelError naming the mismatching keys when the
-    file is for another architecture.
+    Raises ModelError naming the mismatching keys when the weights are for another architecture.
     """
-    incoming = read_state_dict(path)
     own = model.state_dict()
     missing = [k for k in own if k not in incoming]
     unexpected = [k for k in incoming if k not in own]
@@ -186,10 +193,32 @@ def load_pretrained(model: nn.Module, path: str | Path) -> list[str]:
             details.append("shape mismatch " + _few([f"{k} {tuple(incoming[k].shape)} vs {tuple(own[k].shape)}"
                                                      for k in wrong_shape if k not in head]))
         raise ModelError(f"model.weights: {path} does not fit this model ({'; '.join(d for d in details if d)})")
+    return head
+
+
+def load_pretrained(model: nn.Module, path: str | Path) -> list[str]:
+    """Load matching weights; a classifier head of another size is left re-initialised.
+
+    Returns the names left re-initialised.
+    """
+    incoming = read_state_dict(path)
+    head = check_weights_fit(model, incoming, path)
     model.load_state_dict({k: v for k, v in incoming.items() if k not in head}, strict=False)
     if head:
         log.info("loaded %s; classifier head re-initialised for this dataset: %s", path, ", ".join(sorted(head)))
     return sorted(head)
+
+
+def check_model(cfg: ModelConfig, num_classes: int) -> None:
+    """Before a run starts: the model can be built and its weights file fits it (ModelError otherwise).
+
+    Built on the meta device (no memory, no initialisation work), except your own model, whose code may
+    not expect that.
+    """
+    with contextlib.nullcontext() if is_user_model(cfg.name) else torch.device("meta"):
+        model = create_model(cfg, num_classes)
+    if cfg.weights:
+        check_weights_fit(model, read_state_dict(cfg.weights), cfg.weights)
 
 
 def _is_head(model: nn.Module, key: str) -> bool:

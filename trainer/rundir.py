@@ -12,9 +12,11 @@ Torch-free. Layout:
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,16 @@ from typing import Any
 
 STATES = ("starting", "running", "completed", "stopped", "failed", "diverged")
 FINAL_STATES = ("completed", "stopped", "failed", "diverged")
+LIVE_STATES = ("starting", "running")
+RESUMABLE_STATES = ("stopped", "failed")
+
+
+class RunDirInUse(RuntimeError):
+    """Another process is training in this run directory."""
+
+
+class RunDirUsed(RuntimeError):
+    """The run directory already holds a run (training into it again would overwrite it)."""
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -87,22 +99,94 @@ class RunDir:
             return {}
 
     def write_status(self, **fields: Any) -> dict[str, Any]:
-        """Merge `fields` into status.json, atomically (readers never see a half-written file)."""
+        """Merge `fields` into status.json, atomically (readers never see a half-written file).
+
+        On a full disk the new file cannot be made: the old one is then overwritten in place (its blocks are
+        reused), so a run's end is still recorded; only when that fails too does the OSError propagate.
+        """
         status = self.read_status()
         status.update(fields)
         status["updated"] = time.time()
+        text = json.dumps(status, indent=1)
         tmp = self.status_file.with_name(f".status.json.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(status, indent=1), encoding="utf-8")
-        os.replace(tmp, self.status_file)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.status_file)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            if not self.status_file.exists():
+                raise
+            with open(self.status_file, "r+", encoding="utf-8") as f:
+                f.write(text)
+                f.truncate()
         return status
 
     def effective_state(self) -> str:
         """The state, with a 'running' run whose process is gone reported as failed."""
         status = self.read_status()
         state = status.get("state", "unknown")
-        if state in ("running", "starting") and not pid_alive(status.get("pid")):
+        if state in LIVE_STATES and not pid_alive(status.get("pid")):
             return "failed"
         return state
+
+    def is_live(self) -> bool:
+        """Whether a process is training in this run directory right now."""
+        status = self.read_status()
+        return status.get("state") in LIVE_STATES and pid_alive(status.get("pid"))
+
+    def holds_a_run(self) -> bool:
+        """Whether a run has already trained here (status, events or checkpoints exist)."""
+        return self.status_file.exists() or self.events.exists() or any(self.checkpoints.glob("*.pt"))
+
+    def lock(self):
+        """An exclusive lock held for the life of a launch (released by the OS if the process dies).
+
+        Taken before anything in the directory is written, so two launches into one directory never mix.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            pid = self.read_status().get("pid")
+            who = f" (pid {pid})" if pid else ""
+            raise RunDirInUse(f"{self.path}: in use by another run{who}; wait for it or stop it") from None
+        return handle
+
+    def clear_for_new_run(self) -> None:
+        """Remove what an earlier run left here (events, status, checkpoints, logs) before training anew."""
+        for path in (self.events, self.status_file, self.log, self.output_log, self.config):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+        self.clear_rank_errors()
+
+    # ---- errors of ranks other than 0 (they write no events) ---------------------------------
+    def write_rank_error(self, rank: int, message: str) -> None:
+        """Ranks other than 0 cannot write events; the launcher reads this file to name them."""
+        if rank == 0:
+            return
+        try:
+            (self.path / f"rank-{rank}.error").write_text(f"rank {rank}: {message}\n", encoding="utf-8")
+        except OSError:
+            pass
+
+    def note_dead_rank(self, rank: int, exit_code: int) -> None:
+        """A rank that died without a word (killed): recorded for it, unless it wrote its own error."""
+        path = self.path / f"rank-{rank}.error"
+        if path.exists():
+            return
+        import signal
+
+        how = f"killed by signal {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited with code {exit_code}"
+        path.write_text(f"rank {rank} died ({how}); the other ranks were stopped\n", encoding="utf-8")
+
+    def rank_errors(self) -> list[str]:
+        return [p.read_text(encoding="utf-8").strip() for p in sorted(self.path.glob("rank-*.error"))]
+
+    def clear_rank_errors(self) -> None:
+        for stale in self.path.glob("rank-*.error"):
+            stale.unlink(missing_ok=True)
 
     def tail_log(self, lines: int = 20) -> str:
         for path in (self.log, self.output_log):
@@ -141,6 +225,12 @@ def list_runs(runs_dir: str | os.PathLike) -> list[RunDir]:
         return []
     runs = [RunDir(p) for p in runs_dir.iterdir() if p.is_dir() and (p / "config.yaml").exists()]
     return sorted(runs, key=lambda r: r.path.stat().st_mtime, reverse=True)
+
+
+def user_log_dir() -> Path:
+    """Where TrainDeck keeps logs that belong to no run (tracebacks of the command line)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "traindeck"
 
 
 def default_runs_dir() -> Path:

@@ -8,7 +8,6 @@ group stops every rank. Whatever happens to the workers, status.json ends in a f
 from __future__ import annotations
 
 import collections
-import fcntl
 import logging
 import os
 import re
@@ -20,30 +19,18 @@ import time
 
 from trainer.config import RunConfig
 from trainer.engine import EXIT_FAILED, EXIT_OK, run_worker
-from trainer.launch import REPO_ROOT, free_port, torchrun_command
+from trainer.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
 from trainer.rundir import FINAL_STATES, RunDir
 
 log = logging.getLogger(__name__)
 
-class RunDirInUse(RuntimeError):
-    """Another process is training in this run directory."""
 
+def launch(run: RunDir, cfg: RunConfig, resume: bool = False, lock=None) -> int:
+    """Run (or resume) the run in `run`, whose config.yaml is already written; returns the exit code.
 
-def lock_run_dir(run: RunDir):
-    """An exclusive lock held for the run's life (released by the OS if the process dies)."""
-    handle = open(run.path / ".lock", "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        holder = run.read_status().get("pid")
-        raise RunDirInUse(f"{run.path}: in use by another run (pid {holder}); wait for it or stop it") from None
-    return handle
-
-
-def launch(run: RunDir, cfg: RunConfig, resume: bool = False) -> int:
-    """Run (or resume) the run in `run`, whose config.yaml is already written; returns the exit code."""
-    lock = lock_run_dir(run)
+    `lock` is the run directory's lock when the caller took it before writing the config (it is released here).
+    """
+    lock = lock or run.lock()
     try:
         return _launch_locked(run, cfg, resume)
     finally:
@@ -51,8 +38,7 @@ def launch(run: RunDir, cfg: RunConfig, resume: bool = False) -> int:
 
 
 def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
-    for stale in run.path.glob("rank-*.error"):
-        stale.unlink(missing_ok=True)
+    run.clear_rank_errors()
     run.write_status(state="starting", pid=os.getpid(), pgid=os.getpgid(0), started=time.time(), message="", exit_code=None,
                      model=cfg.model.name, dataset=cfg.data.train_dir, parallel=cfg.device.parallel)
     dev = cfg.device
@@ -61,7 +47,7 @@ def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     elif dev.launcher == "spawn":
         code = _spawn(run, cfg, resume)
     else:
-        code = _torchrun(run, cfg, resume)
+        code = _run_launcher(run, cfg, resume)
     return _finalise(run, code)
 
 
@@ -69,7 +55,7 @@ def _finalise(run: RunDir, code: int) -> int:
     """Make sure status.json ends final; a rank other than 0 that failed is named in the message."""
     status = run.read_status()
     state, recorded = status.get("state"), status.get("exit_code")
-    errors = [p.read_text().strip() for p in sorted(run.path.glob("rank-*.error"))]
+    errors = run.rank_errors()
     if state in FINAL_STATES and recorded is not None and not errors:
         return recorded
     if code == EXIT_OK and not errors:
@@ -101,16 +87,19 @@ def _forward_signals(pids) -> None:
     signal.signal(signal.SIGINT, forward)
 
 
-def _torchrun(run: RunDir, cfg: RunConfig, resume: bool) -> int:
+def _run_launcher(run: RunDir, cfg: RunConfig, resume: bool) -> int:
+    """torchrun or horovodrun over the workers; waits, forwarding stop requests."""
     dev = cfg.device
-    port = dev.master_port or free_port()
-    cmd = torchrun_command(cfg, run.path, resume, port)
+    if dev.launcher == "horovod":
+        cmd = horovodrun_command(cfg, run.path, resume)
+    else:
+        cmd = torchrun_command(cfg, run.path, resume, dev.master_port or free_port())
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // dev.nproc))),
                TORCH_NCCL_ASYNC_ERROR_HANDLING="1")
     log.info("launching: %s", " ".join(cmd))
-    # torchrun gets its own session so that a stop sent to this launcher's group reaches it exactly once
-    # (forwarded below); torchrun then stops the workers, which it starts in sessions of their own.
+    # The launcher gets its own session so that a stop sent to this process's group reaches it exactly once
+    # (forwarded below); it then stops the workers, which it starts in sessions of their own.
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
                             start_new_session=True)
     _forward_signals(lambda: [proc.pid])
@@ -126,21 +115,15 @@ def _torchrun(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     code = proc.wait()
     reader.join(timeout=5)
     if code != 0:
-        _note_dead_rank(run, "".join(tail), code)
+        _note_dead_rank(run, "".join(tail))
     return _worker_code(run, code)
 
 
-def _note_dead_rank(run: RunDir, torchrun_output: str, code: int) -> None:
+def _note_dead_rank(run: RunDir, torchrun_output: str) -> None:
     """torchrun's failure summary names the first rank that died; record it when that rank could not."""
     m = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", torchrun_output, re.S)
-    if not m:
-        return
-    rank, exitcode = int(m.group(1)), int(m.group(2))
-    error_file = run.path / f"rank-{rank}.error"
-    if error_file.exists():
-        return
-    why = f"killed by signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"exited with code {exitcode}"
-    error_file.write_text(f"rank {rank} died ({why}); the other ranks were stopped\n")
+    if m:
+        run.note_dead_rank(int(m.group(1)), int(m.group(2)))
 
 
 def _worker_code(run: RunDir, code: int) -> int:
@@ -175,11 +158,7 @@ def _spawn(run: RunDir, cfg: RunConfig, resume: bool) -> int:
         while not context.join():
             pass
     except mp.ProcessExitedException as e:
-        error_file = run.path / f"rank-{e.error_index}.error"
-        if not error_file.exists():
-            how = f"killed by signal {signal.Signals(-e.exit_code).name}" if e.exit_code < 0 else \
-                f"exited with code {e.exit_code}"
-            error_file.write_text(f"rank {e.error_index} died ({how}); the other ranks were stopped\n")
+        run.note_dead_rank(e.error_index, e.exit_code)
         return _worker_code(run, e.exit_code if e.exit_code > 0 else EXIT_FAILED)
     except mp.ProcessRaisedException:
         return _worker_code(run, EXIT_FAILED)

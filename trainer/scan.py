@@ -33,6 +33,7 @@ class ScanResult:
     samples: list[tuple[str, int]] = field(default_factory=list)
     bad_files: list[tuple[str, str]] = field(default_factory=list)
     ignored: int = 0  # hidden files and files without an image extension
+    outside: int = 0  # images at the top level, outside any class folder
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -75,34 +76,71 @@ def _check_image(path: str, full: bool) -> str | None:
     return None
 
 
+def printable_path(path: str) -> str:
+    """A path for a one-line report: quoted when it holds a newline or another control character."""
+    return path if path.isprintable() else repr(path)
+
+
 def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: int = 8) -> ScanResult:
-    """Scan `root`; `full` decodes every image (finds truncated files), else only headers are read."""
-    root_path = Path(root)
-    if not root_path.exists():
-        raise DataError(f"{root}: folder does not exist")
-    if not root_path.is_dir():
-        raise DataError(f"{root}: not a folder")
+    """Scan `root`; `full` decodes every image (finds truncated files), else only headers are read.
+
+    Symbolic links are followed, but a folder is scanned once (a link loop is reported, not followed round)
+    and a file reached through two paths is used once.
+    """
+    root_path = check_folder(root)
     result = ScanResult(root=str(root_path))
     try:
         entries = sorted(os.scandir(root_path), key=lambda e: e.name)
     except PermissionError as e:
         raise DataError(f"{root}: permission denied") from e
-    result.classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
-    result.ignored += sum(1 for e in entries if not e.is_dir())
+    root_real = os.path.realpath(root_path)
+    for e in entries:
+        if e.is_dir() and not e.name.startswith(".") and os.path.realpath(e.path) == root_real:
+            result.warnings.append(f"{printable_path(e.path)}: links back to the dataset folder itself; not a class")
+    result.classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                      and os.path.realpath(e.path) != root_real]
+    for e in entries:
+        if not e.is_dir():
+            if e.name.lower().endswith(IMAGE_EXTENSIONS) and not e.name.startswith("."):
+                result.outside += 1
+            else:
+                result.ignored += 1
 
     candidates: list[tuple[str, int]] = []
+    seen_dirs: set[tuple[int, int]] = {_dir_key(root_path)}
+    seen_files: dict[str, str] = {}
+    loops, twice = [], []
     for label, name in enumerate(result.classes):
         found = 0
         for dirpath, dirnames, filenames in os.walk(root_path / name, followlinks=True):
+            key = _dir_key(dirpath)
+            if key in seen_dirs:
+                loops.append(dirpath)
+                dirnames[:] = []
+                continue
+            seen_dirs.add(key)
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for fname in sorted(filenames):
                 if fname.startswith(".") or not fname.lower().endswith(IMAGE_EXTENSIONS):
                     result.ignored += 1
                     continue
-                candidates.append((os.path.join(dirpath, fname), label))
+                path = os.path.join(dirpath, fname)
+                real = os.path.realpath(path)
+                if real in seen_files:
+                    twice.append((path, seen_files[real]))
+                    continue
+                seen_files[real] = path
+                candidates.append((path, label))
                 found += 1
         if not found:
-            result.warnings.append(f"{root_path / name}: empty class folder (no images)")
+            result.warnings.append(f"{printable_path(str(root_path / name))}: empty class folder (no images)")
+    if loops:
+        result.warnings.append(f"{len(loops)} folder(s) reached again through a symbolic link (a loop or a second "
+                               f"path) were scanned once: {', '.join(printable_path(p) for p in loops[:3])}")
+    if twice:
+        path, first = twice[0]
+        result.warnings.append(f"{len(twice)} file(s) reached through two paths were used once, e.g. "
+                               f"{printable_path(path)} is {printable_path(first)}")
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         reasons = list(pool.map(lambda c: _check_image(c[0], full), candidates))
@@ -121,15 +159,65 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
     return result
 
 
+def _dir_key(path: str | os.PathLike) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def check_folder(root: str | os.PathLike) -> Path:
+    """`root` as a Path, when it is an existing folder; else a DataError naming it."""
+    root_path = Path(root)
+    if not root_path.exists():
+        raise DataError(f"{root}: folder does not exist")
+    if not root_path.is_dir():
+        raise DataError(f"{root}: not a folder (expected an ImageFolder: one sub-folder per class)")
+    return root_path
+
+
+def check_same_classes(train: list[str], val: list[str], val_dir: str) -> None:
+    """The validation folder must have exactly the training folder's classes."""
+    if val != train:
+        only_train = sorted(set(train) - set(val))
+        only_val = sorted(set(val) - set(train))
+        raise DataError(f"data.val_dir: {val_dir} has different classes from data.train_dir "
+                        f"(only in train: {only_train or '-'}; only in val: {only_val or '-'})")
+
+
+def quick_layout(root: str | os.PathLike) -> list[str]:
+    """The class folders of `root`, checked without decoding anything (pre-flight before a run starts).
+
+    A DataError when the folder is missing, is a file, has fewer than two class folders, or no images at all.
+    """
+    root_path = check_folder(root)
+    try:
+        classes = sorted(e.name for e in os.scandir(root_path) if e.is_dir() and not e.name.startswith(".")
+                         and os.path.realpath(e.path) != os.path.realpath(root_path))
+    except PermissionError as e:
+        raise DataError(f"{root}: permission denied") from e
+    if not classes:
+        raise DataError(f"{root}: no class sub-folders (expected one folder per class, e.g. {root}/cat/*.jpg)")
+    if len(classes) < 2:
+        raise DataError(f"{root}: only one class folder ({classes[0]}); a classifier needs at least two")
+    for name in classes:
+        for _dirpath, _dirnames, filenames in os.walk(root_path / name, followlinks=True):
+            if any(f.lower().endswith(IMAGE_EXTENSIONS) and not f.startswith(".") for f in filenames):
+                return classes
+    raise DataError(f"{root}: no images in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})")
+
+
 def format_report(result: ScanResult) -> str:
-    """The human-readable report printed by `check-data`."""
-    lines = [f"{result.root}: {len(result.classes)} classes, {len(result.samples)} usable images"]
-    width = max((len(c) for c in result.classes), default=0)
-    for name, n in result.counts.items():
+    """The human-readable report printed by `check-data` (one line per item, whatever the file names hold)."""
+    lines = [f"{printable_path(result.root)}: {len(result.classes)} classes, {len(result.samples)} usable images"]
+    names = [printable_path(c) for c in result.classes]
+    width = max((len(c) for c in names), default=0)
+    for name, n in zip(names, result.counts.values()):
         lines.append(f"  {name:<{width}}  {n}")
     if result.bad_files:
         lines.append(f"{len(result.bad_files)} files cannot be used:")
-        lines.extend(f"  {path}: {reason}" for path, reason in result.bad_files)
+        lines.extend(f"  {printable_path(path)}: {reason}" for path, reason in result.bad_files)
+    if result.outside:
+        lines.append(f"{result.outside} images at the top level are outside any class folder and are not used "
+                     f"(move them into a class folder)")
     if result.ignored:
         lines.append(f"{result.ignored} hidden or non-image files ignored")
     lines.extend(f"warning: {w}" for w in result.warnings)

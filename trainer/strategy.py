@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib.util
 import logging
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from trainer.config import DeviceConfig, RunConfig
+from trainer.devices import Facts, auto_precision, device_problems, resolve_backend
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +44,67 @@ def native_bf16(device: torch.device) -> bool:
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
+def machine_facts() -> Facts:
+    """What this machine offers (the input of every rule in `trainer.devices`); also `main.py probe-devices`."""
+    gpus = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            gpus.append({"index": i, "name": props.name, "memory_gb": round(props.total_memory / 2**30, 1)})
+    return {
+        "gpus": gpus,
+        "bf16_cuda": bool(gpus) and native_bf16(torch.device("cuda", 0)),
+        "bf16_cuda_supported": bool(gpus) and torch.cuda.is_bf16_supported(),
+        "bf16_cpu": native_bf16(torch.device("cpu")),
+        "backends": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available() and bool(gpus),
+                     "mpi": dist.is_mpi_available()},
+        "horovod": importlib.util.find_spec("horovod") is not None,
+        "torch": torch.__version__,
+    }
+
+
 def choose_precision(amp: str, device: torch.device) -> tuple[str, str]:
     """(fp32 | bf16 | fp16, why): `train.amp` as set, or for `auto` what this device runs natively."""
     if amp != "auto":
-        return {"none": "fp32"}.get(amp, amp), f"train.amp is {amp}"
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "this CPU"
-    if native_bf16(device):
-        return "bf16", f"auto: {where} runs bf16 natively"
-    return "fp32", f"auto: {where} has no native bf16"
+        return auto_precision(amp, device.type, {})
+    facts = {"bf16_cuda" if device.type == "cuda" else "bf16_cpu": native_bf16(device)}
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return auto_precision(amp, device.type, facts, name)
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step did. Norms are device tensors (no host sync) when they were computed."""
+
+    grad_norms: torch.Tensor | None = None
+    total_norm: torch.Tensor | None = None
+    skipped: bool = False  # a non-finite step skipped under train.on_nonfinite: skip
+    diverged: bool = False  # a non-finite gradient under train.on_nonfinite: stop (decided on every rank alike)
+    first_nonfinite: str | None = None  # the first parameter with a non-finite gradient, when skipped or diverged
 
 
 class Precision:
-    """Autocast, loss scaling and the optimizer step for one precision: none (fp32), bf16 or fp16."""
+    """Autocast, loss scaling and the whole optimizer step for one precision: fp32, bf16 or fp16 (+ GradScaler).
 
-    def __init__(self, amp: str, device: torch.device):
+    The step (as in Fabric's precision plugins): unscale, gradient norms, clipping, the non-finite policy,
+    optimizer step, scaler update. Under fp16 a non-finite gradient is a loss-scale overflow, which is how
+    dynamic loss scaling finds its scale: the scaler skips that step and lowers the scale; it is never
+    divergence. Under fp32/bf16 it is divergence (stop) or a skipped step (skip), decided from the
+    all-reduced flag so every rank takes the same decision.
+    """
+
+    def __init__(self, amp: str, strategy: Strategy):
         self.amp = amp
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+        device = strategy.device
         self.device_type = device.type
+        self.strategy = strategy
         self.scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+
+    @property
+    def scaled(self) -> bool:
+        """Whether gradients are loss-scaled (fp16): non-finite ones are then overflows, not divergence."""
+        return self.scaler.is_enabled()
 
     def autocast(self):
         if self.dtype is None:
@@ -67,14 +114,37 @@ class Precision:
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()
 
-    def unscale(self, optimizer) -> None:
-        """Before clipping or reading gradients: make them true gradients again (fp16)."""
-        if self.scaler.is_enabled():
-            self.scaler.unscale_(optimizer)
+    def step(self, optimizer, monitor, *, clip: float | None, need_norms: bool, on_nonfinite: str,
+             check_finite: bool, inspect: Callable[[StepResult], None] | None = None) -> StepResult:
+        """Unscale, norms, clip, non-finite policy, step, update, zero_grad.
 
-    def step(self, optimizer) -> None:
-        self.scaler.step(optimizer)
+        `check_finite` asks for the stop-mode check (a host sync: the loop asks at log steps); skip mode checks
+        every step. `inspect` sees the final gradients just before the optimizer step (statistics, histograms).
+        """
+        self.strategy.synchronize_grads(optimizer)
+        if self.scaled:
+            self.scaler.unscale_(optimizer)
+        result = StepResult()
+        skip = on_nonfinite == "skip"
+        if need_norms or clip or skip:
+            result.grad_norms = monitor.grad_norms()
+            result.total_norm = torch.linalg.vector_norm(result.grad_norms)
+        if not self.scaled and result.total_norm is not None and (skip or check_finite):
+            bad = (~torch.isfinite(result.total_norm)).float().reshape(1)
+            if self.strategy.all_reduce_max(bad).item():  # host sync: skip mode every step, stop mode at log steps
+                result.skipped, result.diverged = skip, not skip
+                result.first_nonfinite = monitor.first_nonfinite()
+                optimizer.zero_grad(set_to_none=True)
+                return result
+        if clip:
+            torch.nn.utils.clip_grads_with_norm_(monitor.params, clip, result.total_norm)
+        if inspect is not None:
+            inspect(result)
+        with self.strategy.grads_synchronized(optimizer):
+            self.scaler.step(optimizer)  # fp16: skipped when the unscaled gradients overflowed
         self.scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        return result
 
     def state_dict(self) -> dict:
         return self.scaler.state_dict() if self.scaler.is_enabled() else {}
@@ -116,7 +186,22 @@ class Strategy:
             model = model.module
         return model
 
+    def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module,
+                       accum_steps: int) -> torch.optim.Optimizer:
+        """The optimizer the loop steps (Horovod wraps it to average gradients)."""
+        return optimizer
+
+    def broadcast_initial_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Make every rank start from rank 0's parameters and optimizer state (DDP does it when wrapping)."""
+
     def no_sync(self, model: nn.Module, accumulating: bool):
+        return contextlib.nullcontext()
+
+    def synchronize_grads(self, optimizer: torch.optim.Optimizer) -> None:
+        """Finish averaging gradients before they are read (unscale, norms, clipping)."""
+
+    def grads_synchronized(self, optimizer: torch.optim.Optimizer):
+        """Context for the optimizer step once `synchronize_grads` has run (it must not average again)."""
         return contextlib.nullcontext()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -130,6 +215,21 @@ class Strategy:
 
     def shutdown(self) -> None:
         pass
+
+    def sample_gpus(self) -> list[dict]:
+        """Memory (and utilisation where NVML is there) of every visible GPU; [] on CPU."""
+        if self.device.type != "cuda":
+            return []
+        gpus = []
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            try:
+                util = torch.cuda.utilization(i)
+            except Exception:  # noqa: BLE001 - needs pynvml; report memory alone
+                util = None
+            gpus.append({"index": i, "memory_used_mb": (total - free) / 2**20, "memory_total_mb": total / 2**20,
+                         "utilization": util})
+        return gpus
 
 
 class DataParallelStrategy(Strategy):
@@ -156,7 +256,7 @@ class DistributedStrategy(Strategy):
             torch.cuda.set_device(self.device)
         else:
             self.device = torch.device("cpu")
-        backend = resolve_backend(cfg)
+        backend = resolve_backend(cfg.backend, cfg.type)
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=dt.timedelta(seconds=cfg.timeout_s))
         log.info("rank %d/%d joined (%s, %s)", rank, world_size, backend, self.device)
@@ -191,38 +291,60 @@ class DistributedStrategy(Strategy):
             dist.destroy_process_group()
 
 
-def resolve_backend(cfg: DeviceConfig) -> str:
-    if cfg.backend != "auto":
-        return cfg.backend
-    return "nccl" if cfg.type == "cuda" else "gloo"
-
-
 def check_device(cfg: RunConfig) -> None:
-    """Refuse, before anything starts, settings this machine cannot run."""
-    dev = cfg.device
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise LaunchError("device.type: cuda, but no CUDA GPU is available here; use cpu")
-        count = torch.cuda.device_count()
-        bad = [g for g in dev.gpus if g >= count]
-        if bad:
-            raise LaunchError(f"device.gpus: {bad} do not exist (this machine has {count} GPU(s): 0..{count - 1})")
-        if dev.parallel == "dp" and len(dev.gpus) > count:
-            raise LaunchError(f"device.gpus: dp asks for {len(dev.gpus)} GPUs, this machine has {count}")
-    if cfg.train.amp == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise LaunchError("train.amp: bf16 is not supported by this GPU; use fp16")
-    if dev.parallel == "ddp":
-        backend = resolve_backend(dev)
-        available = {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available, "mpi": dist.is_mpi_available}
-        if not available[backend]():
-            raise LaunchError(f"device.backend: {backend} is not available in this PyTorch build")
-        if dev.launcher == "horovod":
-            try:
-                import horovod.torch  # noqa: F401
-            except ImportError as e:
-                raise LaunchError("device.launcher: horovod is not installed (pip install 'horovod[pytorch]', "
-                                  "which needs a compiler and MPI or Gloo); use torchrun or spawn") from e
-            raise LaunchError("device.launcher: horovod runs are not supported yet; use torchrun or spawn")
+    """Refuse, before anything starts, settings this machine cannot run (the rules: `trainer.devices`)."""
+    problems = device_problems(cfg, machine_facts())
+    if problems:
+        raise LaunchError("; ".join(problems))
+
+
+class HorovodStrategy(Strategy):
+    """Horovod (the seeds' fifth form): `hvd.init`, ranks from horovodrun, `hvd.DistributedOptimizer` averaging
+    gradients, rank 0's parameters and optimizer state broadcast before the first step."""
+
+    def __init__(self, cfg: DeviceConfig):
+        import horovod.torch as hvd
+
+        self.hvd = hvd
+        self.cfg = cfg
+        hvd.init()
+        self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        if cfg.type == "cuda":
+            self.device = torch.device("cuda", cfg.gpus[self.local_rank % len(cfg.gpus)])
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        log.info("rank %d/%d joined (horovod, %s)", self.rank, self.world_size, self.device)
+
+    @property
+    def description(self) -> str:
+        return f"Horovod x{self.world_size} ({self.device.type})"
+
+    def wrap_optimizer(self, optimizer, model, accum_steps):
+        return self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             backward_passes_per_step=accum_steps)
+
+    def broadcast_initial_state(self, model, optimizer) -> None:
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    def synchronize_grads(self, optimizer) -> None:
+        optimizer.synchronize()
+
+    def grads_synchronized(self, optimizer):
+        return optimizer.skip_synchronize()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.hvd.allreduce(tensor, op=self.hvd.Sum)
+
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.hvd.allreduce(tensor, op=self.hvd.Max)
+
+    def barrier(self) -> None:
+        self.hvd.barrier()
+
+    def shutdown(self) -> None:
+        self.hvd.shutdown()
 
 
 def make_strategy(cfg: RunConfig) -> Strategy:
@@ -230,6 +352,8 @@ def make_strategy(cfg: RunConfig) -> Strategy:
     dev = cfg.device
     if dev.parallel == "dp":
         return DataParallelStrategy(dev)
+    if dev.parallel == "ddp" and dev.launcher == "horovod":
+        return HorovodStrategy(dev)
     if dev.parallel == "ddp":
         rank = int(os.environ["RANK"])
         world = int(os.environ["WORLD_SIZE"])

@@ -1,7 +1,8 @@
 """Device page: CPU or GPUs found here, the parallel mode, processes, backend, precision, multi-node settings.
 
-What this machine offers comes from `main.py probe-devices` (a short subprocess; CUDA is never
-initialised in the GUI process). Options it cannot run are disabled, with the reason beside them.
+What this machine offers, and the trainer's verdicts on it (which options it refuses and why, what
+`train.amp: auto` picks), come from `main.py probe-devices` (a short subprocess; CUDA is never initialised
+in the GUI process). This page shows those answers; the rules themselves live in `trainer.devices`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QListWi
 
 from app.background import CliJob
 from app.forms import Binder
-from trainer.config import key_choices
+from trainer.config import ConfigError, RunConfig, key_choices
+from trainer.devices import device_problems
 
 # (label, device.parallel, device.launcher)
 MODES = [
@@ -38,7 +40,7 @@ class DevicePage(QWidget):
         self.devices.setObjectName("deviceList")
         self.devices.setMaximumHeight(64)
         self.devices.addItem("probing this machine…")
-        self.type = binder.combo("device.type", ["cpu", "cuda"])
+        self.type = binder.combo("device.type", key_choices("device.type"))
         self.gpus = binder.line("device.gpus", "e.g. 0, 1")
         self.gpus.setProperty("kind", "int_list")
 
@@ -61,8 +63,8 @@ class DevicePage(QWidget):
         pf = QFormLayout(par)
         pf.addRow("Mode", self.mode)
         pf.addRow("Processes per node", binder.spin("device.nproc", 1, 1024))
-        pf.addRow("Backend", binder.combo("device.backend", ["auto", "gloo", "nccl", "mpi"]))
-        pf.addRow("Rendezvous", binder.combo("device.init_method", ["env", "tcp", "file"]))
+        pf.addRow("Backend", binder.combo("device.backend", key_choices("device.backend")))
+        pf.addRow("Rendezvous", binder.combo("device.init_method", key_choices("device.init_method")))
         pf.addRow("Rank timeout", binder.spin("device.timeout_s", 5, 86400, " s"))
         pf.addRow(binder.check("train.sync_batchnorm", "SyncBatchNorm across processes"))
         pf.addRow(self.reasons)
@@ -121,32 +123,16 @@ class DevicePage(QWidget):
         self.devices.addItem(f"probe failed: {error}")
 
     def unavailable(self) -> dict[str, str]:
-        """Option -> reason, for what this machine cannot run."""
-        if self.probe is None:
-            return {}
-        gpus = self.probe["gpus"]
-        out = {}
-        if not gpus:
-            out["cuda"] = "no CUDA GPU found on this machine"
-            out["dp"] = "DataParallel needs CUDA GPUs; none found"
-            out["nccl"] = "nccl needs CUDA GPUs"
-            out["fp16"] = "fp16 autocast needs a CUDA GPU (use bf16 on CPU)"
-        elif len(gpus) < 2:
-            out["dp"] = "DataParallel needs at least 2 GPUs; 1 found"
-        if not self.probe["backends"].get("mpi"):
-            out["mpi"] = "this PyTorch build has no MPI backend"
-        if not self.probe["horovod"]:
-            out["horovod"] = "Horovod is not installed (pip install 'horovod[pytorch]')"
-        return out
+        """Option -> reason, for what this machine cannot run (the trainer's verdict from the probe)."""
+        return dict(self.probe.get("refused", {})) if self.probe else {}
 
     def _apply_availability(self) -> None:
         missing = self.unavailable()
-        for combo_key, options in (("device.type", ["cuda"]), ("device.backend", ["nccl", "mpi"]),
-                                   ("train.amp", ["fp16"])):
+        for combo_key, options in (("device.type", ["cuda"]), ("device.backend", ["gloo", "nccl", "mpi"])):
             self._enable(self.binder.widgets[combo_key], options, missing)
         model: QStandardItemModel = self.mode.model()
         for i, (_, parallel, launcher) in enumerate(MODES):
-            reason = missing.get(parallel) or (missing.get("horovod") if launcher == "horovod" else None)
+            reason = missing.get(parallel) or missing.get(launcher)
             item = model.item(i)
             item.setEnabled(reason is None)
             item.setToolTip(reason or "")
@@ -155,15 +141,12 @@ class DevicePage(QWidget):
         self._show_auto_precision()
 
     def _show_auto_precision(self) -> None:
-        """What `train.amp: auto` will pick on the chosen device, from the probe."""
+        """What `train.amp: auto` will pick on the chosen device: the trainer's answer from the probe."""
         if self.probe is None or self.binder.widgets["train.amp"].currentText() != "auto":
             self.amp_note.setText("")
             return
-        on_gpu = self.type.currentText() == "cuda"
-        native = self.probe.get("bf16_cuda" if on_gpu else "bf16_cpu", False)
-        where = "this GPU" if on_gpu else "this CPU"
-        self.amp_note.setText(f"auto: bf16 — {where} runs bf16 natively" if native
-                              else f"auto: fp32 — {where} has no native bf16")
+        name, reason = self.probe["auto_precision"][self.type.currentText()]
+        self.amp_note.setText(f"{reason.split(':')[0]}: {name} — {reason.partition(': ')[2]}")
 
     @staticmethod
     def _enable(combo: QComboBox, options: list[str], missing: dict[str, str]) -> None:
@@ -194,12 +177,11 @@ class DevicePage(QWidget):
         dev["launcher"] = launcher
 
     def problems(self, raw: dict) -> list[str]:
-        missing = self.unavailable()
-        dev, out = raw.get("device", {}), []
-        for key, value in (("device.type", dev.get("type")), ("device.backend", dev.get("backend")),
-                           ("train.amp", raw.get("train", {}).get("amp")), ("device.parallel", dev.get("parallel"))):
-            if value in missing:
-                out.append(f"{key}: {missing[value]}")
-        if dev.get("launcher") == "horovod" and dev.get("parallel") == "ddp" and "horovod" in missing:
-            out.append(f"device.launcher: {missing['horovod']}")
-        return out
+        """What this machine cannot run in the form's settings (the trainer's rules, on the probe's facts)."""
+        if self.probe is None:
+            return []
+        try:
+            cfg = RunConfig.from_dict(raw)
+        except ConfigError:
+            return []  # the config's own problems are reported by the form
+        return device_problems(cfg, self.probe)

@@ -24,11 +24,11 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob
 from app.forms import Binder
+from trainer.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
 from trainer.config import key_choices
 
-BUILTIN = ["small_cnn"]
-COMMON = ["resnet18", "resnet34", "resnet50", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0",
-          "convnext_tiny", "vit_b_16", "densenet121", "vgg11_bn", "alexnet", "squeezenet1_1"]
+BUILTIN = list(BUILTIN_MODELS)
+COMMON = list(SUGGESTED_TORCHVISION)
 
 
 def human(n: int) -> str:

@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import CliJob, run_in_thread
-from app.pages.dashboard import COLORS, make_plot
+from app.pages.plots import COLORS, make_plot
+from trainer.catalog import EXPORT_FORMATS
 from trainer.events import read_events
 from trainer.rundir import RunDir, list_runs
 
@@ -74,7 +75,7 @@ class ExportDialog(QDialog):
         self.setWindowTitle(f"Export {Path(run_dir).name}")
         self.run_dir = run_dir
         self.format = QComboBox()
-        self.format.addItems(["state_dict", "safetensors", "onnx", "torchscript", "exported_program"])
+        self.format.addItems(list(EXPORT_FORMATS))
         self.checkpoint = QComboBox()
         self.checkpoint.addItems(["best", "last"])
         self.out = QLineEdit(str(Path(run_dir) / "export" / "model.pt"))
@@ -99,8 +100,7 @@ class ExportDialog(QDialog):
         self.job: CliJob | None = None
 
     def _suffix(self, fmt: str) -> None:
-        suffix = {"state_dict": ".pt", "safetensors": ".safetensors", "onnx": ".onnx", "torchscript": ".ts.pt",
-                  "exported_program": ".pt2"}[fmt]
+        suffix = EXPORT_FORMATS[fmt]
         path = Path(self.out.text())
         self.out.setText(str(path.parent / ("model" + suffix)))
 

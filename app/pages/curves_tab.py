@@ -1,0 +1,174 @@
+"""The dashboard's Curves tab: loss (raw and smoothed), loss and accuracy per epoch, learning rates,
+throughput and the global gradient norm, with warnings marked on the loss plot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
+
+from app.background import run_in_thread
+from app.buffers import Series, Smoothed
+from app.csv_export import export_run_csv
+from app.pages.plots import COLORS, curve, make_plot, show
+from app.run_model import RunModel
+
+
+class CurvesTab(QWidget):
+    csvWritten = Signal(str)  # the file written, or why it failed
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.model: RunModel | None = None
+        self._versions: dict[str, int] = {}
+        self.loss_plot = make_plot("Training loss", "loss")
+        self.raw_loss = curve(self.loss_plot, "#9ecae1", "raw", width=1)
+        self.smooth_loss = curve(self.loss_plot, COLORS[0], "smoothed")
+        self.epoch_plot = make_plot("Loss per epoch", "loss", "epoch")
+        self.train_epoch = curve(self.epoch_plot, COLORS[0], "train", symbol="o")
+        self.val_epoch = curve(self.epoch_plot, COLORS[1], "validation", symbol="o")
+        self.acc_plot = make_plot("Validation accuracy", "accuracy", "epoch")
+        self.acc_curve = curve(self.acc_plot, COLORS[2], "val acc", symbol="o")
+        self.lr_plot = make_plot("Learning rate per group", "lr")
+        self.lr_curves: list = []
+        self.speed_plot = make_plot("Throughput", "images/s")
+        self.speed_curve = curve(self.speed_plot, COLORS[4])
+        self.norm_plot = make_plot("Gradient norm (global)", "L2 norm, before clipping")
+        self.norm_curve = curve(self.norm_plot, COLORS[3])
+        self._warning_lines: list = []
+        self._step_turn = 0  # the step plot whose turn is next
+        self.smoother: Smoothed | None = None
+
+        self.smoothing = QSlider(Qt.Orientation.Horizontal)
+        self.smoothing.setObjectName("smoothing")
+        self.smoothing.setRange(0, 99)
+        self.smoothing.setValue(60)
+        self.smoothing.setMaximumWidth(160)
+        self.smoothing_label = QLabel("0.60")
+        self.smoothing.valueChanged.connect(self._smoothing_changed)
+        self.log_scale = QCheckBox("log scale")
+        self.log_scale.setObjectName("logScale")
+        self.log_scale.toggled.connect(self._log_scale_changed)
+        export_png = QPushButton("Export PNG…")
+        export_png.clicked.connect(lambda: self.export_png())
+        export_csv = QPushButton("Export CSV…")
+        export_csv.clicked.connect(lambda: self.export_csv())
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Smoothing"))
+        controls.addWidget(self.smoothing)
+        controls.addWidget(self.smoothing_label)
+        controls.addWidget(self.log_scale)
+        controls.addStretch(1)
+        controls.addWidget(export_png)
+        controls.addWidget(export_csv)
+
+        self.plots = QWidget()
+        grid = QGridLayout(self.plots)
+        grid.setContentsMargins(0, 0, 0, 0)
+        for i, plot in enumerate([self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot,
+                                  self.norm_plot]):
+            grid.addWidget(plot, i // 3, i % 3)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(self.plots, 1)
+
+    def set_model(self, model: RunModel) -> None:
+        self.model = model
+        self._versions.clear()
+        self.smoother = Smoothed(model.step_loss, self.smoothing.value() / 100)
+        for line in self._warning_lines:
+            self.loss_plot.removeItem(line)
+        self._warning_lines.clear()
+        for c in self.lr_curves:
+            self.lr_plot.removeItem(c)
+        self.lr_curves.clear()
+
+    def add_group_curves(self) -> None:
+        """One learning-rate curve per parameter group of the run."""
+        m = self.model
+        while len(self.lr_curves) < len(m.lr):
+            i = len(self.lr_curves)
+            name = m.group_names[i] if i < len(m.group_names) else f"group {i}"
+            self.lr_curves.append(curve(self.lr_plot, COLORS[i % len(COLORS)], name))
+
+    def mark_warning(self, step: int) -> None:
+        line = pg.InfiniteLine(pos=step, angle=90, pen=pg.mkPen("#e6a100", width=1, style=Qt.PenStyle.DashLine))
+        self.loss_plot.addItem(line)
+        self._warning_lines.append(line)
+
+    def _step_plots(self) -> list[tuple[list[tuple[str, Series]], Callable[[], None]]]:
+        """Per step plot: the (key, series) it shows and how to redraw it."""
+        m = self.model
+
+        def loss():
+            shown = m.step_loss.display_index()
+            x = m.step_loss.x[shown]
+            self.raw_loss.setData(x, m.step_loss.y[shown])
+            self.smooth_loss.setData(x, self.smoother.values()[shown])
+
+        def lrs():
+            for item, series in zip(self.lr_curves, m.lr):
+                show(item, series)
+
+        return [([("loss", m.step_loss)], loss),
+                ([(f"lr{i}", s) for i, s in enumerate(m.lr[: len(self.lr_curves)])], lrs),
+                ([("speed", m.images_per_s)], lambda: show(self.speed_curve, m.images_per_s)),
+                ([("norm", m.grad_norm)], lambda: show(self.norm_curve, m.grad_norm))]
+
+    def redraw(self, step_plots: int | None = None) -> None:
+        """Bring the plots up to date; `step_plots` limits how many step plots are redrawn (timer ticks)."""
+        m = self.model
+        if m is None:
+            return
+        plots = self._step_plots()
+        budget = len(plots) if step_plots is None else step_plots
+        for k in range(len(plots)):
+            if budget == 0:
+                break
+            index = (self._step_turn + k) % len(plots)
+            shown, draw = plots[index]
+            if any(self._versions.get(key) != series.version for key, series in shown):
+                for key, series in shown:
+                    self._versions[key] = series.version
+                draw()
+                budget -= 1
+                self._step_turn = index + 1
+        for key, item, series in (("train_epoch", self.train_epoch, m.train_loss),
+                                  ("val_epoch", self.val_epoch, m.val_loss), ("acc", self.acc_curve, m.val_acc)):
+            if self._versions.get(key) != series.version:
+                self._versions[key] = series.version
+                show(item, series)
+
+    def _smoothing_changed(self, value: int) -> None:
+        self.smoothing_label.setText(f"{value / 100:.2f}")
+        if self.smoother is not None:
+            self.smoother.set_weight(value / 100)
+            self._versions.pop("loss", None)
+            self.redraw()
+
+    def _log_scale_changed(self, on: bool) -> None:
+        for plot in (self.loss_plot, self.epoch_plot, self.lr_plot, self.norm_plot):
+            plot.setLogMode(x=False, y=on)
+
+    def export_png(self, path: str | None = None) -> str | None:
+        if not path:
+            path, _ = QFileDialog.getSaveFileName(self, "Export plots as PNG", "curves.png", "PNG (*.png)")
+        if path:
+            self.plots.grab().save(path)
+        return path or None
+
+    def export_csv(self, path: str | None = None) -> str | None:
+        """Two CSV files from the run's events at full resolution: per logged step (`path`) and per epoch
+        (`path` with `-epochs`), written off the GUI thread; `csvWritten` tells when."""
+        if self.model is None:
+            return None
+        if not path:
+            path, _ = QFileDialog.getSaveFileName(self, "Export data as CSV", "steps.csv", "CSV (*.csv)")
+        if not path:
+            return None
+        events = self.model.run.events
+        run_in_thread(lambda: export_run_csv(events, path), lambda paths: self.csvWritten.emit(str(paths[0])),
+                      lambda error: self.csvWritten.emit(f"CSV export failed: {error}"))
+        return path

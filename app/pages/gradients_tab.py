@@ -1,0 +1,138 @@
+"""The dashboard's Gradients tab: per-layer gradient-norm heatmap, the latest per-layer table, histograms."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.pages.plots import NumericItem, image_plot
+from app.run_model import RunModel
+
+
+class GradientsTab(QSplitter):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(Qt.Orientation.Vertical, parent)
+        self.model: RunModel | None = None
+        self._versions: dict = {}
+        self.heat_plot, self.heat_image = image_plot("Per-layer gradient norm (log10), layers × logged steps",
+                                                     "viridis", "logged step", "layer")
+        self.heat_plot.getViewBox().invertY(True)
+        self.heat_hover = QLabel("hover over the heatmap for layer and value")
+        self.heat_hover.setObjectName("heatHover")
+        self.heat_plot.scene().sigMouseMoved.connect(self._heat_hover)
+        self.layer_table = QTableWidget(0, 5)
+        self.layer_table.setObjectName("layerTable")
+        self.layer_table.setHorizontalHeaderLabels(["layer", "grad norm", "weight norm", "update/weight", "zero grads"])
+        self.layer_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.layer_table.setSortingEnabled(True)
+        self.layer_table.verticalHeader().hide()
+        self.layer_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.hist_choice = QComboBox()
+        self.hist_choice.setObjectName("histogramLayer")
+        self.hist_choice.setPlaceholderText("no histograms yet (monitor.histogram_every)")
+        self.hist_choice.currentIndexChanged.connect(lambda _: self._versions.pop("hist", None))
+        self.hist_plot, self.hist_image = image_plot("Histogram over time (each column: one logged step, own range)",
+                                                     "magma", "histogram #", "bin (min → max)")
+        self.hist_range = QLabel("")
+        hist_box = QWidget()
+        hl = QVBoxLayout(hist_box)
+        hl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Layer"))
+        row.addWidget(self.hist_choice, 1)
+        row.addWidget(self.hist_range)
+        hl.addLayout(row)
+        hl.addWidget(self.hist_plot, 1)
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.heat_plot, 1)
+        tl.addWidget(self.heat_hover)
+        bottom = QSplitter()
+        bottom.addWidget(self.layer_table)
+        bottom.addWidget(hist_box)
+        bottom.setSizes([560, 420])
+        self.addWidget(top)
+        self.addWidget(bottom)
+
+    def set_model(self, model: RunModel) -> None:
+        self.model = model
+        self._versions.clear()
+        self.heat_image.clear()
+        self.hist_image.clear()
+        self.hist_choice.clear()
+        self.layer_table.setRowCount(0)
+
+    def redraw(self) -> None:
+        m = self.model
+        if m is None:
+            return
+        if m.layer_grad is not None and len(m.layer_grad) and self._versions.get("heat") != m.layer_grad.version:
+            self._versions["heat"] = m.layer_grad.version
+            with np.errstate(divide="ignore", invalid="ignore"):
+                image = np.log10(np.maximum(m.layer_grad.data, 1e-12))
+            finite = image[np.isfinite(image)]
+            levels = (float(finite.min()), float(finite.max()) + 1e-6) if finite.size else (0, 1)
+            self.heat_image.setImage(image.T, levels=levels, autoLevels=False)
+            self._fill_layer_table()
+        self._draw_histograms()
+
+    def _draw_histograms(self) -> None:
+        m = self.model
+        keys = sorted(m.histograms)
+        if self.hist_choice.count() != len(keys):
+            current = self.hist_choice.currentText()
+            self.hist_choice.blockSignals(True)
+            self.hist_choice.clear()
+            self.hist_choice.addItems([f"{layer} ({kind})" for layer, kind in keys])
+            self.hist_choice.setCurrentIndex(max(0, self.hist_choice.findText(current)))
+            self.hist_choice.blockSignals(False)
+        index = self.hist_choice.currentIndex()
+        if index < 0 or index >= len(keys):
+            return
+        series = m.histograms[keys[index]]
+        if self._versions.get("hist") == (index, len(series)):
+            return
+        self._versions["hist"] = (index, len(series))
+        counts = np.array([h["counts"] for h in series], dtype=float)
+        counts /= np.maximum(counts.max(axis=1, keepdims=True), 1)
+        self.hist_image.setImage(counts, levels=(0, 1), autoLevels=False)
+        last = series[-1]
+        self.hist_range.setText(f"step {last['step']}: {last['min']:.3g} … {last['max']:.3g}")
+
+    def _fill_layer_table(self) -> None:
+        m = self.model
+        table = m.layer_table
+        if not table or not m.layers:
+            return
+        self.layer_table.setSortingEnabled(False)
+        self.layer_table.setRowCount(len(m.layers))
+        for row, name in enumerate(m.layers):
+            self.layer_table.setItem(row, 0, QTableWidgetItem(name))
+            for col, key in enumerate(("grad_norm", "weight_norm", "update_ratio", "zero_frac"), start=1):
+                value = table[key][row] if row < len(table.get(key, [])) else None
+                item = NumericItem("—" if value is None else f"{value:.3g}")
+                item.setData(Qt.ItemDataRole.UserRole, value if value is not None else -1.0)
+                self.layer_table.setItem(row, col, item)
+        self.layer_table.setSortingEnabled(True)
+
+    def _heat_hover(self, pos) -> None:
+        m = self.model
+        if m is None or m.layer_grad is None or not len(m.layer_grad):
+            return
+        point = self.heat_image.mapFromScene(pos)
+        col, row = int(point.x()), int(point.y())
+        if 0 <= row < m.layer_grad.rows and 0 <= col < len(m.layer_grad):
+            value = m.layer_grad.data[row, col]
+            self.heat_hover.setText(f"{m.layers[row]} at step {int(m.layer_grad.steps[col])}: grad norm {value:.4g}")

@@ -1,0 +1,61 @@
+"""Plot helpers shared by the dashboard's tabs and the runs page: styled plots, curves, thinned drawing."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTableWidgetItem
+
+from app.buffers import Series
+
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+
+
+def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
+    plot = pg.PlotWidget(title=title)
+    plot.setBackground("w")
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    plot.setLabel("left", y_label)
+    plot.setLabel("bottom", x_label)
+    # Fixed axis geometry: with auto SI prefixes and text-fitted axis widths, a growing step count made the axis
+    # re-layout the plot, which changed the ticks, which changed the layout again: an endless repaint loop.
+    for side in ("bottom", "left"):
+        plot.getAxis(side).enableAutoSIPrefix(False)
+    plot.getAxis("left").setWidth(64)
+    plot.addLegend(offset=(-10, 10))
+    return plot
+
+
+def image_plot(title: str, colormap: str, x_label: str = "", y_label: str = "") -> tuple[pg.PlotWidget, pg.ImageItem]:
+    """A plot holding one colour-mapped image (heatmaps, histograms over time, confusion matrix); row 0 on top."""
+    plot = pg.PlotWidget(title=title)
+    plot.setBackground("w")
+    image = pg.ImageItem()
+    image.setColorMap(pg.colormap.get(colormap))
+    plot.addItem(image)
+    if x_label:
+        plot.setLabel("bottom", x_label)
+    if y_label:
+        plot.setLabel("left", y_label)
+    return plot, image
+
+
+def curve(plot: pg.PlotWidget, color: str, name: str | None = None, width: float = 2, symbol: str | None = None):
+    return plot.plot([], [], pen=pg.mkPen(color, width=width), name=name, symbol=symbol, symbolSize=6,
+                     symbolBrush=color if symbol else None)
+
+
+def show(item, series: Series) -> None:
+    """Draw `series` in `item`, thinned to what a plot can show (`Series.display_index`)."""
+    shown = series.display_index()
+    item.setData(series.x[shown], series.y[shown])
+
+
+class NumericItem(QTableWidgetItem):
+    """Sorts by value, not text."""
+
+    def __lt__(self, other):
+        a, b = self.data(Qt.ItemDataRole.UserRole), other.data(Qt.ItemDataRole.UserRole)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return a < b
+        return super().__lt__(other)

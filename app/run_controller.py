@@ -1,0 +1,115 @@
+"""The run lifecycle in the app: start, stop, resume, open or re-attach a run, and follow it.
+
+Owns the trainer process and the RunModel of the run on show; the main window only shows what this says.
+Command lines come from `trainer.launch`, liveness and resumability from `trainer.rundir`.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from app.run_model import RunModel
+from app.trainer_process import TrainerProcess
+from trainer.config import RunConfig, save_config
+from trainer.launch import REPO_ROOT, resume_command, train_command
+from trainer.rundir import RESUMABLE_STATES, RunDir, new_run_dir
+
+log = logging.getLogger(__name__)
+
+
+class RunController(QObject):
+    modelChanged = Signal(object)  # the RunModel now on show
+    stateText = Signal(str)  # one line for the status bar
+    progressed = Signal(float, int, object)  # epochs done (fractional), epochs, seconds left (or None)
+    runFinished = Signal(str, str)  # final state, message
+    changed = Signal()  # what can be done (start, stop, resume) may have changed
+
+    def __init__(self, runs_dir: Path, parent: QObject | None = None):
+        super().__init__(parent)
+        self.runs_dir = Path(runs_dir)
+        self.model: RunModel | None = None
+        self.process = TrainerProcess(self)
+        self.process.ended.connect(self._process_ended)
+
+    @property
+    def running(self) -> bool:
+        return self.process.running
+
+    def can_resume(self) -> bool:
+        return (not self.running and self.model is not None
+                and self.model.run.effective_state() in RESUMABLE_STATES)
+
+    def start(self, cfg: RunConfig) -> RunDir:
+        """A new run of `cfg` in a new run directory under the runs folder."""
+        run = new_run_dir(self.runs_dir, Path(cfg.model.name.split(":")[-1]).stem)
+        save_config(cfg, run.config)
+        self.process.start(train_command(run.config, run_dir=run.path), run, cwd=str(REPO_ROOT))
+        self.watch(run)
+        return run
+
+    def stop(self) -> None:
+        if self.running:
+            self.process.stop()
+            self.stateText.emit("Stopping: saving a checkpoint…")
+            self.changed.emit()
+
+    def resume(self, run: RunDir) -> str | None:
+        """Continue a stopped or failed run; why not, when it cannot be."""
+        if self.running:
+            return "a run is already going"
+        state = run.effective_state()
+        if state not in RESUMABLE_STATES:
+            return f"{run.name} is {state}: only stopped or failed runs can be resumed."
+        self.process.start(resume_command(run.path), run, cwd=str(REPO_ROOT))
+        if self.model is None or self.model.run.path != run.path:
+            self.watch(run)
+        else:
+            self.model.watch()
+            self.changed.emit()
+        return None
+
+    def open(self, run: RunDir) -> None:
+        """Show a past run (replayed from its events), re-attaching when it is still going."""
+        self.watch(run)
+        if run.is_live() and not self.running:
+            self.process.attach(run.read_status()["pid"])
+            self.stateText.emit(f"Re-attached to {run.name}")
+
+    def watch(self, run: RunDir) -> None:
+        if self.model is not None:
+            self.model.close()
+            self.model.deleteLater()
+        model = self.model = RunModel(run, self)
+        model.stepLogged.connect(self._progress)
+        model.epochEnded.connect(self._progress)
+        model.runStarted.connect(lambda e: self.stateText.emit(f"Running {run.name}"))
+        model.preparing.connect(lambda e: self.stateText.emit(f"Preparing {run.name}: {e['message']}…"))
+        model.finished.connect(self._finished)
+        self.modelChanged.emit(model)
+        self.stateText.emit(f"Preparing {run.name}: scanning data, building the model…")
+        self.progressed.emit(0.0, 0, None)
+        model.watch()
+        self.changed.emit()
+
+    def _progress(self, e: dict) -> None:
+        m = self.model
+        self.progressed.emit(m.epochs_done(e), m.epochs or 1, m.eta_s)
+
+    def _finished(self, state: str, message: str) -> None:
+        self.stateText.emit(f"{self.model.run.name}: {state}" + (f" — {message}" if message else ""))
+        self.runFinished.emit(state, message)
+        self.changed.emit()
+
+    def _process_ended(self, code: int) -> None:
+        if self.model is not None:
+            self.model.poll()
+        self.changed.emit()
+
+    def shutdown(self) -> None:
+        """Stop following (the trainer itself is left alone)."""
+        if self.model is not None:
+            self.model.close()
+        self.process.detach()

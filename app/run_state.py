@@ -1,0 +1,155 @@
+"""RunState: everything the app knows about one run, built from its events. Qt-free.
+
+`apply(event)` folds one event of `events.jsonl` (docs/events.md) into numpy buffers and summaries, and
+says which kind of change it was, so a watcher (`RunModel`) can tell its views. Live, re-attached and
+replayed runs all go through here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from app.buffers import Matrix, Series
+from trainer.rundir import FINAL_STATES, RunDir
+
+HISTOGRAMS_KEPT = 2000  # per (layer, kind); a longer history keeps every other one
+
+
+class RunState:
+    def __init__(self, run: RunDir):
+        self.run = run
+        self.state = "starting"
+        self.message = ""
+        self.ended = False
+        self.start_event: dict = {}
+        self.last_prepare: dict = {}
+        self.last_epoch: dict = {}
+        self.best_epoch: dict = {}
+        self.last_step: dict = {}
+        self.layer_table: dict = {}
+        self.layers: list[str] = []
+        self.group_names: list[str] = []
+        self.warnings: list[dict] = []
+        self.errors: list[dict] = []
+        self.histograms: dict[tuple[str, str], list[dict]] = {}  # (layer, kind) -> events, oldest first
+        self.step_loss = Series()
+        self.grad_norm = Series()
+        self.images_per_s = Series()
+        self.train_loss = Series()
+        self.val_loss = Series()
+        self.val_acc = Series()
+        self.lr: list[Series] = []
+        self.layer_grad: Matrix | None = None
+        self.cpu = Series()
+        self.memory = Series()
+        self._eta_origin: tuple[float, float] | None = None  # (fraction done, time) when progress was first seen
+        self.eta_s: float | None = None
+
+    @property
+    def epochs(self) -> int:
+        return self.start_event.get("config", {}).get("train", {}).get("epochs", 0)
+
+    def apply(self, e: dict, now: float | None = None) -> str | None:
+        """Take in one event; the kind of change ('preparing', 'runStarted', 'stepLogged', 'epochEnded',
+        'warningRaised', 'errorRaised', 'systemSampled', 'finished') or None when nothing a view shows changed."""
+        kind = e.get("event")
+        if kind == "prepare":
+            self.last_prepare = e
+            return "preparing"
+        if kind == "run_start":
+            self.ended = False
+            self.state = "running"
+            self.start_event = e
+            self.group_names = [g["name"] for g in e.get("param_groups", [])]
+            while len(self.lr) < len(self.group_names):
+                self.lr.append(Series())
+            if e.get("layers") and (self.layer_grad is None or self.layer_grad.rows != len(e["layers"])):
+                self.layers = e["layers"]
+                self.layer_grad = Matrix(len(self.layers))
+            self._eta_origin, self.eta_s = None, None
+            return "runStarted"
+        if kind == "step":
+            step = e["step"]
+            self.last_step = e
+            self.step_loss.append(step, e.get("loss"))
+            self.images_per_s.append(step, e.get("images_per_s"))
+            if e.get("grad_norm") is not None:
+                self.grad_norm.append(step, e["grad_norm"])
+            for series, lr in zip(self.lr, e.get("lr", [])):
+                series.append(step, lr)
+            self._update_eta(e, now)
+            return "stepLogged"
+        if kind == "grad_stats":
+            self.layer_table = e
+            if self.layer_grad is not None and len(e.get("grad_norm", [])) == self.layer_grad.rows:
+                self.layer_grad.append(e["step"], e["grad_norm"])
+            return None
+        if kind == "histogram":
+            series = self.histograms.setdefault((e["layer"], e["kind"]), [])
+            series.append(e)
+            if len(series) > HISTOGRAMS_KEPT:
+                del series[::2]
+            return None
+        if kind == "epoch":
+            self.last_epoch = e
+            if not self.best_epoch or (e.get("val_acc") or 0) > (self.best_epoch.get("val_acc") or 0):
+                self.best_epoch = e
+            self.train_loss.append(e["epoch"], e.get("train_loss"))
+            self.val_loss.append(e["epoch"], e.get("val_loss"))
+            self.val_acc.append(e["epoch"], e.get("val_acc"))
+            self._update_eta(e, now)
+            return "epochEnded"
+        if kind == "system":
+            t = e.get("time", 0.0)
+            self.cpu.append(t, e.get("cpu_percent"))
+            self.memory.append(t, e.get("rss_mb"))
+            return "systemSampled"
+        if kind == "warning":
+            self.warnings.append(e)
+            return "warningRaised"
+        if kind == "error":
+            self.errors.append(e)
+            return "errorRaised"
+        if kind == "run_end":
+            self.finish(e.get("status", "failed"), e.get("message", ""))
+            return "finished"
+        return None
+
+    def finish(self, state: str, message: str) -> None:
+        self.ended = True
+        self.state, self.message = state, message
+        self.eta_s = None
+
+    def epochs_done(self, e: dict) -> float:
+        """How many epochs a step or epoch event says are done (fractional within an epoch)."""
+        if e.get("event") == "epoch":
+            return float(e["epoch"])
+        return e["epoch"] - 1 + e.get("batch", 0) / max(1, e.get("batches", 1))
+
+    def _update_eta(self, e: dict, now: float | None) -> None:
+        """Remaining time from the pace since progress was first seen (a resumed run starts part-way)."""
+        epochs = self.epochs
+        if not epochs:
+            return
+        now = time.time() if now is None else now
+        fraction = self.epochs_done(e) / epochs
+        if self._eta_origin is None:
+            self._eta_origin = (fraction, now)
+        elif fraction > self._eta_origin[0]:
+            pace = (now - self._eta_origin[1]) / (fraction - self._eta_origin[0])
+            self.eta_s = max(0.0, pace * (1 - fraction))
+
+    def check_process(self) -> bool:
+        """For a run with no run_end event: notice from status.json and its pid that the trainer is gone.
+        True when that ended the run here."""
+        if self.ended:
+            return False
+        state = self.run.effective_state()
+        if state not in FINAL_STATES:
+            return False
+        status = self.run.read_status()
+        message = status.get("message") or "the trainer process ended without reporting (killed?)"
+        if status.get("state") in ("running", "starting"):
+            message = "the trainer process is gone (killed or crashed); resume continues from the last checkpoint"
+        self.finish(state, message)
+        return True

@@ -1,0 +1,282 @@
+"""The training loop of one run on one rank: epochs of steps, evaluation, checkpoints. Read top to bottom.
+
+The parts come from `parts.build()`; parallelism is the strategy's and the optimizer step (unscale, clip,
+non-finite policy, scaler) is the precision's, so nothing here branches on them. Events and console lines
+go through the reporter. Host syncs (`.item()`, `.tolist()`) happen only at log steps and epoch ends (and
+every step in `on_nonfinite: skip`, inside the precision); each one is commented.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from trainer import data as data_mod
+from trainer.checkpoint import BackgroundSync, TrainState, load_latest, save_checkpoint
+from trainer.config import RunConfig
+from trainer.parts import Parts
+from trainer.reporter import Reporter
+from trainer.rundir import RunDir
+from trainer.stats import histogram
+from trainer.strategy import StepResult, Strategy
+
+log = logging.getLogger("trainer")
+
+
+class Diverged(RuntimeError):
+    """Non-finite loss or gradient with train.on_nonfinite = stop."""
+
+
+class Loop:
+    def __init__(self, run: RunDir, cfg: RunConfig, strategy: Strategy, parts: Parts, reporter: Reporter, stop):
+        self.run, self.cfg, self.strategy, self.parts, self.reporter, self.stop = run, cfg, strategy, parts, reporter, stop
+        self.state = TrainState()
+        self.checkpoint_sync = BackgroundSync()  # checkpoint fsyncs run while training goes on
+        # Gradient norms every step only when a step needs them (clipping, skipping); statistics need them at log steps.
+        self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
+        self._grad_histograms: dict = {}
+        self._zero_frac = None
+        reporter.epochs = cfg.train.epochs
+
+    def fit(self) -> str:
+        """Train the remaining epochs; 'completed', or 'stopped' when asked to stop (after checkpointing)."""
+        cfg, st = self.cfg, self.state
+        while st.epoch < cfg.train.epochs:
+            start = time.time()
+            result = self.train_one_epoch()
+            if result is None:
+                return "stopped"
+            train_loss, train_acc, images = result
+            metrics = self.evaluate()
+            seconds = time.time() - start
+            is_best = metrics["val_acc"] > st.best_acc
+            st.best_acc = max(st.best_acc, metrics["val_acc"])
+            self.reporter.emit("epoch", epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
+                               train_loss=train_loss, train_acc=train_acc, seconds=round(seconds, 3),
+                               images_per_s=images / max(seconds, 1e-9), lr=self.lrs(), **metrics)
+            self.reporter.epoch_line(st.epoch + 1, train_loss, metrics, seconds)
+            if self.strategy.is_main:
+                self.run.write_status(epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
+                                      best_acc=st.best_acc, val_acc=metrics["val_acc"])
+            st.epoch += 1
+            st.batch_in_epoch = 0
+            saved = is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
+            if saved:
+                self.save(is_best=is_best)
+            if st.epoch < cfg.train.epochs and self.stop_requested():
+                if not saved:
+                    self.save(is_best=False)
+                return "stopped"
+        return "completed"
+
+    def train_one_epoch(self) -> tuple[float, float, int] | None:
+        """(mean loss, accuracy, images) of the epoch; None when stopped part-way (after checkpointing)."""
+        cfg, st, s, parts = self.cfg, self.state, self.strategy, self.parts
+        batches = parts.epoch_batches(cfg, s, st.epoch)
+        if st.batch_in_epoch == 0:
+            parts.aug_generator.manual_seed(cfg.train.seed * 1_000_003 + st.epoch * 1009 + s.rank)
+        parts.model.train()
+        skip_mode = cfg.train.on_nonfinite == "skip"
+        epoch_totals = torch.zeros(3, device=s.device)  # loss * images, correct, images
+        window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
+        images_done, last_log = 0, (time.time(), 0)
+        for images, labels in data_mod.iterate_batches(parts.data.train, batches[st.batch_in_epoch:], parts.workers,
+                                                       cfg.data.image_size, s.device.type == "cuda"):
+            index = st.batch_in_epoch
+            last_micro = (index + 1) % cfg.train.grad_accum_steps == 0 or index + 1 == len(batches)
+            log_now = last_micro and (st.step + 1) % cfg.monitor.log_every == 0
+            x = parts.augment(images, parts.aug_generator)
+            y = labels.to(s.device, non_blocking=True)
+            loss, logits, result = self.train_step(x, y, last_micro=last_micro, log_now=log_now)
+            finite = torch.isfinite(loss)
+            if skip_mode:  # a skipped step's loss is reported by its warning, not averaged in (nor divergence)
+                loss = torch.where(finite, loss, torch.zeros_like(loss))
+                window += torch.stack([loss, finite.float(), torch.zeros_like(loss)])
+            else:
+                window += torch.stack([loss, torch.ones_like(loss), (~finite).float()])
+            n = torch.full_like(loss, y.shape[0])
+            epoch_totals += torch.stack([loss * n, (logits.argmax(1) == y).sum().float(), n])
+            images_done += y.shape[0]
+            st.batch_in_epoch += 1
+            if result is None or result.skipped:
+                continue
+            if log_now:
+                last_log = self.log_step(window, result, len(batches), images_done, last_log)
+                if self.stop_requested():
+                    self.save(is_best=False)
+                    return None
+            elif s.world_size == 1 and self.stop.requested:
+                self.save(is_best=False)
+                return None
+            if cfg.monitor.histogram_every and st.step % cfg.monitor.histogram_every == 0:
+                self.emit_histograms()
+            if cfg.checkpoint.every_steps and st.step % cfg.checkpoint.every_steps == 0:
+                self.save(is_best=False)
+        totals = s.all_reduce_sum(torch.cat([epoch_totals, window[2:]])).tolist()  # host sync at epoch end
+        if totals[3] > 0:
+            raise Diverged(self.divergence_message(st.step, float("nan")))
+        seen = max(totals[2], 1.0)
+        return totals[0] / seen, totals[1] / seen, images_done * s.world_size
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, *, last_micro: bool = True,
+                   log_now: bool = False) -> tuple[torch.Tensor, torch.Tensor, StepResult | None]:
+        """Forward and backward of one micro-batch, then (on the last micro-batch) the optimizer step.
+
+        Returns the detached loss and logits, and the step's result (None while accumulating).
+        """
+        cfg, st, parts = self.cfg, self.state, self.parts
+        with self.strategy.no_sync(parts.model, accumulating=not last_micro):
+            with parts.precision.autocast():
+                logits = parts.model(x)
+                loss = parts.criterion(logits, y)
+            parts.precision.backward(loss / cfg.train.grad_accum_steps)
+        if not last_micro:
+            return loss.detach().float(), logits.detach(), None
+        stats_now = log_now and cfg.monitor.grad_stats
+        every = cfg.monitor.histogram_every
+        histograms_now = every and (st.step + 1) % every == 0 and self.strategy.is_main
+
+        def inspect(result: StepResult) -> None:  # the final gradients, just before the optimizer step
+            if histograms_now:
+                params = dict(zip(parts.monitor.names, parts.monitor.params))
+                self._grad_histograms = {n: histogram(params[n].grad, cfg.monitor.histogram_bins)
+                                         for n in parts.histogram_layers if params[n].grad is not None}
+            if stats_now:
+                self._zero_frac = parts.monitor.zero_fractions()
+                parts.monitor.snapshot_weights()
+
+        result = parts.precision.step(parts.optimizer, parts.monitor, clip=cfg.train.clip_grad_norm,
+                                      need_norms=self.norms_every_step or stats_now,
+                                      on_nonfinite=cfg.train.on_nonfinite, check_finite=log_now, inspect=inspect)
+        if result.diverged:
+            raise Diverged(self.divergence_message(st.step + 1, loss.item(), result.first_nonfinite))
+        if result.skipped:
+            self.reporter.warning("nonfinite_skipped", f"non-finite gradient at step {st.step + 1} (first in "
+                                  f"{result.first_nonfinite}); step skipped", step=st.step + 1,
+                                  layer=result.first_nonfinite)
+        else:
+            parts.scheduler.step()
+            st.step += 1
+        return loss.detach().float(), logits.detach(), result
+
+    def log_step(self, window: torch.Tensor, result: StepResult, batches: int, images_done: int,
+                 last_log: tuple[float, int]) -> tuple[float, int]:
+        """The step event (+ gradient statistics and warnings) of a log step; resets the window."""
+        st, s, parts = self.state, self.strategy, self.parts
+        # The one host sync of the log interval: loss, count and non-finite flag of every rank together, so
+        # every rank takes the same divergence decision.
+        loss_sum, count, nonfinite = s.all_reduce_sum(window.clone()).tolist()
+        window.zero_()
+        loss_mean = loss_sum / max(count, 1)
+        if nonfinite > 0:
+            raise Diverged(self.divergence_message(st.step, loss_mean))
+        now = time.time()
+        rate = (images_done - last_log[1]) * s.world_size / max(now - last_log[0], 1e-9)
+        grad_norm = None if result.total_norm is None else result.total_norm.item()
+        self.reporter.emit("step", step=st.step, epoch=st.epoch + 1, batch=st.batch_in_epoch, batches=batches,
+                           loss=loss_mean, lr=self.lrs(), images_per_s=rate, grad_norm=grad_norm)
+        if self.cfg.monitor.grad_stats and result.grad_norms is not None:
+            self.reporter.emit("grad_stats", step=st.step, **parts.monitor.layer_stats(result.grad_norms,
+                                                                                        self._zero_frac))
+        for warning in parts.anomalies.check(st.step, loss_mean, grad_norm):
+            self.reporter.warning(**warning)
+        self.reporter.maybe_system()
+        self.reporter.step_progress(st.epoch + 1, st.batch_in_epoch, batches, loss_mean)
+        return now, images_done
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Validation loss, accuracy (top-5 with more than 5 classes), per-class accuracy and the confusion matrix."""
+        cfg, s, parts = self.cfg, self.strategy, self.parts
+        n = len(parts.classes)
+        net = parts.net  # unwrapped: evaluation needs no gradient sync
+        net.eval()
+        loss_sum = torch.zeros((), device=s.device)
+        top5 = torch.zeros((), device=s.device)
+        confusion = torch.zeros(n * n, device=s.device)
+        batches = data_mod.epoch_batches(len(parts.data.val), cfg.data.batch_size, seed=0, epoch=0, rank=s.rank,
+                                         world=s.world_size, shuffle=False, pad=False)
+        for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
+                                                       s.device.type == "cuda"):
+            x = parts.augment(images, None)
+            y = labels.to(s.device, non_blocking=True)
+            with parts.precision.autocast():
+                logits = net(x)
+                loss_sum += parts.criterion(logits, y).float() * y.shape[0]
+            confusion += torch.bincount(y * n + logits.argmax(1), minlength=n * n).float()
+            if n > 5:
+                top5 += (logits.topk(5, dim=1).indices == y[:, None]).any(1).sum()
+        totals = s.all_reduce_sum(torch.cat([loss_sum[None], top5[None], confusion])).cpu()  # host sync
+        conf = totals[2:].view(n, n)
+        seen = conf.sum().clamp_min(1)
+        support = conf.sum(1)
+        # A class without validation images has no accuracy (null), which is not the same as 0%.
+        per_class = [None if support[i] == 0 else (conf[i, i] / support[i]).item() for i in range(n)]
+        out = {"val_loss": (totals[0] / seen).item(), "val_acc": (conf.diag().sum() / seen).item(),
+               "per_class_acc": per_class, "confusion": conf.long().tolist()}
+        if n > 5:
+            out["val_top5"] = (totals[1] / seen).item()
+        parts.model.train()
+        return out
+
+    def emit_histograms(self) -> None:
+        """Histograms of the chosen layers: weights after this step, gradients as they were before it."""
+        if not self.strategy.is_main:
+            return
+        bins, parts = self.cfg.monitor.histogram_bins, self.parts
+        params = dict(zip(parts.monitor.names, parts.monitor.params))
+        for name in parts.histogram_layers:
+            self.reporter.emit("histogram", step=self.state.step, layer=name, kind="weight",
+                               **histogram(params[name], bins))
+            if name in self._grad_histograms:
+                self.reporter.emit("histogram", step=self.state.step, layer=name, kind="grad",
+                                   **self._grad_histograms[name])
+        self._grad_histograms = {}
+
+    def stop_requested(self) -> bool:
+        """Whether any rank was asked to stop (a collective under DDP, so call it on every rank alike)."""
+        flag = torch.tensor([1.0 if self.stop.requested else 0.0], device=self.strategy.device)
+        return bool(self.strategy.all_reduce_max(flag).item())  # host sync: only at log steps
+
+    def lrs(self) -> list[float]:
+        return [g["lr"] for g in self.parts.optimizer.param_groups]
+
+    def divergence_message(self, step: int, loss: float, layer: str | None = None) -> str:
+        layer = layer or self.parts.monitor.first_nonfinite()
+        where = f"first non-finite gradient in {layer}" if layer else "non-finite loss"
+        return (f"training diverged at step {step}: loss {loss:.4g}, {where}; lower optimizer.lr, set "
+                f"train.clip_grad_norm, or train.on_nonfinite: skip")
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save(self, is_best: bool) -> None:
+        """Rank 0 writes the checkpoint; every rank waits so none runs ahead into the next collective."""
+        if self.strategy.is_main:
+            st, parts = self.state, self.parts
+            state = st.to_checkpoint(model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
+                                     precision=parts.precision, aug_generator=parts.aug_generator,
+                                     config=self.cfg.to_dict(), classes=parts.classes)
+            path = save_checkpoint(self.run.checkpoints, state, is_best=is_best,
+                                   keep_last=self.cfg.checkpoint.keep_last, sync=self.checkpoint_sync)
+            self.reporter.emit("checkpoint", path=str(path), epoch=st.epoch, step=st.step, best=is_best,
+                               mid_epoch=st.batch_in_epoch > 0)
+            log.info("saved %s%s", path.name, " (best)" if is_best else "")
+        self.strategy.barrier()
+
+    def resume(self) -> str | None:
+        """Continue from the run's newest loadable checkpoint; its path, or None when there is none."""
+        found = load_latest(self.run.checkpoints)
+        if found is None:
+            log.info("no checkpoint in %s: starting from scratch", self.run.checkpoints)
+            return None
+        state, path = found
+        if list(state.get("classes", [])) != self.parts.classes:
+            raise ValueError(f"{path}: checkpoint classes {state.get('classes')} differ from the dataset's "
+                             f"{self.parts.classes}")
+        parts = self.parts
+        self.state.restore(state, model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
+                           precision=parts.precision, aug_generator=parts.aug_generator)
+        st = self.state
+        log.info("resumed from %s at epoch %d, batch %d, step %d", path, st.epoch + 1, st.batch_in_epoch, st.step)
+        return str(path)

@@ -1,0 +1,99 @@
+"""Everything a run trains with, built once from the config: `build()` returns the parts, the loop uses them.
+
+In the style of torchvision's references: plain construction with explicit inputs, no training in here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from trainer import data as data_mod
+from trainer.config import RunConfig
+from trainer.groups import pattern_matches
+from trainer.models import build_model, choose_memory_format
+from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
+from trainer.reporter import Reporter
+from trainer.stats import AnomalyWatch, GradMonitor
+from trainer.strategy import Precision, Strategy, choose_precision, fast_gpu_math
+
+log = logging.getLogger("trainer")
+
+
+@dataclass
+class Parts:
+    data: data_mod.DataBundle
+    workers: int
+    model: nn.Module  # as wrapped by the strategy (DataParallel / DDP) for training
+    net: nn.Module  # the plain network: evaluation, statistics, checkpoints
+    groups: list[dict]
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    precision: Precision
+    precision_reason: str
+    memory_format: torch.memory_format
+    criterion: nn.Module
+    augment: data_mod.BatchAugment
+    aug_generator: torch.Generator
+    monitor: GradMonitor
+    anomalies: AnomalyWatch
+    histogram_layers: list[str]
+    steps_per_epoch: int
+
+    @property
+    def classes(self) -> list[str]:
+        return self.data.classes
+
+    def epoch_batches(self, cfg: RunConfig, strategy: Strategy, epoch: int) -> list[list[int]]:
+        """This rank's training batches of `epoch` (the order depends only on the seed and the epoch)."""
+        return data_mod.epoch_batches(len(self.data.train), cfg.data.batch_size, seed=cfg.train.seed, epoch=epoch,
+                                      rank=strategy.rank, world=strategy.world_size)
+
+
+def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=None) -> Parts:
+    """Scan and cache the data, build the model, optimizer, schedule, precision and monitors for this rank."""
+    workers = data_mod.default_workers(cfg.data.num_workers)
+    reporter.prepare("scan", f"scanning {cfg.data.train_dir}")
+    data = data_mod.load_data(cfg.data, cfg.train.seed, workers, reporter.cache_progress(), should_stop)
+    reporter.bad_files(data.skipped)
+    for name, count in data.classes_without_val():
+        reporter.warning("no_val_images", f"class {name!r} has no validation images ({count} in training): its "
+                         f"validation accuracy cannot be measured; add images or set data.val_dir", cls=name)
+    if strategy.device.type == "cuda":
+        fast_gpu_math()
+        data_mod.keep_on_device(data, strategy.device)
+
+    reporter.prepare("model", f"building {cfg.model.name}")
+    model = build_model(cfg.model, len(data.classes), cfg.data.image_size, cfg.train.seed)
+    memory_format = choose_memory_format(cfg.train.memory_format, cfg.model.name, model)
+    model = model.to(memory_format=memory_format)
+    groups = build_param_groups(model, cfg.optimizer)
+    wrapped = strategy.wrap(model)
+    net = strategy.unwrap(wrapped)
+    optimizer = strategy.wrap_optimizer(build_optimizer(groups, cfg.optimizer), net, cfg.train.grad_accum_steps)
+    batches = data_mod.epoch_batches(len(data.train), cfg.data.batch_size, seed=cfg.train.seed, epoch=0,
+                                     rank=strategy.rank, world=strategy.world_size)
+    steps_per_epoch = math.ceil(len(batches) / cfg.train.grad_accum_steps)
+    scheduler = build_scheduler(optimizer, steps_per_epoch, cfg.train.epochs, cfg.scheduler)
+    precision_name, precision_reason = choose_precision(cfg.train.amp, strategy.device)
+    if cfg.train.compile:
+        log.info("compiling the model (torch.compile); the first steps are slow")
+        wrapped.compile()
+
+    monitor = GradMonitor(net)
+    mon = cfg.monitor
+    names = monitor.names
+    chosen = [n for n in names if any(pattern_matches(p, n) for p in mon.histogram_layers)]
+    return Parts(
+        data=data, workers=workers, model=wrapped, net=net, groups=groups, optimizer=optimizer, scheduler=scheduler,
+        precision=Precision(precision_name, strategy), precision_reason=precision_reason,
+        memory_format=memory_format, criterion=build_loss(cfg.loss, len(data.classes)),
+        augment=data_mod.BatchAugment(cfg.data.augment, cfg.data.mean, cfg.data.std, strategy.device, memory_format),
+        aug_generator=torch.Generator(), monitor=monitor,
+        anomalies=AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish),
+        histogram_layers=chosen or ([names[0], names[-1]] if len(names) > 1 else names),
+        steps_per_epoch=steps_per_epoch)

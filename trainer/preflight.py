@@ -1,0 +1,36 @@
+"""Checks made before a run directory exists: what a launch would refuse, refused at once with exit 2.
+
+Cheap by design: folders are listed (not decoded), the model is built on the meta device, the weights file is
+matched against it by names and shapes. The trainer checks all of this again, and more, when it starts.
+"""
+
+from __future__ import annotations
+
+from trainer.config import DataConfig, RunConfig
+from trainer.models import check_model
+from trainer.scan import DataError, check_same_classes, quick_layout
+from trainer.strategy import check_device
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Raise the input error (ConfigError, DataError, ModelError, LaunchError) a launch of `cfg` would meet."""
+    check_device(cfg)
+    classes = check_data_folders(cfg.data)
+    check_model(cfg.model, len(classes))
+
+
+def check_data_folders(data: DataConfig) -> list[str]:
+    """The training classes, once the train (and val) folders are usable ImageFolders with the same classes."""
+    if not data.train_dir:
+        raise DataError("data.train_dir: not set (the ImageFolder to train on)")
+    classes = _layout(data.train_dir, "data.train_dir")
+    if data.val_dir:
+        check_same_classes(classes, _layout(data.val_dir, "data.val_dir"), data.val_dir)
+    return classes
+
+
+def _layout(folder: str, key: str) -> list[str]:
+    try:
+        return quick_layout(folder)
+    except DataError as e:
+        raise DataError(f"{key}: {e}") from e
