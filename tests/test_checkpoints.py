@@ -7,16 +7,23 @@ import signal
 import subprocess
 import sys
 import time
+from collections import namedtuple
 
 import pytest
 import torch
 from helpers import REPO, run_main, train_here, write_config
 
 from trainer import checkpoint as ckpt
+from trainer.catalog import EXPORT_FORMATS as FORMATS
 from trainer.checkpoint import CorruptCheckpointError, UnsafeFileError, load_latest, load_weights_only
 from trainer.data import decode_image
-from trainer.export import FORMATS, export_run, load_run_model, predict
+from trainer.export import export_run, load_run_model, predict
 from trainer.models import ModelError, read_state_dict
+
+shutil_usage = namedtuple("usage", "total used free")
+
+
+shutil_usage = namedtuple("usage", "total used free")
 
 
 def fake_state(epoch: int, step: int, size: int = 50_000) -> dict:
@@ -44,23 +51,40 @@ def test_kill_9_during_a_save_loop_leaves_a_loadable_checkpoint(tmp_path):
     assert best["step"] % 3 == 0
 
 
-def test_a_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("how", ["errno", "torch_enforce"])
+def test_a_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch, how):
+    """ENOSPC from the OS, or torch's own `[enforce fail at inline_container.cc]` on a disk with no room left:
+    either way the user reads 'no space left on device in FOLDER', and the previous checkpoint stays."""
     folder = tmp_path / "checkpoints"
     ckpt.save_checkpoint(folder, fake_state(1, 10), is_best=True, keep_last=3)
     real_save = torch.save
 
     def disk_full(obj, f, *args, **kwargs):
         real_save({"partial": torch.zeros(10)}, f)
-        raise OSError(errno.ENOSPC, "No space left on device")
+        if how == "errno":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
 
     monkeypatch.setattr(torch, "save", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    if how == "torch_enforce":
+        monkeypatch.setattr(ckpt.shutil, "disk_usage", lambda p: shutil_usage(total=1 << 30, used=1 << 30, free=0))
+    with pytest.raises(OSError, match=f"no space left on device in {folder}"):
         ckpt.save_checkpoint(folder, fake_state(2, 20), is_best=True, keep_last=3)
-    monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.undo()
     state, path = load_latest(folder)
     assert state["step"] == 10 and path.name == "last.pt"
     assert load_weights_only(folder / "best.pt")["step"] == 10
     assert sorted(p.name for p in folder.iterdir()) == ["best.pt", "ckpt-e0001-s00000010.pt", "last.pt"]
+
+
+def test_a_checkpoint_from_a_newer_traindeck_is_refused_by_name(tmp_path):
+    folder = tmp_path / "checkpoints"
+    state = {**fake_state(1, 10), "format": ckpt.FORMAT, "version": ckpt.VERSION + 1}
+    ckpt.save_checkpoint(folder, state, is_best=True, keep_last=3)
+    with pytest.raises(ckpt.CheckpointVersionError, match=rf"last.pt: written by a newer TrainDeck \(checkpoint "
+                                                           rf"version {ckpt.VERSION + 1}"):
+        load_latest(folder)
 
 
 def test_a_corrupt_last_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
@@ -200,7 +224,7 @@ def test_export_and_predict_from_the_command_line(trained_resnet, tmp_path, shap
     assert result.returncode == 0 and str(image) in result.stdout
     assert result.stdout.split("\t")[1] in ("circle", "cross", "square", "triangle")
     result = run_main("export", tmp_path / "nowhere", "--format", "onnx", "--out", tmp_path / "x.onnx")
-    assert result.returncode == 1 and "no such checkpoint" in result.stderr
+    assert result.returncode == 2 and "no such checkpoint" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_background_fsync_keeps_the_previous_checkpoint_until_the_new_one_is_durable(tmp_path, monkeypatch):

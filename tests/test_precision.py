@@ -50,3 +50,83 @@ def test_auto_on_this_machine_matches_its_cpu_flags():
     flags = cpu_flags()
     expected = "bf16" if {"avx512_bf16", "amx_bf16"} & flags else "fp32"
     assert choose_precision("auto", torch.device("cpu"))[0] == expected
+
+
+# ---- fp16 with a GradScaler, on CPU (torch.autocast("cpu", float16) + torch.amp.GradScaler("cpu")) ----
+
+from helpers import train_here, write_config  # noqa: E402
+
+from trainer.checkpoint import load_weights_only  # noqa: E402
+from trainer.events import read_events  # noqa: E402
+from trainer.stats import GradMonitor  # noqa: E402
+from trainer.strategy import Precision, Strategy  # noqa: E402
+
+INF_MODEL = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.head = nn.Linear(8, num_classes)
+        self.calls = 0
+        # an overflowing gradient on training steps 2 and 4, as a too-large loss scale gives
+        self.head.weight.register_hook(lambda g: torch.full_like(g, float("inf")) if self.calls in (2, 4) else g)
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+        return self.head(self.conv(x).relu().mean((2, 3)))
+"""
+
+
+def test_fp16_on_cpu_trains_as_well_as_bf16(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 4}, optimizer={"lr": 0.05})
+    best, runs = {}, {}
+    for amp in ("fp16", "bf16"):
+        run, code = train_here(cfg, tmp_path / amp, [f"train.amp={amp}"])
+        assert code == 0, run.tail_log()
+        start = next(e for e in read_events(run.events) if e["event"] == "run_start")
+        assert start["precision"] == amp
+        best[amp], runs[amp] = run.read_status()["best_acc"], run
+    assert best["fp16"] >= 0.45 and abs(best["fp16"] - best["bf16"]) <= 0.15, best  # chance is 0.25
+    assert load_weights_only(runs["fp16"].checkpoints / "last.pt")["scaler"]["scale"] > 0
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_fp16_overflows_are_loss_scaling_not_divergence(shapes_dir, tmp_path, policy):
+    """An overflowing fp16 gradient (here on steps 2 and 4, both log steps) makes the scaler skip that step and
+    halve its scale: the run completes in either policy, and in skip mode the scaler still updates every step."""
+    (tmp_path / "net.py").write_text(INF_MODEL)
+    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"},
+                       train={"epochs": 2, "amp": "fp16", "on_nonfinite": policy}, monitor={"log_every": 2})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0, run.tail_log()
+    assert run.read_status()["state"] == "completed"
+    scale = load_weights_only(run.checkpoints / "last.pt")["scaler"]["scale"]
+    assert scale == 65536.0 / 4, "each overflow halved the loss scale once"
+    assert not [e for e in read_events(run.events) if e["event"] == "error"]
+
+
+class OtherRankSaysNonFinite(Strategy):
+    """A one-process strategy whose all-reduce brings in another rank's non-finite flag."""
+
+    def all_reduce_max(self, tensor):
+        return torch.ones_like(tensor)
+
+
+@pytest.mark.parametrize(("policy", "skipped", "diverged"), [("skip", True, False), ("stop", False, True)])
+def test_the_non_finite_decision_is_the_all_reduced_one(policy, skipped, diverged):
+    """Local gradients are finite, another rank's are not: this rank skips (or stops) too, and does not step."""
+    from trainer.config import DeviceConfig
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    precision = Precision("fp32", OtherRankSaysNonFinite(DeviceConfig()))
+    before = model.weight.detach().clone()
+    torch.nn.functional.cross_entropy(model(torch.randn(3, 4)), torch.tensor([0, 1, 0])).backward()
+    result = precision.step(optimizer, GradMonitor(model), clip=None, need_norms=True, on_nonfinite=policy,
+                            check_finite=True)
+    assert (result.skipped, result.diverged) == (skipped, diverged)
+    assert torch.equal(model.weight, before) and model.weight.grad is None

@@ -78,6 +78,8 @@ def cmd_resume(args) -> int:
     run = RunDir(args.run_dir)
     if not run.config.exists():
         raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
+    if run.is_live():
+        raise CommandError(f"{run.path}: the run is still going (pid {run.read_status().get('pid')}); stop it first")
     lock = run.lock()
     try:
         if run.read_status().get("state") == "completed" and not args.force:
@@ -92,6 +94,9 @@ def cmd_resume(args) -> int:
 
 
 def _finish(run: RunDir, code: int) -> int:
+    if not run.path.is_dir():
+        print(f"run failed: the run directory {run.path} was deleted while the run was going", file=sys.stderr)
+        return code
     status = run.read_status()
     state = status.get("state", "unknown")
     best = status.get("best_acc")
@@ -138,7 +143,7 @@ def cmd_slurm(args) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         config_path = folder / f"slurm-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
     save_config(cfg, config_path)
-    script = slurm_script(config_path, cfg)
+    script = slurm_script(config_path, cfg, Path(default_runs_dir()).resolve())
     if args.out:
         out.write_text(script, encoding="utf-8")
         print(f"wrote {out} and the config it trains, {config_path}; submit it with: sbatch {out}")

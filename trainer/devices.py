@@ -16,7 +16,7 @@ from trainer.config import RunConfig
 #  "bf16_cpu" (native), "backends": {"gloo": bool, "nccl": bool, "mpi": bool}, "horovod": bool}
 Facts = dict[str, Any]
 
-HOROVOD_INSTALL = "pip install 'horovod[pytorch]' (it needs a compiler and MPI or Gloo)"
+HOROVOD_INSTALL = "pip install 'horovod[pytorch]', which needs a compiler and MPI or Gloo"
 
 
 def auto_precision(amp: str, device_type: str, facts: Facts, device_name: str | None = None) -> tuple[str, str]:
@@ -34,7 +34,7 @@ def refusals(facts: Facts) -> dict[str, str]:
     gpus = facts.get("gpus", [])
     out = {}
     if not gpus:
-        out["cuda"] = "no CUDA GPU found on this machine"
+        out["cuda"] = "no CUDA GPU is available here"
         out["dp"] = "DataParallel needs CUDA GPUs; none found"
         out["nccl"] = "nccl needs CUDA GPUs"
     elif len(gpus) < 2:
@@ -43,7 +43,7 @@ def refusals(facts: Facts) -> dict[str, str]:
         if not available:
             out.setdefault(name, f"this PyTorch build has no {name} backend")
     if not facts.get("horovod"):
-        out["horovod"] = f"Horovod is not installed here: {HOROVOD_INSTALL}"
+        out["horovod"] = f"horovod is not installed here ({HOROVOD_INSTALL})"
     if gpus and not facts.get("bf16_cuda_supported"):
         out["bf16_cuda"] = "this GPU does not support bf16; use fp16"
     return out
@@ -70,7 +70,7 @@ def device_problems(cfg: RunConfig, facts: Facts) -> list[str]:
         if backend in refused:
             out.append(f"device.backend: {backend}: {refused[backend]}")
         if dev.launcher == "horovod" and "horovod" in refused:
-            out.append(f"device.launcher: horovod: {refused['horovod']}; or use torchrun or spawn")
+            out.append(f"device.launcher: {refused['horovod']}; or use torchrun or spawn")
     return out
 
 

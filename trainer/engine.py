@@ -110,7 +110,8 @@ def describe_failure(exc: BaseException, run: RunDir) -> str:
 def run_worker(run_dir: str, resume: bool = False) -> int:
     """Train the run in `run_dir` on this rank; returns the process exit code."""
     run = RunDir(run_dir)
-    stop = StopRequest(watch_parent="RANK" in os.environ)  # torchrun / spawn workers must not outlive them
+    # torchrun, spawn and horovodrun workers must not outlive their launcher
+    stop = StopRequest(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
     stop.install()
     try:
         cfg = load_config(run.config)

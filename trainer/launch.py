@@ -71,7 +71,7 @@ def node_commands(config_path: str | Path, cfg: RunConfig) -> list[str]:
     return out
 
 
-SLURM_PER_NODE = """RUN=runs/slurm-$SLURM_JOB_ID; if [ "$SLURM_NODEID" != 0 ]; then RUN=$RUN-node$SLURM_NODEID; fi
+SLURM_PER_NODE = """RUN=$RUNS/slurm-$SLURM_JOB_ID; if [ "$SLURM_NODEID" != 0 ]; then RUN=$RUN-node$SLURM_NODEID; fi
 exec "$PYTHON" main.py train "$CONFIG" --run-dir "$RUN" --set device.nnodes=$SLURM_NNODES \\
   device.node_rank=$SLURM_NODEID device.master_addr=$MASTER_ADDR"""
 
@@ -82,11 +82,12 @@ def slurm_cpus_per_task(cfg: RunConfig) -> int:
     return max(2, cfg.device.nproc * (workers + 1))
 
 
-def slurm_script(config_path: str | Path, cfg: RunConfig, job_name: str = "traindeck") -> str:
+def slurm_script(config_path: str | Path, cfg: RunConfig, runs_dir: str | Path, job_name: str = "traindeck") -> str:
     """A SLURM batch script that trains exactly `cfg`, already written (resolved) to `config_path`.
 
     One task per node; each runs `main.py train` on that config with the node's rank, under the interpreter
-    TrainDeck runs under now. Only the node-specific keys are set on the command line.
+    TrainDeck runs under now. Only the node-specific keys are set on the command line. Node 0's run directory
+    is `runs_dir`/slurm-JOBID (the one with the events and checkpoints); the other nodes' get -nodeN.
     """
     dev = cfg.device
     gpus = f"#SBATCH --gpus-per-node={dev.nproc}\n" if dev.type == "cuda" else ""
@@ -106,6 +107,7 @@ set -euo pipefail
 # source {shlex.quote(str(Path(sys.executable).parent / "activate"))}
 export PYTHON={shlex.quote(sys.executable)}
 export CONFIG={shlex.quote(str(config_path))}
+export RUNS={shlex.quote(str(runs_dir))}
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 cd {shlex.quote(str(REPO_ROOT))}
 srun --kill-on-bad-exit=1 bash -c '{SLURM_PER_NODE}'

@@ -165,6 +165,8 @@ class Loop:
                  last_log: tuple[float, int]) -> tuple[float, int]:
         """The step event (+ gradient statistics and warnings) of a log step; resets the window."""
         st, s, parts = self.state, self.strategy, self.parts
+        if s.is_main and not self.run.path.is_dir():  # deleted under us: stop now, not at the end of the epoch
+            raise FileNotFoundError(f"{self.run.path}: the run directory was deleted")
         # The one host sync of the log interval: loss, count and non-finite flag of every rank together, so
         # every rank takes the same divergence decision.
         loss_sum, count, nonfinite = s.all_reduce_sum(window.clone()).tolist()

@@ -18,7 +18,7 @@ import threading
 import time
 
 from trainer.config import RunConfig
-from trainer.engine import EXIT_FAILED, EXIT_OK, run_worker
+from trainer.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, run_worker
 from trainer.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
 from trainer.rundir import FINAL_STATES, RunDir
 
@@ -53,6 +53,9 @@ def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
 
 def _finalise(run: RunDir, code: int) -> int:
     """Make sure status.json ends final; a rank other than 0 that failed is named in the message."""
+    if not run.path.is_dir():
+        log.error("the run directory %s was deleted while the run was going; nothing more could be saved", run.path)
+        return code or EXIT_FAILED
     status = run.read_status()
     state, recorded = status.get("state"), status.get("exit_code")
     errors = run.rank_errors()
@@ -158,7 +161,8 @@ def _spawn(run: RunDir, cfg: RunConfig, resume: bool) -> int:
         while not context.join():
             pass
     except mp.ProcessExitedException as e:
-        run.note_dead_rank(e.error_index, e.exit_code)
+        if e.exit_code < 0 or e.exit_code not in (EXIT_BAD_INPUT, EXIT_DIVERGED):  # else a decision, not a death
+            run.note_dead_rank(e.error_index, e.exit_code)
         return _worker_code(run, e.exit_code if e.exit_code > 0 else EXIT_FAILED)
     except mp.ProcessRaisedException:
         return _worker_code(run, EXIT_FAILED)

@@ -106,12 +106,11 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
             else:
                 result.ignored += 1
 
-    candidates: list[tuple[str, int]] = []
+    found: list[tuple[str, int]] = []
     seen_dirs: set[tuple[int, int]] = {_dir_key(root_path)}
-    seen_files: dict[str, str] = {}
-    loops, twice = [], []
+    loops = []
     for label, name in enumerate(result.classes):
-        found = 0
+        before = len(found)
         for dirpath, dirnames, filenames in os.walk(root_path / name, followlinks=True):
             key = _dir_key(dirpath)
             if key in seen_dirs:
@@ -124,16 +123,10 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
                 if fname.startswith(".") or not fname.lower().endswith(IMAGE_EXTENSIONS):
                     result.ignored += 1
                     continue
-                path = os.path.join(dirpath, fname)
-                real = os.path.realpath(path)
-                if real in seen_files:
-                    twice.append((path, seen_files[real]))
-                    continue
-                seen_files[real] = path
-                candidates.append((path, label))
-                found += 1
-        if not found:
+                found.append((os.path.join(dirpath, fname), label))
+        if len(found) == before:
             result.warnings.append(f"{printable_path(str(root_path / name))}: empty class folder (no images)")
+    candidates, twice = _once_each(found)
     if loops:
         result.warnings.append(f"{len(loops)} folder(s) reached again through a symbolic link (a loop or a second "
                                f"path) were scanned once: {', '.join(printable_path(p) for p in loops[:3])}")
@@ -157,6 +150,20 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
         result.warnings.append(f"very unbalanced classes: {big} has {result.counts[big]} images, "
                                f"{small} has {result.counts[small]}")
     return result
+
+
+def _once_each(found: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+    """Each file once: of the paths that reach one file, the one without a symbolic link in it (its real place,
+    with that folder's class), else the first. Returns the kept (path, label) in order, and (dropped, kept) pairs."""
+    by_file: dict[str, list[tuple[str, int]]] = {}
+    for path, label in found:
+        by_file.setdefault(os.path.realpath(path), []).append((path, label))
+    keep, twice = set(), []
+    for real, items in by_file.items():
+        chosen = next((item for item in items if os.path.abspath(item[0]) == real), items[0])
+        keep.add(chosen)
+        twice.extend((path, chosen[0]) for path, _ in items if path != chosen[0])
+    return [item for item in found if item in keep], twice
 
 
 def _dir_key(path: str | os.PathLike) -> tuple[int, int]:

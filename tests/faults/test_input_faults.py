@@ -1,0 +1,328 @@
+"""Bad input from outside: each exits 2 with a message naming the key or file, never a traceback, and what can
+be checked before launch leaves no run directory behind."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from helpers import REPO, run_main, train_here, write_config
+from PIL import Image
+
+from trainer import cli
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+
+def _config(tmp_path, shapes_dir, **sections):
+    return write_config(tmp_path, shapes_dir, **sections)
+
+
+def case_missing_folder(tmp_path, shapes_dir):
+    return _config(tmp_path, shapes_dir, data={"train_dir": str(tmp_path / "nope")}), "nope: folder does not exist"
+
+
+def case_folder_is_a_file(tmp_path, shapes_dir):
+    (tmp_path / "file.txt").write_text("x")
+    return _config(tmp_path, shapes_dir, data={"train_dir": str(tmp_path / "file.txt")}), "file.txt: not a folder"
+
+
+def case_no_class_folders(tmp_path, shapes_dir):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(next(shapes_dir.glob("circle/*.png")), flat / "a.png")
+    return _config(tmp_path, shapes_dir, data={"train_dir": str(flat)}), "flat: no class sub-folders"
+
+
+def case_val_classes_differ(tmp_path, shapes_dir):
+    val = tmp_path / "val"
+    shutil.copytree(shapes_dir, val)
+    shutil.rmtree(val / "cross")
+    return (_config(tmp_path, shapes_dir, data={"val_dir": str(val)}),
+            "data.val_dir: " + str(val) + " has different classes from data.train_dir (only in train: ['cross']")
+
+
+def case_unknown_model(tmp_path, shapes_dir):
+    return _config(tmp_path, shapes_dir, model={"name": "resnet1"}), "model.name: unknown model 'resnet1'"
+
+
+def case_unknown_weights(tmp_path, shapes_dir):
+    return (_config(tmp_path, shapes_dir, model={"weights": str(tmp_path / "missing.pt")}),
+            "model.weights: " + str(tmp_path / "missing.pt") + " does not exist")
+
+
+def case_weights_of_another_architecture(tmp_path, shapes_dir):
+    torch.save({"conv.weight": torch.zeros(3, 3, 3, 3)}, tmp_path / "other.pt")
+    return (_config(tmp_path, shapes_dir, model={"weights": str(tmp_path / "other.pt")}),
+            "other.pt does not fit this model")
+
+
+def case_yaml_list(tmp_path, shapes_dir):
+    path = tmp_path / "list.yaml"
+    path.write_text("- data\n- model\n")
+    return path, "list.yaml: config: must be a mapping"
+
+
+def case_python_tag(tmp_path, shapes_dir):
+    path = tmp_path / "tag.yaml"
+    path.write_text("data: !!python/object/apply:os.system ['echo pwned']\n")
+    return path, "tag.yaml: invalid YAML at line 1"
+
+
+def case_binary_config(tmp_path, shapes_dir):
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe")
+    return path, "bin.yaml: not a text (UTF-8) YAML file"
+
+
+def case_wrong_types(tmp_path, shapes_dir):
+    return _config(tmp_path, shapes_dir, data={"batch_size": "big"}), "data.batch_size: must be an integer, got 'big'"
+
+
+def case_seed_out_of_range(tmp_path, shapes_dir):
+    return _config(tmp_path, shapes_dir, train={"seed": 2**63}), "train.seed: must be <= 4294967295"
+
+
+CASES = [case_missing_folder, case_folder_is_a_file, case_no_class_folders, case_val_classes_differ,
+         case_unknown_model, case_unknown_weights, case_weights_of_another_architecture, case_yaml_list,
+         case_python_tag, case_binary_config, case_wrong_types, case_seed_out_of_range]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.__name__.removeprefix("case_") for c in CASES])
+def test_bad_input_exits_2_naming_it_without_a_traceback_or_a_run_directory(case, tmp_path, shapes_dir, capsys):
+    config, expected = case(tmp_path, shapes_dir)
+    runs = tmp_path / "runs"
+    code = cli.main(["train", str(config), "--runs-dir", str(runs)])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert expected in err, err
+    assert "Traceback" not in out + err
+    assert not runs.exists(), "nothing was created for an input refused before launch"
+
+
+def test_bad_input_from_a_real_process_prints_one_line(tmp_path, shapes_dir):
+    for case, commands in ((case_missing_folder, ("train", "lr-find")),  # slurm: the folder may be on the cluster
+                           (case_binary_config, ("train", "lr-find", "slurm"))):
+        config, expected = case(tmp_path, shapes_dir)
+        for command in commands:
+            result = run_main(command, config)
+            assert result.returncode == 2 and expected in result.stderr, (command, result.stderr)
+            assert "Traceback" not in result.stderr + result.stdout
+    binary = tmp_path / "bin.yaml"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_bytes(binary.read_bytes())
+    result = run_main("resume", tmp_path / "run")
+    assert result.returncode == 2 and "not a text (UTF-8) YAML file" in result.stderr and "Traceback" not in result.stderr
+
+
+# ---- the run directory -----------------------------------------------------------------------------------
+
+def test_two_trains_into_one_run_dir_never_mix(shapes_dir, tmp_path):
+    """Started together, many times: one trains, the other is refused before writing anything, so the config,
+    the checkpoints and the events all belong to the one that trained."""
+    for trial in range(4):
+        run_dir = tmp_path / f"run{trial}"
+        procs = {}
+        for lr in (0.011, 0.022):
+            folder = tmp_path / f"{trial}-{lr}"
+            folder.mkdir()
+            cfg = write_config(folder, shapes_dir, optimizer={"lr": lr}, train={"epochs": 1 if lr == 0.011 else 2})
+            procs[lr] = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir",
+                                          str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True)
+        results = {lr: (p.wait(timeout=240), p.communicate()[1]) for lr, p in procs.items()}
+        winners = [lr for lr, (code, _) in results.items() if code == 0]
+        assert len(winners) == 1, results
+        loser = 0.022 if winners[0] == 0.011 else 0.011
+        code, err = results[loser]
+        assert code == 2 and ("in use by another run" in err or "already holds a run" in err), err
+        assert "Traceback" not in err
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert saved["optimizer"]["lr"] == winners[0]
+        starts = [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "run_start"]
+        assert len(starts) == 1 and starts[0]["config"]["optimizer"]["lr"] == winners[0]
+        assert RunDir(run_dir).read_status()["epoch"] == (1 if winners[0] == 0.011 else 2)
+
+
+def test_training_into_a_finished_run_is_refused_unless_asked(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
+    assert run_main("train", cfg, "--run-dir", tmp_path / "run").returncode == 0
+    before = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set", "optimizer.lr=0.3")
+    assert result.returncode == 2 and "already holds a run (completed)" in result.stderr
+    assert "main.py resume" in result.stderr and "--overwrite" in result.stderr
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["optimizer"]["lr"] == 0.05
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == before
+    result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--overwrite", "--set", "train.epochs=2",
+                      "checkpoint.keep_last=1")
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["best.pt", "ckpt-e0002-s00000012.pt", "last.pt"] or "ckpt-e0001-s00000006.pt" not in names
+    starts = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "run_start"]
+    assert len(starts) == 1, "the old run's events were not kept mixed in"
+
+
+def test_a_run_directory_deleted_mid_run_is_named(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 20}, monitor={"log_every": 1})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(run_dir)],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run_dir / "events.jsonl").exists() or not any(
+            e["event"] == "step" for e in read_events(run_dir / "events.jsonl")):
+        time.sleep(0.05)
+    shutil.rmtree(run_dir)
+    deleted = time.time()
+    out, err = proc.communicate(timeout=120)
+    assert time.time() - deleted < 10, "noticed at the next log step, not at the end of the epoch"
+    assert proc.returncode == 1
+    assert f"the run directory {run_dir} was deleted" in err, err[-2000:]
+    assert "Traceback" not in err
+
+
+def test_a_full_disk_while_events_are_written_ends_the_run_as_failed(shapes_dir, tmp_path, monkeypatch):
+    import errno
+
+    from trainer.events import EventWriter
+
+    real_emit = EventWriter.emit
+    count = {"n": 0}
+
+    def emit(self, event, **fields):
+        count["n"] += 1
+        if count["n"] > 12:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_emit(self, event, **fields)
+
+    monkeypatch.setattr(EventWriter, "emit", emit)
+    cfg = write_config(tmp_path, shapes_dir, monitor={"log_every": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    status = run.read_status()
+    assert code == 1 and status["state"] == "failed" and status["exit_code"] == 1
+    assert status["message"] == f"no space left on device in {run.path}"
+    assert not list(run.path.glob(".*.tmp-*")), "no temporary files are left behind"
+
+
+def test_a_full_disk_at_launch_gives_a_message(shapes_dir, tmp_path, monkeypatch, capsys):
+    import errno
+    from pathlib import Path
+
+    cfg = write_config(tmp_path, shapes_dir)
+    real_write = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if ".tmp-" in self.name:
+            real_write(self, "", encoding="utf-8")  # the 0-byte file a full disk leaves
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    code = cli.main(["train", str(cfg), "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 1 and "no space left on device in" in err and "Traceback" not in err
+    assert not list((tmp_path / "run").glob(".*.tmp-*"))
+
+
+# ---- the data --------------------------------------------------------------------------------------------
+
+def test_symlink_loops_and_second_paths_count_each_image_once(tmp_path):
+    from trainer.data import stratified_split
+    from trainer.scan import scan_image_folder
+
+    root = tmp_path / "data"
+    for cls in ("circle", "square"):
+        (root / cls).mkdir(parents=True)
+        for i in range(5):
+            Image.new("RGB", (8, 8), (i * 40, 0, 0) if cls == "circle" else (0, i * 40, 0)).save(root / cls / f"{i}.png")
+    os.symlink(".", root / "circle" / "loop")  # circle/loop -> circle
+    os.symlink(".", root / "all")  # a top-level link back to the dataset
+    os.symlink(root / "circle", root / "square" / "also")  # the same pixels reached as another class
+    result = scan_image_folder(root)
+    assert result.classes == ["circle", "square"]
+    assert len(result.samples) == 10 and result.counts == {"circle": 5, "square": 5}
+    assert len({os.path.realpath(p) for p, _ in result.samples}) == 10
+    text = " ".join(result.warnings)
+    assert "links back to the dataset folder itself" in text and "scanned once" in text
+    train, val = stratified_split(result.samples, 0.2, seed=0)
+    assert not {os.path.realpath(p) for p, _ in train} & {os.path.realpath(p) for p, _ in val}
+
+
+def test_an_exif_rotated_photo_is_learned_upright(tmp_path):
+    from trainer.data import decode_image
+
+    upright = Image.new("RGB", (40, 20), (255, 0, 0))
+    upright.paste((0, 0, 255), (0, 0, 20, 20))  # blue on the left half when upright
+    stored = upright.transpose(Image.Transpose.ROTATE_90)  # how a camera held sideways stores it
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
+    stored.save(tmp_path / "phone.jpg", exif=exif, quality=95)
+    pixels = decode_image(str(tmp_path / "phone.jpg"), 20).float()
+    left, right = pixels[:, :, :10].mean((1, 2)), pixels[:, :, 10:].mean((1, 2))
+    assert left[2] > 200 and right[0] > 200, (left, right)
+
+
+def test_a_class_without_validation_images_is_not_zero_accuracy(tmp_path):
+    from trainer.demo_data import write_demo_dataset
+
+    root = write_demo_dataset(tmp_path / "data", per_class=20, size=16, seed=2)
+    lonely = root / "square"
+    for extra in sorted(lonely.iterdir())[1:]:
+        extra.unlink()  # one image: it goes to training, none to validation
+    cfg = write_config(tmp_path, root, train={"epochs": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    events = read_events(run.events)
+    epoch = next(e for e in events if e["event"] == "epoch")
+    classes = next(e for e in events if e["event"] == "run_start")["classes"]
+    assert epoch["per_class_acc"][classes.index("square")] is None
+    warning = next(e for e in events if e["event"] == "warning" and e["kind"] == "no_val_images")
+    assert "'square' has no validation images" in warning["message"]
+
+
+def test_check_data_reports_images_outside_class_folders_and_odd_names(shapes_dir, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(shapes_dir, root)
+    shutil.copy(next(shapes_dir.glob("circle/*.png")), root / "stray.png")
+    shutil.copy(next(shapes_dir.glob("circle/*.png")), root / "circle" / "two\nlines.png")
+    (root / "square" / "broken\nname.png").write_bytes(b"not a png")
+    result = run_main("check-data", root)
+    assert result.returncode == 0, result.stderr
+    assert "1 images at the top level are outside any class folder" in result.stdout
+    assert "hidden or non-image files ignored" not in result.stdout
+    assert "'" + str(root / "square" / "broken\nname.png").replace("\n", "\\n") + "'" in result.stdout
+    assert all(line.strip() for line in result.stdout.splitlines())
+    missing = run_main("check-data", tmp_path / "nope")
+    assert missing.returncode == 2 and "folder does not exist" in missing.stderr
+
+
+# ---- stopping while preparing ----------------------------------------------------------------------------
+
+def test_stop_during_the_cache_build_acts_at_once(shapes_dir, tmp_path, monkeypatch):
+    """SIGTERM while images are decoded into the cache: the build is abandoned (no half entry), the run ends
+    stopped, and it does so without decoding the rest of the folder."""
+    import trainer.data
+
+    decoded = []
+    real_decode = trainer.data.decode_image
+
+    def decode(path, size):
+        decoded.append(path)
+        if len(decoded) == 10:
+            os.kill(os.getpid(), signal.SIGTERM)  # the user presses Stop
+        time.sleep(0.01)
+        return real_decode(path, size)
+
+    monkeypatch.setattr(trainer.data, "decode_image", decode)
+    cache = tmp_path / "cache"
+    cfg = write_config(tmp_path, shapes_dir, data={"cache": "disk", "cache_dir": str(cache), "image_size": 20})
+    run, code = train_here(cfg, tmp_path / "runs")
+    status = run.read_status()
+    assert code == 0 and status["state"] == "stopped" and "while preparing" in status["message"]
+    assert len(decoded) < 40, f"{len(decoded)} of 120 images decoded after the stop"
+    assert not [p for p in cache.iterdir() if p.is_dir()], "no half-built cache entry is left"
+    assert not [e for e in read_events(run.events) if e["event"] == "step"]
