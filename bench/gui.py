@@ -108,14 +108,15 @@ def main():
         big.append(i, 1.0 / (1 + i) + random.random() * 1e-3)
     model.step_loss = model.images_per_s = model.grad_norm = big
     model.lr = [big, big]
-    dashboard.smoother = Smoothed(big, dashboard.smoother.weight)
-    dashboard._versions.clear()
+    dashboard.curves.smoother = Smoothed(big, dashboard.curves.smoother.weight)
+    dashboard.curves._versions.clear()
     t = time.perf_counter()
     dashboard.redraw()
     set_data_ms = (time.perf_counter() - t) * 1000
     paint = {}
-    for name, plot in (("loss", dashboard.loss_plot), ("lr", dashboard.lr_plot), ("throughput", dashboard.speed_plot),
-                       ("grad norm", dashboard.norm_plot)):
+    curves = dashboard.curves
+    for name, plot in (("loss", curves.loss_plot), ("lr", curves.lr_plot), ("throughput", curves.speed_plot),
+                       ("grad norm", curves.norm_plot)):
         t = time.perf_counter()
         plot.grab()
         paint[name] = (time.perf_counter() - t) * 1000

@@ -53,7 +53,7 @@ def start_run(self):
     model.preparing.connect(lambda e: marks.setdefault("first_prepare", time.time()))
     model.runStarted.connect(lambda e: marks.setdefault("run_start", time.time()))
     def check():
-        x, _ = self.dashboard.raw_loss.getData()
+        x, _ = self.dashboard.curves.raw_loss.getData()
         if x is not None and len(x):
             marks["plotted"] = time.time()
             print("MARKS", json.dumps({k: v - marks["start"] for k, v in marks.items()}), flush=True)

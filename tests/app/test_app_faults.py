@@ -7,6 +7,7 @@ import sys
 import time
 
 import psutil
+import pytest
 from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
@@ -109,3 +110,26 @@ def test_the_app_killed_mid_run_leaves_the_trainer_running_and_reattachable(qtbo
     qtbot.waitUntil(lambda: not window.process.running, timeout=30_000)
     qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
     assert process_tree_gone(trainer_pid, workers)
+
+
+BAD_CONFIGS = [
+    (b"- data\n- model\n", "config: must be a mapping"),
+    (b"data: !!python/object/apply:os.system ['echo pwned']\n", "invalid YAML at line 1"),
+    (b"\x89PNG\r\n\x1a\n\x00\xff", "not a text (UTF-8) YAML file"),
+    (b"data: {batch_size: big}\n", "data.batch_size: must be an integer, got 'big'"),
+    (b"train: {seed: 99999999999999999999}\n", "train.seed: must be <="),
+]
+
+
+def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make_window, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    window = make_window()
+    for i, (content, expected) in enumerate(BAD_CONFIGS):
+        shown = []
+        monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a: shown.append((title, text)))
+        path = tmp_path / f"bad{i}.yaml"
+        path.write_bytes(content)
+        assert not window.load_config_file(path)
+        assert len(shown) == 1 and path.name in shown[0][1] and expected in shown[0][1], shown
+        assert "Traceback" not in shown[0][1]

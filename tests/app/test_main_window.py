@@ -41,7 +41,7 @@ def test_configure_start_watch_stop_and_reopen(qtbot, make_window, shapes_dir, t
     pid = window.process.pid
     qtbot.waitUntil(lambda: len(window.run_model.step_loss) >= 3, timeout=90_000)
     assert window.run_model.group_names == ["fc", "default"]
-    assert window.run_model.lr[0].y[-1] <= 0.2 and len(window.dashboard.lr_curves) == 2
+    assert window.run_model.lr[0].y[-1] <= 0.2 and len(window.dashboard.curves.lr_curves) == 2
     window.stop_action.trigger()
     qtbot.waitUntil(lambda: not window.process.running, timeout=30_000)
     qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
@@ -97,10 +97,17 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
     assert enabled["DDP via Horovod"] == probe["horovod"]
     cuda = window.binder.widgets["device.type"]
     assert cuda.model().item(cuda.findText("cuda")).isEnabled() == bool(probe["gpus"])
+    # the page shows the trainer's own verdicts (probe-devices), word for word
+    assert probe["refused"] and all(reason in page.reasons.text() for reason in probe["refused"].values())
     if not probe["gpus"]:
-        assert "no CUDA GPU found" in page.reasons.text()
+        assert "no CUDA GPU is available here" in page.reasons.text()
+        window.binder.widgets["device.type"].setCurrentText("cuda")
+        qtbot.waitUntil(lambda: "device.type: cuda, but no CUDA GPU is available here" in
+                        window.problem_label.toolTip(), timeout=5_000)
+        assert not window.start_action.isEnabled()
+        window.binder.widgets["device.type"].setCurrentText("cpu")
     if not probe["horovod"]:
-        assert "Horovod is not installed" in page.reasons.text()
+        assert "horovod is not installed here (pip install 'horovod[pytorch]'" in page.reasons.text()
     # what `train.amp: auto` will pick here, said before the run starts
     import torch
 
@@ -200,11 +207,11 @@ def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_d
     window.start_action.trigger()
     qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=90_000)
     window.dashboard.tabs.setCurrentIndex(1)  # the Gradients tab draws when shown
-    choice = window.dashboard.hist_choice
+    choice = window.dashboard.gradients.hist_choice
     assert [choice.itemText(i) for i in range(choice.count())] == [
         "fc.bias (grad)", "fc.bias (weight)", "fc.weight (grad)", "fc.weight (weight)"]
-    assert window.dashboard.hist_image.image.shape[0] == len(window.run_model.histograms[("fc.bias", "grad")])
-    table = window.dashboard.layer_table
+    assert window.dashboard.gradients.hist_image.image.shape[0] == len(window.run_model.histograms[("fc.bias", "grad")])
+    table = window.dashboard.gradients.layer_table
     assert table.rowCount() == len(window.run_model.layers)
     table.sortItems(1, Qt.SortOrder.DescendingOrder)
     values = [float(table.item(r, 1).text()) for r in range(table.rowCount())]

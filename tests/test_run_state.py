@@ -1,0 +1,115 @@
+"""The app's model layer without Qt: RunState folds events into what the views show; CSV from the events."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+from app.csv_export import export_run_csv
+from app.run_state import RunState
+from trainer.config import RunConfig
+from trainer.devices import auto_precision, device_problems, refusals
+from trainer.rundir import RunDir
+
+
+def events_for(epochs=2, steps_per_epoch=4, groups=("fc", "default")):
+    yield {"event": "prepare", "phase": "cache", "message": "decoding 3/10", "done": 3, "total": 10}
+    yield {"event": "run_start", "config": {"train": {"epochs": epochs}}, "classes": ["a", "b"],
+           "param_groups": [{"name": g} for g in groups], "layers": ["conv.weight", "fc.weight"]}
+    step = 0
+    for epoch in range(1, epochs + 1):
+        for batch in range(1, steps_per_epoch + 1):
+            step += 1
+            yield {"event": "step", "step": step, "epoch": epoch, "batch": batch, "batches": steps_per_epoch,
+                   "loss": 1.0 / step, "lr": [0.1, 0.01], "images_per_s": 100.0, "grad_norm": None if step == 2 else 2.0,
+                   "time": 1000.0 + step}
+            yield {"event": "grad_stats", "step": step, "grad_norm": [1.0, 2.0], "weight_norm": [1, 1],
+                   "update_ratio": [0, 0], "zero_frac": [0, 0]}
+        yield {"event": "epoch", "epoch": epoch, "val_acc": 0.5 + epoch / 10, "train_loss": 0.5, "val_loss": 0.6,
+               "confusion": [[1, 0], [0, 1]]}
+    yield {"event": "run_end", "status": "completed", "message": ""}
+
+
+def test_events_become_buffers_summaries_and_change_kinds(tmp_path):
+    state = RunState(RunDir(tmp_path))
+    kinds = [state.apply(e, now=float(i)) for i, e in enumerate(events_for())]
+    assert kinds[:3] == ["preparing", "runStarted", "stepLogged"] and kinds[3] is None  # grad_stats: no signal
+    assert kinds[-1] == "finished" and state.ended and state.state == "completed"
+    assert state.epochs == 2 and state.group_names == ["fc", "default"]
+    assert list(state.step_loss.x) == list(range(1, 9)) and state.step_loss.y[-1] == pytest.approx(1 / 8)
+    assert len(state.grad_norm) == 7, "a step without a gradient norm leaves no point"
+    assert [list(s.y) for s in state.lr] == [[0.1] * 8, [0.01] * 8]
+    assert state.layer_grad.rows == 2 and len(state.layer_grad) == 8
+    assert state.best_epoch["epoch"] == 2 and list(state.val_acc.y) == pytest.approx([0.6, 0.7])
+
+
+def test_eta_follows_the_pace_since_progress_was_first_seen(tmp_path):
+    state = RunState(RunDir(tmp_path))
+    events = [e for e in events_for(epochs=4) if e["event"] in ("run_start", "step")]
+    for i, e in enumerate(events):
+        state.apply(e, now=10.0 * i)  # 10 s per logged step, 4 steps per epoch, 16 steps
+    # after step 16 (all done): 0 s left; after step 8 the estimate was 80 s
+    assert state.eta_s == pytest.approx(0.0)
+    state = RunState(RunDir(tmp_path))
+    for i, e in enumerate(events[:9]):
+        state.apply(e, now=10.0 * i)
+    assert state.eta_s == pytest.approx(80.0)
+
+
+def test_a_trainer_gone_without_a_word_is_noticed(tmp_path):
+    run = RunDir(tmp_path).create()
+    run.write_status(state="running", pid=2**22 + 12345)  # no such process
+    state = RunState(run)
+    assert state.check_process() and state.state == "failed" and "gone" in state.message
+    assert not state.check_process(), "reported once"
+
+
+def test_csv_export_has_every_step_at_full_resolution(tmp_path):
+    events = tmp_path / "events.jsonl"
+    lines = list(events_for(epochs=3, steps_per_epoch=20_000))
+    events.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    steps_csv, epochs_csv = export_run_csv(events, tmp_path / "out.csv")
+    rows = list(csv.DictReader(open(steps_csv)))
+    assert len(rows) == 60_000, "not the thinned copy the plots show"
+    assert rows[0].keys() == {"step", "epoch", "loss", "images_per_s", "grad_norm", "lr_fc", "lr_default"}
+    assert rows[1]["grad_norm"] == "" and float(rows[-1]["loss"]) == pytest.approx(1 / 60_000)
+    epochs = list(csv.DictReader(open(epochs_csv)))
+    assert [int(r["epoch"]) for r in epochs] == [1, 2, 3]
+
+
+def test_the_model_layer_imports_no_qt():
+    code = "import sys, app.run_state, app.csv_export, app.buffers; print('PySide6' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+# ---- the device rules: one owner, asked with the machine's facts ----------------------------------------
+
+CPU_ONLY = {"gpus": [], "bf16_cpu": False, "backends": {"gloo": True, "nccl": False, "mpi": False}, "horovod": False}
+ONE_GPU = {"gpus": [{"index": 0, "name": "G", "memory_gb": 80}], "bf16_cuda": True, "bf16_cuda_supported": True,
+           "bf16_cpu": True, "backends": {"gloo": True, "nccl": True, "mpi": False}, "horovod": True}
+
+
+@pytest.mark.parametrize(("raw", "facts", "expected"), [
+    ({"device": {"type": "cuda"}}, CPU_ONLY, ["device.type: cuda, but no CUDA GPU is available here; use cpu"]),
+    ({"device": {"type": "cuda", "gpus": [0, 3]}}, ONE_GPU, ["device.gpus: [3] do not exist"]),
+    ({"device": {"type": "cuda", "gpus": [0], "parallel": "dp"}}, ONE_GPU, ["device.parallel: dp: DataParallel "
+                                                                           "needs at least 2 GPUs; 1 found"]),
+    ({"device": {"parallel": "ddp", "backend": "mpi"}}, CPU_ONLY, ["device.backend: mpi: this PyTorch build"]),
+    ({"device": {"parallel": "ddp", "launcher": "horovod"}}, CPU_ONLY, ["device.launcher: horovod is not installed"]),
+    ({"device": {"parallel": "ddp", "launcher": "horovod"}}, ONE_GPU, []),
+    ({"train": {"amp": "fp16"}}, CPU_ONLY, []),  # fp16 + GradScaler runs on CPU
+])
+def test_device_rules(raw, facts, expected):
+    problems = device_problems(RunConfig.from_dict(raw), facts)
+    assert len(problems) == len(expected) and all(p.startswith(e) for p, e in zip(problems, expected)), problems
+
+
+def test_auto_precision_verdicts():
+    assert auto_precision("auto", "cpu", CPU_ONLY) == ("fp32", "auto: this CPU has no native bf16")
+    assert auto_precision("auto", "cuda", ONE_GPU, "G") == ("bf16", "auto: G runs bf16 natively")
+    assert auto_precision("none", "cuda", ONE_GPU)[0] == "fp32" and auto_precision("fp16", "cpu", {})[0] == "fp16"
+    assert set(refusals(ONE_GPU)) == {"dp", "mpi"}
