@@ -36,7 +36,7 @@ from app.pages.runs_page import RunsPage
 from app.run_controller import RunController
 from app.run_model import RunModel
 from trainer.config import ConfigError, RunConfig, load_config, save_config
-from trainer.launch import REPO_ROOT, node_commands, train_command
+from trainer.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ class MainWindow(QMainWindow):
         self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
         self.model_page.parametersChanged.connect(lambda _: self._validate_timer.start())
         self.optimizer_page.lrFindRequested.connect(self.find_lr)
+        self.device_page.slurmRequested.connect(self._save_slurm_dialog)
         self.lr_finder = LrFinder(self.runs_dir, self)
         self.lr_finder.done.connect(self._lr_found)
         self.lr_finder.failed.connect(self._lr_failed)
@@ -260,6 +261,21 @@ class MainWindow(QMainWindow):
         cmd = train_command(path, runs_dir=self.runs_dir)
         cmd[0:2] = ["python", "main.py"]
         return shlex.join(cmd)
+
+    def _save_slurm_dialog(self) -> None:
+        if self.current_config() is None:
+            QMessageBox.warning(self, "Cannot save", "Fix the marked settings first:\n" + "\n".join(self.config_problems))
+            return
+        start = str(Path(self.settings.value("last_config_dir", str(Path.home()))) / "train.sh")
+        path, _ = QFileDialog.getSaveFileName(self, "Save SLURM script", start, "Shell scripts (*.sh)")
+        if path:
+            self.save_slurm_script(Path(path))
+
+    def save_slurm_script(self, path: Path) -> Path:
+        """The SLURM batch script for the current form and, beside it, the config it trains (as `main.py slurm`)."""
+        config_path = write_slurm_files(self.current_config(), path, self.runs_dir)
+        self.statusBar().showMessage(f"Saved {path} and {config_path.name}; submit with: sbatch {path}", 8000)
+        return config_path
 
     def find_lr(self) -> None:
         """Sweep the learning rate on the current form (in a subprocess); show the curve, offer the suggestion."""

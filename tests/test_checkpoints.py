@@ -246,3 +246,51 @@ def test_background_fsync_keeps_the_previous_checkpoint_until_the_new_one_is_dur
     names = sorted(p.name for p in folder.iterdir())
     assert "ckpt-e0001-s00000010.pt" in names, "the last durable checkpoint is not pruned"
     sync.close()
+
+
+@pytest.fixture(scope="module")
+def small_exports(tmp_path_factory, shapes_dir):
+    tmp = tmp_path_factory.mktemp("small")
+    cfg = write_config(tmp, shapes_dir, train={"epochs": 1})
+    run, code = train_here(cfg, tmp / "runs")
+    assert code == 0
+    return run, {fmt: export_run(run, fmt, tmp / "exports" / f"model{suffix}") for fmt, suffix in FORMATS.items()}
+
+
+class NotATensor:
+    pass
+
+
+def test_predict_names_damaged_models_and_images(small_exports, shapes_dir, tmp_path, capsys):
+    import shutil
+
+    from faults.test_data_faults import png_header_only
+
+    from trainer import cli
+
+    run, exports = small_exports
+    image = next(shapes_dir.glob("circle/*.png"))
+
+    def predict(model, *images) -> tuple[int, str]:
+        code = cli.main(["predict", str(model), *map(str, images or [image])])
+        return code, capsys.readouterr().err
+
+    for fmt, path in exports.items():
+        damaged = tmp_path / path.name
+        damaged.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        shutil.copy(f"{path}.json", f"{damaged}.json")
+        code, err = predict(damaged)
+        assert code == 2 and str(damaged) in err and "damaged or truncated" in err, (fmt, err)
+        assert "Traceback" not in err
+    pickled = tmp_path / "evil.pt"
+    torch.save({"w": NotATensor()}, pickled)
+    shutil.copy(f"{exports['state_dict']}.json", f"{pickled}.json")
+    code, err = predict(pickled)
+    assert code == 2 and "refused, it needs full unpickling" in err and "Traceback" not in err
+    bomb = tmp_path / "bomb.png"
+    png_header_only(bomb, 30000, 30000)
+    code, err = predict(exports["onnx"], bomb)
+    assert code == 2 and f"{bomb}: cannot read image" in err and "Traceback" not in err
+    code = cli.main(["export", str(run.path), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--out: {tmp_path} is a folder" in err

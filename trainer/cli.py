@@ -129,27 +129,23 @@ def cmd_demo_data(args) -> int:
 
 
 def cmd_slurm(args) -> int:
-    """Write the resolved config beside the script (or under the runs folder) and the script that trains it."""
+    """Write the resolved config and the batch script that trains it (printed when no --out is given)."""
     import time
 
-    from trainer.launch import slurm_script
+    from trainer.launch import write_slurm_files
 
     cfg = load_config(args.config, args.set)
+    runs = Path(default_runs_dir()).resolve()
     if args.out:
-        out = Path(args.out).resolve()
-        config_path = out.with_name(out.stem + ".config.yaml")
-    else:
-        folder = Path(default_runs_dir()).resolve() / "configs"
-        folder.mkdir(parents=True, exist_ok=True)
-        config_path = folder / f"slurm-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
-    save_config(cfg, config_path)
-    script = slurm_script(config_path, cfg, Path(default_runs_dir()).resolve())
-    if args.out:
-        out.write_text(script, encoding="utf-8")
-        print(f"wrote {out} and the config it trains, {config_path}; submit it with: sbatch {out}")
-    else:
-        print(f"# the config this script trains: {config_path}", file=sys.stderr)
-        print(script)
+        config_path = write_slurm_files(cfg, args.out, runs)
+        print(f"wrote {Path(args.out).resolve()} and the config it trains, {config_path}; submit it with: "
+              f"sbatch {args.out}")
+        return 0
+    script = runs / "configs" / f"slurm-{time.strftime('%Y%m%d-%H%M%S')}.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    config_path = write_slurm_files(cfg, script, runs)
+    print(f"# wrote {script} and the config it trains, {config_path}", file=sys.stderr)
+    print(script.read_text(encoding="utf-8"))
     return 0
 
 

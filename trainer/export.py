@@ -132,7 +132,13 @@ def _load_export(export: Path, fmt: str, meta: dict):
             model.load_state_dict(load_weights_only(export))
         return model
     if fmt == "exported_program":
-        return torch.export.load(str(export)).module()
+        quiet = logging.getLogger("torch.export")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # it logs its own traceback for a damaged file before raising
+        try:
+            return torch.export.load(str(export)).module()
+        finally:
+            quiet.setLevel(level)
     if fmt == "torchscript":
         return torch.jit.load(str(export))
     if fmt == "onnx":

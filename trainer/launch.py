@@ -76,6 +76,17 @@ exec "$PYTHON" main.py train "$CONFIG" --run-dir "$RUN" --set device.nnodes=$SLU
   device.node_rank=$SLURM_NODEID device.master_addr=$MASTER_ADDR"""
 
 
+def write_slurm_files(cfg: RunConfig, script: str | Path, runs_dir: str | Path) -> Path:
+    """The resolved config beside `script` (NAME.config.yaml) and the batch script that trains it; the config's path."""
+    from trainer.config import save_config
+
+    script = Path(script).resolve()
+    config_path = script.with_name(script.stem + ".config.yaml")
+    save_config(cfg, config_path)
+    script.write_text(slurm_script(config_path, cfg, Path(runs_dir).resolve()), encoding="utf-8")
+    return config_path
+
+
 def slurm_cpus_per_task(cfg: RunConfig) -> int:
     """Cores one node's task needs: per process, its data-loader workers plus itself (at least 2 in all)."""
     workers = cfg.data.num_workers if cfg.data.num_workers >= 0 else 4

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.background import CliJob
 from app.forms import Binder
@@ -28,6 +38,7 @@ MODES = [
 
 class DevicePage(QWidget):
     changed = Signal()
+    slurmRequested = Signal()
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
@@ -75,6 +86,11 @@ class DevicePage(QWidget):
         nf.addRow("This node's rank", binder.spin("device.node_rank", 0, 4095))
         nf.addRow("Node 0 address", binder.line("device.master_addr"))
         nf.addRow("Port", binder.spin("device.master_port", 0, 65535, special="pick a free one"))
+        self.slurm = QPushButton("Save SLURM script…")
+        self.slurm.setObjectName("saveSlurm")
+        self.slurm.setToolTip("A batch script for a SLURM cluster that trains exactly this config (saved beside it)")
+        self.slurm.clicked.connect(self.slurmRequested)
+        nf.addRow("", self.slurm)
 
         prec = QGroupBox("Precision and speed")
         rf = QFormLayout(prec)

@@ -7,7 +7,6 @@ import sys
 import time
 
 import psutil
-import pytest
 from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
@@ -125,9 +124,10 @@ def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make
     from PySide6.QtWidgets import QMessageBox
 
     window = make_window()
+    shown = []
+    monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a: shown.append((title, text)))
     for i, (content, expected) in enumerate(BAD_CONFIGS):
-        shown = []
-        monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a: shown.append((title, text)))
+        shown.clear()
         path = tmp_path / f"bad{i}.yaml"
         path.write_bytes(content)
         assert not window.load_config_file(path)

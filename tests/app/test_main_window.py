@@ -244,3 +244,19 @@ def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tm
     assert not dashboard.progress.isVisible()
     assert "bf16, channels_last" in dashboard.summary.text() and "960 train" in dashboard.summary.text()
     dashboard.stop_updates()
+
+
+def test_save_slurm_script_writes_the_form_s_config_and_the_cli_s_script(qtbot, make_window, shapes_dir, tmp_path):
+    from trainer.config import load_config
+    from trainer.launch import slurm_script
+
+    window = make_window(write_config(tmp_path, shapes_dir, device={"nnodes": 2, "master_port": 29511,
+                                                                     "parallel": "ddp"}))
+    window.binder.widgets["optimizer.lr"].setText("3e-4")
+    script = tmp_path / "job" / "train.sh"
+    script.parent.mkdir()
+    config_path = window.save_slurm_script(script)
+    cfg = load_config(config_path)
+    assert cfg.to_dict() == window.current_config().to_dict() and cfg.optimizer.lr == 3e-4
+    assert script.read_text() == slurm_script(config_path, cfg, window.runs_dir.resolve())
+    assert "#SBATCH --nodes=2" in script.read_text()
