@@ -108,9 +108,10 @@ class Binder(QObject):
                 elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
                     w.setValue(value if value is not None else w.minimum())
                 elif isinstance(w, QComboBox):
-                    if w.findText(str(value)) < 0 and w.isEditable():
-                        w.addItem(str(value))
-                    w.setCurrentText(str(value))
+                    text = "" if value is None else str(value)
+                    if w.findText(text) < 0 and w.isEditable():
+                        w.addItem(text)
+                    w.setCurrentText(text)
                 elif isinstance(w, QLineEdit):
                     if isinstance(value, list):
                         w.setText(", ".join(str(v) for v in value))

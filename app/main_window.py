@@ -115,6 +115,8 @@ class MainWindow(QMainWindow):
         self.dataset_page.scanned.connect(self._scanned)
         self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
         self.model_page.parametersChanged.connect(lambda _: self._validate_timer.start())
+        self.model_page.described.connect(self._model_described)
+        self.binder.widgets["model.freeze_backbone"].toggled.connect(lambda _: self.model_page.show_frozen())
         self.optimizer_page.lrFindRequested.connect(self.find_lr)
         self.device_page.slurmRequested.connect(self._save_slurm_dialog)
         self.lr_finder = LrFinder(self.runs_dir, self)
@@ -132,6 +134,7 @@ class MainWindow(QMainWindow):
         self.runs_page.set_runs_dir(self.runs_dir)
         self.device_page.start_probe()
         self.model_page.describe()
+        self.model_page.load_store()
         self._restore_settings()
         self.nav.setCurrentRow(0)
         self._update_buttons()
@@ -216,6 +219,11 @@ class MainWindow(QMainWindow):
         self.problem_label.setToolTip("\n".join(problems))
         self._update_buttons()
         return problems
+
+    def _model_described(self, info: dict) -> None:
+        """The chosen model's head (for the recipes) and the normalisation its weights mean (Dataset page)."""
+        self.optimizer_page.head = info.get("head")
+        self.dataset_page.show_normalisation(self.current_raw(), info.get("normalisation"))
 
     def _scanned(self, result) -> None:
         if result is not None and result.classes:

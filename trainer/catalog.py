@@ -16,3 +16,6 @@ SUGGESTED_TORCHVISION = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_small
 # export format -> file suffix it is written with
 EXPORT_FORMATS = {"state_dict": ".pt", "safetensors": ".safetensors", "onnx": ".onnx", "torchscript": ".ts.pt",
                   "exported_program": ".pt2"}
+
+# the checkpoints of a run that export (and evaluation) can take
+RUN_CHECKPOINTS = ("best", "last")

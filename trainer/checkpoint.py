@@ -78,7 +78,7 @@ class TrainState:
     best_acc: float = -1.0
 
     def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
-                      classes: list[str]) -> dict:
+                      classes: list[str], mean: list[float], std: list[float]) -> dict:
         data = config["data"]
         return {
             "format": FORMAT, "version": VERSION,
@@ -87,7 +87,7 @@ class TrainState:
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_acc": self.best_acc,
             "rng": rng_state(), "aug_rng": aug_generator.get_state(),
             "config": config, "classes": classes, "model_name": config["model"]["name"],
-            "preprocess": {"image_size": data["image_size"], "mean": data["mean"], "std": data["std"],
+            "preprocess": {"image_size": data["image_size"], "mean": mean, "std": std,
                            "resize": "short side to image_size, centre crop"},
         }
 

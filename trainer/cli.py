@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from trainer.catalog import EXPORT_FORMATS
+from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.config import ConfigError, load_config, save_config
 from trainer.rundir import RunDir, default_runs_dir, new_run_dir, user_log_dir
 from trainer.scan import printable_path
@@ -16,7 +16,7 @@ from trainer.scan import printable_path
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find")
+            "export", "predict", "lr-find", "fetch-weights")
 
 
 class CommandError(Exception):
@@ -150,16 +150,56 @@ def cmd_slurm(args) -> int:
 
 
 def cmd_describe_model(args) -> int:
-    """JSON on stdout: the model's parameter tensors (for the app's parameter-groups editor)."""
+    """JSON on stdout: the model's parameter tensors, its head and the normalisation its weights mean (for the
+    app's Model page and parameter-groups editor); with --store, the model store table."""
     from trainer.config import ModelConfig
-    from trainer.models import create_model, torchvision_classifiers
+    from trainer.models import create_model, head_name, is_head_parameter, torchvision_classifiers
+    from trainer.weights import normalisation, weights_names
 
     if args.list:
         print(json.dumps({"models": torchvision_classifiers()}))
         return 0
+    if args.store:
+        from trainer.weights import model_store
+
+        print(json.dumps(model_store()))
+        return 0
+    cfg = ModelConfig(name=args.name, weights=args.weights or None)
     model = create_model(ModelConfig(name=args.name), args.classes)
-    params = [{"name": n, "shape": list(p.shape), "numel": p.numel()} for n, p in model.named_parameters()]
-    print(json.dumps({"name": args.name, "parameters": params, "total": sum(p["numel"] for p in params)}))
+    head = head_name(model)
+    params = [{"name": n, "shape": list(p.shape), "numel": p.numel(), "head": is_head_parameter(head, n)}
+              for n, p in model.named_parameters()]
+    mean, std, source = normalisation(cfg)
+    print(json.dumps({"name": args.name, "parameters": params, "total": sum(p["numel"] for p in params),
+                      "head": head, "weights": weights_names(args.name),
+                      "normalisation": {"mean": mean, "std": std, "source": source}}))
+    return 0
+
+
+def cmd_fetch_weights(args) -> int:
+    """Download a model's published weights into the cache (to prepare a machine that will be offline)."""
+    from trainer.config import ModelConfig
+    from trainer.weights import fetch, is_timm, resolve
+
+    if is_timm(args.model):
+        from trainer.weights import create_timm
+
+        create_timm(ModelConfig(name=args.model, weights="DEFAULT"), 1000)
+        print(f"{args.model}: pretrained weights are in the Hugging Face cache")
+        return 0
+    named = resolve(args.model, args.weights)
+    if named.cached:
+        print(f"{named.file} (already cached)")
+        return 0
+    shown = {"tenth": -1}
+
+    def progress(done: int, total: int) -> None:
+        tenth = done * 10 // total if total else 0
+        if tenth != shown["tenth"]:
+            shown["tenth"] = tenth
+            print(f"{named.file.name}: {done / 1e6:.1f}/{total / 1e6:.1f} MB", file=sys.stderr, flush=True)
+
+    print(fetch(named, progress))
     return 0
 
 
@@ -265,8 +305,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("describe-model", help="JSON list of a model's parameter tensors")
     p.add_argument("name", nargs="?", default="small_cnn")
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--weights", help="the weights whose normalisation to report (a name the model offers)")
     p.add_argument("--list", action="store_true", help="list torchvision classifiers instead")
+    p.add_argument("--store", action="store_true", help="the model store: every torchvision classifier with its "
+                   "published figures and whether its weights are cached")
     p.set_defaults(func=cmd_describe_model)
+
+    p = sub.add_parser("fetch-weights", help="download a model's pretrained weights into the cache (for offline use)")
+    p.add_argument("model", help="a torchvision classifier (resnet50, ...) or timm:NAME")
+    p.add_argument("weights", nargs="?", default="DEFAULT", help="a name the model offers (default: DEFAULT)")
+    p.set_defaults(func=cmd_fetch_weights)
 
     p = sub.add_parser("probe-devices", help="JSON of GPUs and distributed backends available here")
     p.set_defaults(func=cmd_probe_devices)
@@ -275,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--format", default="state_dict", choices=tuple(EXPORT_FORMATS))
     p.add_argument("--out", required=True)
-    p.add_argument("--checkpoint", default="best", choices=("best", "last"))
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")

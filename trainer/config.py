@@ -63,8 +63,9 @@ class DataConfig:
     batch_size: int = opt(64, "images per step per process", ge=1, le=65536)
     num_workers: int = opt(-1, "data-loading worker processes (-1 = from the core count)", ge=-1, le=64)
     augment: AugmentConfig = opt(factory=AugmentConfig, doc="training-time augmentation")
-    mean: list[float] = opt(factory=lambda: list(IMAGENET_MEAN), doc="per-channel normalisation mean (RGB)")
-    std: list[float] = opt(factory=lambda: list(IMAGENET_STD), doc="per-channel normalisation std (RGB)")
+    mean: list[float] | str = opt("auto", "per-channel normalisation mean (RGB); auto = the pretrained weights' own, "
+                                  "ImageNet's without named weights")
+    std: list[float] | str = opt("auto", "per-channel normalisation std (RGB); auto as for mean")
     cache: str = opt("auto", "decoded-image cache, built once and reused by later runs: memory (read into RAM), "
                      "disk (memory-mapped), none (decode every epoch); auto = memory when it fits in a quarter "
                      "of free RAM, else disk", choices=("auto", "none", "memory", "disk"))
@@ -77,7 +78,13 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     name: str = opt("small_cnn", "small_cnn, any torchvision classifier (resnet18, ...) or path/file.py:ClassName")
-    weights: str | None = opt(None, "local file of pretrained weights (.safetensors or .pt state_dict)")
+    weights: str | None = opt(None, "pretrained weights: a name the model offers (DEFAULT, IMAGENET1K_V1, ...; fetched "
+                              "into the torch hub cache, or the Hugging Face cache for timm:), or a local .safetensors / "
+                              ".pt state_dict file; none when empty")
+    freeze_backbone: bool = opt(False, "linear probe: train the classifier head only; the backbone's weights and "
+                                "BatchNorm statistics stay as loaded")
+    unfreeze_at_epoch: int = opt(0, "gradual unfreezing: keep the backbone frozen for this many epochs, then train it "
+                                 "too (0 = off)", ge=0)
     init: str = opt("default", "parameter initialisation applied with net.apply",
                     choices=("default", "xavier_uniform", "xavier_normal", "kaiming_normal", "normal", "constant"))
 
@@ -222,11 +229,17 @@ class RunConfig:
         out.data.train_dir = fix(out.data.train_dir) or ""
         out.data.val_dir = fix(out.data.val_dir)
         out.data.cache_dir = fix(out.data.cache_dir)
-        out.model.weights = fix(out.model.weights)
+        if not is_weights_name(out.model.weights):
+            out.model.weights = fix(out.model.weights)
         if is_user_model(out.model.name):
             path, cls_name = out.model.name.rsplit(":", 1)
             out.model.name = f"{fix(path)}:{cls_name}"
         return out
+
+
+def is_weights_name(weights: str | None) -> bool:
+    """model.weights names the model's published weights (DEFAULT, IMAGENET1K_V2, ...), not a file."""
+    return bool(weights) and re.fullmatch(r"[A-Z][A-Z0-9_]*", weights) is not None
 
 
 def is_user_model(name: str) -> bool:
@@ -318,7 +331,15 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
         inner = [a for a in args if a is not type(None)]
         if type(None) in args and (value is None or (value == "" and str in inner)):
             return None  # an empty text field means "not set"
-        return _convert(inner[0], value, path, problems)
+        for option in inner[:-1]:  # the first type the value fits; the last one reports the problem
+            attempt: list[str] = []
+            converted = _convert(option, value, path, attempt)
+            if not attempt:
+                return converted
+        if len(inner) > 1 and not isinstance(value, (str, list)):
+            problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
+            return None
+        return _convert(inner[-1], value, path, problems)
     if origin is list:
         if not isinstance(value, list):
             problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
@@ -393,10 +414,18 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
 def _cross_checks(cfg: RunConfig) -> list[str]:
     problems = []
     d = cfg.data
-    if len(d.mean) != 3:
-        problems.append(f"data.mean: must have 3 values (RGB), got {d.mean!r}")
-    if len(d.std) != 3 or any(s <= 0 for s in d.std):
-        problems.append(f"data.std: must have 3 values > 0 (RGB), got {d.std!r}")
+    if isinstance(d.mean, str) and d.mean != "auto" or isinstance(d.mean, list) and len(d.mean) != 3:
+        problems.append(f"data.mean: must be auto or have 3 values (RGB), got {d.mean!r}")
+    if isinstance(d.std, str) and d.std != "auto" or isinstance(d.std, list) and (
+            len(d.std) != 3 or any(s <= 0 for s in d.std)):
+        problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {d.std!r}")
+    m = cfg.model
+    if m.freeze_backbone and m.unfreeze_at_epoch:
+        problems.append("model.unfreeze_at_epoch: set it or model.freeze_backbone, not both (a linear probe never "
+                        "unfreezes)")
+    if m.unfreeze_at_epoch and m.unfreeze_at_epoch >= cfg.train.epochs:
+        problems.append(f"model.unfreeze_at_epoch: {m.unfreeze_at_epoch} is not before train.epochs "
+                        f"({cfg.train.epochs}); the backbone would never train (use model.freeze_backbone for that)")
     for i, g in enumerate(cfg.optimizer.groups):
         if not g.pattern.strip():
             problems.append(f"optimizer.groups[{i}].pattern: must not be empty")

@@ -192,8 +192,13 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
                       for g in parts.groups],
         parameters=sum(p.numel() for p in net.parameters()),
         trainable=sum(p.numel() for p in net.parameters() if p.requires_grad),
-        layers=parts.monitor.names, resumed_from=resumed_from, start_epoch=state.epoch, start_step=state.step)
+        layers=parts.monitor.names, resumed_from=resumed_from, start_epoch=state.epoch, start_step=state.step,
+        weights=parts.weights, mean=parts.mean, std=parts.std, normalisation=parts.normalisation_source,
+        head=parts.head, frozen={"backbone": parts.linear_probe, "until_epoch": parts.unfreeze_at_epoch})
     if strategy.is_main:
+        if parts.weights:
+            log.info("weights: %s (%s, sha256 %s); normalisation from %s", parts.weights.get("name") or "local file",
+                     parts.weights.get("file"), (parts.weights.get("sha256") or "-")[:16], parts.normalisation_source)
         log.info("training %s on %d images (%d classes), validating on %d; %s; %s (%s); cache %s; %d workers",
                  cfg.model.name, len(parts.data.train), len(parts.classes), len(parts.data.val),
                  strategy.description, parts.precision.amp, parts.precision_reason, parts.data.cache, parts.workers)

@@ -77,7 +77,7 @@ class Loop:
         batches = parts.epoch_batches(cfg, s, st.epoch)
         if st.batch_in_epoch == 0:
             parts.aug_generator.manual_seed(cfg.train.seed * 1_000_003 + st.epoch * 1009 + s.rank)
-        parts.model.train()
+        parts.train_mode(st.epoch)
         skip_mode = cfg.train.on_nonfinite == "skip"
         epoch_totals = torch.zeros(3, device=s.device)  # loss * images, correct, images
         window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
@@ -147,6 +147,7 @@ class Loop:
                 self._zero_frac = parts.monitor.zero_fractions()
                 parts.monitor.snapshot_weights()
 
+        parts.drop_frozen_grads(st.epoch)
         result = parts.precision.step(parts.optimizer, parts.monitor, clip=cfg.train.clip_grad_norm,
                                       need_norms=self.norms_every_step or stats_now,
                                       on_nonfinite=cfg.train.on_nonfinite, check_finite=log_now, inspect=inspect)
@@ -220,7 +221,7 @@ class Loop:
                "per_class_acc": per_class, "confusion": conf.long().tolist()}
         if n > 5:
             out["val_top5"] = (totals[1] / seen).item()
-        parts.model.train()
+        parts.train_mode(self.state.epoch)
         return out
 
     def emit_histograms(self) -> None:
@@ -258,7 +259,7 @@ class Loop:
             st, parts = self.state, self.parts
             state = st.to_checkpoint(model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
                                      precision=parts.precision, aug_generator=parts.aug_generator,
-                                     config=self.cfg.to_dict(), classes=parts.classes)
+                                     config=self.cfg.to_dict(), classes=parts.classes, mean=parts.mean, std=parts.std)
             path = save_checkpoint(self.run.checkpoints, state, is_best=is_best,
                                    keep_last=self.cfg.checkpoint.keep_last, sync=self.checkpoint_sync)
             self.reporter.emit("checkpoint", path=str(path), epoch=st.epoch, step=st.step, best=is_best,

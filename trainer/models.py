@@ -100,6 +100,10 @@ def create_model(cfg: ModelConfig, num_classes: int) -> nn.Module:
     name = cfg.name
     if is_user_model(name):
         return _import_user_model(name, num_classes)
+    if name.startswith("timm:"):
+        from trainer.weights import create_timm
+
+        return create_timm(cfg, num_classes)
     if name in BUILTIN_MODELS:
         module, _, cls_name = BUILTIN_MODELS[name].partition(":")
         return getattr(importlib.import_module(module), cls_name)(num_classes=num_classes)
@@ -215,34 +219,72 @@ def check_model(cfg: ModelConfig, num_classes: int) -> None:
     Built on the meta device (no memory, no initialisation work), except your own model, whose code may
     not expect that.
     """
+    from trainer.config import is_weights_name
+
+    if cfg.name.startswith("timm:"):
+        from trainer.weights import check_timm
+
+        check_timm(cfg)  # timm installed, the name known, the weights name one timm takes
+        return
     with contextlib.nullcontext() if is_user_model(cfg.name) else torch.device("meta"):
         model = create_model(cfg, num_classes)
-    if cfg.weights:
+    if is_weights_name(cfg.weights):
+        from trainer.weights import resolve
+
+        resolve(cfg.name, cfg.weights)  # a name this model offers (fetched when the run starts)
+    elif cfg.weights:
         check_weights_fit(model, read_state_dict(cfg.weights), cfg.weights)
 
 
-def _is_head(model: nn.Module, key: str) -> bool:
-    """True for the parameters of the last Linear layer (the classifier resized to the dataset)."""
+def head_name(model: nn.Module) -> str | None:
+    """The classifier head: the last Linear layer (fc, classifier.6, heads.head, ...). The one rule for what is
+    resized to the dataset when weights are loaded, and what a linear probe trains."""
     last = None
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             last = name
-    return last is not None and key.rpartition(".")[0] == last
+    return last
+
+
+def is_head_parameter(head: str | None, key: str) -> bool:
+    return head is not None and key.rpartition(".")[0] == head
+
+
+def _is_head(model: nn.Module, key: str) -> bool:
+    return is_head_parameter(head_name(model), key)
 
 
 def _few(items: list[str], n: int = 5) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else ""
 
 
-def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int) -> nn.Module:
-    """Create, initialise, load weights and check that the output has one logit per class."""
+def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int,
+                progress=None) -> tuple[nn.Module, dict | None]:
+    """Create, initialise, load weights and check that the output has one logit per class.
+
+    Returns the model and what weights were loaded (name, file, sha256), or None for none; `progress` sees the
+    bytes of a download.
+    """
+    from trainer.config import is_weights_name
+
     torch.manual_seed(seed)
     model = create_model(cfg, num_classes)
-    apply_init(model, cfg.init)
-    if cfg.weights:
-        load_pretrained(model, cfg.weights)
+    info = None
+    if cfg.name.startswith("timm:"):
+        info = {"name": cfg.weights, "file": "Hugging Face cache (timm)"} if cfg.weights else None
+    else:
+        apply_init(model, cfg.init)
+        if is_weights_name(cfg.weights):
+            from trainer.weights import load_named
+
+            info = load_named(model, cfg, progress)
+        elif cfg.weights:
+            from trainer.weights import sha256_of
+
+            load_pretrained(model, cfg.weights)
+            info = {"name": None, "file": str(cfg.weights), "sha256": sha256_of(Path(cfg.weights))}
     check_output_size(model, cfg.name, num_classes, image_size)
-    return model
+    return model, info
 
 
 def check_output_size(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:

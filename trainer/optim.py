@@ -16,7 +16,7 @@ def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
 
     Each group dict carries a `name` (the pattern, or "default") so events and the app can label it.
     """
-    named = [(n, p) for n, p in model.named_parameters()]
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # a frozen backbone is left out
     names = [n for n, _ in named]
     patterns = [g.pattern for g in cfg.groups]
     unmatched = unmatched_patterns(names, patterns)

@@ -15,11 +15,12 @@ from torch import nn
 from trainer import data as data_mod
 from trainer.config import RunConfig
 from trainer.groups import pattern_matches
-from trainer.models import build_model, choose_memory_format
+from trainer.models import ModelError, build_model, choose_memory_format, head_name, is_head_parameter
 from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
 from trainer.reporter import Reporter
 from trainer.stats import AnomalyWatch, GradMonitor
 from trainer.strategy import Precision, Strategy, choose_precision, fast_gpu_math
+from trainer.weights import resolve_normalisation
 
 log = logging.getLogger("trainer")
 
@@ -43,6 +44,34 @@ class Parts:
     anomalies: AnomalyWatch
     histogram_layers: list[str]
     steps_per_epoch: int
+    mean: list[float]  # the normalisation in effect (data.mean/std, or what auto means for these weights)
+    std: list[float]
+    normalisation_source: str
+    weights: dict | None  # what was loaded: name, file, sha256
+    head: str | None  # the classifier head's module name
+    backbone: list[nn.Parameter]  # every parameter outside the head
+    backbone_norms: list[nn.Module]  # the backbone's BatchNorm layers (statistics frozen while it is)
+    linear_probe: bool = False  # the backbone never trains (its parameters do not even take gradients)
+    unfreeze_at_epoch: int = 0  # gradual unfreezing: the backbone trains from this epoch (0-based) on
+
+    def backbone_frozen(self, epoch: int) -> bool:
+        """Whether the backbone is frozen in `epoch` (a linear probe always; gradual unfreezing until then)."""
+        return self.linear_probe or epoch < self.unfreeze_at_epoch
+
+    def drop_frozen_grads(self, epoch: int) -> None:
+        """Gradual unfreezing, before each step while frozen: the backbone's gradients are dropped, so the
+        optimizer leaves its weights (and keeps no state for them) until it unfreezes. Its parameters stay in the
+        optimizer, the schedule and DDP from the start, so the change needs no rebuild and resumes exactly."""
+        if not self.linear_probe and epoch < self.unfreeze_at_epoch:
+            for p in self.backbone:
+                p.grad = None
+
+    def train_mode(self, epoch: int) -> None:
+        """model.train(), with a frozen backbone's BatchNorm statistics kept as loaded."""
+        self.model.train()
+        if self.backbone_frozen(epoch):
+            for norm in self.backbone_norms:
+                norm.eval()
 
     @property
     def classes(self) -> list[str]:
@@ -68,7 +97,19 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         data_mod.keep_on_device(data, strategy.device)
 
     reporter.prepare("model", f"building {cfg.model.name}")
-    model = build_model(cfg.model, len(data.classes), cfg.data.image_size, cfg.train.seed)
+    model, weights = build_model(cfg.model, len(data.classes), cfg.data.image_size, cfg.train.seed,
+                                 reporter.download_progress())
+    mean, std, source = resolve_normalisation(cfg.data.mean, cfg.data.std, cfg.model)
+    head = head_name(model)
+    backbone = [p for n, p in model.named_parameters() if not is_head_parameter(head, n)]
+    head_modules = {head} if head else set()
+    backbone_norms = [m for n, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                      and n not in head_modules]
+    if cfg.model.freeze_backbone:
+        if head is None:
+            raise ModelError("model.freeze_backbone: this model has no Linear classifier head to train alone")
+        for p in backbone:
+            p.requires_grad_(False)
     memory_format = choose_memory_format(cfg.train.memory_format, cfg.model.name, model)
     model = model.to(memory_format=memory_format)
     groups = build_param_groups(model, cfg.optimizer)
@@ -92,8 +133,10 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         data=data, workers=workers, model=wrapped, net=net, groups=groups, optimizer=optimizer, scheduler=scheduler,
         precision=Precision(precision_name, strategy), precision_reason=precision_reason,
         memory_format=memory_format, criterion=build_loss(cfg.loss, len(data.classes)),
-        augment=data_mod.BatchAugment(cfg.data.augment, cfg.data.mean, cfg.data.std, strategy.device, memory_format),
+        augment=data_mod.BatchAugment(cfg.data.augment, mean, std, strategy.device, memory_format),
         aug_generator=torch.Generator(), monitor=monitor,
         anomalies=AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish),
         histogram_layers=chosen or ([names[0], names[-1]] if len(names) > 1 else names),
-        steps_per_epoch=steps_per_epoch)
+        steps_per_epoch=steps_per_epoch, mean=mean, std=std, normalisation_source=source, weights=weights,
+        head=head, backbone=backbone, backbone_norms=backbone_norms, linear_probe=cfg.model.freeze_backbone,
+        unfreeze_at_epoch=cfg.model.unfreeze_at_epoch)

@@ -54,6 +54,19 @@ class Reporter:
 
         return report
 
+    def download_progress(self) -> Callable[[int, int], None]:
+        """A progress callback for fetching pretrained weights: a `prepare` event at most every 0.5 s."""
+        shown = {"time": 0.0}
+
+        def report(done: int, total: int) -> None:
+            now = time.monotonic()
+            if done == total or now - shown["time"] >= 0.5:
+                shown["time"] = now
+                size = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
+                self.prepare("weights", f"downloading pretrained weights: {size}", done=done, total=total)
+
+        return report
+
     def warning(self, kind: str, message: str, **fields) -> None:
         log.warning("%s", message)
         self.emit("warning", kind=kind, message=message, **fields)

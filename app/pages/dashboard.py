@@ -111,7 +111,7 @@ class Dashboard(QWidget):
         if e.get("total"):
             self.progress.setRange(0, e["total"])
             self.progress.setValue(e.get("done", 0))
-            self.progress.setFormat("decoding images %v/%m")
+            self.progress.setFormat("downloading weights %p%" if e.get("phase") == "weights" else "decoding images %v/%m")
             self.progress.show()
 
     def _run_started(self, e: dict) -> None:
@@ -123,6 +123,10 @@ class Dashboard(QWidget):
             f"<br>{e.get('precision', 'fp32')}, {e.get('memory_format', 'contiguous_format')}"
             + (", compiled" if e.get("compiled") else "")
             + f"<br>{e['trainable']:,} trainable parameters"
+            + (f"<br>weights {e['weights'].get('name') or Path(e['weights']['file']).name}" if e.get("weights") else "")
+            + ("<br>linear probe: backbone frozen" if e.get("frozen", {}).get("backbone") else "")
+            + (f"<br>backbone frozen until epoch {e['frozen']['until_epoch']}"
+               if e.get("frozen", {}).get("until_epoch") else "")
             + (f"<br>resumed from {Path(e['resumed_from']).name}" if e.get("resumed_from") else ""))
         self.curves.add_group_curves()
 

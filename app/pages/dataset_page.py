@@ -67,6 +67,18 @@ def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: Q
     return row
 
 
+def format_normalisation(mean, std, auto: dict | None) -> str:
+    """The normalisation in effect: data.mean/std as set, or what auto means for the chosen model and weights
+    (the trainer's answer, from describe-model)."""
+    if auto is None and "auto" in (mean, std):
+        return "auto (working out the model's…)"
+    shown_mean = auto["mean"] if mean == "auto" else mean
+    shown_std = auto["std"] if std == "auto" else std
+    where = f" — auto: {auto['source']}" if "auto" in (mean, std) else " — set in data.mean/std"
+    return (f"mean {', '.join(f'{v:.3f}' for v in shown_mean)} · std {', '.join(f'{v:.3f}' for v in shown_std)}"
+            + where)
+
+
 class DatasetPage(QWidget):
     scanned = Signal(object)  # ScanResult, or None when the folder cannot be scanned
 
@@ -91,7 +103,12 @@ class DatasetPage(QWidget):
         lf.addRow("Batch size", binder.spin("data.batch_size", 1, 65536))
         lf.addRow("Workers", binder.spin("data.num_workers", -1, 64, special="auto"))
         lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
-        lf.addRow("Unusable files", binder.combo("data.on_bad_file", ["skip", "fail"]))
+        lf.addRow("Unusable files", binder.combo("data.on_bad_file", key_choices("data.on_bad_file")))
+        self.normalisation = QLabel("")
+        self.normalisation.setObjectName("normalisation")
+        self.normalisation.setWordWrap(True)
+        self.normalisation.setStyleSheet("color: #555;")
+        lf.addRow("Normalisation", self.normalisation)
 
         augment = QGroupBox("Augmentation")
         af = QFormLayout(augment)
@@ -202,6 +219,10 @@ class DatasetPage(QWidget):
         for path, reason in result.bad_files:
             self.bad_files.addItem(f"{path}: {reason}")
         self.scanned.emit(result)
+
+    def show_normalisation(self, raw: dict, auto: dict | None) -> None:
+        data = raw.get("data", {})
+        self.normalisation.setText(format_normalisation(data.get("mean", "auto"), data.get("std", "auto"), auto))
 
     def problems(self) -> list[str]:
         """What stops a run from starting, as key-path messages."""

@@ -1,13 +1,17 @@
-"""Model page: built-in / torchvision / own model, pretrained weights file, initialisation, parameter listing.
+"""Model page: the model store (torchvision classifiers with their published figures), the weights to start from,
+your own model, initialisation, and the parameter listing.
 
-The model's parameter tensors come from `main.py describe-model` in a subprocess (torch stays out of the
-GUI process); the optimizer page's group editor matches its patterns against that listing.
+Everything torch-related comes from `main.py describe-model` subprocesses (torch stays out of the GUI process):
+`--store` fills the table, and the chosen model's listing gives its parameters, its classifier head, the weights
+names it offers and the normalisation they mean. The optimizer page's recipes and group editor use the same listing.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QSortFilterProxyModel, Qt, QTimer, Signal
+from PySide6.QtGui import QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -15,7 +19,10 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QInputDialog,
     QLabel,
+    QLineEdit,
     QPushButton,
+    QSplitter,
+    QTableView,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -25,27 +32,82 @@ from PySide6.QtWidgets import (
 from app.background import CliJob
 from app.forms import Binder
 from trainer.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
-from trainer.config import key_choices
+from trainer.config import is_weights_name, key_choices
 
 BUILTIN = list(BUILTIN_MODELS)
 COMMON = list(SUGGESTED_TORCHVISION)
+NO_WEIGHTS = ""  # the weights choice meaning "from scratch" (model.weights: null)
+STORE_COLUMNS = [("model", "name"), ("parameters (M)", "params"), ("GFLOPS", "gflops"), ("ImageNet top-1 %", "acc1"),
+                 ("download (MB)", "size_mb"), ("cached", "cached")]
 
 
 def human(n: int) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k" if n >= 1e3 else str(n)
 
 
+def store_item(key: str, value) -> QStandardItem:
+    """A table cell that shows `value` and sorts by it (numbers as numbers)."""
+    if key == "params":
+        text = f"{value / 1e6:.1f}" if value else "—"
+    elif key == "cached":
+        text = "✓ cached" if value else ""
+    elif isinstance(value, float):
+        text = f"{value:.2f}" if key != "acc1" else f"{value:.1f}"
+    else:
+        text = "—" if value is None else str(value)
+    item = QStandardItem(text)
+    item.setData(value if value is not None else -1, Qt.ItemDataRole.UserRole)
+    item.setEditable(False)
+    return item
+
+
 class ModelPage(QWidget):
     parametersChanged = Signal(list)  # [(name, numel)]
+    described = Signal(dict)  # the chosen model's describe-model answer (head, weights names, normalisation)
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
         self.binder = binder
         self.parameters: list[tuple[str, int]] = []
+        self.head: str | None = None
+        self.normalisation: dict | None = None
         self.describe_error = ""
+        self.store: dict | None = None
         self._job: CliJob | None = None
+        self._store_job: CliJob | None = None
         self._classes = 10
 
+        # ---- the store ----
+        self.filter = QLineEdit()
+        self.filter.setObjectName("storeFilter")
+        self.filter.setPlaceholderText("filter: resnet, vit, mobile…")
+        self.store_model = QStandardItemModel(0, len(STORE_COLUMNS))
+        self.store_model.setHorizontalHeaderLabels([label for label, _ in STORE_COLUMNS])
+        self.proxy = QSortFilterProxyModel()
+        self.proxy.setSourceModel(self.store_model)
+        self.proxy.setSortRole(Qt.ItemDataRole.UserRole)
+        self.proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.proxy.setFilterKeyColumn(0)
+        self.filter.textChanged.connect(self.proxy.setFilterFixedString)
+        self.table_view = QTableView()
+        self.table_view.setObjectName("modelStore")
+        self.table_view.setModel(self.proxy)
+        self.table_view.setSortingEnabled(True)
+        self.table_view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.table_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table_view.verticalHeader().hide()
+        self.table_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table_view.clicked.connect(lambda index: self.choose_from_store(self.proxy.index(index.row(), 0).data()))
+        self.store_status = QLabel("reading torchvision's model list…")
+        self.store_status.setObjectName("storeStatus")
+        store_box = QGroupBox("Model store — torchvision classifiers with ImageNet weights (click one to start from it)")
+        sl = QVBoxLayout(store_box)
+        sl.addWidget(self.filter)
+        sl.addWidget(self.table_view, 1)
+        sl.addWidget(self.store_status)
+
+        # ---- the chosen network ----
         self.name = binder.combo("model.name", BUILTIN + COMMON, editable=True)
         own = QPushButton("Own model file…")
         own.clicked.connect(self._choose_own)
@@ -55,13 +117,14 @@ class ModelPage(QWidget):
         rl.addWidget(self.name, 1)
         rl.addWidget(own)
 
-        weights = binder.line("model.weights", "optional: local .safetensors or .pt state_dict")
-        browse = QPushButton("Browse…")
+        self.weights = binder.combo("model.weights", [NO_WEIGHTS], editable=True)
+        self.weights.lineEdit().setPlaceholderText("none: train from scratch")
+        browse = QPushButton("Local file…")
         browse.clicked.connect(self._choose_weights)
         wrow = QWidget()
         wl = QHBoxLayout(wrow)
         wl.setContentsMargins(0, 0, 0, 0)
-        wl.addWidget(weights, 1)
+        wl.addWidget(self.weights, 1)
         wl.addWidget(browse)
 
         box = QGroupBox("Network")
@@ -74,22 +137,59 @@ class ModelPage(QWidget):
         form.addRow("Parameters", self.count)
 
         self.table = QTableWidget(0, 3)
+        self.table.setObjectName("parameterTable")
         self.table.setHorizontalHeaderLabels(["parameter tensor", "shape", "values"])
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
+        chosen = QWidget()
+        cl = QVBoxLayout(chosen)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(box)
+        cl.addWidget(QLabel("<b>Parameter tensors</b> — use these names in parameter-group patterns"))
+        cl.addWidget(self.table, 1)
 
+        split = QSplitter()
+        split.addWidget(store_box)
+        split.addWidget(chosen)
+        split.setSizes([560, 560])
         layout = QVBoxLayout(self)
-        layout.addWidget(box)
-        layout.addWidget(QLabel("<b>Parameter tensors</b> — use these names in parameter-group patterns"))
-        layout.addWidget(self.table, 1)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(split)
 
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(300)
         self._debounce.timeout.connect(self.describe)
         self.name.currentTextChanged.connect(lambda _: self._debounce.start())
+        self.weights.currentTextChanged.connect(lambda _: self._debounce.start())
 
+    # ---- the store -----------------------------------------------------------------------------
+    def load_store(self) -> None:
+        job = CliJob(["describe-model", "--store"], self)
+        job.done.connect(self._store_loaded)
+        job.failed.connect(lambda error: self.store_status.setText(f"cannot list the models: {error}"))
+        self._store_job = job
+
+    def _store_loaded(self, store: dict) -> None:
+        self._store_job = None
+        self.store = store
+        self.store_model.setRowCount(0)
+        for row in store["models"]:
+            self.store_model.appendRow([store_item(key, row[key]) for _, key in STORE_COLUMNS])
+        self.table_view.resizeColumnsToContents()
+        self.table_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        cached = sum(1 for row in store["models"] if row["cached"])
+        self.store_status.setText(f"{len(store['models'])} models; {cached} with weights already in "
+                                  f"{store['cache']}; the others are downloaded when a run starts (or with "
+                                  f"`main.py fetch-weights MODEL`)")
+
+    def choose_from_store(self, name: str) -> None:
+        """A store row: that model with its DEFAULT weights, since pretrained is what most users want."""
+        self.name.setCurrentText(name)
+        self.weights.setCurrentText("DEFAULT")
+
+    # ---- the chosen model ----------------------------------------------------------------------
     def set_class_count(self, n: int) -> None:
         if n and n != self._classes:
             self._classes = n
@@ -108,7 +208,11 @@ class ModelPage(QWidget):
         if self._job is not None:
             self._job.cancel()
         self.count.setText("computing…")
-        job = CliJob(["describe-model", name, "--classes", str(self._classes)], self)
+        args = ["describe-model", name, "--classes", str(self._classes)]
+        weights = self.weights.currentText().strip()
+        if is_weights_name(weights):
+            args += ["--weights", weights]
+        job = CliJob(args, self)
         job.done.connect(self._described)
         job.failed.connect(self._describe_failed)
         self._job = job
@@ -116,13 +220,52 @@ class ModelPage(QWidget):
     def _described(self, info: dict) -> None:
         self._job = None
         self.describe_error = ""
+        self.head = info.get("head")
+        self.normalisation = info.get("normalisation")
         self.parameters = [(p["name"], p["numel"]) for p in info["parameters"]]
-        self.count.setText(f"{human(info['total'])} in {len(self.parameters)} tensors")
+        self._offer_weights(info.get("weights", []))
+        self.count.setText(f"{human(info['total'])} in {len(self.parameters)} tensors; head: {self.head or 'none'}")
         self.table.setRowCount(len(info["parameters"]))
         for i, p in enumerate(info["parameters"]):
-            for j, value in enumerate((p["name"], "×".join(map(str, p["shape"])), f"{p['numel']:,}")):
+            name = p["name"] + ("   ← head" if p.get("head") else "")
+            for j, value in enumerate((name, "×".join(map(str, p["shape"])), f"{p['numel']:,}")):
                 self.table.setItem(i, j, QTableWidgetItem(value))
+        self.show_frozen()
         self.parametersChanged.emit(self.parameters)
+        self.described.emit(info)
+
+    def _offer_weights(self, names: list[str]) -> None:
+        """The weights choices: none, the names this model offers, and whatever is typed or chosen as a file."""
+        current = self.weights.currentText()
+        self.weights.blockSignals(True)
+        self.weights.clear()
+        self.weights.addItems([NO_WEIGHTS, *names])
+        if current and self.weights.findText(current) < 0:
+            self.weights.addItem(current)
+        self.weights.setCurrentText(current)
+        self.weights.blockSignals(False)
+
+    def show_frozen(self) -> None:
+        """Grey out the parameters a linear probe leaves frozen (all but the head)."""
+        check = self.binder.widgets.get("model.freeze_backbone")
+        frozen = bool(check is not None and check.isChecked())
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, 0)
+            if item is None:
+                continue
+            is_head = item.text().endswith("← head")
+            color = Qt.GlobalColor.gray if frozen and not is_head else Qt.GlobalColor.black
+            for col in range(3):
+                cell = self.table.item(row, col)
+                if cell is not None:
+                    cell.setForeground(color)
+            item.setToolTip("frozen: a linear probe trains the head only" if frozen and not is_head else "")
+        trainable = sum(n for (name, n), row in zip(self.parameters, range(self.table.rowCount()))
+                        if not frozen or self.table.item(row, 0).text().endswith("← head"))
+        if self.parameters:
+            total = sum(n for _, n in self.parameters)
+            self.count.setText(f"{human(total)} in {len(self.parameters)} tensors; head: {self.head or 'none'}"
+                               + (f"; {human(trainable)} trainable (backbone frozen)" if frozen else ""))
 
     def _describe_failed(self, error: str) -> None:
         self._job = None
@@ -134,9 +277,10 @@ class ModelPage(QWidget):
 
     def cancel_jobs(self) -> None:
         self._debounce.stop()
-        if self._job is not None:
-            self._job.cancel()
-            self._job = None
+        for job in (self._job, self._store_job):
+            if job is not None:
+                job.cancel()
+        self._job = self._store_job = None
 
     def _choose_own(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Own model (a .py file with an nn.Module class)", "",
@@ -151,7 +295,9 @@ class ModelPage(QWidget):
         path, _ = QFileDialog.getOpenFileName(self, "Pretrained weights", "",
                                               "Weights (*.safetensors *.pt *.pth);;All files (*)")
         if path:
-            self.binder.widgets["model.weights"].setText(path)
+            self.weights.setCurrentText(path)
 
     def problems(self) -> list[str]:
-        return [f"model.name: {self.describe_error.removeprefix('model.name: ')}"] if self.describe_error else []
+        prefix = "model.weights" if self.describe_error.startswith("model.weights") else "model.name"
+        return [f"{prefix}: {self.describe_error.split(': ', 1)[-1]}"] if self.describe_error else []
+

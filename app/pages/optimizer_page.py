@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -23,14 +24,10 @@ from PySide6.QtWidgets import (
 
 from app.forms import ERROR_STYLE, Binder, parse_number
 from app.pages.model_page import human
-from trainer.config import LossConfig, OptimizerConfig, SchedulerConfig, TrainConfig
+from trainer.config import key_choices
 from trainer.groups import assign_groups, unmatched_message, unmatched_patterns
 
 GROUP_COLUMNS = ["pattern", "lr", "weight decay", "momentum", "freeze", "matches"]
-
-
-def choices(cls, key: str) -> tuple:
-    return cls.__dataclass_fields__[key].metadata["choices"]
 
 
 class GroupsEditor(QWidget):
@@ -169,15 +166,30 @@ class LrFindDialog(QDialog):
         layout.addWidget(buttons)
 
 
+FINE_TUNE_BACKBONE_SHARE = 0.1  # the backbone's learning rate as a share of the head's, in the fine-tune recipe
+
+RECIPES = {
+    "scratch": ("Every layer alike", "all parameters train at the optimizer's learning rate"),
+    "linear_probe": ("Linear probe", "only the classifier head trains; the backbone's weights and BatchNorm "
+                                     "statistics stay as loaded (model.freeze_backbone)"),
+    "fine_tune": ("Fine-tune", f"the backbone trains at {FINE_TUNE_BACKBONE_SHARE:g}x the head's learning rate, "
+                               f"through a parameter group for the head (edit it below)"),
+    "gradual": ("Gradual unfreezing", "the backbone stays frozen for the first epoch(s), then trains too "
+                                      "(model.unfreeze_at_epoch)"),
+}
+
+
 class OptimizerPage(QWidget):
     lrFindRequested = Signal()
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
         b = binder
+        self.binder = binder
+        self.head: str | None = None  # the model's classifier head (from the Model page's describe-model)
         opt = QGroupBox("Optimizer")
         of = QFormLayout(opt)
-        of.addRow("Algorithm", b.combo("optimizer.name", choices(OptimizerConfig, "name")))
+        of.addRow("Algorithm", b.combo("optimizer.name", key_choices("optimizer.name")))
         self.find_lr = QPushButton("Find…")
         self.find_lr.setObjectName("findLr")
         self.find_lr.setToolTip("Sweep the learning rate over a few hundred steps and suggest one")
@@ -195,7 +207,7 @@ class OptimizerPage(QWidget):
 
         sched = QGroupBox("Learning-rate schedule")
         sf = QFormLayout(sched)
-        sf.addRow("Schedule", b.combo("scheduler.name", choices(SchedulerConfig, "name")))
+        sf.addRow("Schedule", b.combo("scheduler.name", key_choices("scheduler.name")))
         sf.addRow("Warm-up epochs", b.dspin("scheduler.warmup_epochs", 0, 1000, 0.5))
         sf.addRow("Step size (epochs)", b.spin("scheduler.step_size", 1, 100000))
         milestones = b.line("scheduler.milestones", "e.g. 30, 60")
@@ -205,13 +217,13 @@ class OptimizerPage(QWidget):
 
         loop = QGroupBox("Loss and loop")
         lf = QFormLayout(loop)
-        lf.addRow("Loss", b.combo("loss.name", choices(LossConfig, "name")))
+        lf.addRow("Loss", b.combo("loss.name", key_choices("loss.name")))
         lf.addRow("Label smoothing", b.dspin("loss.label_smoothing", 0, 0.99, 0.05))
         lf.addRow("Epochs", b.spin("train.epochs", 1, 100000))
         lf.addRow("Gradient accumulation", b.spin("train.grad_accum_steps", 1, 1024, " batches"))
         lf.addRow("Clip gradient norm", b.number("train.clip_grad_norm", "off"))
         lf.addRow("Seed", b.spin("train.seed", 0, 2**31 - 1))
-        lf.addRow("Non-finite loss", b.combo("train.on_nonfinite", choices(TrainConfig, "on_nonfinite")))
+        lf.addRow("Non-finite loss", b.combo("train.on_nonfinite", key_choices("train.on_nonfinite")))
 
         mon = QGroupBox("Monitoring and checkpoints")
         mf = QFormLayout(mon)
@@ -221,13 +233,73 @@ class OptimizerPage(QWidget):
         mf.addRow("… and every", b.spin("checkpoint.every_steps", 0, 10**9, " steps", special="off"))
         mf.addRow("Keep last", b.spin("checkpoint.keep_last", 1, 1000, " checkpoints"))
 
+        recipes = QGroupBox("Starting from pretrained weights: one click sets the keys")
+        rf = QVBoxLayout(recipes)
+        buttons = QHBoxLayout()
+        self.recipe_buttons: dict[str, QPushButton] = {}
+        for key, (label, tip) in RECIPES.items():
+            button = QPushButton(label)
+            button.setObjectName(f"recipe_{key}")
+            button.setToolTip(tip)
+            button.clicked.connect(lambda _=False, key=key: self.apply_recipe(key))
+            buttons.addWidget(button)
+            self.recipe_buttons[key] = button
+        rf.addLayout(buttons)
+        keys = QFormLayout()
+        keys.addRow(b.check("model.freeze_backbone", "Linear probe: train the head only"))
+        keys.addRow("Unfreeze the backbone after", b.spin("model.unfreeze_at_epoch", 0, 100000, " epochs",
+                                                          special="never frozen"))
+        rf.addLayout(keys)
+        self.recipe_note = QLabel("")
+        self.recipe_note.setObjectName("recipeNote")
+        self.recipe_note.setWordWrap(True)
+        self.recipe_note.setStyleSheet("color: #555;")
+        rf.addWidget(self.recipe_note)
+
         grid = QGridLayout(self)
         grid.addWidget(opt, 0, 0)
         grid.addWidget(sched, 0, 1)
-        grid.addWidget(groups_box, 1, 0, 1, 2)
-        grid.addWidget(loop, 2, 0)
-        grid.addWidget(mon, 2, 1)
-        grid.setRowStretch(1, 1)
+        grid.addWidget(recipes, 1, 0, 1, 2)
+        grid.addWidget(groups_box, 2, 0, 1, 2)
+        grid.addWidget(loop, 3, 0)
+        grid.addWidget(mon, 3, 1)
+        grid.setRowStretch(2, 1)
+
+    def apply_recipe(self, key: str) -> None:
+        """Set the config keys of a fine-tuning recipe; what it did is said beside the buttons."""
+        w = self.binder.widgets
+        freeze, unfreeze = w["model.freeze_backbone"], w["model.unfreeze_at_epoch"]
+        head_groups = [g for g in self.groups.groups() if g.get("pattern") == self.head]
+        if key == "scratch":
+            freeze.setChecked(False)
+            unfreeze.setValue(0)
+            if head_groups:
+                lr = head_groups[0].get("lr")
+                self.groups.set_groups([g for g in self.groups.groups() if g.get("pattern") != self.head])
+                if lr:
+                    w["optimizer.lr"].setText(f"{lr:.3g}")
+        elif key == "linear_probe":
+            unfreeze.setValue(0)
+            freeze.setChecked(True)
+        elif key == "gradual":
+            freeze.setChecked(False)
+            unfreeze.setValue(max(1, unfreeze.value()))
+        elif key == "fine_tune":
+            if not self.head:
+                self.recipe_note.setText("Fine-tune needs the model's classifier head: choose a model first.")
+                return
+            freeze.setChecked(False)
+            unfreeze.setValue(0)
+            if not head_groups:
+                try:
+                    lr = float(w["optimizer.lr"].text())
+                except ValueError:
+                    self.recipe_note.setText("Set a valid learning rate first: the head gets it, the backbone a share.")
+                    return
+                others = [g for g in self.groups.groups() if g.get("pattern") != self.head]
+                self.groups.set_groups([{"pattern": self.head, "lr": lr}, *others])
+                w["optimizer.lr"].setText(f"{lr * FINE_TUNE_BACKBONE_SHARE:.3g}")
+        self.recipe_note.setText(f"{RECIPES[key][0]}: {RECIPES[key][1]}.")
 
     def load(self, raw: dict) -> None:
         self.groups.set_groups(raw.get("optimizer", {}).get("groups", []))

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob, run_in_thread
 from app.pages.plots import COLORS, make_plot
-from trainer.catalog import EXPORT_FORMATS
+from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.events import read_events
 from trainer.rundir import RunDir, list_runs
 
@@ -77,7 +77,7 @@ class ExportDialog(QDialog):
         self.format = QComboBox()
         self.format.addItems(list(EXPORT_FORMATS))
         self.checkpoint = QComboBox()
-        self.checkpoint.addItems(["best", "last"])
+        self.checkpoint.addItems(list(RUN_CHECKPOINTS))
         self.out = QLineEdit(str(Path(run_dir) / "export" / "model.pt"))
         self.format.currentTextChanged.connect(self._suffix)
         browse = QPushButton("Browse…")

@@ -173,8 +173,8 @@ def test_a_run_directory_deleted_mid_run_is_named(shapes_dir, tmp_path):
     proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(run_dir)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while time.time() < deadline and not (run_dir / "events.jsonl").exists() or not any(
-            e["event"] == "step" for e in read_events(run_dir / "events.jsonl")):
+    while not any(e["event"] == "step" for e in read_events(run_dir / "events.jsonl")):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.05)
     shutil.rmtree(run_dir)
     deleted = time.time()
