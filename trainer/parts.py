@@ -59,12 +59,24 @@ class Parts:
         return self.linear_probe or epoch < self.unfreeze_at_epoch
 
     def drop_frozen_grads(self, epoch: int) -> None:
-        """Gradual unfreezing, before each step while frozen: the backbone's gradients are dropped, so the
-        optimizer leaves its weights (and keeps no state for them) until it unfreezes. Its parameters stay in the
-        optimizer, the schedule and DDP from the start, so the change needs no rebuild and resumes exactly."""
-        if not self.linear_probe and epoch < self.unfreeze_at_epoch:
+        """Gradual unfreezing, before each step: while frozen, the backbone's gradients are dropped, so the
+        optimizer leaves its weights (and keeps no state for them); its parameters stay in the optimizer, the
+        schedule and DDP from the start, so unfreezing needs no rebuild and resumes exactly. Once unfrozen, SGD's
+        momentum buffers the backbone lacks start at zero (the same first step as SGD's own `buf = grad`, with no
+        dampening), because a fused SGD step takes buffers for all of a group's parameters or for none."""
+        if self.linear_probe or not self.unfreeze_at_epoch:
+            return
+        if epoch < self.unfreeze_at_epoch:
             for p in self.backbone:
                 p.grad = None
+            return
+        if isinstance(self.optimizer, torch.optim.SGD):
+            for group in self.optimizer.param_groups:
+                if group.get("momentum"):
+                    for p in group["params"]:
+                        state = self.optimizer.state[p]
+                        if state.get("momentum_buffer") is None:
+                            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
     def train_mode(self, epoch: int) -> None:
         """model.train(), with a frozen backbone's BatchNorm statistics kept as loaded."""

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import yaml
 from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import Qt
@@ -260,3 +261,52 @@ def test_save_slurm_script_writes_the_form_s_config_and_the_cli_s_script(qtbot, 
     assert cfg.to_dict() == window.current_config().to_dict() and cfg.optimizer.lr == 3e-4
     assert script.read_text() == slurm_script(config_path, cfg, window.runs_dir.resolve())
     assert "#SBATCH --nodes=2" in script.read_text()
+
+
+def test_the_model_store_filters_sorts_and_starts_from_pretrained(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    page = window.model_page
+    qtbot.waitUntil(lambda: page.store is not None, timeout=60_000)
+    page.filter.setText("resnet")
+    names = [page.proxy.index(r, 0).data() for r in range(page.proxy.rowCount())]
+    assert "resnet18" in names and "resnet50" in names and all("resnet" in n for n in names)
+    page.table_view.sortByColumn(1, Qt.SortOrder.DescendingOrder)  # parameters, largest first
+    params = [page.proxy.index(r, 1).data(Qt.ItemDataRole.UserRole) for r in range(page.proxy.rowCount())]
+    assert params == sorted(params, reverse=True) and params[0] > 50e6
+    row = next(r for r in range(page.proxy.rowCount()) if page.proxy.index(r, 0).data() == "resnet18")
+    page.table_view.clicked.emit(page.proxy.index(row, 0))
+    assert window.binder.widgets["model.name"].currentText() == "resnet18"
+    assert window.binder.widgets["model.weights"].currentText() == "DEFAULT"
+    qtbot.waitUntil(lambda: page.head == "fc" and "IMAGENET1K_V1" in
+                    [page.weights.itemText(i) for i in range(page.weights.count())], timeout=60_000)
+    qtbot.waitUntil(lambda: "auto: the IMAGENET1K_V1 weights of resnet18" in
+                    window.dataset_page.normalisation.text(), timeout=10_000)
+    assert "mean 0.485, 0.456, 0.406" in window.dataset_page.normalisation.text()
+    cfg = window.current_config()
+    assert cfg.model.weights == "DEFAULT" and cfg.data.mean == "auto"
+    page.weights.setCurrentText("")  # back to no weights: the config default stays explicit
+    assert window.current_config().model.weights is None
+
+
+def test_fine_tuning_recipes_set_their_keys(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir, model={"name": "resnet18"}, optimizer={"lr": 0.02}))
+    qtbot.waitUntil(lambda: window.model_page.head == "fc", timeout=60_000)
+    page = window.optimizer_page
+    page.recipe_buttons["fine_tune"].click()
+    cfg = window.current_config()
+    assert cfg.optimizer.groups[0].pattern == "fc" and cfg.optimizer.groups[0].lr == 0.02
+    assert cfg.optimizer.lr == pytest.approx(0.002) and not cfg.model.freeze_backbone
+    assert "Fine-tune" in page.recipe_note.text()
+    page.recipe_buttons["linear_probe"].click()
+    cfg = window.current_config()
+    assert cfg.model.freeze_backbone and cfg.model.unfreeze_at_epoch == 0
+    table = window.model_page.table
+    frozen = [table.item(r, 0).toolTip() for r in range(table.rowCount())]
+    assert frozen[0].startswith("frozen") and not frozen[-1], "the backbone is shown frozen, the head is not"
+    assert "trainable (backbone frozen)" in window.model_page.count.text()
+    page.recipe_buttons["gradual"].click()
+    cfg = window.current_config()
+    assert not cfg.model.freeze_backbone and cfg.model.unfreeze_at_epoch == 1
+    page.recipe_buttons["scratch"].click()
+    cfg = window.current_config()
+    assert cfg.model.unfreeze_at_epoch == 0 and not cfg.optimizer.groups and cfg.optimizer.lr == 0.02
