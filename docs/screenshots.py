@@ -53,8 +53,21 @@ def main() -> int:
         nonlocal steps
         steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
                       ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
-                      ("runs", "Runs")])
+                      ("runs", "Runs"), ("store", "Model"), ("recipes", "Optimizer")])
         next_shot()
+
+    def choose_resnet18() -> None:
+        page = window.model_page
+        page.filter.setText("res")
+        row = next(r for r in range(page.proxy.rowCount()) if page.proxy.index(r, 0).data() == "resnet18")
+        page.table_view.selectRow(row)
+        page.choose_from_store("resnet18")
+
+    def when(ready, then) -> None:
+        if ready():
+            then()
+        else:
+            QTimer.singleShot(200, lambda: when(ready, then))
 
     def next_shot():
         try:
@@ -68,6 +81,12 @@ def main() -> int:
             window.runs_page._compare()
         if name in tabs:
             window.dashboard.tabs.setCurrentIndex(tabs[name])
+        if name == "store":
+            when(lambda: window.model_page.store is not None, choose_resnet18)
+            when(lambda: window.model_page.head == "fc", lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            return
+        if name == "recipes":
+            window.optimizer_page.recipe_buttons["fine_tune"].click()
         shoot(name, page)
         QTimer.singleShot(700, next_shot)
 

@@ -106,40 +106,39 @@ def test_bad_input_exits_2_naming_it_without_a_traceback_or_a_run_directory(case
 
 
 def test_bad_input_from_a_real_process_prints_one_line(tmp_path, shapes_dir):
-    for case, commands in ((case_missing_folder, ("train", "lr-find")),  # slurm: the folder may be on the cluster
-                           (case_binary_config, ("train", "lr-find", "slurm"))):
-        config, expected = case(tmp_path, shapes_dir)
-        for command in commands:
-            result = run_main(command, config)
-            assert result.returncode == 2 and expected in result.stderr, (command, result.stderr)
-            assert "Traceback" not in result.stderr + result.stdout
-    binary = tmp_path / "bin.yaml"
+    missing, missing_text = case_missing_folder(tmp_path, shapes_dir)
+    binary, binary_text = case_binary_config(tmp_path, shapes_dir)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_bytes(binary.read_bytes())
-    result = run_main("resume", tmp_path / "run")
-    assert result.returncode == 2 and "not a text (UTF-8) YAML file" in result.stderr and "Traceback" not in result.stderr
+    for args, expected in ((("train", missing), missing_text), (("lr-find", binary), binary_text),
+                           (("slurm", binary), binary_text), (("resume", tmp_path / "run"), "not a text (UTF-8)")):
+        result = run_main(*args)
+        assert result.returncode == 2 and expected in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr + result.stdout
 
 
 # ---- the run directory -----------------------------------------------------------------------------------
 
 def test_two_trains_into_one_run_dir_never_mix(shapes_dir, tmp_path):
-    """Started together, many times: one trains, the other is refused before writing anything, so the config,
-    the checkpoints and the events all belong to the one that trained."""
-    for trial in range(4):
-        run_dir = tmp_path / f"run{trial}"
+    """Started together, many times (three pairs at once): in each pair one trains, the other is refused before
+    writing anything, so the config, the checkpoints and the events all belong to the one that trained."""
+    pairs = []
+    for trial in range(3):
         procs = {}
         for lr in (0.011, 0.022):
             folder = tmp_path / f"{trial}-{lr}"
             folder.mkdir()
             cfg = write_config(folder, shapes_dir, optimizer={"lr": lr}, train={"epochs": 1 if lr == 0.011 else 2})
             procs[lr] = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir",
-                                          str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True)
-        results = {lr: (p.wait(timeout=240), p.communicate()[1]) for lr, p in procs.items()}
-        winners = [lr for lr, (code, _) in results.items() if code == 0]
+                                          str(tmp_path / f"run{trial}")], cwd=REPO, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True)
+        pairs.append((tmp_path / f"run{trial}", procs))
+    for run_dir, procs in pairs:
+        results = {lr: (p.communicate(timeout=240)[1], p.returncode) for lr, p in procs.items()}
+        winners = [lr for lr, (_, code) in results.items() if code == 0]
         assert len(winners) == 1, results
         loser = 0.022 if winners[0] == 0.011 else 0.011
-        code, err = results[loser]
+        err, code = results[loser]
         assert code == 2 and ("in use by another run" in err or "already holds a run" in err), err
         assert "Traceback" not in err
         saved = yaml.safe_load((run_dir / "config.yaml").read_text())
