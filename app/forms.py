@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
 
@@ -38,6 +38,18 @@ def parse_number(text: str) -> Any:
         return float(text)
     except ValueError:
         return text
+
+
+def scrolling(page: QWidget, content: QWidget) -> None:
+    """Show `content` in `page` inside a scroll area: on a small screen the page scrolls instead of pushing the
+    window taller than the screen."""
+    scroll = QScrollArea()
+    scroll.setWidget(content)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+    outer = QVBoxLayout(page)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.addWidget(scroll)
 
 
 class Binder(QObject):

@@ -83,9 +83,11 @@ def main() -> int:
             window.dashboard.tabs.setCurrentIndex(tabs[name])
         if name == "store":
             when(lambda: window.model_page.store is not None, choose_resnet18)
-            when(lambda: window.model_page.head == "fc", lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            when(lambda: window.model_page.parameters[:1] == [("conv1.weight", 9408)],
+                 lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
             return
         if name == "recipes":
+            window.optimizer_page.groups.set_groups([])
             window.optimizer_page.recipe_buttons["fine_tune"].click()
         shoot(name, page)
         QTimer.singleShot(700, next_shot)

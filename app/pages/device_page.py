@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import CliJob
-from app.forms import Binder
+from app.forms import Binder, scrolling
 from trainer.config import ConfigError, RunConfig, key_choices
 from trainer.devices import device_problems
 
@@ -102,7 +102,9 @@ class DevicePage(QWidget):
         rf.addRow("Memory format", binder.combo("train.memory_format", key_choices("train.memory_format")))
         rf.addRow(binder.check("train.compile", "torch.compile the model (slow first steps)"))
 
-        layout = QVBoxLayout(self)
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        scrolling(self, content)
         for box in (where, par, nodes, prec):
             layout.addWidget(box)
         layout.addStretch(1)

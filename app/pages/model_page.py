@@ -37,8 +37,8 @@ from trainer.config import is_weights_name, key_choices
 BUILTIN = list(BUILTIN_MODELS)
 COMMON = list(SUGGESTED_TORCHVISION)
 NO_WEIGHTS = ""  # the weights choice meaning "from scratch" (model.weights: null)
-STORE_COLUMNS = [("model", "name"), ("parameters (M)", "params"), ("GFLOPS", "gflops"), ("ImageNet top-1 %", "acc1"),
-                 ("download (MB)", "size_mb"), ("cached", "cached")]
+STORE_COLUMNS = [("model", "name"), ("params (M)", "params"), ("GFLOPS", "gflops"), ("top-1 %", "acc1"),
+                 ("MB", "size_mb"), ("cached", "cached")]
 
 
 def human(n: int) -> str:
@@ -97,11 +97,19 @@ class ModelPage(QWidget):
         self.table_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table_view.verticalHeader().hide()
-        self.table_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.table_view.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column, tip in enumerate(("torchvision model name", "parameters, millions", "GFLOPS per image at its "
+                                      "ImageNet size", "ImageNet-1K top-1 accuracy of its DEFAULT weights, %",
+                                      "download size of its DEFAULT weights, MB",
+                                      "its DEFAULT weights are already in the local cache")):
+            self.store_model.horizontalHeaderItem(column).setToolTip(tip)
         self.table_view.clicked.connect(lambda index: self.choose_from_store(self.proxy.index(index.row(), 0).data()))
         self.store_status = QLabel("reading torchvision's model list…")
         self.store_status.setObjectName("storeStatus")
-        store_box = QGroupBox("Model store — torchvision classifiers with ImageNet weights (click one to start from it)")
+        self.store_status.setWordWrap(True)
+        store_box = QGroupBox("Model store: click a model to start from its ImageNet weights")
         sl = QVBoxLayout(store_box)
         sl.addWidget(self.filter)
         sl.addWidget(self.table_view, 1)
@@ -152,7 +160,7 @@ class ModelPage(QWidget):
         split = QSplitter()
         split.addWidget(store_box)
         split.addWidget(chosen)
-        split.setSizes([560, 560])
+        split.setSizes([620, 500])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
@@ -177,8 +185,6 @@ class ModelPage(QWidget):
         self.store_model.setRowCount(0)
         for row in store["models"]:
             self.store_model.appendRow([store_item(key, row[key]) for _, key in STORE_COLUMNS])
-        self.table_view.resizeColumnsToContents()
-        self.table_view.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         cached = sum(1 for row in store["models"] if row["cached"])
         self.store_status.setText(f"{len(store['models'])} models; {cached} with weights already in "
                                   f"{store['cache']}; the others are downloaded when a run starts (or with "

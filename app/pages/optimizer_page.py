@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.forms import ERROR_STYLE, Binder, parse_number
+from app.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from app.pages.model_page import human
 from trainer.config import key_choices
 from trainer.groups import assign_groups, unmatched_message, unmatched_patterns
@@ -245,10 +245,12 @@ class OptimizerPage(QWidget):
             buttons.addWidget(button)
             self.recipe_buttons[key] = button
         rf.addLayout(buttons)
-        keys = QFormLayout()
-        keys.addRow(b.check("model.freeze_backbone", "Linear probe: train the head only"))
-        keys.addRow("Unfreeze the backbone after", b.spin("model.unfreeze_at_epoch", 0, 100000, " epochs",
-                                                          special="never frozen"))
+        keys = QHBoxLayout()
+        keys.addWidget(b.check("model.freeze_backbone", "Linear probe: train the head only"))
+        keys.addSpacing(24)
+        keys.addWidget(QLabel("Unfreeze the backbone after"))
+        keys.addWidget(b.spin("model.unfreeze_at_epoch", 0, 100000, " epochs", special="never frozen"))
+        keys.addStretch(1)
         rf.addLayout(keys)
         self.recipe_note = QLabel("")
         self.recipe_note.setObjectName("recipeNote")
@@ -256,7 +258,10 @@ class OptimizerPage(QWidget):
         self.recipe_note.setStyleSheet("color: #555;")
         rf.addWidget(self.recipe_note)
 
-        grid = QGridLayout(self)
+        content = QWidget()
+        grid = QGridLayout(content)
+        grid.setContentsMargins(0, 0, 0, 0)
+        scrolling(self, content)
         grid.addWidget(opt, 0, 0)
         grid.addWidget(sched, 0, 1)
         grid.addWidget(recipes, 1, 0, 1, 2)
