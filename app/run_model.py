@@ -57,6 +57,7 @@ class RunModel(QObject, RunState):
     warningRaised = Signal(dict)
     errorRaised = Signal(dict)
     systemSampled = Signal(dict)
+    tested = Signal(dict)  # the test set's metrics, at the end of a run with data.test_dir
     finished = Signal(str, str)  # final state, message
     logAppended = Signal(str)
 

@@ -25,6 +25,7 @@ class RunState:
         self.last_prepare: dict = {}
         self.last_epoch: dict = {}
         self.best_epoch: dict = {}
+        self.test_event: dict = {}  # data.test_dir evaluated at the end
         self.last_step: dict = {}
         self.layer_table: dict = {}
         self.layers: list[str] = []
@@ -51,7 +52,7 @@ class RunState:
 
     def apply(self, e: dict, now: float | None = None) -> str | None:
         """Take in one event; the kind of change ('preparing', 'runStarted', 'stepLogged', 'epochEnded',
-        'warningRaised', 'errorRaised', 'systemSampled', 'finished') or None when nothing a view shows changed."""
+        'warningRaised', 'errorRaised', 'systemSampled', 'tested', 'finished') or None when nothing a view shows changed."""
         kind = e.get("event")
         if kind == "prepare":
             self.last_prepare = e
@@ -99,6 +100,9 @@ class RunState:
             self.val_acc.append(e["epoch"], e.get("val_acc"))
             self._update_eta(e, now)
             return "epochEnded"
+        if kind == "test":
+            self.test_event = e
+            return "tested"
         if kind == "system":
             t = e.get("time", 0.0)
             self.cpu.append(t, e.get("cpu_percent"))

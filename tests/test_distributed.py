@@ -58,6 +58,8 @@ def test_two_ranks_reach_the_single_process_accuracy_band(demo_dir, tmp_path, la
     assert best >= 0.85, f"{launcher}: best val_acc {best}"
     state = load_weights_only(tmp_path / "run" / "checkpoints" / "last.pt")
     assert not any(k.startswith("module.") for k in state["model"]), "checkpoints hold the unwrapped model"
+    predictions = (tmp_path / "run" / "eval" / "val" / "predictions.csv").read_text().splitlines()
+    assert len(predictions) == 1 + start["val_size"], "rank 0 kept every validation image's prediction"
 
 
 def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):

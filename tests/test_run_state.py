@@ -30,6 +30,7 @@ def events_for(epochs=2, steps_per_epoch=4, groups=("fc", "default")):
                    "update_ratio": [0, 0], "zero_frac": [0, 0]}
         yield {"event": "epoch", "epoch": epoch, "val_acc": 0.5 + epoch / 10, "train_loss": 0.5, "val_loss": 0.6,
                "confusion": [[1, 0], [0, 1]]}
+    yield {"event": "test", "accuracy": 0.9, "images": 10}
     yield {"event": "run_end", "status": "completed", "message": ""}
 
 
@@ -37,7 +38,8 @@ def test_events_become_buffers_summaries_and_change_kinds(tmp_path):
     state = RunState(RunDir(tmp_path))
     kinds = [state.apply(e, now=float(i)) for i, e in enumerate(events_for())]
     assert kinds[:3] == ["preparing", "runStarted", "stepLogged"] and kinds[3] is None  # grad_stats: no signal
-    assert kinds[-1] == "finished" and state.ended and state.state == "completed"
+    assert kinds[-2:] == ["tested", "finished"] and state.ended and state.state == "completed"
+    assert state.test_event["accuracy"] == 0.9
     assert state.epochs == 2 and state.group_names == ["fc", "default"]
     assert list(state.step_loss.x) == list(range(1, 9)) and state.step_loss.y[-1] == pytest.approx(1 / 8)
     assert len(state.grad_norm) == 7, "a step without a gradient norm leaves no point"

@@ -16,7 +16,7 @@ from trainer.scan import printable_path
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights")
+            "export", "predict", "lr-find", "fetch-weights", "evaluate")
 
 
 class CommandError(Exception):
@@ -176,6 +176,19 @@ def cmd_describe_model(args) -> int:
     return 0
 
 
+def cmd_evaluate(args) -> int:
+    """Evaluate a run's checkpoint on a folder: RUN_DIR/eval/NAME/metrics.json and predictions.csv."""
+    from trainer.evaluation import evaluate_run
+
+    folder, metrics = evaluate_run(Path(args.run_dir), args.data, args.checkpoint)
+    top5 = f", top-5 {100 * metrics['top5_accuracy']:.1f}%" if "top5_accuracy" in metrics else ""
+    print(f"{metrics['images']} images: accuracy {100 * metrics['accuracy']:.1f}%{top5}, loss {metrics['loss']:.4f}, "
+          f"ECE {metrics['ece']:.3f}" + (f"; {len(metrics['skipped'])} unusable files skipped" if metrics["skipped"]
+                                         else ""))
+    print(f"wrote {folder / 'metrics.json'} and {folder / 'predictions.csv'}")
+    return 0
+
+
 def cmd_fetch_weights(args) -> int:
     """Download a model's published weights into the cache (to prepare a machine that will be offline)."""
     from trainer.config import ModelConfig
@@ -310,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", action="store_true", help="the model store: every torchvision classifier with its "
                    "published figures and whether its weights are cached")
     p.set_defaults(func=cmd_describe_model)
+
+    p = sub.add_parser("evaluate", help="evaluate a run's checkpoint on a folder (metrics and per-image predictions)")
+    p.add_argument("run_dir")
+    p.add_argument("--data", help="the ImageFolder to evaluate (default: the run's data.test_dir)")
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("fetch-weights", help="download a model's pretrained weights into the cache (for offline use)")
     p.add_argument("model", help="a torchvision classifier (resnet50, ...) or timm:NAME")

@@ -58,6 +58,7 @@ class AugmentConfig:
 class DataConfig:
     train_dir: str = opt("", "ImageFolder directory: one sub-folder per class")
     val_dir: str | None = opt(None, "optional validation ImageFolder; else val_split of train is held out")
+    test_dir: str | None = opt(None, "optional test ImageFolder: evaluated once at the end with best.pt (eval/test/)")
     val_split: float = opt(0.2, "fraction of train held out for validation (stratified, seeded)", gt=0, lt=1)
     image_size: int = opt(32, "side of the square images fed to the model, in pixels", ge=8, le=1024)
     batch_size: int = opt(64, "images per step per process", ge=1, le=65536)
@@ -228,6 +229,7 @@ class RunConfig:
         out = RunConfig.from_dict(self.to_dict())
         out.data.train_dir = fix(out.data.train_dir) or ""
         out.data.val_dir = fix(out.data.val_dir)
+        out.data.test_dir = fix(out.data.test_dir)
         out.data.cache_dir = fix(out.data.cache_dir)
         if not is_weights_name(out.model.weights):
             out.model.weights = fix(out.model.weights)

@@ -134,6 +134,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from)
         state = loop.fit()
         loop.checkpoint_sync.wait()  # durable before the run reports itself finished
+        if state == "completed" and cfg.data.test_dir and strategy.is_main:
+            evaluate_test_set(run, reporter)
         code = EXIT_OK
         message = "stopped by request; resume to continue" if state == "stopped" else ""
     except Interrupted:
@@ -202,6 +204,16 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
         log.info("training %s on %d images (%d classes), validating on %d; %s; %s (%s); cache %s; %d workers",
                  cfg.model.name, len(parts.data.train), len(parts.classes), len(parts.data.val),
                  strategy.description, parts.precision.amp, parts.precision_reason, parts.data.cache, parts.workers)
+
+
+def evaluate_test_set(run: RunDir, reporter: Reporter) -> None:
+    """data.test_dir, once, with best.pt: eval/test/ and a `test` event (what the run summary shows)."""
+    from trainer.evaluation import evaluate_run, summary
+
+    reporter.prepare("test", "evaluating the test set with best.pt")
+    folder, metrics = evaluate_run(run.path, None, "best")
+    reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
+    log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
 
 
 def _emit_safely(reporter: Reporter, event: str, **fields) -> None:

@@ -16,6 +16,7 @@ import torch
 from trainer import data as data_mod
 from trainer.checkpoint import BackgroundSync, TrainState, load_latest, save_checkpoint
 from trainer.config import RunConfig
+from trainer.evaluation import Predictions, write_evaluation
 from trainer.parts import Parts
 from trainer.reporter import Reporter
 from trainer.rundir import RunDir
@@ -38,6 +39,7 @@ class Loop:
         self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self._grad_histograms: dict = {}
         self._zero_frac = None
+        self._val_logits: torch.Tensor | None = None
         reporter.epochs = cfg.train.epochs
 
     def fit(self) -> str:
@@ -63,6 +65,8 @@ class Loop:
             st.epoch += 1
             st.batch_in_epoch = 0
             saved = is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
+            if is_best and self.strategy.is_main:
+                self.write_val_predictions()
             if saved:
                 self.save(is_best=is_best)
             if st.epoch < cfg.train.epochs and self.stop_requested():
@@ -201,6 +205,7 @@ class Loop:
         confusion = torch.zeros(n * n, device=s.device)
         batches = data_mod.epoch_batches(len(parts.data.val), cfg.data.batch_size, seed=0, epoch=0, rank=s.rank,
                                          world=s.world_size, shuffle=False, pad=False)
+        kept = [] if s.world_size == 1 else None  # per-image logits for eval/val (one process sees every image)
         for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
                                                        s.device.type == "cuda"):
             x = parts.augment(images, None)
@@ -208,9 +213,12 @@ class Loop:
             with parts.precision.autocast():
                 logits = net(x)
                 loss_sum += parts.criterion(logits, y).float() * y.shape[0]
+            if kept is not None:
+                kept.append(logits.float().cpu())
             confusion += torch.bincount(y * n + logits.argmax(1), minlength=n * n).float()
             if n > 5:
                 top5 += (logits.topk(5, dim=1).indices == y[:, None]).any(1).sum()
+        self._val_logits = torch.cat(kept) if kept else None
         totals = s.all_reduce_sum(torch.cat([loss_sum[None], top5[None], confusion])).cpu()  # host sync
         conf = totals[2:].view(n, n)
         seen = conf.sum().clamp_min(1)
@@ -223,6 +231,28 @@ class Loop:
             out["val_top5"] = (totals[1] / seen).item()
         parts.train_mode(self.state.epoch)
         return out
+
+    def write_val_predictions(self) -> None:
+        """The best epoch's per-image validation predictions, in eval/val/ (rank 0; the app reads them). Single-process
+        runs reuse the logits `evaluate` kept; under DDP rank 0 predicts the whole split once more."""
+        parts = self.parts
+        samples = parts.data.val.samples
+        if self._val_logits is None or len(self._val_logits) != len(samples):
+            batches = data_mod.epoch_batches(len(samples), self.cfg.data.batch_size, seed=0, epoch=0, shuffle=False,
+                                             pad=False)
+            self._val_logits = self._predict(batches)
+        preds = Predictions([p for p, _ in samples], torch.tensor([label for _, label in samples]), self._val_logits)
+        write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": self.state.epoch})  # completed
+
+    @torch.no_grad()
+    def _predict(self, batches: list[list[int]]) -> torch.Tensor:
+        parts, s = self.parts, self.strategy
+        out = []
+        for images, _ in data_mod.iterate_batches(parts.data.val, batches, parts.workers, self.cfg.data.image_size,
+                                                  s.device.type == "cuda"):
+            with parts.precision.autocast():
+                out.append(parts.net(parts.augment(images, None)).float().cpu())
+        return torch.cat(out)
 
     def emit_histograms(self) -> None:
         """Histograms of the chosen layers: weights after this step, gradients as they were before it."""

@@ -26,6 +26,8 @@ def check_data_folders(data: DataConfig) -> list[str]:
     classes = _layout(data.train_dir, "data.train_dir")
     if data.val_dir:
         check_same_classes(classes, _layout(data.val_dir, "data.val_dir"), data.val_dir)
+    if data.test_dir:
+        check_same_classes(classes, _layout(data.test_dir, "data.test_dir"), data.test_dir, "data.test_dir")
     return classes
 
 

@@ -181,13 +181,14 @@ def check_folder(root: str | os.PathLike) -> Path:
     return root_path
 
 
-def check_same_classes(train: list[str], val: list[str], val_dir: str) -> None:
-    """The validation folder must have exactly the training folder's classes."""
-    if val != train:
-        only_train = sorted(set(train) - set(val))
-        only_val = sorted(set(val) - set(train))
-        raise DataError(f"data.val_dir: {val_dir} has different classes from data.train_dir "
-                        f"(only in train: {only_train or '-'}; only in val: {only_val or '-'})")
+def check_same_classes(train: list[str], other: list[str], folder: str, key: str = "data.val_dir") -> None:
+    """A validation (or test) folder must have exactly the training folder's classes."""
+    if other != train:
+        only_train = sorted(set(train) - set(other))
+        only_other = sorted(set(other) - set(train))
+        what = key.removeprefix("data.").removesuffix("_dir")
+        raise DataError(f"{key}: {folder} has different classes from data.train_dir "
+                        f"(only in train: {only_train or '-'}; only in {what}: {only_other or '-'})")
 
 
 def quick_layout(root: str | os.PathLike) -> list[str]:

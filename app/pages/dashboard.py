@@ -98,6 +98,7 @@ class Dashboard(QWidget):
         model.errorRaised.connect(self._error)
         model.systemSampled.connect(self._system)
         model.logAppended.connect(self._log)
+        model.tested.connect(self._tested)
         model.epochEnded.connect(lambda e: self.results.redraw())
         model.finished.connect(lambda state, message: self.redraw())  # every plot final, not only its round-robin turn
         self._timer.start()
@@ -129,6 +130,11 @@ class Dashboard(QWidget):
                if e.get("frozen", {}).get("until_epoch") else "")
             + (f"<br>resumed from {Path(e['resumed_from']).name}" if e.get("resumed_from") else ""))
         self.curves.add_group_curves()
+
+    def _tested(self, e: dict) -> None:
+        top5 = f", top-5 {100 * e['top5_accuracy']:.1f}%" if e.get("top5_accuracy") is not None else ""
+        self.summary.setText(self.summary.text() + f"<br><b>test set: {100 * e['accuracy']:.1f}%</b> on "
+                             f"{e['images']} images{top5}")
 
     def _warning(self, e: dict) -> None:
         self.warnings.addItem(f"⚠ {e.get('message', '')}")

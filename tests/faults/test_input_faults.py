@@ -47,6 +47,14 @@ def case_val_classes_differ(tmp_path, shapes_dir):
             "data.val_dir: " + str(val) + " has different classes from data.train_dir (only in train: ['cross']")
 
 
+def case_test_classes_differ(tmp_path, shapes_dir):
+    test = tmp_path / "test"
+    shutil.copytree(shapes_dir, test)
+    shutil.rmtree(test / "square")
+    return (_config(tmp_path, shapes_dir, data={"test_dir": str(test)}),
+            "data.test_dir: " + str(test) + " has different classes from data.train_dir (only in train: ['square']")
+
+
 def case_unknown_model(tmp_path, shapes_dir):
     return _config(tmp_path, shapes_dir, model={"name": "resnet1"}), "model.name: unknown model 'resnet1'"
 
@@ -89,7 +97,7 @@ def case_seed_out_of_range(tmp_path, shapes_dir):
 
 
 CASES = [case_missing_folder, case_folder_is_a_file, case_no_class_folders, case_val_classes_differ,
-         case_unknown_model, case_unknown_weights, case_weights_of_another_architecture, case_yaml_list,
+         case_test_classes_differ, case_unknown_model, case_unknown_weights, case_weights_of_another_architecture, case_yaml_list,
          case_python_tag, case_binary_config, case_wrong_types, case_seed_out_of_range]
 
 

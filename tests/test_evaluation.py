@@ -1,0 +1,120 @@
+"""Evaluation: metrics against hand-computed values, per-image predictions that match the exported model, the test
+set at the end of a run, the best epoch's validation predictions, and folders that do not fit."""
+
+import csv
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from helpers import train_here, write_config
+
+from trainer import cli
+from trainer.evaluation import Predictions, classification_metrics, write_evaluation
+from trainer.events import read_events
+
+
+def test_metrics_match_hand_computed_values(tmp_path):
+    classes = ["a", "b", "c"]
+    # true:      a  a  a  b  b  c
+    # predicted: a  a  b  b  c  c   (logits put the predicted class first, with these confidences)
+    labels = torch.tensor([0, 0, 0, 1, 1, 2])
+    predicted = [0, 0, 1, 1, 2, 2]
+    confidence = [0.9, 0.6, 0.8, 0.7, 0.55, 0.95]
+    logits = torch.full((6, 3), -10.0)
+    for i, (p, c) in enumerate(zip(predicted, confidence)):
+        others = (1 - c) / 2
+        logits[i] = torch.log(torch.tensor([others] * 3))
+        logits[i, p] = math.log(c)
+    m = classification_metrics(logits, labels, classes)
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["confusion"] == [[2, 1, 0], [0, 1, 1], [0, 0, 1]]
+    assert m["per_class"]["a"] == pytest.approx({"precision": 1.0, "recall": 2 / 3, "f1": 0.8, "support": 3})
+    assert m["per_class"]["b"] == pytest.approx({"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2})
+    assert m["per_class"]["c"] == pytest.approx({"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "support": 1})
+    expected_loss = -sum(math.log(c if p == t else (1 - c) / 2) for p, t, c in zip(predicted, labels.tolist(),
+                                                                                   confidence)) / 6
+    assert m["loss"] == pytest.approx(expected_loss, rel=1e-5)
+    # ECE over 15 equal bins: each prediction alone in its bin except none share; |correct - confidence| averaged
+    correct = [p == t for p, t in zip(predicted, labels.tolist())]
+    assert m["ece"] == pytest.approx(sum(abs(float(ok) - c) for ok, c in zip(correct, confidence)) / 6, rel=1e-5)
+    assert sum(b["count"] for b in m["reliability"]) == 6 and "top5_accuracy" not in m
+
+
+def test_a_class_never_predicted_or_never_present_is_null_not_zero():
+    m = classification_metrics(torch.tensor([[5.0, 0, 0], [5.0, 0, 0]]), torch.tensor([0, 1]), ["a", "b", "c"])
+    assert m["per_class"]["b"]["precision"] is None and m["per_class"]["b"]["recall"] == 0.0
+    assert m["per_class"]["c"] == {"precision": None, "recall": None, "f1": None, "support": 0}
+
+
+def test_predictions_csv_rows(tmp_path):
+    preds = Predictions(["x.png", "y.png"], torch.tensor([1, 0]), torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]))
+    write_evaluation(tmp_path, "val", preds, ["a", "b", "c"])
+    rows = list(csv.DictReader(open(tmp_path / "eval" / "val" / "predictions.csv")))
+    assert [r["predicted"] for r in rows] == ["b", "a"] and rows[0]["true"] == "b"
+    assert rows[0]["top_k"].startswith("b:0.66") and len(rows[0]["top_k"].split(";")) == 3
+    assert json.loads((tmp_path / "eval" / "val" / "metrics.json").read_text())["accuracy"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def run_with_test_set(tmp_path_factory, shapes_dir):
+    tmp = tmp_path_factory.mktemp("evaluated")
+    test = tmp / "test"
+    shutil.copytree(shapes_dir, test)
+    (test / "circle" / "broken.png").write_bytes(b"not a png")
+    cfg = write_config(tmp, shapes_dir, data={"test_dir": str(test)}, train={"epochs": 2})
+    run, code = train_here(cfg, tmp / "runs")
+    assert code == 0, run.tail_log()
+    return run, test
+
+
+def test_the_test_set_is_evaluated_at_the_end_with_best_pt(run_with_test_set):
+    run, test = run_with_test_set
+    events = read_events(run.events)
+    tested = next(e for e in events if e["event"] == "test")
+    assert [e["event"] for e in events[-2:]] == ["test", "run_end"]
+    metrics = json.loads((run.path / "eval" / "test" / "metrics.json").read_text())
+    assert tested["accuracy"] == metrics["accuracy"] and metrics["images"] == 120
+    assert metrics["skipped"] == [{"path": str(test / "circle" / "broken.png"), "reason": "not an image "
+                                   "(unrecognised format)"}]
+    assert metrics["checkpoint"].endswith("best.pt")
+
+
+def test_predictions_agree_with_the_exported_model(run_with_test_set, tmp_path):
+    from trainer.export import export_run, predict
+
+    run, _ = run_with_test_set
+    rows = list(csv.DictReader(open(run.path / "eval" / "test" / "predictions.csv")))
+    model = export_run(run, "onnx", tmp_path / "model.onnx")
+    fresh = predict(model, [__import__("pathlib").Path(r["path"]) for r in rows[:40]])
+    for row, (path, label, prob) in zip(rows, fresh):
+        assert row["path"] == path and row["predicted"] == label
+        assert float(row["confidence"]) == pytest.approx(prob, abs=1e-3)
+
+
+def test_the_best_epoch_s_validation_predictions_are_kept(run_with_test_set):
+    run, _ = run_with_test_set
+    events = read_events(run.events)
+    best = max((e for e in events if e["event"] == "epoch"), key=lambda e: e["val_acc"])
+    metrics = json.loads((run.path / "eval" / "val" / "metrics.json").read_text())
+    rows = list(csv.DictReader(open(run.path / "eval" / "val" / "predictions.csv")))
+    start = next(e for e in events if e["event"] == "run_start")
+    assert len(rows) == start["val_size"] and metrics["epoch"] == best["epoch"]
+    assert metrics["accuracy"] == pytest.approx(best["val_acc"], abs=1e-6)
+    assert metrics["confusion"] == best["confusion"]
+
+
+def test_evaluate_any_folder_and_refuse_other_classes(run_with_test_set, shapes_dir, tmp_path, capsys):
+    run, _ = run_with_test_set
+    assert cli.main(["evaluate", str(run.path), "--data", str(shapes_dir), "--checkpoint", "last"]) == 0
+    out = capsys.readouterr().out
+    assert "120 images: accuracy" in out and (run.path / "eval" / shapes_dir.name / "predictions.csv").exists()
+    other = tmp_path / "other"
+    shutil.copytree(shapes_dir, other)
+    shutil.rmtree(other / "cross")
+    (other / "star").mkdir()
+    shutil.copy(next(shapes_dir.glob("circle/*.png")), other / "star" / "s.png")
+    assert cli.main(["evaluate", str(run.path), "--data", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "its classes differ from the run's (extra: star; missing: cross)" in err and "Traceback" not in err

@@ -1,0 +1,191 @@
+"""Evaluating a trained network on a folder: metrics and per-image predictions, written under RUN_DIR/eval/NAME/.
+
+`metrics.json`: accuracy, top-5 accuracy (with at least 5 classes), precision / recall / F1 / support per class, the
+confusion matrix, the mean loss, and the expected calibration error with its reliability diagram. `predictions.csv`:
+one row per image: path, true, predicted, confidence, loss and the top-k classes with their probabilities.
+The same files come from `main.py evaluate`, from `data.test_dir` at the end of a run, and (for `val`) from the
+trainer at each new best epoch, so the app reads errors without computing anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+ECE_BINS = 15
+TOP_K = 5
+BATCH = 64
+
+
+@dataclass
+class Predictions:
+    paths: list[str]
+    labels: torch.Tensor  # (N,) int64
+    logits: torch.Tensor  # (N, C) float32, on the CPU
+
+
+def classification_metrics(logits: torch.Tensor, labels: torch.Tensor, classes: list[str]) -> dict:
+    """Every metric of `metrics.json` from logits and true labels (a class without images gets null, not 0)."""
+    logits = logits.float()
+    n, c = len(labels), len(classes)
+    probs = logits.softmax(1)
+    confidence, predicted = probs.max(1)
+    confusion = torch.bincount(labels * c + predicted, minlength=c * c).view(c, c)
+    tp = confusion.diag().double()
+    support = confusion.sum(1).double()
+    predicted_count = confusion.sum(0).double()
+    per_class = {}
+    for i, name in enumerate(classes):
+        precision = (tp[i] / predicted_count[i]).item() if predicted_count[i] else None
+        recall = (tp[i] / support[i]).item() if support[i] else None
+        f1 = (2 * precision * recall / (precision + recall) if precision is not None and recall is not None
+              and precision + recall > 0 else (0.0 if precision is not None and recall is not None else None))
+        per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": int(support[i])}
+    out = {"images": n, "accuracy": (tp.sum() / max(n, 1)).item(),
+           "loss": F.cross_entropy(logits, labels).item() if n else None,
+           "per_class": per_class, "confusion": confusion.tolist(), "classes": list(classes)}
+    if c >= TOP_K:
+        out["top5_accuracy"] = (logits.topk(TOP_K, dim=1).indices == labels[:, None]).any(1).double().mean().item()
+    out.update(calibration(confidence, predicted == labels))
+    return out
+
+
+def calibration(confidence: torch.Tensor, correct: torch.Tensor, bins: int = ECE_BINS) -> dict:
+    """Expected calibration error over equal-width confidence bins, and the bins for a reliability diagram."""
+    edges = torch.linspace(0, 1, bins + 1)
+    index = torch.clamp(torch.bucketize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    diagram, ece, n = [], 0.0, max(len(confidence), 1)
+    for b in range(bins):
+        mask = index == b
+        count = int(mask.sum())
+        if count:
+            conf = confidence[mask].double().mean().item()
+            acc = correct[mask].double().mean().item()
+            ece += count / n * abs(acc - conf)
+        else:
+            conf = acc = None
+        diagram.append({"low": edges[b].item(), "high": edges[b + 1].item(), "count": count, "confidence": conf,
+                        "accuracy": acc})
+    return {"ece": ece, "reliability": diagram}
+
+
+def prediction_rows(preds: Predictions, classes: list[str], k: int = TOP_K) -> list[dict]:
+    probs = preds.logits.float().softmax(1)
+    losses = F.cross_entropy(preds.logits.float(), preds.labels, reduction="none")
+    top_p, top_i = probs.topk(min(k, len(classes)), dim=1)
+    rows = []
+    for i, path in enumerate(preds.paths):
+        rows.append({"path": path, "true": classes[preds.labels[i]], "predicted": classes[top_i[i, 0]],
+                     "confidence": round(top_p[i, 0].item(), 6), "loss": round(losses[i].item(), 6),
+                     "top_k": ";".join(f"{classes[j]}:{p:.4f}" for j, p in zip(top_i[i].tolist(), top_p[i].tolist()))})
+    return rows
+
+
+def write_evaluation(run_path: Path, name: str, preds: Predictions, classes: list[str], extra: dict | None = None) -> dict:
+    """metrics.json and predictions.csv under run_path/eval/NAME (each replaced atomically); the metrics."""
+    folder = Path(run_path) / "eval" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = {**classification_metrics(preds.logits, preds.labels, classes), **(extra or {})}
+    _atomic_write(folder / "metrics.json", json.dumps(metrics, indent=1))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, ["path", "true", "predicted", "confidence", "loss", "top_k"])
+    writer.writeheader()
+    writer.writerows(prediction_rows(preds, classes))
+    _atomic_write(folder / "predictions.csv", text.getvalue())
+    return metrics
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@torch.no_grad()
+def predict_samples(net: torch.nn.Module, samples: list[tuple[str, int]], image_size: int, mean: list[float],
+                    std: list[float], device: torch.device, batch: int = BATCH) -> tuple[Predictions, list]:
+    """Logits of `net` (in eval mode) for (path, label) samples, preprocessed as in training; files that fail to
+    decode are skipped and returned as (path, reason)."""
+    from trainer.data import decode_image
+
+    m = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
+    s = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
+    was_training = net.training
+    net.eval()
+    paths, labels, logits, skipped = [], [], [], []
+    try:
+        for start in range(0, len(samples), batch):
+            images, kept = [], []
+            for path, label in samples[start:start + batch]:
+                try:
+                    images.append(decode_image(path, image_size))
+                    kept.append((path, label))
+                except Exception as e:  # noqa: BLE001 - an unusable image is listed, as in training
+                    skipped.append((path, f"cannot decode: {e}"))
+            if not images:
+                continue
+            x = (torch.stack(images).to(device).float() - m) / s
+            logits.append(net(x).float().cpu())
+            paths += [p for p, _ in kept]
+            labels += [label for _, label in kept]
+    finally:
+        net.train(was_training)
+    c = logits[0].shape[1] if logits else 0
+    return Predictions(paths, torch.tensor(labels, dtype=torch.long),
+                       torch.cat(logits) if logits else torch.zeros(0, c)), skipped
+
+
+def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best") -> tuple[Path, dict]:
+    """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing;
+    the eval folder written and its metrics. DataError when the folder's classes differ from the run's."""
+    from trainer.export import load_run_model
+    from trainer.rundir import RunDir
+    from trainer.scan import DataError, scan_image_folder
+
+    run = RunDir(run_path)
+    model, state, checkpoint = load_run_model(run, which)
+    test_dir = state["config"]["data"].get("test_dir")
+    folder = data_dir or test_dir
+    if not folder:
+        raise DataError(f"{run.path}: the run has no data.test_dir; give the folder to evaluate with --data DIR")
+    try:
+        scan = scan_image_folder(folder)
+    except DataError as e:
+        raise DataError(f"--data: {e}") from e
+    classes = list(state["classes"])
+    if scan.classes != classes:
+        extra = sorted(set(scan.classes) - set(classes))
+        missing = sorted(set(classes) - set(scan.classes))
+        raise DataError(f"{folder}: its classes differ from the run's (extra: {', '.join(extra) or '-'}; missing: "
+                        f"{', '.join(missing) or '-'})")
+    for path, reason in scan.bad_files:
+        log.warning("skipping %s: %s", path, reason)
+    pre = state["preprocess"]
+    preds, skipped = predict_samples(model, scan.samples, pre["image_size"], pre["mean"], pre["std"],
+                                     torch.device("cpu"))
+    skipped = scan.bad_files + skipped
+    same_as_test = test_dir and os.path.realpath(folder) == os.path.realpath(test_dir)
+    name = "test" if same_as_test else Path(folder).resolve().name
+    metrics = write_evaluation(run.path, name, preds, classes, extra={
+        "folder": str(Path(folder).resolve()), "checkpoint": str(checkpoint), "epoch": state["epoch"],
+        "skipped": [{"path": p, "reason": r} for p, r in skipped]})
+    return run.path / "eval" / name, metrics
+
+
+def summary(metrics: dict) -> dict:
+    """The small part of the metrics that goes into a `test` event and the run summary."""
+    keys = ("images", "accuracy", "top5_accuracy", "loss", "ece")
+    return {k: metrics[k] for k in keys if k in metrics}
