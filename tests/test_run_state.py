@@ -115,3 +115,9 @@ def test_auto_precision_verdicts():
     assert auto_precision("auto", "cuda", ONE_GPU, "G") == ("bf16", "auto: G runs bf16 natively")
     assert auto_precision("none", "cuda", ONE_GPU)[0] == "fp32" and auto_precision("fp16", "cpu", {})[0] == "fp16"
     assert set(refusals(ONE_GPU)) == {"dp", "mpi"}
+
+
+def test_the_runs_page_names_a_dataset_people_recognise():
+    from app.pages.runs_page import dataset_label
+
+    assert dataset_label("/data/photos/train") == "photos/train" and dataset_label(None) == "?"

@@ -72,6 +72,8 @@ class DataConfig:
                      "of free RAM, else disk", choices=("auto", "none", "memory", "disk"))
     cache_dir: str | None = opt(None, "where decoded images are kept (default: ~/.cache/traindeck/images, or "
                                 "$XDG_CACHE_HOME/traindeck/images)")
+    sampler: str = opt("shuffle", "training order: shuffle (each image once per epoch) or balanced (images drawn "
+                       "with replacement so every class is seen equally often)", choices=("shuffle", "balanced"))
     on_bad_file: str = opt("skip", "unreadable images: skip (listed in the log) or fail the run",
                            choices=("skip", "fail"))
 
@@ -95,6 +97,8 @@ class LossConfig:
     name: str = opt("cross_entropy", "loss function",
                     choices=("cross_entropy", "nll", "mse", "multi_margin"))
     label_smoothing: float = opt(0.0, "cross_entropy label smoothing", ge=0, lt=1)
+    class_weights: str = opt("none", "weight each class's loss: auto = inverse class frequency in the training set, "
+                             "normalised to a mean of 1 (for unbalanced classes)", choices=("none", "auto"))
 
 
 @dataclass
@@ -421,6 +425,9 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if isinstance(d.std, str) and d.std != "auto" or isinstance(d.std, list) and (
             len(d.std) != 3 or any(s <= 0 for s in d.std)):
         problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {d.std!r}")
+    if cfg.loss.class_weights != "none" and cfg.loss.name == "mse":
+        problems.append("loss.class_weights: needs a loss that weights classes (cross_entropy, nll or multi_margin), "
+                        "not mse")
     m = cfg.model
     if m.freeze_backbone and m.unfreeze_at_epoch:
         problems.append("model.unfreeze_at_epoch: set it or model.freeze_backbone, not both (a linear probe never "

@@ -103,6 +103,13 @@ class DataBundle:
     skipped: list[tuple[str, str]]
     cache: str
 
+    def train_counts(self) -> list[int]:
+        """Training images per class, in label order."""
+        counts = [0] * len(self.classes)
+        for _, label in self.train.samples:
+            counts[label] += 1
+        return counts
+
     def classes_without_val(self) -> list[tuple[str, int]]:
         """(class, training images) of the classes with no validation image (their accuracy is unknown)."""
         in_val = {label for _, label in self.val.samples}
@@ -207,14 +214,22 @@ def _checked_scan(folder: str, key: str, full: bool) -> ScanResult:
 
 
 def epoch_batches(n: int, batch_size: int, *, seed: int, epoch: int, rank: int = 0, world: int = 1,
-                  shuffle: bool = True, pad: bool = True) -> list[list[int]]:
+                  shuffle: bool = True, pad: bool = True, labels: list[int] | None = None) -> list[list[int]]:
     """This rank's batches of indices for one epoch; the order depends only on (seed, epoch).
+
+    With `labels` (data.sampler: balanced), the epoch's n indices are drawn with replacement, each with a probability
+    inversely proportional to its class's size, so every class is seen about equally often.
 
     With `pad`, indices are repeated so every rank gets the same number of batches (as
     DistributedSampler does); rank r takes every world-th index, so the union of the ranks' k-th
     batches is the single-process k-th batch of size batch_size * world.
     """
-    if shuffle:
+    if labels is not None:
+        g = torch.Generator().manual_seed(seed * 100003 + epoch)
+        y = torch.tensor(labels)
+        weights = (1.0 / torch.bincount(y).float())[y]
+        order = torch.multinomial(weights, n, replacement=True, generator=g).tolist()
+    elif shuffle:
         g = torch.Generator().manual_seed(seed * 100003 + epoch)
         order = torch.randperm(n, generator=g).tolist()
     else:

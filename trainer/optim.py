@@ -73,19 +73,33 @@ def build_optimizer(groups: list[dict], cfg: OptimizerConfig) -> torch.optim.Opt
     raise ConfigError([f"optimizer.name: unknown optimizer {name!r}"])
 
 
-def build_loss(cfg: LossConfig, num_classes: int):
-    """A callable (logits, labels) -> scalar loss."""
+def class_weights(counts: list[int]) -> torch.Tensor:
+    """Inverse class frequency, normalised to a mean of 1 over the classes (a class without training images gets 0)."""
+    n = torch.tensor(counts, dtype=torch.float32)
+    present = n > 0
+    weights = torch.zeros_like(n)
+    inverse = 1.0 / n[present]
+    weights[present] = inverse / inverse.mean()
+    return weights
+
+
+def build_loss(cfg: LossConfig, num_classes: int, class_counts: list[int] | None = None,
+               device: torch.device | None = None):
+    """A callable (logits, labels) -> scalar loss; with `class_weights: auto`, each class weighted by its rarity."""
+    weight = None
+    if cfg.class_weights == "auto":
+        weight = class_weights(class_counts or [1] * num_classes).to(device or "cpu")
     if cfg.name == "cross_entropy":
-        return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        return nn.CrossEntropyLoss(weight=weight, label_smoothing=cfg.label_smoothing)
     if cfg.name == "nll":
-        nll = nn.NLLLoss()
+        nll = nn.NLLLoss(weight=weight)
         return lambda logits, y: nll(torch.log_softmax(logits, dim=1), y)
     if cfg.name == "mse":
         mse = nn.MSELoss()
         return lambda logits, y: mse(torch.softmax(logits, dim=1),
                                      nn.functional.one_hot(y, num_classes).to(logits.dtype))
     if cfg.name == "multi_margin":
-        return nn.MultiMarginLoss()
+        return nn.MultiMarginLoss(weight=weight)
     raise ConfigError([f"loss.name: unknown loss {cfg.name!r}"])
 
 

@@ -91,8 +91,9 @@ class Parts:
 
     def epoch_batches(self, cfg: RunConfig, strategy: Strategy, epoch: int) -> list[list[int]]:
         """This rank's training batches of `epoch` (the order depends only on the seed and the epoch)."""
+        labels = [label for _, label in self.data.train.samples] if cfg.data.sampler == "balanced" else None
         return data_mod.epoch_batches(len(self.data.train), cfg.data.batch_size, seed=cfg.train.seed, epoch=epoch,
-                                      rank=strategy.rank, world=strategy.world_size)
+                                      rank=strategy.rank, world=strategy.world_size, labels=labels)
 
 
 def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=None) -> Parts:
@@ -108,6 +109,12 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         fast_gpu_math()
         data_mod.keep_on_device(data, strategy.device)
 
+    if cfg.loss.class_weights == "auto":
+        from trainer.optim import class_weights
+
+        weights = class_weights(data.train_counts()).tolist()
+        log.info("class weights (inverse frequency): %s",
+                 ", ".join(f"{name} {w:.3g}" for name, w in zip(data.classes, weights)))
     reporter.prepare("model", f"building {cfg.model.name}")
     model, weights = build_model(cfg.model, len(data.classes), cfg.data.image_size, cfg.train.seed,
                                  reporter.download_progress())
@@ -144,7 +151,8 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
     return Parts(
         data=data, workers=workers, model=wrapped, net=net, groups=groups, optimizer=optimizer, scheduler=scheduler,
         precision=Precision(precision_name, strategy), precision_reason=precision_reason,
-        memory_format=memory_format, criterion=build_loss(cfg.loss, len(data.classes)),
+        memory_format=memory_format,
+        criterion=build_loss(cfg.loss, len(data.classes), data.train_counts(), strategy.device),
         augment=data_mod.BatchAugment(cfg.data.augment, mean, std, strategy.device, memory_format),
         aug_generator=torch.Generator(), monitor=monitor,
         anomalies=AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish),

@@ -35,6 +35,7 @@ class ScanResult:
     ignored: int = 0  # hidden files and files without an image extension
     outside: int = 0  # images at the top level, outside any class folder
     warnings: list[str] = field(default_factory=list)
+    unbalanced: bool = False  # the largest class has IMBALANCE_RATIO times the images of the smallest, or more
 
     @property
     def counts(self) -> dict[str, int]:
@@ -145,6 +146,7 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
 
     counts = [n for n in result.counts.values() if n > 0]
     if len(counts) >= 2 and max(counts) >= IMBALANCE_RATIO * min(counts):
+        result.unbalanced = True
         small = min(result.counts, key=lambda k: result.counts[k] or float("inf"))
         big = max(result.counts, key=result.counts.get)
         result.warnings.append(f"very unbalanced classes: {big} has {result.counts[big]} images, "

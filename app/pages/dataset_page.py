@@ -104,6 +104,7 @@ class DatasetPage(QWidget):
         lf.addRow("Workers", binder.spin("data.num_workers", -1, 64, special="auto"))
         lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
         lf.addRow("Unusable files", binder.combo("data.on_bad_file", key_choices("data.on_bad_file")))
+        lf.addRow("Sampler", binder.combo("data.sampler", key_choices("data.sampler")))
         self.normalisation = QLabel("")
         self.normalisation.setObjectName("normalisation")
         self.normalisation.setWordWrap(True)
@@ -139,9 +140,26 @@ class DatasetPage(QWidget):
         self.bad_files = QListWidget()
         self.bad_files.setObjectName("badFiles")
 
+        self.imbalance_fixes = QWidget()
+        self.imbalance_fixes.setObjectName("imbalanceFixes")
+        fixes = QHBoxLayout(self.imbalance_fixes)
+        fixes.setContentsMargins(0, 0, 0, 0)
+        fixes.addWidget(QLabel("Unbalanced classes:"))
+        self.weight_classes = QPushButton("Weight the loss by class")
+        self.weight_classes.setToolTip("loss.class_weights: auto (inverse class frequency)")
+        self.weight_classes.clicked.connect(lambda: binder.widgets["loss.class_weights"].setCurrentText("auto"))
+        self.balance_sampler = QPushButton("Balanced sampler")
+        self.balance_sampler.setToolTip("data.sampler: balanced (every class seen about equally often)")
+        self.balance_sampler.clicked.connect(lambda: binder.widgets["data.sampler"].setCurrentText("balanced"))
+        fixes.addWidget(self.weight_classes)
+        fixes.addWidget(self.balance_sampler)
+        fixes.addStretch(1)
+        self.imbalance_fixes.hide()
+
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.addWidget(self.summary)
+        rl.addWidget(self.imbalance_fixes)
         rl.addWidget(QLabel("<b>Images per class</b>"))
         rl.addWidget(self.bars, 2)
         rl.addWidget(QLabel("<b>Samples</b>"))
@@ -205,6 +223,7 @@ class DatasetPage(QWidget):
         for p in result.problems():
             text += f"<br><span style='color:#c9302c'>{p}</span>"
         self.summary.setText(text)
+        self.imbalance_fixes.setVisible(result.unbalanced)
         self.bars.clear()
         if counts:
             xs = list(range(len(counts)))

@@ -219,6 +219,7 @@ class OptimizerPage(QWidget):
         lf = QFormLayout(loop)
         lf.addRow("Loss", b.combo("loss.name", key_choices("loss.name")))
         lf.addRow("Label smoothing", b.dspin("loss.label_smoothing", 0, 0.99, 0.05))
+        lf.addRow("Class weights", b.combo("loss.class_weights", key_choices("loss.class_weights")))
         lf.addRow("Epochs", b.spin("train.epochs", 1, 100000))
         lf.addRow("Gradient accumulation", b.spin("train.grad_accum_steps", 1, 1024, " batches"))
         lf.addRow("Clip gradient norm", b.number("train.clip_grad_norm", "off"))

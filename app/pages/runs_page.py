@@ -49,7 +49,7 @@ def summarize(run: RunDir) -> dict:
     best = status.get("best_acc")
     return {
         "path": str(run.path), "run": run.name, "model": cfg.get("model", {}).get("name", "?").split("/")[-1],
-        "dataset": Path(cfg.get("data", {}).get("train_dir") or "?").name, "status": run.effective_state(),
+        "dataset": dataset_label(cfg.get("data", {}).get("train_dir")), "status": run.effective_state(),
         "best acc": f"{100 * best:.1f}%" if isinstance(best, (int, float)) else "—",
         "epochs": f"{status.get('epoch', 0)}/{cfg.get('train', {}).get('epochs', '?')}",
         "started": dt.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
@@ -65,6 +65,14 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
         epochs = [(e["epoch"], e["val_acc"]) for e in events if e["event"] == "epoch"]
         out.append((Path(path).name, {"steps": steps, "epochs": epochs}))
     return out
+
+
+def dataset_label(train_dir: str | None) -> str:
+    """A dataset name people recognise: the folder and its parent (`photos/train`, not `train`)."""
+    if not train_dir:
+        return "?"
+    parts = Path(train_dir).parts
+    return "/".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
 
 
 class ExportDialog(QDialog):

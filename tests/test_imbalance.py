@@ -1,0 +1,56 @@
+"""Unbalanced classes: loss.class_weights: auto and data.sampler: balanced do what they say."""
+
+from collections import Counter
+
+import pytest
+import torch
+from helpers import train_here, write_config
+
+from trainer.config import LossConfig
+from trainer.data import epoch_batches
+from trainer.events import read_events
+from trainer.optim import build_loss, class_weights
+
+
+def test_class_weights_are_inverse_frequency_normalised_to_mean_one():
+    w = class_weights([30, 10, 60])
+    inverse = [1 / 30, 1 / 10, 1 / 60]
+    assert w.tolist() == pytest.approx([v / (sum(inverse) / 3) for v in inverse])  # [2/3, 2, 1/3]
+    assert w.mean().item() == pytest.approx(1.0) and w[1] / w[0] == pytest.approx(3.0)
+    assert class_weights([5, 0, 5]).tolist() == pytest.approx([1.0, 0.0, 1.0])
+
+
+def test_the_weighted_loss_is_the_class_weighted_mean():
+    counts = [30, 10, 60]
+    loss = build_loss(LossConfig(class_weights="auto"), 3, counts)
+    logits, labels = torch.randn(8, 3), torch.tensor([0, 1, 2, 1, 1, 0, 2, 2])
+    w = class_weights(counts)
+    per = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+    expected = (w[labels] * per).sum() / w[labels].sum()
+    assert loss(logits, labels).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert build_loss(LossConfig(), 3, counts)(logits, labels).item() == pytest.approx(per.mean().item(), rel=1e-6)
+
+
+def test_the_balanced_sampler_sees_every_class_about_equally_often_and_is_seeded():
+    labels = [0] * 900 + [1] * 90 + [2] * 10
+    batches = epoch_batches(len(labels), 50, seed=3, epoch=0, labels=labels)
+    seen = Counter(labels[i] for batch in batches for i in batch)
+    assert sum(seen.values()) == 1000 and all(280 <= seen[c] <= 390 for c in range(3)), seen
+    assert batches == epoch_batches(len(labels), 50, seed=3, epoch=0, labels=labels), "depends only on seed and epoch"
+    assert batches != epoch_batches(len(labels), 50, seed=3, epoch=1, labels=labels)
+    ranks = [epoch_batches(len(labels), 25, seed=3, epoch=0, rank=r, world=2, labels=labels) for r in (0, 1)]
+    assert sorted(i for r in ranks for b in r for i in b) == sorted(i for b in batches for i in b)
+
+
+def test_an_unbalanced_run_with_both_fixes(tmp_path):
+    from trainer.demo_data import write_demo_dataset
+
+    root = write_demo_dataset(tmp_path / "data", per_class=40, size=16, seed=9, classes=("circle", "square"))
+    for extra in sorted((root / "square").iterdir())[6:]:
+        extra.unlink()  # 40 circles, 6 squares
+    cfg = write_config(tmp_path, root, data={"sampler": "balanced"}, loss={"class_weights": "auto"},
+                       train={"epochs": 1}, monitor={"log_every": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0, run.tail_log()
+    assert "class weights" in run.log.read_text()
+    assert any(e["event"] == "epoch" for e in read_events(run.events))
