@@ -13,10 +13,16 @@ def nothing_left_running(qapp):
     assert QThreadPool.globalInstance().activeThreadCount() == 0, "a background job is still running"
     new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     _, alive = psutil.wait_procs(new, timeout=5)  # what the window killed on close gets a moment to go
-    leftovers = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
-    for p in leftovers:
+    leftovers = []
+    for p in alive:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:  # a killed helper not yet reaped by Qt is gone, not running
+                leftovers.append((p, p.cmdline()[:4]))
+        except psutil.Error:  # it ended (or became a zombie) while being looked at
+            continue
+    for p, _ in leftovers:
         p.kill()
-    assert not leftovers, f"processes left running: {[p.cmdline()[:4] for p in leftovers]}"
+    assert not leftovers, f"processes left running: {[cmd for _, cmd in leftovers]}"
     timers = [t.parent().objectName() or type(t.parent()).__name__ for w in QApplication.topLevelWidgets()
               if w.isVisible() for t in w.findChildren(QTimer) if t.isActive()]
     assert not timers, f"timers still active in open windows: {timers}"

@@ -120,10 +120,11 @@ BAD_CONFIGS = [
 ]
 
 
-def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make_window, tmp_path, monkeypatch):
+def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make_window, shapes_dir, tmp_path,
+                                                                     monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
-    window = make_window()
+    window = make_window(write_config(tmp_path, shapes_dir))  # not the demo: writing it would outlive the test
     shown = []
     monkeypatch.setattr(QMessageBox, "warning", lambda parent, title, text, *a: shown.append((title, text)))
     for i, (content, expected) in enumerate(BAD_CONFIGS):
