@@ -92,3 +92,45 @@ def train_here(config_path: Path, runs_dir: Path, overrides=None, run: RunDir | 
             if h not in root.handlers:
                 root.addHandler(h)
     return run, code
+
+
+POISONED_MODEL = """
+import os
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    '''A small net that turns {what} to {value} on training steps {steps}{on_rank}.'''
+
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.head = nn.Linear(8, num_classes)
+        self.calls = 0
+        if {poison_grad}:
+            self.head.weight.register_hook(lambda g: torch.full_like(g, float("{value}")) if self.poisoned() else g)
+
+    def poisoned(self):
+        return self.calls in {steps} and os.environ.get("RANK", "0") in {ranks}
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+        out = self.head(self.conv(x).relu().mean((2, 3)))
+        if not {poison_grad} and self.training and self.poisoned():
+            out = out * float("{value}")
+        return out
+"""
+
+
+def poisoned_model(folder: Path, value: str, steps: tuple[int, ...], where: str = "grad",
+                   rank: int | None = None) -> str:
+    """A model file whose head's gradient (where='grad') or logits (where='output') become `value` ('nan', 'inf')
+    on the given training steps (counted from 1), on every rank or only on `rank`; returns its model.name."""
+    ranks = ("0", "1", "2", "3") if rank is None else (str(rank),)
+    source = POISONED_MODEL.format(what="the head's gradient" if where == "grad" else "the logits", value=value,
+                                   steps=tuple(steps), on_rank="" if rank is None else f" on rank {rank} only",
+                                   poison_grad=where == "grad", ranks=ranks)
+    path = folder / "net.py"
+    path.write_text(source)
+    return f"{path}:Net"

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from helpers import run_main, train_here, write_config
+from helpers import poisoned_model, run_main, train_here, write_config
 
 from trainer.config import ModelConfig
 from trainer.demo_data import write_demo_dataset
@@ -40,29 +40,9 @@ def test_layer_stats_match_a_reference_computation():
     assert global_norm(norms).item() == pytest.approx(total, rel=1e-5)
 
 
-NAN_MODEL = """
-import torch
-from torch import nn
-
-class Net(nn.Module):
-    def __init__(self, num_classes):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.head = nn.Linear(8, num_classes)
-        self.calls = 0
-        # poison the head's gradient on the 4th training step only
-        self.head.weight.register_hook(lambda g: torch.full_like(g, float("nan")) if self.calls == 4 else g)
-
-    def forward(self, x):
-        if self.training:
-            self.calls += 1
-        return self.head(self.conv(x).relu().mean((2, 3)))
-"""
-
-
 def test_injected_nan_stops_the_run_naming_the_layer(shapes_dir, tmp_path):
-    (tmp_path / "net.py").write_text(NAN_MODEL)
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"}, monitor={"log_every": 1})
+    model = poisoned_model(tmp_path, "nan", (4,))
+    cfg = write_config(tmp_path, shapes_dir, model={"name": model}, monitor={"log_every": 1})
     result = run_main("train", cfg, "--run-dir", tmp_path / "run")
     assert result.returncode == 3
     status = RunDir(tmp_path / "run").read_status()
@@ -77,8 +57,8 @@ def test_injected_nan_stops_the_run_naming_the_layer(shapes_dir, tmp_path):
 
 
 def test_skip_mode_skips_the_bad_step_and_finishes(shapes_dir, tmp_path):
-    (tmp_path / "net.py").write_text(NAN_MODEL)
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"},
+    model = poisoned_model(tmp_path, "nan", (4,))
+    cfg = write_config(tmp_path, shapes_dir, model={"name": model},
                        train={"on_nonfinite": "skip", "epochs": 1}, monitor={"log_every": 1})
     run, code = train_here(cfg, tmp_path / "runs")
     assert code == 0

@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, process_tree_gone, run_main, write_config
+from helpers import REPO, poisoned_model, process_tree_gone, run_main, write_config
 
 from trainer.checkpoint import load_weights_only
 from trainer.config import ConfigError, RunConfig
@@ -201,34 +201,11 @@ def test_horovod_wiring_trains_like_one_process(shapes_dir, tmp_path):
         torch.testing.assert_close(b["model"][key], value, rtol=1e-4, atol=1e-6, msg=key)
 
 
-NAN_ON_RANK_1 = """
-import os
-import torch
-from torch import nn
-
-class Net(nn.Module):
-    # NaN logits on rank 1 alone, at its 3rd training step: only that rank's loss is non-finite.
-    def __init__(self, num_classes):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.head = nn.Linear(8, num_classes)
-        self.calls = 0
-
-    def forward(self, x):
-        out = self.head(self.conv(x).relu().mean((2, 3)))
-        if self.training:
-            self.calls += 1
-            if os.environ.get("RANK") == "1" and self.calls == 3:
-                out = out * float("nan")
-        return out
-"""
-
-
 def test_a_non_finite_loss_on_one_rank_stops_every_rank_alike(shapes_dir, tmp_path):
     """The decision is taken from the all-reduced flag: both ranks stop as diverged at the same step, neither
     waits in a collective for the other (the run ends long before device.timeout_s)."""
-    (tmp_path / "net.py").write_text(NAN_ON_RANK_1)
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"}, train={"epochs": 3},
+    model = poisoned_model(tmp_path, "nan", (3,), where="output", rank=1)
+    cfg = write_config(tmp_path, shapes_dir, model={"name": model}, train={"epochs": 3},
                        monitor={"log_every": 4, "grad_stats": False})
     started = time.time()
     result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set", *ddp_sets("spawn"),

@@ -54,31 +54,12 @@ def test_auto_on_this_machine_matches_its_cpu_flags():
 
 # ---- fp16 with a GradScaler, on CPU (torch.autocast("cpu", float16) + torch.amp.GradScaler("cpu")) ----
 
-from helpers import train_here, write_config  # noqa: E402
+from helpers import poisoned_model, train_here, write_config  # noqa: E402
 
 from trainer.checkpoint import load_weights_only  # noqa: E402
 from trainer.events import read_events  # noqa: E402
 from trainer.stats import GradMonitor  # noqa: E402
 from trainer.strategy import Precision, Strategy  # noqa: E402
-
-INF_MODEL = """
-import torch
-from torch import nn
-
-class Net(nn.Module):
-    def __init__(self, num_classes):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.head = nn.Linear(8, num_classes)
-        self.calls = 0
-        # an overflowing gradient on training steps 2 and 4, as a too-large loss scale gives
-        self.head.weight.register_hook(lambda g: torch.full_like(g, float("inf")) if self.calls in (2, 4) else g)
-
-    def forward(self, x):
-        if self.training:
-            self.calls += 1
-        return self.head(self.conv(x).relu().mean((2, 3)))
-"""
 
 
 def test_fp16_on_cpu_trains_as_well_as_bf16(shapes_dir, tmp_path):
@@ -98,8 +79,8 @@ def test_fp16_on_cpu_trains_as_well_as_bf16(shapes_dir, tmp_path):
 def test_fp16_overflows_are_loss_scaling_not_divergence(shapes_dir, tmp_path, policy):
     """An overflowing fp16 gradient (here on steps 2 and 4, both log steps) makes the scaler skip that step and
     halve its scale: the run completes in either policy, and in skip mode the scaler still updates every step."""
-    (tmp_path / "net.py").write_text(INF_MODEL)
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'net.py'}:Net"},
+    model = poisoned_model(tmp_path, "inf", (2, 4))
+    cfg = write_config(tmp_path, shapes_dir, model={"name": model},
                        train={"epochs": 2, "amp": "fp16", "on_nonfinite": policy}, monitor={"log_every": 2})
     run, code = train_here(cfg, tmp_path / "runs")
     assert code == 0, run.tail_log()
