@@ -134,7 +134,6 @@ class MainWindow(QMainWindow):
         self.runs_page.set_runs_dir(self.runs_dir)
         self.device_page.start_probe()
         self.model_page.describe()
-        self.model_page.load_store()
         self._restore_settings()
         self.nav.setCurrentRow(0)
         self._update_buttons()

@@ -224,13 +224,12 @@ def epoch_batches(n: int, batch_size: int, *, seed: int, epoch: int, rank: int =
     DistributedSampler does); rank r takes every world-th index, so the union of the ranks' k-th
     batches is the single-process k-th batch of size batch_size * world.
     """
+    g = torch.Generator().manual_seed(seed * 100003 + epoch)
     if labels is not None:
-        g = torch.Generator().manual_seed(seed * 100003 + epoch)
         y = torch.tensor(labels)
         weights = (1.0 / torch.bincount(y).float())[y]
         order = torch.multinomial(weights, n, replacement=True, generator=g).tolist()
     elif shuffle:
-        g = torch.Generator().manual_seed(seed * 100003 + epoch)
         order = torch.randperm(n, generator=g).tolist()
     else:
         order = list(range(n))

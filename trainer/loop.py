@@ -214,11 +214,11 @@ class Loop:
                 logits = net(x)
                 loss_sum += parts.criterion(logits, y).float() * y.shape[0]
             if kept is not None:
-                kept.append(logits.float().cpu())
+                kept.append(logits.float())  # stays on the device: one copy at the end, no sync per batch
             confusion += torch.bincount(y * n + logits.argmax(1), minlength=n * n).float()
             if n > 5:
                 top5 += (logits.topk(5, dim=1).indices == y[:, None]).any(1).sum()
-        self._val_logits = torch.cat(kept) if kept else None
+        self._val_logits = torch.cat(kept).cpu() if kept else None
         totals = s.all_reduce_sum(torch.cat([loss_sum[None], top5[None], confusion])).cpu()  # host sync
         conf = totals[2:].view(n, n)
         seen = conf.sum().clamp_min(1)

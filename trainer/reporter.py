@@ -38,32 +38,36 @@ class Reporter:
         self.emit("prepare", phase=phase, message=message, **fields)
 
     def cache_progress(self) -> Callable[[int, int], None]:
-        """A progress callback for decoding into the cache: a `prepare` event at most every 0.5 s, a log line
-        per 10%."""
-        shown = {"time": 0.0, "tenth": 0}
+        """A progress callback for decoding into the cache: `prepare` events, and a log line per 10%."""
+        shown = {"tenth": 0}
 
-        def report(done: int, total: int) -> None:
-            now = time.monotonic()
-            if done == total or now - shown["time"] >= 0.5:
-                shown["time"] = now
-                self.prepare("cache", f"decoding images into the cache: {done}/{total}", done=done, total=total)
+        def describe(done: int, total: int) -> str:
             tenth = done * 10 // max(total, 1)
             if tenth > shown["tenth"] and self.is_main:
                 shown["tenth"] = tenth
                 log.info("decoding images into the cache: %d/%d", done, total)
+            return f"decoding images into the cache: {done}/{total}"
 
-        return report
+        return self._throttled("cache", describe)
 
     def download_progress(self) -> Callable[[int, int], None]:
-        """A progress callback for fetching pretrained weights: a `prepare` event at most every 0.5 s."""
-        shown = {"time": 0.0}
+        """A progress callback for fetching pretrained weights (bytes): `prepare` events."""
+        def describe(done: int, total: int) -> str:
+            size = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
+            return f"downloading pretrained weights: {size}"
+
+        return self._throttled("weights", describe)
+
+    def _throttled(self, phase: str, describe: Callable[[int, int], str]) -> Callable[[int, int], None]:
+        """(done, total) -> a `prepare` event of `phase` at most every 0.5 s, and one at the end."""
+        last = {"time": 0.0}
 
         def report(done: int, total: int) -> None:
+            message = describe(done, total)
             now = time.monotonic()
-            if done == total or now - shown["time"] >= 0.5:
-                shown["time"] = now
-                size = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
-                self.prepare("weights", f"downloading pretrained weights: {size}", done=done, total=total)
+            if done == total or now - last["time"] >= 0.5:
+                last["time"] = now
+                self.prepare(phase, message, done=done, total=total)
 
         return report
 

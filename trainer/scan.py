@@ -94,12 +94,8 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
         entries = sorted(os.scandir(root_path), key=lambda e: e.name)
     except PermissionError as e:
         raise DataError(f"{root}: permission denied") from e
-    root_real = os.path.realpath(root_path)
-    for e in entries:
-        if e.is_dir() and not e.name.startswith(".") and os.path.realpath(e.path) == root_real:
-            result.warnings.append(f"{printable_path(e.path)}: links back to the dataset folder itself; not a class")
-    result.classes = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")
-                      and os.path.realpath(e.path) != root_real]
+    result.classes, loops_back = _class_folders(root_path, entries)
+    result.warnings += [f"{printable_path(p)}: links back to the dataset folder itself; not a class" for p in loops_back]
     for e in entries:
         if not e.is_dir():
             if e.name.lower().endswith(IMAGE_EXTENSIONS) and not e.name.startswith("."):
@@ -154,6 +150,15 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
     return result
 
 
+def _class_folders(root: Path, entries: list[os.DirEntry]) -> tuple[list[str], list[str]]:
+    """The class folders among `root`'s entries (sorted; hidden ones skipped), and the paths of folders that are
+    links back to `root` itself (not classes)."""
+    root_real = os.path.realpath(root)
+    folders = [e for e in entries if e.is_dir() and not e.name.startswith(".")]
+    loops_back = [e.path for e in folders if os.path.realpath(e.path) == root_real]
+    return [e.name for e in folders if e.path not in loops_back], loops_back
+
+
 def _once_each(found: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
     """Each file once: of the paths that reach one file, the one without a symbolic link in it (its real place,
     with that folder's class), else the first. Returns the kept (path, label) in order, and (dropped, kept) pairs."""
@@ -200,8 +205,7 @@ def quick_layout(root: str | os.PathLike) -> list[str]:
     """
     root_path = check_folder(root)
     try:
-        classes = sorted(e.name for e in os.scandir(root_path) if e.is_dir() and not e.name.startswith(".")
-                         and os.path.realpath(e.path) != os.path.realpath(root_path))
+        classes, _ = _class_folders(root_path, sorted(os.scandir(root_path), key=lambda e: e.name))
     except PermissionError as e:
         raise DataError(f"{root}: permission denied") from e
     if not classes:

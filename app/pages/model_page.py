@@ -173,6 +173,12 @@ class ModelPage(QWidget):
         self.weights.currentTextChanged.connect(lambda _: self._debounce.start())
 
     # ---- the store -----------------------------------------------------------------------------
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        """The store is read when the page is first shown, not at start-up (it imports torchvision)."""
+        super().showEvent(event)
+        if self.store is None and self._store_job is None:
+            self.load_store()
+
     def load_store(self) -> None:
         job = CliJob(["describe-model", "--store"], self)
         job.done.connect(self._store_loaded)

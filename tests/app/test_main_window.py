@@ -266,6 +266,7 @@ def test_save_slurm_script_writes_the_form_s_config_and_the_cli_s_script(qtbot, 
 def test_the_model_store_filters_sorts_and_starts_from_pretrained(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window(write_config(tmp_path, shapes_dir))
     page = window.model_page
+    window.nav.setCurrentRow(1)  # the store is read when the Model page is first shown
     qtbot.waitUntil(lambda: page.store is not None, timeout=60_000)
     page.filter.setText("resnet")
     names = [page.proxy.index(r, 0).data() for r in range(page.proxy.rowCount())]
