@@ -81,6 +81,11 @@ def main() -> int:
             window.runs_page._compare()
         if name in tabs:
             window.dashboard.tabs.setCurrentIndex(tabs[name])
+        if name == "model":  # the store is read when the page is first shown
+            window.nav.setCurrentRow(PAGES.index(page))
+            when(lambda: window.model_page.store is not None,
+                 lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            return
         if name == "store":
             when(lambda: window.model_page.store is not None, choose_resnet18)
             when(lambda: window.model_page.parameters[:1] == [("conv1.weight", 9408)],
