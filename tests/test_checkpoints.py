@@ -206,7 +206,7 @@ def test_exports_reload_without_traindeck_and_give_the_same_logits(trained_resne
     torch.testing.assert_close(torch.load(tmp_path / "y.pt", weights_only=True), expected, rtol=1e-4, atol=1e-4)
 
     images = sorted(shapes_dir.glob("*/*.png"))[::29]
-    predicted = [label for _, label, _ in predict(out, images)]
+    predicted = [r.label for r in predict(out, images)]
     mean = torch.tensor(state["preprocess"]["mean"]).view(1, 3, 1, 1)
     std = torch.tensor(state["preprocess"]["std"]).view(1, 3, 1, 1)
     batch = (torch.stack([decode_image(str(p), 32) for p in images]).float() / 255 - mean) / std

@@ -88,9 +88,9 @@ def test_predictions_agree_with_the_exported_model(run_with_test_set, tmp_path):
     rows = list(csv.DictReader(open(run.path / "eval" / "test" / "predictions.csv")))
     model = export_run(run, "onnx", tmp_path / "model.onnx")
     fresh = predict(model, [__import__("pathlib").Path(r["path"]) for r in rows[:40]])
-    for row, (path, label, prob) in zip(rows, fresh):
-        assert row["path"] == path and row["predicted"] == label
-        assert float(row["confidence"]) == pytest.approx(prob, abs=1e-3)
+    for row, r in zip(rows, fresh):
+        assert row["path"] == r.path and row["predicted"] == r.label
+        assert float(row["confidence"]) == pytest.approx(r.probability, abs=1e-3)
 
 
 def test_the_best_epoch_s_validation_predictions_are_kept(run_with_test_set):

@@ -16,7 +16,7 @@ from trainer.scan import printable_path
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights", "evaluate")
+            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam")
 
 
 class CommandError(Exception):
@@ -54,6 +54,9 @@ def cmd_train(args) -> int:
         run = new_run_dir(args.runs_dir or default_runs_dir(), label)
     lock = run.lock()  # held from before the first write until the run ends: two launches never mix
     try:
+        from trainer.manifest import read_manifest, write_manifest
+
+        manifest = read_manifest(cfg.data.exclude) if cfg.data.exclude else None  # before an --overwrite clears
         if run.holds_a_run():
             if not args.overwrite:
                 from trainer.rundir import RunDirUsed
@@ -63,6 +66,8 @@ def cmd_train(args) -> int:
                                  f"to replace it")
             run.clear_for_new_run()
         run.create()
+        if manifest is not None:  # the run keeps the manifest it trained with: later edits do not change it
+            cfg.data.exclude = str(write_manifest(manifest, run.manifest))
         save_config(cfg, run.config)
     except BaseException:
         lock.close()
@@ -109,14 +114,18 @@ def _finish(run: RunDir, code: int) -> int:
 
 
 def cmd_check_data(args) -> int:
+    from trainer.manifest import read_manifest
     from trainer.scan import format_report, scan_image_folder
 
-    result = scan_image_folder(args.dir)
+    if args.exclude and not Path(args.exclude).is_file():
+        raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
+    result = scan_image_folder(args.dir, manifest=read_manifest(args.exclude) if args.exclude else None)
     print(format_report(result))
     if args.json:
         Path(args.json).write_text(json.dumps({
             "root": result.root, "classes": result.classes, "counts": result.counts,
-            "bad_files": result.bad_files, "warnings": result.warnings, "problems": result.problems()}))
+            "bad_files": result.bad_files, "warnings": result.warnings, "problems": result.problems(),
+            "excluded": result.excluded, "relabelled": result.relabelled}))
     return 1 if result.problems() else 0
 
 
@@ -189,6 +198,18 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_grad_cam(args) -> int:
+    """Grad-CAM of a run's checkpoint on one image: the overlay PNG, and a JSON summary on stdout."""
+    from trainer.gradcam import NoSpatialLayer, grad_cam_for_run
+
+    try:
+        result = grad_cam_for_run(Path(args.run_dir), Path(args.image), Path(args.out), args.checkpoint, args.cls)
+    except NoSpatialLayer as e:
+        raise CommandError(f"{args.run_dir}: {e}") from e
+    print(json.dumps(result))
+    return 0
+
+
 def cmd_fetch_weights(args) -> int:
     """Download a model's published weights into the cache (to prepare a machine that will be offline)."""
     from trainer.config import ModelConfig
@@ -242,11 +263,20 @@ def cmd_export(args) -> int:
 
 
 def cmd_predict(args) -> int:
+    """Classify images or folders; an unreadable file is named (exit 2) and the others are still printed."""
     from trainer.export import predict
 
-    for path, label, prob in predict(Path(args.export), [Path(p) for p in args.images]):
-        print(f"{printable_path(path)}\t{label}\t{prob:.3f}")
-    return 0
+    if args.top < 1:
+        raise CommandError(f"--top: must be at least 1, got {args.top}")
+    results = predict(Path(args.model), [Path(p) for p in args.images], top=args.top, which=args.checkpoint)
+    if args.json:
+        print(json.dumps([{"path": r.path, "top": r.top, "error": r.error} for r in results]))
+    for r in results:
+        if r.error:
+            print(f"error: {printable_path(r.error)}", file=sys.stderr)
+        elif not args.json:
+            print("\t".join([printable_path(r.path)] + [f"{c}\t{p:.3f}" for c, p in r.top]))
+    return 2 if any(r.error for r in results) else 0
 
 
 def cmd_lr_find(args) -> int:
@@ -300,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check-data", help="scan an ImageFolder tree without training")
     p.add_argument("dir")
     p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--exclude", help="a data.exclude manifest to honour (images left out or relabelled)")
     p.set_defaults(func=cmd_check_data)
 
     p = sub.add_parser("demo-data", help="write the built-in demo dataset (drawn shapes)")
@@ -330,6 +361,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.set_defaults(func=cmd_evaluate)
 
+    p = sub.add_parser("grad-cam", help="Grad-CAM overlay: where a run's network sees the evidence in an image")
+    p.add_argument("run_dir")
+    p.add_argument("image")
+    p.add_argument("--out", required=True, help="the overlay PNG to write")
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.add_argument("--class", dest="cls", help="explain this class (default: the predicted one)")
+    p.set_defaults(func=cmd_grad_cam)
+
     p = sub.add_parser("fetch-weights", help="download a model's pretrained weights into the cache (for offline use)")
     p.add_argument("model", help="a torchvision classifier (resnet50, ...) or timm:NAME")
     p.add_argument("weights", nargs="?", default="DEFAULT", help="a name the model offers (default: DEFAULT)")
@@ -355,9 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", action="store_true", help="write the suggestion into the config file")
     p.set_defaults(func=cmd_lr_find)
 
-    p = sub.add_parser("predict", help="classify images with an exported model")
-    p.add_argument("export")
-    p.add_argument("images", nargs="+")
+    p = sub.add_parser("predict", help="classify images with a run's checkpoint or an exported model")
+    p.add_argument("model", help="a run directory or an exported model file (with its .json beside it)")
+    p.add_argument("images", nargs="+", help="image files or folders of them")
+    p.add_argument("--top", type=int, default=1, help="print this many classes per image, best first")
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS, help="with a run directory")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_predict)
     return parser
 

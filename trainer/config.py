@@ -74,6 +74,8 @@ class DataConfig:
                                 "$XDG_CACHE_HOME/traindeck/images)")
     sampler: str = opt("shuffle", "training order: shuffle (each image once per epoch) or balanced (images drawn "
                        "with replacement so every class is seen equally often)", choices=("shuffle", "balanced"))
+    exclude: str | None = opt(None, "dataset manifest (YAML): images left out or relabelled, written from the "
+                              "Results tab; the image files themselves are never touched")
     on_bad_file: str = opt("skip", "unreadable images: skip (listed in the log) or fail the run",
                            choices=("skip", "fail"))
 
@@ -235,6 +237,7 @@ class RunConfig:
         out.data.val_dir = fix(out.data.val_dir)
         out.data.test_dir = fix(out.data.test_dir)
         out.data.cache_dir = fix(out.data.cache_dir)
+        out.data.exclude = fix(out.data.exclude)
         if not is_weights_name(out.model.weights):
             out.model.weights = fix(out.model.weights)
         if is_user_model(out.model.name):

@@ -102,6 +102,7 @@ class DataBundle:
     val: Split
     skipped: list[tuple[str, str]]
     cache: str
+    manifest: dict | None = None  # {file, excluded, relabelled} when data.exclude is set
 
     def train_counts(self) -> list[int]:
         """Training images per class, in label order."""
@@ -161,9 +162,10 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
             progress(done, total)
 
     cache = resolve_cache(cfg, 0)
-    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none")}
+    manifest = load_manifest(cfg)
+    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none", manifest)}
     if cfg.val_dir:
-        folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none")
+        folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none", manifest)
         check_same_classes(folders["train"].classes, folders["val"].classes, cfg.val_dir)
     cache = resolve_cache(cfg, sum(len(f.samples) for f in folders.values()))
     skipped = [bad for scan in folders.values() for bad in scan.bad_files]
@@ -189,6 +191,9 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
     if not val_s:
         raise DataError(f"data.val_split: no validation images left from {cfg.train_dir}; add images or set data.val_dir")
     bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache)
+    if manifest is not None:
+        bundle.manifest = {"file": str(manifest.path), "excluded": sum(f.excluded for f in folders.values()),
+                           "relabelled": sum(f.relabelled for f in folders.values())}
     if stores:
         bundle.train.attach(stores["train"])
         bundle.val.attach(stores.get("val", stores["train"]))
@@ -198,11 +203,22 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
     return bundle
 
 
-def _checked_scan(folder: str, key: str, full: bool) -> ScanResult:
+def load_manifest(cfg: DataConfig):
+    """The data.exclude manifest, or None when the key is not set; a DataError when its file is missing."""
+    from trainer.manifest import read_manifest
+
+    if not cfg.exclude:
+        return None
+    if not os.path.isfile(cfg.exclude):
+        raise DataError(f"data.exclude: {cfg.exclude}: no such manifest file")
+    return read_manifest(cfg.exclude)
+
+
+def _checked_scan(folder: str, key: str, full: bool, manifest=None) -> ScanResult:
     if not folder:
         raise DataError(f"{key}: not set (the ImageFolder to train on)")
     try:
-        scan = scan_image_folder(folder, full=full)
+        scan = scan_image_folder(folder, full=full, manifest=manifest)
     except DataError as e:
         raise DataError(f"{key}: {e}") from e
     problems = scan.problems()

@@ -152,6 +152,7 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing;
     the eval folder written and its metrics. DataError when the folder's classes differ from the run's."""
     from trainer.export import load_run_model
+    from trainer.manifest import read_manifest
     from trainer.rundir import RunDir
     from trainer.scan import DataError, scan_image_folder
 
@@ -161,8 +162,10 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     folder = data_dir or test_dir
     if not folder:
         raise DataError(f"{run.path}: the run has no data.test_dir; give the folder to evaluate with --data DIR")
+    exclude = state["config"]["data"].get("exclude")
+    manifest = read_manifest(exclude) if exclude and os.path.isfile(exclude) else None
     try:
-        scan = scan_image_folder(folder)
+        scan = scan_image_folder(folder, manifest=manifest)
     except DataError as e:
         raise DataError(f"--data: {e}") from e
     classes = list(state["classes"])

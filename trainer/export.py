@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -85,39 +87,87 @@ def _arg_name(model: torch.nn.Module) -> str:
     return next(iter(inspect.signature(model.forward).parameters), "x")
 
 
-def predict(export: Path, images: list[Path]) -> list[tuple[str, str, float]]:
-    """(image, class, probability) for each image, using the export's sidecar preprocessing."""
-    sidecar_path = Path(f"{export}.json")
-    if not export.is_file():
-        raise ExportError(f"{export}: no such model file")
+@dataclass
+class Prediction:
+    """One image's result: the top classes with their probabilities (best first), or why it could not be read."""
+    path: str
+    top: list[tuple[str, float]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.top[0][0]
+
+    @property
+    def probability(self) -> float:
+        return self.top[0][1]
+
+
+def expand_images(paths: list[Path]) -> list[Path]:
+    """The images to classify: files as given; folders replaced by the image files under them (sorted)."""
+    from trainer.scan import IMAGE_EXTENSIONS
+
+    out = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS
+                          and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        else:
+            out.append(p)
+    return out
+
+
+def load_predictor(source: Path, which: str = "best") -> tuple[Callable[[torch.Tensor], torch.Tensor], dict]:
+    """A callable images -> logits and its preprocessing {classes, image_size, mean, std}, from a run directory
+    (its `which` checkpoint) or an exported model with its `.json` sidecar."""
+    if source.is_dir():
+        model, state, _ = load_run_model(RunDir(source), which)
+        return model, {"classes": state["classes"], **state["preprocess"]}
+    sidecar_path = Path(f"{source}.json")
+    if not source.is_file():
+        raise ExportError(f"{source}: no such model file or run directory")
     if not sidecar_path.exists():
         raise ExportError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
     try:
         meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
-        size, fmt, classes = meta["image_size"], meta["format"], meta["classes"]
-        mean = torch.tensor(meta["mean"]).view(1, 3, 1, 1)
-        std = torch.tensor(meta["std"]).view(1, 3, 1, 1)
+        meta["image_size"], meta["format"], meta["classes"], meta["mean"], meta["std"]  # noqa: B018 - all present
     except (ValueError, KeyError, TypeError) as e:
         raise ExportError(f"{sidecar_path}: not a TrainDeck export description ({type(e).__name__}: {e})") from e
-    decoded = []
-    for p in images:
-        try:
-            decoded.append(decode_image(str(p), size))
-        except Exception as e:  # noqa: BLE001 - unreadable, truncated, a decompression bomb: name the file
-            raise ExportError(f"{p}: cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
-    x = (torch.stack(decoded).float() / 255 - mean) / std
+    fmt = meta["format"]
     try:
-        run_model = _load_export(export, fmt, meta)
+        return _load_export(source, fmt, meta), meta
     except (ExportError, UnsafeFileError) as e:
         raise ExportError(str(e)) from e
     except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
-        raise ExportError(f"{export}: cannot load the {fmt} model, the file looks damaged or truncated "
+        raise ExportError(f"{source}: cannot load the {fmt} model, the file looks damaged or truncated "
                           f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from e
-    with torch.no_grad():
-        logits = run_model(x)
-    probs = torch.softmax(logits.float(), dim=1)
-    conf, idx = probs.max(1)
-    return [(str(p), classes[i], c) for p, i, c in zip(images, idx.tolist(), conf.tolist())]
+
+
+def predict(source: Path, images: list[Path], top: int = 1, which: str = "best", batch: int = 64) -> list[Prediction]:
+    """Classify images (files, or folders of them) with a run's checkpoint or an exported model, preprocessed as in
+    training. An image that cannot be read gets an `error` naming it; the others are still classified."""
+    net, meta = load_predictor(source, which)
+    classes = meta["classes"]
+    mean = torch.tensor(meta["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(meta["std"]).view(1, 3, 1, 1)
+    results = [Prediction(str(p)) for p in expand_images(images)]
+    for start in range(0, len(results), batch):
+        chunk, decoded = results[start:start + batch], []
+        for r in chunk:
+            try:
+                decoded.append(decode_image(r.path, meta["image_size"]))
+            except Exception as e:  # noqa: BLE001 - unreadable, truncated, not an image, a bomb: name the file
+                r.error = f"{r.path}: cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        readable = [r for r in chunk if r.error is None]
+        if not readable:
+            continue
+        x = (torch.stack(decoded).float() / 255 - mean) / std
+        with torch.no_grad():
+            probs = torch.softmax(net(x).float(), dim=1)
+        values, indices = probs.topk(min(top, len(classes)), dim=1)
+        for r, v, i in zip(readable, values.tolist(), indices.tolist()):
+            r.top = [(classes[j], p) for j, p in zip(i, v)]
+    return results
 
 
 def _load_export(export: Path, fmt: str, meta: dict):

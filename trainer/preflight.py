@@ -28,6 +28,11 @@ def check_data_folders(data: DataConfig) -> list[str]:
         check_same_classes(classes, _layout(data.val_dir, "data.val_dir"), data.val_dir)
     if data.test_dir:
         check_same_classes(classes, _layout(data.test_dir, "data.test_dir"), data.test_dir, "data.test_dir")
+    if data.exclude:
+        from trainer.data import load_manifest
+        from trainer.manifest import apply_manifest
+
+        apply_manifest([], classes, load_manifest(data))  # readable, and relabels only to existing classes
     return classes
 
 

@@ -65,6 +65,11 @@ class RunDir:
         return self.path / "config.yaml"
 
     @property
+    def manifest(self) -> Path:
+        """The run's own copy of the data.exclude manifest it trained with."""
+        return self.path / "exclude.yaml"
+
+    @property
     def events(self) -> Path:
         return self.path / "events.jsonl"
 
@@ -156,7 +161,7 @@ class RunDir:
 
     def clear_for_new_run(self) -> None:
         """Remove what an earlier run left here (events, status, checkpoints, logs) before training anew."""
-        for path in (self.events, self.status_file, self.log, self.output_log, self.config):
+        for path in (self.events, self.status_file, self.log, self.output_log, self.config, self.manifest):
             path.unlink(missing_ok=True)
         shutil.rmtree(self.checkpoints, ignore_errors=True)
         self.clear_rank_errors()

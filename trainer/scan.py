@@ -36,6 +36,8 @@ class ScanResult:
     outside: int = 0  # images at the top level, outside any class folder
     warnings: list[str] = field(default_factory=list)
     unbalanced: bool = False  # the largest class has IMBALANCE_RATIO times the images of the smallest, or more
+    excluded: int = 0  # images left out by the data.exclude manifest
+    relabelled: int = 0  # images given another class by the manifest
 
     @property
     def counts(self) -> dict[str, int]:
@@ -82,8 +84,9 @@ def printable_path(path: str) -> str:
     return path if path.isprintable() else repr(path)
 
 
-def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: int = 8) -> ScanResult:
-    """Scan `root`; `full` decodes every image (finds truncated files), else only headers are read.
+def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: int = 8, manifest=None) -> ScanResult:
+    """Scan `root`; `full` decodes every image (finds truncated files), else only headers are read. A `manifest`
+    (trainer.manifest.Manifest) leaves images out or gives them another class; the files are not touched.
 
     Symbolic links are followed, but a folder is scanned once (a link loop is reported, not followed round)
     and a file reached through two paths is used once.
@@ -132,6 +135,10 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
         result.warnings.append(f"{len(twice)} file(s) reached through two paths were used once, e.g. "
                                f"{printable_path(path)} is {printable_path(first)}")
 
+    if manifest is not None:
+        from trainer.manifest import apply_manifest
+
+        candidates, result.excluded, result.relabelled = apply_manifest(candidates, result.classes, manifest)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         reasons = list(pool.map(lambda c: _check_image(c[0], full), candidates))
     for (path, label), reason in zip(candidates, reasons):
@@ -229,6 +236,8 @@ def format_report(result: ScanResult) -> str:
     if result.bad_files:
         lines.append(f"{len(result.bad_files)} files cannot be used:")
         lines.extend(f"  {printable_path(path)}: {reason}" for path, reason in result.bad_files)
+    if result.excluded or result.relabelled:
+        lines.append(f"the manifest leaves out {result.excluded} images and relabels {result.relabelled}")
     if result.outside:
         lines.append(f"{result.outside} images at the top level are outside any class folder and are not used "
                      f"(move them into a class folder)")
