@@ -53,14 +53,19 @@ def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = N
 
 
 class CliJob(QObject):
-    """`python main.py ARGS`; `done` carries its stdout parsed as JSON (or the text, with parse_json=False)."""
+    """`python main.py ARGS`; `done` carries its stdout parsed as JSON (or the text, with parse_json=False).
+
+    An exit code in `ok_codes` other than 0 still counts as done when the command printed its answer (`predict`
+    exits 2 when some files could not be read, and lists them in its JSON)."""
 
     done = Signal(object)
     failed = Signal(str)
 
-    def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True):
+    def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True,
+                 ok_codes: tuple[int, ...] = (0,)):
         super().__init__(parent)
         self.parse_json = parse_json
+        self.ok_codes = ok_codes
         self.cancelled = False
         self.process = QProcess(self)
         self.process.finished.connect(self._finished)
@@ -74,7 +79,7 @@ class CliJob(QObject):
             return
         out = bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
         err = bytes(self.process.readAllStandardError()).decode("utf-8", "replace")
-        if code != 0:
+        if code != 0 and not (code in self.ok_codes and out.strip()):
             lines = [line for line in err.splitlines() if line.strip()]
             self.failed.emit(lines[-1].removeprefix("error: ") if lines else f"exit code {code}")
         elif not self.parse_json:

@@ -35,9 +35,10 @@ from app.pages.optimizer_page import LrFindDialog, OptimizerPage
 from app.pages.runs_page import RunsPage
 from app.run_controller import RunController
 from app.run_model import RunModel
+from app.try_it import TryItDialog
 from trainer.config import ConfigError, RunConfig, load_config, save_config
 from trainer.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
-from trainer.rundir import RunDir
+from trainer.rundir import RunDir, list_runs
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,10 @@ class MainWindow(QMainWindow):
         self.runs.progressed.connect(self._progress)
         self.runs.runFinished.connect(self._run_finished)
         self.runs.changed.connect(self._update_buttons)
+        self.dataset_page.default_manifest = self.default_manifest_path
+        self.dashboard.results.markRequested.connect(self._mark_image)
+        self.dashboard.results.undoRequested.connect(self.dataset_page.undo)
+        self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
         self.runs_page.openRequested.connect(self.open_run)
         self.runs_page.resumeRequested.connect(self.resume_run)
 
@@ -164,6 +169,8 @@ class MainWindow(QMainWindow):
         self.start_action = action("Start", sp.SP_MediaPlay, self.start_run, "Ctrl+R")
         self.stop_action = action("Stop", sp.SP_MediaStop, self.stop_run)
         self.resume_action = action("Resume", sp.SP_MediaSeekForward, lambda: self.resume_run(None))
+        bar.addSeparator()
+        self.try_action = action("Try it…", sp.SP_FileDialogContentsView, self.try_it, "Ctrl+T")
 
     # ---- config ------------------------------------------------------------------------------
     def load_config_file(self, path: Path) -> bool:
@@ -339,6 +346,30 @@ class MainWindow(QMainWindow):
             QMessageBox.information(self, "Resume", refused)
             return
         self.nav.setCurrentRow(PAGES.index("Training"))
+
+    # ---- the dataset manifest and Try it -------------------------------------------------------
+    def default_manifest_path(self) -> Path:
+        """Where a new data.exclude manifest goes: beside the open config file, else in the runs folder's configs."""
+        if self.config_path is not None:
+            return self.config_path.with_name(f"{self.config_path.stem}.exclude.yaml")
+        return self.runs_dir / "configs" / "exclude.yaml"
+
+    def _mark_image(self, image: str, new_class) -> None:
+        self.dataset_page.mark(image, new_class)
+        what = "left out of training" if new_class is None else f"relabelled as {new_class}"
+        self.statusBar().showMessage(f"{Path(image).name}: {what} in {self.dataset_page.manifest_path} (the next "
+                                     f"run uses it; undo on the Dataset page)", 8000)
+
+    def try_it(self) -> TryItDialog:
+        """The Try it dialog, offering the shown run first, then every other run with a best checkpoint."""
+        runs = [r.path for r in list_runs(self.runs_dir) if (r.checkpoints / "best.pt").exists()]
+        current = self.run_model.run.path if self.run_model is not None else None
+        if current is not None and (current / "checkpoints" / "best.pt").exists():
+            runs = [current] + [r for r in runs if r != current]
+        dialog = TryItDialog(runs, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
 
     def open_run(self, path: str) -> None:
         """Show a past run's curves (replayed from its events), re-attaching when it is still going."""

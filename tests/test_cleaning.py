@@ -5,7 +5,7 @@ import hashlib
 import shutil
 
 import pytest
-from helpers import run_main, train_here, write_config
+from helpers import run_main, write_config
 
 from trainer.events import read_events
 from trainer.manifest import apply_manifest, read_manifest, write_manifest

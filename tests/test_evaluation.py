@@ -118,3 +118,21 @@ def test_evaluate_any_folder_and_refuse_other_classes(run_with_test_set, shapes_
     assert cli.main(["evaluate", str(run.path), "--data", str(other)]) == 2
     err = capsys.readouterr().err
     assert "its classes differ from the run's (extra: star; missing: cross)" in err and "Traceback" not in err
+
+
+def test_predict_a_folder_with_a_run_names_the_unreadable_file_and_shows_the_rest(run_with_test_set, tmp_path,
+                                                                                    capsys):
+    from trainer.export import export_run, predict
+
+    run, test = run_with_test_set
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not an image")
+    code = cli.main(["predict", str(run.path), str(test / "circle"), str(notes), "--top", "3", "--json"])
+    out, err = capsys.readouterr()
+    results = json.loads(out)
+    assert code == 2 and f"{test / 'circle' / 'broken.png'}: cannot read image" in err and f"{notes}: cannot" in err
+    readable = [r for r in results if not r["error"]]
+    assert len(readable) == 30 and len(results) == 32 and all(len(r["top"]) == 3 for r in readable)
+    exported = export_run(run, "onnx", tmp_path / "model.onnx")
+    same = predict(exported, [__import__("pathlib").Path(r["path"]) for r in readable])
+    assert [r["top"][0][0] for r in readable] == [r.label for r in same]

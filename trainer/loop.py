@@ -55,6 +55,8 @@ class Loop:
             seconds = time.time() - start
             is_best = metrics["val_acc"] > st.best_acc
             st.best_acc = max(st.best_acc, metrics["val_acc"])
+            if is_best and self.strategy.is_main:  # written before the epoch event: the app reads it on that event
+                self.write_val_predictions(st.epoch + 1)
             self.reporter.emit("epoch", epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
                                train_loss=train_loss, train_acc=train_acc, seconds=round(seconds, 3),
                                images_per_s=images / max(seconds, 1e-9), lr=self.lrs(), **metrics)
@@ -65,8 +67,6 @@ class Loop:
             st.epoch += 1
             st.batch_in_epoch = 0
             saved = is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
-            if is_best and self.strategy.is_main:
-                self.write_val_predictions()
             if saved:
                 self.save(is_best=is_best)
             if st.epoch < cfg.train.epochs and self.stop_requested():
@@ -232,7 +232,7 @@ class Loop:
         parts.train_mode(self.state.epoch)
         return out
 
-    def write_val_predictions(self) -> None:
+    def write_val_predictions(self, epoch: int) -> None:
         """The best epoch's per-image validation predictions, in eval/val/ (rank 0; the app reads them). Single-process
         runs reuse the logits `evaluate` kept; under DDP rank 0 predicts the whole split once more."""
         parts = self.parts
@@ -242,7 +242,7 @@ class Loop:
                                              pad=False)
             self._val_logits = self._predict(batches)
         preds = Predictions([p for p, _ in samples], torch.tensor([label for _, label in samples]), self._val_logits)
-        write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": self.state.epoch})  # completed
+        write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": epoch})
 
     @torch.no_grad()
     def _predict(self, batches: list[list[int]]) -> torch.Tensor:

@@ -171,5 +171,5 @@ class Dashboard(QWidget):
         self.curves.redraw(step_plots)
         if self.tabs.currentIndex() == GRADIENTS_TAB:
             self.gradients.redraw()
-        elif self.tabs.currentIndex() == RESULTS_TAB:
+        elif self.tabs.currentIndex() == RESULTS_TAB and step_plots is None:  # its files change at epochs, not steps
             self.results.redraw()

@@ -25,26 +25,29 @@ from PySide6.QtWidgets import (
 
 from app.background import run_in_thread
 from app.forms import Binder
+from app.thumbnails import load_thumbnails
 from trainer.config import key_choices
-from trainer.scan import ScanResult, scan_image_folder
+from trainer.manifest import Manifest, read_manifest, write_manifest
+from trainer.rundir import RunDir
+from trainer.scan import DataError, ScanResult, scan_image_folder
 
 THUMB = 56
 THUMBS_PER_CLASS = 6
 
 
-def _scan_with_thumbnails(folder: str) -> tuple[ScanResult, list[tuple[str, QImage]]]:
-    """Runs on the thread pool: header scan plus a few decoded thumbnails per class (QImage is thread-safe)."""
-    result = scan_image_folder(folder, full=False)
+def _scan_with_thumbnails(folder: str, manifest_path: str) -> tuple[ScanResult, list[tuple[str, QImage]], Manifest | None]:
+    """Runs on the thread pool: header scan (honouring the manifest) plus a few decoded thumbnails per class
+    (QImage is thread-safe)."""
+    manifest = read_manifest(manifest_path) if manifest_path else None
+    result = scan_image_folder(folder, full=False, manifest=manifest)
     rng = random.Random(0)
     thumbs = []
     for label, name in enumerate(result.classes):
         paths = [p for p, lab in result.samples if lab == label]
-        for path in rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))):
-            image = QImage(path)
+        for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
             if not image.isNull():
-                thumbs.append((name, image.scaled(THUMB, THUMB, Qt.AspectRatioMode.KeepAspectRatio,
-                                                  Qt.TransformationMode.SmoothTransformation)))
-    return result, thumbs
+                thumbs.append((name, image))
+    return result, thumbs, manifest
 
 
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget) -> QWidget:
@@ -79,8 +82,35 @@ def format_normalisation(mean, std, auto: dict | None) -> str:
             + where)
 
 
+def manifest_row(binder: Binder, parent: QWidget) -> QWidget:
+    edit = binder.line("data.exclude", "optional: images left out or relabelled (marked in the Results tab)")
+    button = QPushButton("Browse…")
+    button.setObjectName("browse:data.exclude")
+
+    def browse():
+        chosen, _ = QFileDialog.getOpenFileName(parent, "Dataset manifest", edit.text() or str(Path.home()),
+                                                "Manifests (*.yaml *.yml)")
+        if chosen:
+            edit.setText(chosen)
+
+    button.clicked.connect(browse)
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(edit, 1)
+    layout.addWidget(button)
+    return row
+
+
+def is_run_copy(manifest_path: str) -> bool:
+    """The manifest is a run directory's own copy (opening a past run loads its config, which points there)."""
+    run = RunDir(Path(manifest_path).parent)
+    return Path(manifest_path) == run.manifest and run.config.exists()
+
+
 class DatasetPage(QWidget):
     scanned = Signal(object)  # ScanResult, or None when the folder cannot be scanned
+    manifestChanged = Signal(dict)  # real path -> new class (None: excluded), after each scan
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
@@ -88,6 +118,9 @@ class DatasetPage(QWidget):
         self.scan_result: ScanResult | None = None
         self.scan_error = ""
         self._scan_serial = 0
+        self.manifest: Manifest | None = None
+        # where a new manifest goes when data.exclude is not set yet (the window decides: beside the config)
+        self.default_manifest = lambda: Path.home() / "traindeck-exclude.yaml"
 
         folders = QGroupBox("Folders")
         form = QFormLayout(folders)
@@ -96,6 +129,7 @@ class DatasetPage(QWidget):
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
                                                     "Validation images", self))
         form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))
+        form.addRow("Manifest", manifest_row(binder, self))
 
         loading = QGroupBox("Loading")
         lf = QFormLayout(loading)
@@ -139,6 +173,14 @@ class DatasetPage(QWidget):
         self.thumbs.setMovement(QListWidget.Movement.Static)
         self.bad_files = QListWidget()
         self.bad_files.setObjectName("badFiles")
+        self.manifest_entries = QListWidget()
+        self.manifest_entries.setObjectName("manifestEntries")
+        self.manifest_entries.setSelectionMode(QListWidget.SelectionMode.ExtendedSelection)
+        self.undo_entry = QPushButton("Undo selected")
+        self.undo_entry.setObjectName("undoManifestEntry")
+        self.undo_entry.setToolTip("put the image back as it is in its folder")
+        self.undo_entry.clicked.connect(self.undo_selected)
+        self.manifest_title = QLabel("<b>Left out or relabelled</b> (none)")
 
         self.imbalance_fixes = QWidget()
         self.imbalance_fixes.setObjectName("imbalanceFixes")
@@ -166,6 +208,11 @@ class DatasetPage(QWidget):
         rl.addWidget(self.thumbs, 3)
         rl.addWidget(QLabel("<b>Unusable files</b>"))
         rl.addWidget(self.bad_files, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.manifest_title, 1)
+        row.addWidget(self.undo_entry)
+        rl.addLayout(row)
+        rl.addWidget(self.manifest_entries, 1)
 
         splitter = QSplitter()
         splitter.addWidget(left)
@@ -180,13 +227,18 @@ class DatasetPage(QWidget):
         self._debounce.timeout.connect(self.scan)
         train_edit: QLineEdit = binder.widgets["data.train_dir"]
         train_edit.textChanged.connect(lambda _: self._debounce.start())
+        binder.widgets["data.exclude"].textChanged.connect(lambda _: self._debounce.start())
 
     @property
     def train_dir(self) -> str:
         return self.binder.widgets["data.train_dir"].text().strip()
 
+    @property
+    def manifest_path(self) -> str:
+        return self.binder.widgets["data.exclude"].text().strip()
+
     def scan(self) -> None:
-        folder = self.train_dir
+        folder, manifest_path = self.train_dir, self.manifest_path
         self._scan_serial += 1
         serial = self._scan_serial
         self.scan_result = None
@@ -195,7 +247,7 @@ class DatasetPage(QWidget):
             self.scanned.emit(None)
             return
         self.summary.setText(f"Scanning {folder} …")
-        run_in_thread(lambda: _scan_with_thumbnails(folder),
+        run_in_thread(lambda: _scan_with_thumbnails(folder, manifest_path),
                       lambda result: self._show(serial, result), lambda error: self._failed(serial, error))
 
     def _failed(self, serial: int, error: str) -> None:
@@ -211,13 +263,16 @@ class DatasetPage(QWidget):
     def _show(self, serial: int, payload) -> None:
         if serial != self._scan_serial:
             return  # a newer scan is under way
-        result, thumbs = payload
+        result, thumbs, manifest = payload
         self.scan_result = result
+        self._show_manifest(manifest)
         self.scan_error = ""
         counts = result.counts
         text = f"<b>{len(result.classes)} classes, {len(result.samples)} images</b> in {result.root}"
         if result.bad_files:
             text += f"; {len(result.bad_files)} unusable"
+        if result.excluded or result.relabelled:
+            text += f"; the manifest leaves out {result.excluded} and relabels {result.relabelled}"
         for w in result.warnings:
             text += f"<br><span style='color:#b8860b'>warning: {w}</span>"
         for p in result.problems():
@@ -238,6 +293,53 @@ class DatasetPage(QWidget):
         for path, reason in result.bad_files:
             self.bad_files.addItem(f"{path}: {reason}")
         self.scanned.emit(result)
+
+    # ---- the manifest (data.exclude) -----------------------------------------------------------------
+    def _show_manifest(self, manifest: Manifest | None) -> None:
+        self.manifest = manifest
+        self.manifest_entries.clear()
+        entries = manifest.entries() if manifest else []
+        for path, new in entries:
+            item = QListWidgetItem(f"{'excluded' if new is None else '→ ' + new}:  {path}")
+            item.setData(Qt.ItemDataRole.UserRole, path)
+            self.manifest_entries.addItem(item)
+        where = f" in {manifest.path.name}" if manifest else ""
+        self.manifest_title.setText(f"<b>Left out or relabelled</b> ({len(entries) or 'none'}{where}; your files are "
+                                    f"not touched)")
+        self.undo_entry.setEnabled(bool(entries))
+        self.manifestChanged.emit(dict(entries))
+
+    def _edit_manifest(self, change) -> None:
+        """Apply `change(manifest)` to the data.exclude file (created beside the config when not set yet) and
+        rescan. Done here, not on the thread pool, so that quick successive marks never lose one another (the file
+        is a few lines)."""
+        path = self.manifest_path
+        try:
+            manifest = read_manifest(path) if path else None
+            if not path or is_run_copy(path):  # a run keeps the manifest it trained with: edit a new one
+                path = str(self.default_manifest())
+                manifest = Manifest(Path(path), manifest.exclude, manifest.relabel) if manifest else read_manifest(path)
+                self.binder.widgets["data.exclude"].setText(path)
+            change(manifest)
+            write_manifest(manifest)
+        except (OSError, DataError) as e:
+            self.summary.setText(f"<span style='color:#c9302c'>cannot update the manifest: {e}</span>")
+            return
+        self._debounce.stop()
+        self.scan()
+
+    def mark(self, image: str, new_class: str | None) -> None:
+        """Leave `image` out of training (new_class None) or give it another class, in the manifest."""
+        self._edit_manifest(lambda m: m.mark_excluded(image) if new_class is None else m.mark_relabelled(image,
+                                                                                                         new_class))
+
+    def undo(self, image: str) -> None:
+        self._edit_manifest(lambda m: m.undo(image))
+
+    def undo_selected(self) -> None:
+        images = [item.data(Qt.ItemDataRole.UserRole) for item in self.manifest_entries.selectedItems()]
+        if images:
+            self._edit_manifest(lambda m: [m.undo(p) for p in images])
 
     def show_normalisation(self, raw: dict, auto: dict | None) -> None:
         data = raw.get("data", {})

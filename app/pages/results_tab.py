@@ -1,64 +1,520 @@
-"""The dashboard's Results tab: the best epoch's confusion matrix and per-class accuracy."""
+"""The dashboard's Results tab: what the model gets wrong, and why.
+
+Left: the confusion matrix of an evaluation (the best epoch's validation set, the test set, or any evaluated
+folder) as a table that scrolls and zooms, in counts or row percentages; clicking a cell shows its images. Right:
+the gallery (top losses by default), the most confused pairs, per-class figures and the reliability diagram; below
+them the selected image with its top classes, a Grad-CAM overlay computed on demand in a subprocess, and the
+manifest actions (exclude, relabel). Everything is read from the files under RUN_DIR/eval/, off the GUI thread.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+import tempfile
+from pathlib import Path
+
 import pyqtgraph as pg
-from PySide6.QtWidgets import QSplitter, QWidget
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QImage, QPixmap
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QRadioButton,
+    QSlider,
+    QSplitter,
+    QTableView,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
-from app.pages.plots import COLORS, image_plot, make_plot
+from app.background import CliJob, run_in_thread
+from app.eval_results import Evaluation, Prediction, evaluation_names, most_confused, mtime, read_evaluation
+from app.pages.plots import NumericItem
 from app.run_model import RunModel
+from app.thumbnails import load_thumbnails
 
-MAX_ANNOTATED_CLASSES = 20  # counts are written in the cells up to this many classes
+THUMB = 96
+PREVIEW = 240
+GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count says how many there are
+NAMES_ON_TOP = 12  # up to this many classes the predicted-class header shows names, else indices (names on hover)
+LOW, HIGH = QColor(255, 255, 255), QColor(31, 94, 168)
 
 
-class ResultsTab(QSplitter):
+def _blend(share: float) -> QColor:
+    s = max(0.0, min(1.0, share))
+    return QColor(*(round(a + (b - a) * s) for a, b in zip(LOW.getRgb()[:3], HIGH.getRgb()[:3])))
+
+
+class ConfusionModel(QAbstractTableModel):
+    """Rows: true class; columns: predicted class; cells coloured by the share of their row."""
+
+    def __init__(self):
+        super().__init__()
+        self.matrix: list[list[int]] = []
+        self.classes: list[str] = []
+        self.normalised = False
+
+    def set_matrix(self, matrix: list[list[int]], classes: list[str]) -> None:
+        self.beginResetModel()
+        self.matrix, self.classes = matrix, classes
+        self.endResetModel()
+
+    def set_normalised(self, on: bool) -> None:
+        self.normalised = on
+        if self.matrix:
+            self.dataChanged.emit(self.index(0, 0), self.index(len(self.matrix) - 1, len(self.matrix) - 1))
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 - Qt's name
+        return 0 if parent.isValid() else len(self.matrix)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.matrix)
+
+    def share(self, row: int, col: int) -> float:
+        total = sum(self.matrix[row])
+        return self.matrix[row][col] / total if total else 0.0
+
+    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        r, c = index.row(), index.column()
+        n, share = self.matrix[r][c], self.share(r, c)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (f"{100 * share:.0f}" if n else "") if self.normalised else (str(n) if n else "")
+        if role == Qt.ItemDataRole.BackgroundRole:
+            return _blend(share)
+        if role == Qt.ItemDataRole.ForegroundRole:
+            return QColor("white") if share > 0.5 else QColor("#222")
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return Qt.AlignmentFlag.AlignCenter
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return (f"true {self.classes[r]} → predicted {self.classes[c]}: {n} image(s), {100 * share:.1f}% of "
+                    f"{self.classes[r]}\nclick to show them")
+        return None
+
+    def headerData(self, section: int, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if section >= len(self.classes):
+            return None
+        name = self.classes[section]
+        if role == Qt.ItemDataRole.DisplayRole:
+            if orientation == Qt.Orientation.Vertical:
+                return f"{name}  {section}" if len(self.classes) > NAMES_ON_TOP else name
+            return name if len(self.classes) <= NAMES_ON_TOP else str(section)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{'predicted' if orientation == Qt.Orientation.Horizontal else 'true'}: {name}"
+        return None
+
+
+class ResultsTab(QWidget):
+    markRequested = Signal(str, object)  # image path, new class (None: exclude from training)
+    undoRequested = Signal(str)  # image path
+
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.model: RunModel | None = None
-        self.confusion_plot, self.confusion_image = image_plot("Confusion matrix, best epoch (rows: true class)",
-                                                               "CET-L12")
-        self.confusion_plot.getViewBox().invertY(True)
-        self.confusion_plot.setMouseEnabled(x=False, y=False)
-        self._confusion_texts: list = []
-        self.class_plot = make_plot("Per-class accuracy (best epoch)", "accuracy", "class")
-        self.class_plot.setMouseEnabled(x=False, y=False)
-        self.addWidget(self.confusion_plot)
-        self.addWidget(self.class_plot)
+        self.evaluation: Evaluation | None = None
+        self.shown: list[Prediction] = []
+        self.selected: Prediction | None = None
+        self.marked: dict[str, str | None] = {}  # real path -> class (None: excluded), from the Dataset page
+        self._loaded: tuple = ()
+        self._eval_serial = 0
+        self._thumb_serial = 0
+        self._cam_job: CliJob | None = None
+        self._cam_dir = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
 
+        # ---- matrix ----
+        self.eval_choice = QComboBox()
+        self.eval_choice.setObjectName("evaluationChoice")
+        self.eval_choice.setToolTip("the best epoch's validation set (val), the test set, or an evaluated folder")
+        self.eval_choice.currentTextChanged.connect(lambda _: self.redraw(force=True))
+        self.counts = QRadioButton("Counts")
+        self.counts.setChecked(True)
+        self.row_share = QRadioButton("Row %")
+        self.row_share.setObjectName("rowShare")
+        group = QButtonGroup(self)
+        group.addButton(self.counts)
+        group.addButton(self.row_share)
+        self.row_share.toggled.connect(lambda on: self.matrix_model.set_normalised(on))
+        self.zoom = QSlider(Qt.Orientation.Horizontal)
+        self.zoom.setObjectName("matrixZoom")
+        self.zoom.setRange(18, 90)
+        self.zoom.setValue(44)
+        self.zoom.setToolTip("cell size")
+        self.zoom.valueChanged.connect(self._zoom)
+        self.headline = QLabel("")
+        self.headline.setObjectName("evalHeadline")
+        self.headline.setWordWrap(True)
+        self.matrix_model = ConfusionModel()
+        self.matrix = QTableView()
+        self.matrix.setObjectName("confusionMatrix")
+        self.matrix.setModel(self.matrix_model)
+        self.matrix.setSelectionMode(QTableView.SelectionMode.SingleSelection)
+        self.matrix.clicked.connect(self._cell_clicked)
+        self.matrix.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.matrix.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self._zoom(self.zoom.value())
+
+        bar = QHBoxLayout()
+        bar.addWidget(QLabel("Set"))
+        bar.addWidget(self.eval_choice)
+        bar.addWidget(self.counts)
+        bar.addWidget(self.row_share)
+        bar.addWidget(QLabel("Zoom"))
+        bar.addWidget(self.zoom, 1)
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addLayout(bar)
+        ll.addWidget(self.headline)
+        ll.addWidget(QLabel("Confusion matrix: rows are the true class, columns the predicted one"))
+        ll.addWidget(self.matrix, 1)
+
+        # ---- gallery, pairs, per class, calibration ----
+        self.gallery_title = QLabel("")
+        self.gallery_title.setObjectName("galleryTitle")
+        self.all_errors = QPushButton("All errors")
+        self.all_errors.setToolTip("the misclassified images, highest loss first")
+        self.all_errors.clicked.connect(self.show_errors)
+        self.gallery = QListWidget()
+        self.gallery.setObjectName("gallery")
+        self.gallery.setViewMode(QListWidget.ViewMode.IconMode)
+        self.gallery.setIconSize(QSize(THUMB, THUMB))
+        self.gallery.setGridSize(QSize(THUMB + 44, THUMB + 48))
+        self.gallery.setResizeMode(QListWidget.ResizeMode.Adjust)
+        self.gallery.setMovement(QListWidget.Movement.Static)
+        self.gallery.setWordWrap(True)
+        self.gallery.currentRowChanged.connect(self._select)
+        gallery_box = QWidget()
+        gl = QVBoxLayout(gallery_box)
+        gl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(self.gallery_title, 1)
+        row.addWidget(self.all_errors)
+        gl.addLayout(row)
+        gl.addWidget(self.gallery, 1)
+
+        self.pairs = QTableWidget(0, 3)
+        self.pairs.setObjectName("confusedPairs")
+        self.pairs.setHorizontalHeaderLabels(["true class", "predicted as", "images"])
+        self.pairs.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.pairs.verticalHeader().hide()
+        self.pairs.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.pairs.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.pairs.cellClicked.connect(lambda r, _: self.show_cell(self.pairs.item(r, 0).text(),
+                                                                   self.pairs.item(r, 1).text()))
+        self.per_class = QTableWidget(0, 5)
+        self.per_class.setObjectName("perClass")
+        self.per_class.setHorizontalHeaderLabels(["class", "precision", "recall", "F1", "images"])
+        self.per_class.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.per_class.verticalHeader().hide()
+        self.per_class.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.per_class.setSortingEnabled(True)
+        self.reliability = pg.PlotWidget(title="Reliability: accuracy against confidence")
+        self.reliability.setBackground("w")
+        self.reliability.setLabel("bottom", "confidence")
+        self.reliability.setLabel("left", "accuracy")
+        self.reliability.setMouseEnabled(x=False, y=False)
+        self.side_tabs = QTabWidget()
+        self.side_tabs.addTab(gallery_box, "Gallery")
+        self.side_tabs.addTab(self.pairs, "Most confused")
+        self.side_tabs.addTab(self.per_class, "Per class")
+        self.side_tabs.addTab(self.reliability, "Calibration")
+
+        # ---- the selected image ----
+        self.preview = QLabel("Select an image")
+        self.preview.setObjectName("preview")
+        self.preview.setFixedSize(PREVIEW, PREVIEW)
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setStyleSheet("background: #f4f4f4; border: 1px solid #ddd;")
+        self.details = QLabel("")
+        self.details.setObjectName("imageDetails")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.cam_button = QPushButton("Grad-CAM")
+        self.cam_button.setObjectName("gradCam")
+        self.cam_button.setToolTip("where the network sees the evidence for its prediction (computed from the "
+                                   "checkpoint in a separate process)")
+        self.cam_button.clicked.connect(self.grad_cam)
+        self.exclude_button = QPushButton("Exclude from training")
+        self.exclude_button.setObjectName("excludeImage")
+        self.exclude_button.clicked.connect(lambda: self._mark(None))
+        self.relabel_choice = QComboBox()
+        self.relabel_choice.setObjectName("relabelChoice")
+        self.relabel_button = QPushButton("Relabel as")
+        self.relabel_button.setObjectName("relabelImage")
+        self.relabel_button.clicked.connect(lambda: self._mark(self.relabel_choice.currentText()))
+        self.undo_button = QPushButton("Undo")
+        self.undo_button.setObjectName("undoMark")
+        self.undo_button.clicked.connect(lambda: self.selected and self.undoRequested.emit(self.selected.path))
+        actions = QHBoxLayout()
+        actions.addWidget(self.cam_button)
+        actions.addWidget(self.exclude_button)
+        actions.addWidget(self.relabel_button)
+        actions.addWidget(self.relabel_choice, 1)
+        actions.addWidget(self.undo_button)
+        info = QVBoxLayout()
+        info.addWidget(self.details, 1)
+        info.addLayout(actions)
+        detail_box = QWidget()
+        dl = QHBoxLayout(detail_box)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addWidget(self.preview)
+        dl.addLayout(info, 1)
+        self._enable_actions(False)
+
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.side_tabs)
+        right.addWidget(detail_box)
+        right.setSizes([420, PREVIEW])
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setSizes([430, 560])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    # ---- binding ---------------------------------------------------------------------------------
     def set_model(self, model: RunModel) -> None:
         self.model = model
+        self.evaluation = None
+        self.shown = []
+        self._loaded = ()
+        self.eval_choice.blockSignals(True)
+        self.eval_choice.clear()
+        self.eval_choice.blockSignals(False)
+        self.matrix_model.set_matrix([], [])
+        self.gallery.clear()
+        self.gallery_title.setText("")
+        self.headline.setText("")
+        self._select(-1)
 
-    def redraw(self) -> None:
+    def set_marked(self, marked: dict[str, str | None]) -> None:
+        """The manifest's entries (real path -> new class, None when excluded), to show beside each image."""
+        self.marked = marked
+        self._select(self.gallery.currentRow())
+
+    def redraw(self, force: bool = False) -> None:
+        """Re-read the chosen evaluation when its files changed (a new best epoch, a finished test set)."""
         m = self.model
-        best = m.best_epoch if m is not None else None
-        if not best or not best.get("confusion"):
+        if m is None:
             return
-        conf = np.array(best["confusion"], dtype=float)
-        n = len(conf)
-        rows = conf.sum(1, keepdims=True)
-        share = np.divide(conf, rows, out=np.zeros_like(conf), where=rows > 0)
-        self.confusion_image.setImage(share.T, levels=(0, 1), autoLevels=False)
-        self.confusion_plot.setRange(xRange=(0, n), yRange=(0, n), padding=0.02)
-        for t in self._confusion_texts:
-            self.confusion_plot.removeItem(t)
-        self._confusion_texts.clear()
-        classes = m.start_event.get("classes", [])
-        if len(classes) <= MAX_ANNOTATED_CLASSES:
-            for i in range(n):
-                for j in range(n):
-                    text = pg.TextItem(str(int(conf[i, j])), color="w" if share[i, j] > 0.5 else "k", anchor=(0.5, 0.5))
-                    text.setPos(j + 0.5, i + 0.5)
-                    self.confusion_plot.addItem(text)
-                    self._confusion_texts.append(text)
-        ticks = [list(enumerate(classes))]
-        shifted = [[(i + 0.5, c) for i, c in ticks[0]]]
-        self.confusion_plot.getAxis("bottom").setTicks(shifted)
-        self.confusion_plot.getAxis("left").setTicks(shifted)
-        self.class_plot.clear()
-        # a class with no validation images has no accuracy (null): drawn as an empty slot, not as 0%
-        acc = [np.nan if a is None else a for a in best.get("per_class_acc", [])]
-        self.class_plot.addItem(pg.BarGraphItem(x=list(range(len(acc))), height=np.nan_to_num(acc), width=0.7,
-                                                brush=COLORS[2]))
-        self.class_plot.getAxis("bottom").setTicks(ticks)
-        self.class_plot.setYRange(0, 1)
+        names = evaluation_names(m.run.path)
+        if names != [self.eval_choice.itemText(i) for i in range(self.eval_choice.count())]:
+            current = self.eval_choice.currentText()
+            self.eval_choice.blockSignals(True)
+            self.eval_choice.clear()
+            self.eval_choice.addItems(names)
+            if current in names:
+                self.eval_choice.setCurrentText(current)
+            self.eval_choice.blockSignals(False)
+        name = self.eval_choice.currentText()
+        if not name:
+            self._show_epoch_matrix()
+            return
+        key = (name, mtime(m.run.path, name))
+        if key == self._loaded and not force:
+            return
+        self._loaded = key
+        self._eval_serial += 1
+        serial, run_path = self._eval_serial, m.run.path
+        run_in_thread(lambda: read_evaluation(run_path, name), lambda ev: self._show(serial, ev),
+                      lambda error: self.headline.setText(f"cannot read eval/{name}: {error}"))
+
+    def _show_epoch_matrix(self) -> None:
+        """A run without per-image predictions (an older run): the best epoch's matrix alone."""
+        best = self.model.best_epoch
+        if best.get("confusion") and self.matrix_model.matrix != best["confusion"]:
+            self.matrix_model.set_matrix(best["confusion"], self.model.start_event.get("classes", []))
+            self.headline.setText(f"best epoch {best.get('epoch')}: no per-image predictions were kept for this run")
+
+    def _show(self, serial: int, ev: Evaluation) -> None:
+        if serial != self._eval_serial:
+            return
+        self.evaluation = ev
+        m = ev.metrics
+        top5 = f" · top-5 {100 * m['top5_accuracy']:.1f}%" if m.get("top5_accuracy") is not None else ""
+        epoch = f" · epoch {m['epoch']}" if m.get("epoch") is not None else ""
+        self.headline.setText(f"<b>{ev.name}: {100 * m['accuracy']:.1f}%</b> of {m['images']} images{top5} · loss "
+                              f"{m['loss']:.3f} · calibration error {m['ece']:.3f}{epoch}")
+        self.matrix_model.set_matrix(m["confusion"], ev.classes)
+        self._size_columns()
+        self.relabel_choice.clear()
+        self.relabel_choice.addItems(ev.classes)
+        self.pairs.setRowCount(0)
+        for true, predicted, n in most_confused(m["confusion"], ev.classes):
+            r = self.pairs.rowCount()
+            self.pairs.insertRow(r)
+            self.pairs.setItem(r, 0, QTableWidgetItem(true))
+            self.pairs.setItem(r, 1, QTableWidgetItem(predicted))
+            self.pairs.setItem(r, 2, QTableWidgetItem(str(n)))
+        self.per_class.setSortingEnabled(False)
+        self.per_class.setRowCount(0)
+        for name, f in m["per_class"].items():
+            r = self.per_class.rowCount()
+            self.per_class.insertRow(r)
+            self.per_class.setItem(r, 0, QTableWidgetItem(name))
+            for c, key in enumerate(("precision", "recall", "f1", "support"), start=1):
+                value = f[key]
+                item = NumericItem("—" if value is None else (str(value) if key == "support" else f"{value:.3f}"))
+                item.setData(Qt.ItemDataRole.UserRole, value)
+                self.per_class.setItem(r, c, item)
+        self.per_class.setSortingEnabled(True)
+        self._draw_reliability(m)
+        self.show_errors()
+
+    def _draw_reliability(self, m: dict) -> None:
+        self.reliability.clear()
+        bins = [b for b in m.get("reliability", []) if b["count"]]
+        self.reliability.plot([0, 1], [0, 1], pen=pg.mkPen("#999", style=Qt.PenStyle.DashLine))
+        if bins:
+            self.reliability.addItem(pg.BarGraphItem(x=[(b["low"] + b["high"]) / 2 for b in bins],
+                                                     height=[b["accuracy"] for b in bins],
+                                                     width=bins[0]["high"] - bins[0]["low"], brush="#4a90d9"))
+        self.reliability.setTitle(f"Reliability (expected calibration error {m.get('ece', 0):.3f})")
+        self.reliability.setRange(xRange=(0, 1), yRange=(0, 1))
+
+    # ---- the gallery -------------------------------------------------------------------------------
+    def show_errors(self) -> None:
+        if self.evaluation is not None:
+            errors = self.evaluation.errors()
+            self._fill(errors, f"{len(errors)} misclassified images, highest loss first")
+
+    def show_cell(self, true: str, predicted: str) -> None:
+        if self.evaluation is None:
+            return
+        images = self.evaluation.cell(true, predicted)
+        what = "correctly classified" if true == predicted else f"predicted as {predicted}"
+        self._fill(images, f"{len(images)} images of {true} {what}")
+        self.side_tabs.setCurrentIndex(0)
+
+    def _cell_clicked(self, index: QModelIndex) -> None:
+        classes = self.matrix_model.classes
+        self.show_cell(classes[index.row()], classes[index.column()])
+
+    def _fill(self, predictions: list[Prediction], title: str) -> None:
+        self.shown = predictions[:GALLERY_LIMIT]
+        more = f" (the first {GALLERY_LIMIT} shown)" if len(predictions) > GALLERY_LIMIT else ""
+        self.gallery_title.setText(title + more)
+        self.gallery.clear()
+        for p in self.shown:
+            item = QListWidgetItem(f"{p.true} → {p.predicted}\n{100 * p.confidence:.0f}%" if p.wrong
+                                   else f"{p.true}\n{100 * p.confidence:.0f}%")
+            item.setToolTip(f"{p.path}\ntrue {p.true}, predicted {p.predicted} ({100 * p.confidence:.1f}%), "
+                            f"loss {p.loss:.3f}")
+            self.gallery.addItem(item)
+        self._thumb_serial += 1
+        serial, paths = self._thumb_serial, [p.path for p in self.shown]
+        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._set_icons(serial, images))
+        self._select(-1)
+
+    def _set_icons(self, serial: int, images: list[QImage]) -> None:
+        if serial != self._thumb_serial:
+            return
+        for i, image in enumerate(images):
+            if not image.isNull() and i < self.gallery.count():
+                self.gallery.item(i).setIcon(QPixmap.fromImage(image))
+
+    # ---- the selected image ------------------------------------------------------------------------
+    def _select(self, row: int) -> None:
+        if self._cam_job is not None:
+            self._cam_job.cancel()
+            self._cam_job = None
+        if not 0 <= row < len(self.shown):
+            self.selected = None
+            self.preview.setPixmap(QPixmap())
+            self.preview.setText("Select an image")
+            self.details.setText("")
+            self._enable_actions(False)
+            return
+        p = self.selected = self.shown[row]
+        top = "<br>".join(f"{c}: {100 * prob:.1f}%" for c, prob in p.top_k)
+        state = self._mark_state(p.path)
+        self.details.setText(f"<b>{Path(p.path).name}</b><br>true <b>{p.true}</b> · predicted <b>{p.predicted}</b> "
+                             f"({100 * p.confidence:.1f}%) · loss {p.loss:.3f}<br>{top}"
+                             + (f"<br><span style='color:#b8860b'>{state}</span>" if state else "")
+                             + f"<br><span style='color:#777'>{p.path}</span>")
+        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image))
+        self._enable_actions(True)
+        if p.predicted in self.evaluation.classes:
+            self.relabel_choice.setCurrentText(p.predicted)
+
+    def _mark_state(self, path: str) -> str:
+        import os
+
+        real = os.path.realpath(path)
+        if real not in self.marked:
+            return ""
+        new = self.marked[real]
+        return "in the manifest: excluded from training" if new is None else f"in the manifest: relabelled as {new}"
+
+    def _preview(self, p: Prediction, image: QImage) -> None:
+        if p is self.selected and not image.isNull():
+            self.preview.setPixmap(QPixmap.fromImage(image))
+
+    def _enable_actions(self, on: bool) -> None:
+        for w in (self.cam_button, self.exclude_button, self.relabel_button, self.relabel_choice, self.undo_button):
+            w.setEnabled(on)
+
+    def _mark(self, new_class: str | None) -> None:
+        if self.selected is not None:
+            self.markRequested.emit(self.selected.path, new_class)
+
+    def grad_cam(self) -> None:
+        """The overlay for the selected image, from the run's best checkpoint, computed by `main.py grad-cam`."""
+        p = self.selected
+        if p is None or self.model is None:
+            return
+        out = Path(self._cam_dir.name) / f"cam-{abs(hash(p.path))}.png"
+        self.cam_button.setEnabled(False)
+        self.cam_button.setText("Computing…")
+        job = self._cam_job = CliJob(["grad-cam", str(self.model.run.path), p.path, "--out", str(out)], self)
+        job.done.connect(lambda result: self._cam_done(p, result))
+        job.failed.connect(self._cam_failed)
+
+    def _cam_done(self, p: Prediction, result: dict) -> None:
+        self._cam_job = None
+        self.cam_button.setText("Grad-CAM")
+        self.cam_button.setEnabled(True)
+        if p is not self.selected:
+            return
+        pixmap = QPixmap(result["overlay"]).scaled(PREVIEW, PREVIEW, Qt.AspectRatioMode.KeepAspectRatio,
+                                                   Qt.TransformationMode.SmoothTransformation)
+        self.preview.setPixmap(pixmap)
+        self.preview.setToolTip(f"Grad-CAM for {result['explained']}: bright where the network found the evidence")
+
+    def _cam_failed(self, message: str) -> None:
+        self._cam_job = None
+        self.cam_button.setText("Grad-CAM")
+        self.cam_button.setEnabled(True)
+        self.details.setText(self.details.text() + f"<br><span style='color:#c9302c'>Grad-CAM failed: {message}"
+                             "</span>")
+
+    def _zoom(self, size: int) -> None:
+        for header in (self.matrix.horizontalHeader(), self.matrix.verticalHeader()):
+            header.setDefaultSectionSize(size)
+            header.setMinimumSectionSize(min(size, 18))
+        font = QFont(self.matrix.font())
+        font.setPointSizeF(max(6.0, min(11.0, size / 4.5)))
+        self.matrix.setFont(font)
+        self._size_columns()
+
+    def _size_columns(self) -> None:
+        """Square cells at the zoom's size, widened where a class name is shown above its column."""
+        header = self.matrix.horizontalHeader()
+        metrics = header.fontMetrics()
+        for col in range(self.matrix_model.columnCount()):
+            label = self.matrix_model.headerData(col, Qt.Orientation.Horizontal) or ""
+            header.resizeSection(col, max(self.zoom.value(), metrics.horizontalAdvance(label) + 14))
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self._cam_dir.cleanup()
+        super().closeEvent(event)

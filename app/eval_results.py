@@ -1,0 +1,86 @@
+"""Reading a run's evaluations (RUN_DIR/eval/NAME/metrics.json and predictions.csv) for the Results tab.
+
+Qt-free and torch-free: the files are the trainer's (trainer/evaluation.py writes them); this only reads and
+slices them (errors by loss, one confusion-matrix cell, the most confused pairs).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Prediction:
+    path: str
+    true: str
+    predicted: str
+    confidence: float
+    loss: float
+    top_k: list[tuple[str, float]] = field(default_factory=list)
+
+    @property
+    def wrong(self) -> bool:
+        return self.true != self.predicted
+
+
+@dataclass
+class Evaluation:
+    name: str
+    metrics: dict
+    predictions: list[Prediction]  # highest loss first
+
+    @property
+    def classes(self) -> list[str]:
+        return self.metrics.get("classes", [])
+
+    def errors(self) -> list[Prediction]:
+        """The misclassified images, highest loss first (the top losses)."""
+        return [p for p in self.predictions if p.wrong]
+
+    def cell(self, true: str, predicted: str) -> list[Prediction]:
+        """The images of one confusion-matrix cell, highest loss first."""
+        return [p for p in self.predictions if p.true == true and p.predicted == predicted]
+
+
+def evaluation_names(run_path: Path) -> list[str]:
+    """The evaluations a run has: val first, then test, then evaluated folders by name."""
+    folder = Path(run_path) / "eval"
+    names = sorted(p.name for p in folder.iterdir() if (p / "metrics.json").is_file()) if folder.is_dir() else []
+    order = {"val": 0, "test": 1}
+    return sorted(names, key=lambda n: (order.get(n, 2), n))
+
+
+def read_evaluation(run_path: Path, name: str) -> Evaluation:
+    """One evaluation; OSError/ValueError when its files are missing or unreadable."""
+    folder = Path(run_path) / "eval" / name
+    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    rows = []
+    csv_path = folder / "predictions.csv"
+    if csv_path.exists():
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                top = []
+                for part in filter(None, r.get("top_k", "").split(";")):
+                    cls, _, p = part.rpartition(":")
+                    top.append((cls, float(p)))
+                rows.append(Prediction(r["path"], r["true"], r["predicted"], float(r["confidence"]), float(r["loss"]),
+                                       top))
+    rows.sort(key=lambda p: -p.loss)
+    return Evaluation(name, metrics, rows)
+
+
+def most_confused(confusion: list[list[int]], classes: list[str], limit: int = 20) -> list[tuple[str, str, int]]:
+    """(true, predicted, images) for the off-diagonal cells with images, the largest first."""
+    pairs = [(classes[i], classes[j], n) for i, row in enumerate(confusion) for j, n in enumerate(row) if i != j and n]
+    return sorted(pairs, key=lambda p: -p[2])[:limit]
+
+
+def mtime(run_path: Path, name: str) -> float:
+    """When an evaluation was last written (0 when it does not exist): the tab re-reads it when this changes."""
+    try:
+        return (Path(run_path) / "eval" / name / "metrics.json").stat().st_mtime
+    except OSError:
+        return 0.0

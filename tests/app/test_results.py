@@ -1,0 +1,160 @@
+"""The Results tab, the manifest and Try it, driven like a user on a real finished run (offscreen)."""
+
+import hashlib
+import os
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers import run_main, train_here, write_config
+from PySide6.QtCore import Qt
+
+from trainer.evaluation import Predictions, write_evaluation
+from trainer.manifest import read_manifest
+from trainer.rundir import RunDir
+
+
+def checksums(root):
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, shapes_dir):
+    """One short run (it still gets some validation images wrong), on a copy of the shapes."""
+    tmp = tmp_path_factory.mktemp("results")
+    photos = tmp / "photos" / "train"
+    shutil.copytree(shapes_dir, photos)
+    cfg = write_config(tmp, photos, train={"epochs": 2})
+    run, code = train_here(cfg, tmp / "runs")
+    assert code == 0, run.tail_log()
+    return run, photos, cfg
+
+
+def open_results(qtbot, window, run):
+    window.open_run(str(run.path))
+    window.dashboard.tabs.setCurrentWidget(window.dashboard.results)
+    tab = window.dashboard.results
+    qtbot.waitUntil(lambda: tab.evaluation is not None, timeout=20_000)
+    return tab
+
+
+def test_matrix_cells_gallery_grad_cam_and_the_manifest(qtbot, make_window, finished_run, tmp_path):
+    run, photos, cfg = finished_run
+    before = checksums(photos)
+    window = make_window(cfg, runs_dir=run.path.parent)
+    tab = open_results(qtbot, window, run)
+    metrics = tab.evaluation.metrics
+    conf = metrics["confusion"]
+    assert tab.matrix_model.rowCount() == 4 and "val:" in tab.headline.text()
+    r, c = next((i, j) for i in range(4) for j in range(4) if conf[i][j])
+    cell = tab.matrix_model.index(r, c)
+    assert tab.matrix_model.data(cell) == str(conf[r][c])
+    tab.row_share.setChecked(True)
+    assert tab.matrix_model.data(cell) == f"{100 * conf[r][c] / sum(conf[r]):.0f}"
+    wide = tab.matrix.horizontalHeader().sectionSize(0)
+    tab.zoom.setValue(tab.zoom.value() + 30)
+    assert tab.matrix.horizontalHeader().sectionSize(0) > wide
+
+    errors = sum(conf[i][j] for i in range(4) for j in range(4) if i != j)
+    assert errors > 0, "the run got nothing wrong: the test needs errors"
+    assert tab.gallery.count() == errors and f"{errors} misclassified" in tab.gallery_title.text()
+    losses = [p.loss for p in tab.shown]
+    assert losses == sorted(losses, reverse=True)  # top losses first
+    true, predicted, n = max(((i, j, conf[i][j]) for i in range(4) for j in range(4) if i != j), key=lambda t: t[2])
+    classes = metrics["classes"]
+    assert (tab.pairs.item(0, 0).text(), tab.pairs.item(0, 1).text(), tab.pairs.item(0, 2).text()) == \
+        (classes[true], classes[predicted], str(n))
+
+    # a click on a matrix cell shows that cell's images
+    rect = tab.matrix.visualRect(tab.matrix_model.index(true, predicted))
+    qtbot.mouseClick(tab.matrix.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert tab.gallery.count() == n and all(p.true == classes[true] and p.predicted == classes[predicted]
+                                            for p in tab.shown)
+    assert f"{n} images of {classes[true]} predicted as {classes[predicted]}" in tab.gallery_title.text()
+    qtbot.waitUntil(lambda: not tab.gallery.item(0).icon().isNull(), timeout=10_000)
+
+    # the selected image: its classes, then Grad-CAM from a subprocess
+    tab.gallery.setCurrentRow(0)
+    image = tab.selected.path
+    assert f"true <b>{classes[true]}</b>" in tab.details.text() and "%" in tab.details.text()
+    tab.cam_button.click()
+    qtbot.waitUntil(lambda: "Grad-CAM for" in tab.preview.toolTip(), timeout=60_000)
+    assert not tab.preview.pixmap().isNull() and tab.cam_button.isEnabled()
+
+    # exclude it: the manifest is written beside the config, the Dataset page lists it, the scan honours it
+    tab.exclude_button.click()
+    manifest_path = cfg.with_name("config.exclude.yaml")
+    assert read_manifest(manifest_path).exclude == [os.path.realpath(image)]
+    assert window.binder.widgets["data.exclude"].text() == str(manifest_path)
+    qtbot.waitUntil(lambda: window.dataset_page.manifest_entries.count() == 1, timeout=20_000)
+    assert "leaves out 1" in window.dataset_page.summary.text()
+    assert "excluded from training" in tab.details.text()
+    # relabel another image of the gallery
+    tab.show_errors()
+    other = next(i for i, p in enumerate(tab.shown) if p.path != image)
+    tab.gallery.setCurrentRow(other)
+    tab.relabel_choice.setCurrentText(tab.shown[other].predicted)
+    tab.relabel_button.click()
+    qtbot.waitUntil(lambda: window.dataset_page.manifest_entries.count() == 2, timeout=20_000)
+    assert read_manifest(manifest_path).relabel == {os.path.realpath(tab.shown[other].path): tab.shown[other].predicted}
+    # undo the exclusion on the Dataset page
+    entries = window.dataset_page.manifest_entries
+    next(entries.item(i) for i in range(entries.count()) if entries.item(i).text().startswith("excluded")).setSelected(True)
+    window.dataset_page.undo_entry.click()
+    qtbot.waitUntil(lambda: entries.count() == 1, timeout=20_000)
+    assert read_manifest(manifest_path).exclude == []
+    assert checksums(photos) == before  # the user's files are untouched
+
+
+def test_fifty_classes_scroll_and_zoom_with_names_readable(qtbot, tmp_path):
+    from app.pages.results_tab import ResultsTab
+
+    classes = [f"species_{i:02d}_with_a_long_name" for i in range(60)]
+    n = 600
+    labels = torch.arange(n) % 60
+    logits = torch.randn(n, 60, generator=torch.Generator().manual_seed(0))
+    logits[torch.arange(n), labels] += 3
+    write_evaluation(tmp_path, "val", Predictions([f"/nowhere/{i}.png" for i in range(n)], labels, logits), classes)
+    tab = ResultsTab()
+    qtbot.addWidget(tab)
+    tab.resize(1000, 640)
+    tab.show()
+    tab.set_model(SimpleNamespace(run=RunDir(tmp_path), best_epoch={}, start_event={}))
+    tab.redraw()
+    qtbot.waitUntil(lambda: tab.evaluation is not None, timeout=10_000)
+    assert tab.matrix_model.rowCount() == 60
+    assert tab.matrix_model.headerData(59, Qt.Orientation.Vertical) == f"{classes[59]}  59"
+    assert classes[3] in tab.matrix_model.headerData(3, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+    qtbot.waitUntil(lambda: tab.matrix.horizontalScrollBar().maximum() > 0)  # scrolls, nothing cut off
+    tab.matrix.scrollTo(tab.matrix_model.index(59, 59))
+    assert tab.matrix.viewport().rect().intersects(tab.matrix.visualRect(tab.matrix_model.index(59, 59)))
+    before = tab.matrix.horizontalHeader().length()
+    tab.zoom.setValue(tab.zoom.minimum())  # zoomed out: the whole matrix in far less room
+    assert tab.matrix.horizontalHeader().length() < 0.6 * before
+
+
+def test_try_it_gives_the_command_line_s_top_1_and_names_a_non_image(qtbot, make_window, finished_run, tmp_path):
+    run, photos, cfg = finished_run
+    window = make_window(cfg, runs_dir=run.path.parent)
+    window.open_run(str(run.path))
+    dialog = window.try_it()
+    assert dialog.model_source == str(run.path)
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for p in sorted(photos.glob("*/*.png"))[::15]:
+        shutil.copy(p, folder / f"{p.parent.name}-{p.name}")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a picture")
+    with qtbot.waitSignal(dialog.predicted, timeout=60_000) as got:
+        dialog.classify([str(folder), str(notes)])
+    results = got.args[0]
+    readable = [r for r in results if not r["error"]]
+    assert len(readable) == 8 and all(len(r["top"]) == 4 for r in readable)  # 4 classes: all of them, best first
+    bad_row = next(i for i, r in enumerate(results) if r["error"])
+    assert f"{notes}: cannot read image" in dialog.table.item(bad_row, 2).text()
+    assert "8 image(s) classified; 1 could not be read" in dialog.status.text()
+    cli = run_main("predict", run.path, *sorted(folder.iterdir()))
+    expected = {line.split("\t")[0]: line.split("\t")[1] for line in cli.stdout.splitlines()}
+    assert {r["path"]: r["top"][0][0] for r in readable} == expected
+    dialog.close()
