@@ -53,7 +53,7 @@ def main() -> int:
         nonlocal steps
         steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
                       ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
-                      ("runs", "Runs"), ("store", "Model"), ("recipes", "Optimizer")])
+                      ("runs", "Runs"), ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training")])
         next_shot()
 
     def choose_resnet18() -> None:
@@ -90,6 +90,31 @@ def main() -> int:
             when(lambda: window.model_page.store is not None, choose_resnet18)
             when(lambda: window.model_page.parameters[:1] == [("conv1.weight", 9408)],
                  lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            return
+        if name == "results":  # the errors, one selected, with its Grad-CAM overlay
+            results = window.dashboard.results
+            window.dashboard.tabs.setCurrentIndex(tabs[name])
+            window.nav.setCurrentRow(PAGES.index(page))
+
+            def select_and_explain():
+                if not results.gallery.count():  # nothing wrong: show the first class's images instead
+                    first = results.evaluation.classes[0]
+                    results.show_cell(first, first)
+                results.gallery.setCurrentRow(0)
+                results.cam_button.click()
+            when(lambda: results.evaluation is not None, select_and_explain)
+            when(lambda: "Grad-CAM for" in results.preview.toolTip(),
+                 lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            return
+        if name == "try_it":
+            dialog = window.try_it()
+            dialog.resize(900, 560)
+            images = sorted((REPO / "demo_data").glob("*/*.png"))[::97][:8]
+            dialog.classify([str(p) for p in images] + [str(REPO / "README.md")])
+            when(lambda: dialog.results and all(not dialog.table.item(r, 0).icon().isNull()
+                                                for r, x in enumerate(dialog.results) if not x["error"]),
+                 lambda: QTimer.singleShot(300, lambda: (dialog.grab().save(str(out / "try_it.png")), dialog.close(),
+                                                         QTimer.singleShot(300, next_shot))))
             return
         if name == "recipes":
             window.optimizer_page.groups.set_groups([])

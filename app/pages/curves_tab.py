@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, 
 from app.background import run_in_thread
 from app.buffers import Series, Smoothed
 from app.csv_export import export_run_csv
-from app.pages.plots import COLORS, curve, make_plot, show
+from app.pages.plots import COLORS, curve, make_plot, show, with_log_toggle
 from app.run_model import RunModel
 
 
@@ -48,8 +48,9 @@ class CurvesTab(QWidget):
         self.smoothing.setMaximumWidth(160)
         self.smoothing_label = QLabel("0.60")
         self.smoothing.valueChanged.connect(self._smoothing_changed)
-        self.log_scale = QCheckBox("log scale")
+        self.log_scale = QCheckBox("log scale (all)")
         self.log_scale.setObjectName("logScale")
+        self.log_scale.setToolTip("every plot's value axis logarithmic; each plot also has its own toggle")
         self.log_scale.toggled.connect(self._log_scale_changed)
         export_png = QPushButton("Export PNG…")
         export_png.clicked.connect(lambda: self.export_png())
@@ -69,7 +70,7 @@ class CurvesTab(QWidget):
         grid.setContentsMargins(0, 0, 0, 0)
         for i, plot in enumerate([self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot,
                                   self.norm_plot]):
-            grid.addWidget(plot, i // 3, i % 3)
+            grid.addWidget(with_log_toggle(plot), i // 3, i % 3)
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addWidget(self.plots, 1)
@@ -149,8 +150,8 @@ class CurvesTab(QWidget):
             self.redraw()
 
     def _log_scale_changed(self, on: bool) -> None:
-        for plot in (self.loss_plot, self.epoch_plot, self.lr_plot, self.norm_plot):
-            plot.setLogMode(x=False, y=on)
+        for plot in (self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot, self.norm_plot):
+            plot.log_toggle.setChecked(on)
 
     def export_png(self, path: str | None = None) -> str | None:
         if not path:

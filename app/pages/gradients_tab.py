@@ -1,4 +1,5 @@
-"""The dashboard's Gradients tab: per-layer gradient-norm heatmap, the latest per-layer table, histograms."""
+"""The dashboard's Gradients tab: per-layer gradient-norm heatmap (layer names on its axis, grouped by module), the
+latest per-layer table, and histograms over time on one shared symlog value axis."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.grad_views import layer_ticks, shared_histograms, value_ticks
 from app.pages.plots import NumericItem, image_plot
 from app.run_model import RunModel
+
+HEAT_AXIS_WIDTH = 210  # room for the layer names beside the heatmap
 
 
 class GradientsTab(QSplitter):
@@ -28,13 +32,19 @@ class GradientsTab(QSplitter):
         self.heat_plot, self.heat_image = image_plot("Per-layer gradient norm (log10), layers × logged steps",
                                                      "viridis", "logged step", "layer")
         self.heat_plot.getViewBox().invertY(True)
+        self.heat_plot.getAxis("left").setWidth(HEAT_AXIS_WIDTH)
+        self.heat_plot.setLabel("left", "")
         self.heat_hover = QLabel("hover over the heatmap for layer and value")
         self.heat_hover.setObjectName("heatHover")
         self.heat_plot.scene().sigMouseMoved.connect(self._heat_hover)
         self.layer_table = QTableWidget(0, 5)
         self.layer_table.setObjectName("layerTable")
         self.layer_table.setHorizontalHeaderLabels(["layer", "grad norm", "weight norm", "update/weight", "zero grads"])
-        self.layer_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header = self.layer_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.layer_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.layer_table.setWordWrap(False)
         self.layer_table.setSortingEnabled(True)
         self.layer_table.verticalHeader().hide()
         self.layer_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -42,8 +52,8 @@ class GradientsTab(QSplitter):
         self.hist_choice.setObjectName("histogramLayer")
         self.hist_choice.setPlaceholderText("no histograms yet (monitor.histogram_every)")
         self.hist_choice.currentIndexChanged.connect(lambda _: self._versions.pop("hist", None))
-        self.hist_plot, self.hist_image = image_plot("Histogram over time (each column: one logged step, own range)",
-                                                     "magma", "histogram #", "bin (min → max)")
+        self.hist_plot, self.hist_image = image_plot("Histogram over time (value axis shared, symlog)", "magma",
+                                                     "logged step", "value")
         self.hist_range = QLabel("")
         hist_box = QWidget()
         hl = QVBoxLayout(hist_box)
@@ -85,6 +95,9 @@ class GradientsTab(QSplitter):
             finite = image[np.isfinite(image)]
             levels = (float(finite.min()), float(finite.max()) + 1e-6) if finite.size else (0, 1)
             self.heat_image.setImage(image.T, levels=levels, autoLevels=False)
+            if self._versions.get("names") != len(m.layers):
+                self._versions["names"] = len(m.layers)
+                self.heat_plot.getAxis("left").setTicks(layer_ticks(m.layers))
             self._fill_layer_table()
         self._draw_histograms()
 
@@ -105,9 +118,12 @@ class GradientsTab(QSplitter):
         if self._versions.get("hist") == (index, len(series)):
             return
         self._versions["hist"] = (index, len(series))
-        counts = np.array([h["counts"] for h in series], dtype=float)
-        counts /= np.maximum(counts.max(axis=1, keepdims=True), 1)
-        self.hist_image.setImage(counts, levels=(0, 1), autoLevels=False)
+        image, low, high, linthresh = shared_histograms(series)
+        self.hist_image.setImage(image, levels=(0, 1), autoLevels=False)
+        self.hist_plot.getAxis("left").setTicks([value_ticks(low, high, linthresh)])
+        every = max(1, len(series) // 6)
+        self.hist_plot.getAxis("bottom").setTicks([[(i + 0.5, str(h["step"])) for i, h in enumerate(series)
+                                                    if i % every == 0]])
         last = series[-1]
         self.hist_range.setText(f"step {last['step']}: {last['min']:.3g} … {last['max']:.3g}")
 

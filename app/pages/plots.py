@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QTableWidgetItem
+from PySide6.QtWidgets import QCheckBox, QTableWidgetItem, QVBoxLayout, QWidget
 
 from app.buffers import Series
 
@@ -24,6 +24,23 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
     plot.getAxis("left").setWidth(64)
     plot.addLegend(offset=(-10, 10))
     return plot
+
+
+def with_log_toggle(plot: pg.PlotWidget) -> QWidget:
+    """The plot with its own "log y" check box above its top-right corner (kept as `plot.log_toggle`): one huge
+    early value (a first-epoch loss of several hundred) no longer flattens the rest of a curve."""
+    box = QCheckBox("log y")
+    box.setObjectName(f"logY:{plot.plotItem.titleLabel.text}")
+    box.setToolTip("logarithmic value axis for this plot")
+    box.toggled.connect(lambda on: plot.setLogMode(x=False, y=on))
+    plot.log_toggle = box
+    panel = QWidget()
+    layout = QVBoxLayout(panel)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.setSpacing(0)
+    layout.addWidget(box, 0, Qt.AlignmentFlag.AlignRight)
+    layout.addWidget(plot, 1)
+    return panel
 
 
 def image_plot(title: str, colormap: str, x_label: str = "", y_label: str = "") -> tuple[pg.PlotWidget, pg.ImageItem]:

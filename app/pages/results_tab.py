@@ -346,7 +346,7 @@ class ResultsTab(QWidget):
         self.headline.setText(f"<b>{ev.name}: {100 * m['accuracy']:.1f}%</b> of {m['images']} images{top5} · loss "
                               f"{m['loss']:.3f} · calibration error {m['ece']:.3f}{epoch}")
         self.matrix_model.set_matrix(m["confusion"], ev.classes)
-        self._size_columns()
+        self._fit_zoom()
         self.relabel_choice.clear()
         self.relabel_choice.addItems(ev.classes)
         self.pairs.setRowCount(0)
@@ -505,6 +505,14 @@ class ResultsTab(QWidget):
         font = QFont(self.matrix.font())
         font.setPointSizeF(max(6.0, min(11.0, size / 4.5)))
         self.matrix.setFont(font)
+        self._size_columns()
+
+    def _fit_zoom(self) -> None:
+        """Cells as large as the room allows (within the zoom's range): a few classes fill the space, many scroll."""
+        n = max(self.matrix_model.rowCount(), 1)
+        room = min(self.matrix.width() - self.matrix.verticalHeader().sizeHint().width(),
+                   self.matrix.height() - self.matrix.horizontalHeader().sizeHint().height()) - 4
+        self.zoom.setValue(max(self.zoom.minimum(), min(self.zoom.maximum(), room // n)))
         self._size_columns()
 
     def _size_columns(self) -> None:

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import CliJob, run_in_thread
-from app.pages.plots import COLORS, make_plot
+from app.pages.plots import COLORS, make_plot, with_log_toggle
 from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.events import read_events
 from trainer.rundir import RunDir, list_runs
@@ -168,8 +168,8 @@ class RunsPage(QWidget):
         self.compare_loss = make_plot("Training loss (selected runs)", "loss")
         self.compare_acc = make_plot("Validation accuracy (selected runs)", "accuracy", "epoch")
         plots = QSplitter()
-        plots.addWidget(self.compare_loss)
-        plots.addWidget(self.compare_acc)
+        plots.addWidget(with_log_toggle(self.compare_loss))
+        plots.addWidget(with_log_toggle(self.compare_acc))
 
         top = QWidget()
         tl = QVBoxLayout(top)

@@ -217,6 +217,14 @@ def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_d
     table.sortItems(1, Qt.SortOrder.DescendingOrder)
     values = [float(table.item(r, 1).text()) for r in range(table.rowCount())]
     assert values == sorted(values, reverse=True)
+    # layer names on the heatmap's axis, grouped by module
+    major, minor = window.dashboard.gradients.heat_plot.getAxis("left")._tickLevels
+    assert [label for _, label in major] == ["features ▸ 0.0.weight", "fc ▸ weight"]
+    assert len(major) + len(minor) == len(window.run_model.layers)
+    # every curve has its own log-scale toggle
+    curves = window.dashboard.curves
+    curves.epoch_plot.log_toggle.setChecked(True)
+    assert curves.epoch_plot.getAxis("left").logMode and not curves.loss_plot.getAxis("left").logMode
 
 
 def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tmp_path):
