@@ -70,14 +70,20 @@ def shared_histograms(series: list[dict], rows: int = ROWS) -> tuple[np.ndarray,
 
 
 def value_ticks(low: float, high: float, linthresh: float, rows: int = ROWS) -> list[tuple[float, str]]:
-    """Ticks for the shared value axis (in row units): 0 and the powers of ten, of either sign, in range."""
-    ticks = []
+    """Ticks for the shared value axis (in row units): 0 and the powers of ten, of either sign, in range, the
+    largest first, none closer than a tenth of the axis to another (labels never overlap)."""
+    candidates = []
+    if low <= 0 <= high:
+        candidates.append(((0 - low) / (high - low) * rows, "0"))
     top = int(np.ceil(np.log10(max(abs(inverse_symlog(np.array([low, high]), linthresh)).max(), 1e-30))))
     for k in range(top - 4, top + 1):
         for v in (-(10.0 ** k), 10.0 ** k):
             y = float(symlog(np.array(v), linthresh))
             if low <= y <= high:
-                ticks.append(((y - low) / (high - low) * rows, f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e")))
-    if low <= 0 <= high:
-        ticks.append(((0 - low) / (high - low) * rows, "0"))
-    return sorted(ticks)
+                candidates.append(((y - low) / (high - low) * rows,
+                                   f"{v:.0e}".replace("e-0", "e-").replace("e+0", "e")))
+    kept: list[tuple[float, str]] = []
+    for row, label in candidates[:1] + sorted(candidates[1:], key=lambda t: -abs(float(t[1]))):
+        if all(abs(row - r) >= rows / 10 for r, _ in kept):
+            kept.append((row, label))
+    return sorted(kept)

@@ -33,6 +33,8 @@ class GradientsTab(QSplitter):
                                                      "viridis", "logged step", "layer")
         self.heat_plot.getViewBox().invertY(True)
         self.heat_plot.getAxis("left").setWidth(HEAT_AXIS_WIDTH)
+        # every layer's name where the rows leave room for it (pyqtgraph's default drops the second tick level early)
+        self.heat_plot.getAxis("left").setStyle(textFillLimits=[(0, 0.95)])
         self.heat_plot.setLabel("left", "")
         self.heat_hover = QLabel("hover over the heatmap for layer and value")
         self.heat_hover.setObjectName("heatHover")
