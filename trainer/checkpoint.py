@@ -76,6 +76,9 @@ class TrainState:
     batch_in_epoch: int = 0  # micro-batches of `epoch` already trained
     step: int = 0  # optimizer steps so far
     best_acc: float = -1.0
+    early_stop_best: float | None = None  # the watched metric's best value (train.early_stop)
+    early_stop_wait: int = 0  # epochs since it last improved
+    early_stopped: bool = False  # the run ended by early stopping (an extension gets its full patience again)
 
     def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
                       classes: list[str], mean: list[float], std: list[float]) -> dict:
@@ -85,6 +88,7 @@ class TrainState:
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "scaler": precision.state_dict(),
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_acc": self.best_acc,
+            "early_stop": {"best": self.early_stop_best, "wait": self.early_stop_wait, "stopped": self.early_stopped},
             "rng": rng_state(), "aug_rng": aug_generator.get_state(),
             "config": config, "classes": classes, "model_name": config["model"]["name"],
             "preprocess": {"image_size": data["image_size"], "mean": mean, "std": std,
@@ -99,6 +103,9 @@ class TrainState:
         precision.load_state_dict(state.get("scaler", {}))
         self.epoch, self.batch_in_epoch, self.step = state["epoch"], state["batch_in_epoch"], state["step"]
         self.best_acc = state.get("best_acc", -1.0)
+        early = state.get("early_stop") or {}
+        self.early_stop_best = early.get("best")
+        self.early_stop_wait = 0 if early.get("stopped") else early.get("wait", 0)  # extended: full patience again
         set_rng_state(state["rng"])
         if state.get("aug_rng") is not None:
             aug_generator.set_state(state["aug_rng"])

@@ -87,15 +87,34 @@ def cmd_resume(args) -> int:
         raise CommandError(f"{run.path}: the run is still going (pid {run.read_status().get('pid')}); stop it first")
     lock = run.lock()
     try:
-        if run.read_status().get("state") == "completed" and not args.force:
-            raise CommandError(f"{run.path}: the run already completed; pass --force to train it again from its "
-                               f"last checkpoint (raise train.epochs in config.yaml to train longer)")
+        status = run.read_status()
+        if status.get("state") == "completed" and not args.force and args.epochs is None:
+            raise CommandError(f"{run.path}: the run already completed; continue it for more epochs with --epochs "
+                               f"TOTAL, or pass --force to train it again from its last checkpoint")
         cfg = load_config(run.config)
         preflight(cfg)
+        if args.epochs is not None:
+            extend(run, cfg, status, args.epochs)
     except BaseException:
         lock.close()
         raise
     return _finish(run, launch(run, cfg, resume=True, lock=lock))
+
+
+def extend(run: RunDir, cfg, status: dict, total: int) -> None:
+    """Raise the run's train.epochs to `total` (its config.yaml, atomically) and say what the schedule does."""
+    from trainer.events import read_events
+    from trainer.schedule import describe_extension
+
+    done = int(status.get("epoch") or 0)
+    if total <= done:
+        raise CommandError(f"--epochs: the run has trained {done} epochs; give a larger total, such as {done + 5}")
+    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
+    steps = starts[-1].get("steps_per_epoch") if starts else None
+    cfg.train.epochs = total
+    save_config(cfg, run.config)
+    if steps:
+        print(describe_extension(cfg.scheduler, cfg.optimizer.lr, done, total, steps), flush=True)
 
 
 def _finish(run: RunDir, code: int) -> int:
@@ -325,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", help="continue a stopped, failed or killed run from its last good checkpoint")
     p.add_argument("run_dir")
     p.add_argument("--force", action="store_true", help="also resume a completed run")
+    p.add_argument("--epochs", type=int, metavar="TOTAL", help="extend the run (completed or early-stopped "
+                   "included) to this many epochs in all; the schedule rule is in docs/config.md")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("check-data", help="scan an ImageFolder tree without training")

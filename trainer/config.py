@@ -132,6 +132,13 @@ class SchedulerConfig:
 
 
 @dataclass
+class EarlyStopConfig:
+    metric: str = opt("val_loss", "the validation metric watched", choices=("val_acc", "val_loss"))
+    patience: int = opt(0, "stop after this many epochs without improvement (0 = off)", ge=0, le=100000)
+    min_delta: float = opt(0.0, "smallest change that counts as an improvement", ge=0)
+
+
+@dataclass
 class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
@@ -148,6 +155,8 @@ class TrainConfig:
     sync_batchnorm: bool = opt(False, "ddp: convert BatchNorm layers to SyncBatchNorm")
     on_nonfinite: str = opt("stop", "non-finite loss or gradient: stop the run, or skip the step",
                             choices=("stop", "skip"))
+    early_stop: EarlyStopConfig = opt(factory=EarlyStopConfig, doc="end the run (completed) when the validation "
+                                      "metric stops improving")
 
 
 @dataclass
@@ -180,6 +189,8 @@ class MonitorConfig:
     grad_explode: float = opt(1e4, "warn when the global gradient norm exceeds this", gt=0)
     grad_vanish: float = opt(1e-8, "warn when the global gradient norm falls below this", ge=0)
     system_every_s: float = opt(2.0, "seconds between system (CPU/memory/GPU) samples", gt=0)
+    tensorboard: bool = opt(False, "also write TensorBoard event files into the run directory (scalars, histograms, "
+                            "hparams; needs the tensorboard package)")
 
 
 @dataclass

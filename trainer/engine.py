@@ -138,6 +138,9 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
             evaluate_test_set(run, reporter)
         code = EXIT_OK
         message = "stopped by request; resume to continue" if state == "stopped" else ""
+        if loop.state.early_stopped:
+            message = (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving "
+                       f"(continue it with `main.py resume RUN_DIR --epochs N`)")
     except Interrupted:
         state, code = "stopped", EXIT_OK
         message = "stopped by request while preparing, before the first step; start it again to continue"
@@ -163,11 +166,13 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
                 log.error("the last checkpoint may not be durable: %s", e)
         progress = loop.state if loop is not None else TrainState()
         best = progress.best_acc if progress.best_acc >= 0 else None
+        ending = loop.end_reason() if loop is not None and state == "completed" else {}
         _emit_safely(reporter, "run_end", status=state, message=message, best_acc=best,
-                     epochs_completed=progress.epoch, step=progress.step)
+                     epochs_completed=progress.epoch, step=progress.step, **ending)
         if strategy.is_main:
             try:
-                run.write_status(state=state, message=message, best_acc=best, ended=time.time(), exit_code=code)
+                run.write_status(state=state, message=message, best_acc=best, ended=time.time(), exit_code=code,
+                                 reason=ending.get("reason"))
             except OSError as e:
                 log.error("cannot record the run's end in %s: %s", run.status_file, e)
         try:

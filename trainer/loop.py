@@ -15,7 +15,7 @@ import torch
 
 from trainer import data as data_mod
 from trainer.checkpoint import BackgroundSync, TrainState, load_latest, save_checkpoint
-from trainer.config import RunConfig
+from trainer.config import EarlyStopConfig, RunConfig
 from trainer.evaluation import Predictions, write_evaluation
 from trainer.parts import Parts
 from trainer.reporter import Reporter
@@ -66,14 +66,25 @@ class Loop:
                                       best_acc=st.best_acc, val_acc=metrics["val_acc"])
             st.epoch += 1
             st.batch_in_epoch = 0
-            saved = is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
+            st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics)  # before the save records it
+            saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
+                     or st.early_stopped)
             if saved:
                 self.save(is_best=is_best)
+            if st.early_stopped:
+                es = cfg.train.early_stop
+                log.info("early stop at epoch %d: %s has not improved by more than %g for %d epochs", st.epoch,
+                         es.metric, es.min_delta, es.patience)
+                return "completed"
             if st.epoch < cfg.train.epochs and self.stop_requested():
                 if not saved:
                     self.save(is_best=False)
                 return "stopped"
         return "completed"
+
+    def end_reason(self) -> dict:
+        """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
+        return {"reason": "early_stop", "early_stop_epoch": self.state.epoch} if self.state.early_stopped else {}
 
     def train_one_epoch(self) -> tuple[float, float, int] | None:
         """(mean loss, accuracy, images) of the epoch; None when stopped part-way (after checkpointing)."""
@@ -313,3 +324,16 @@ class Loop:
         st = self.state
         log.info("resumed from %s at epoch %d, batch %d, step %d", path, st.epoch + 1, st.batch_in_epoch, st.step)
         return str(path)
+
+
+def no_longer_improving(es: EarlyStopConfig, st: TrainState, metrics: dict) -> bool:
+    """Track `es.metric` in `st`; True once it has gone `es.patience` epochs without improving by more than
+    `es.min_delta` (val_acc must rise, val_loss fall). Always False with patience 0 (off)."""
+    if not es.patience or metrics.get(es.metric) is None:
+        return False
+    value, best = metrics[es.metric], st.early_stop_best
+    if best is None or (value > best + es.min_delta if es.metric == "val_acc" else value < best - es.min_delta):
+        st.early_stop_best, st.early_stop_wait = value, 0
+    else:
+        st.early_stop_wait += 1
+    return st.early_stop_wait >= es.patience

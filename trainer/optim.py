@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from trainer.config import ConfigError, LossConfig, OptimizerConfig, SchedulerConfig
 from trainer.groups import assign_groups, unmatched_message, unmatched_patterns
+from trainer.schedule import lr_factor
 
 
 def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
@@ -101,29 +100,6 @@ def build_loss(cfg: LossConfig, num_classes: int, class_counts: list[int] | None
     if cfg.name == "multi_margin":
         return nn.MultiMarginLoss(weight=weight)
     raise ConfigError([f"loss.name: unknown loss {cfg.name!r}"])
-
-
-def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerConfig) -> float:
-    """Multiplier of each group's base lr at optimizer step `step` (warm-up, then the schedule)."""
-    warmup = cfg.warmup_epochs * steps_per_epoch
-    if cfg.name == "onecycle" and warmup == 0:
-        warmup = 0.3 * total_steps
-    if step < warmup:
-        return (step + 1) / warmup
-    epoch = step // max(1, steps_per_epoch)
-    if cfg.name == "none":
-        return 1.0
-    if cfg.name == "step":
-        return cfg.gamma ** (epoch // cfg.step_size)
-    if cfg.name == "multistep":
-        return cfg.gamma ** sum(1 for m in cfg.milestones if epoch >= m)
-    if cfg.name == "exponential":
-        return cfg.gamma ** epoch
-    if cfg.name in ("cosine", "onecycle"):
-        progress = (step - warmup) / max(1.0, total_steps - warmup)
-        floor = 0.0 if cfg.name == "cosine" else 1e-3
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    raise ConfigError([f"scheduler.name: unknown schedule {cfg.name!r}"])
 
 
 def build_scheduler(optimizer, steps_per_epoch: int, epochs: int, cfg: SchedulerConfig):

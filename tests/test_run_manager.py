@@ -1,0 +1,57 @@
+"""Many runs: early stopping on the watched metric, extending a finished run with the documented schedule rule."""
+
+import pytest
+from helpers import run_main, train_here, write_config
+
+from trainer.checkpoint import TrainState
+from trainer.config import EarlyStopConfig, SchedulerConfig
+from trainer.events import read_events
+from trainer.loop import no_longer_improving
+from trainer.rundir import RunDir
+from trainer.schedule import lr_factor
+
+
+@pytest.mark.parametrize("metric, values, patience, min_delta, stops_at", [
+    ("val_loss", [1.0, 0.9, 0.95, 0.91, 0.92], 2, 0.0, 4),  # no new low after 0.9 for two epochs
+    ("val_loss", [1.0, 0.9, 0.87, 0.86, 0.5], 2, 0.05, 4),  # 0.03 and 0.04 are below min_delta
+    ("val_acc", [0.5, 0.6, 0.6, 0.7, 0.7, 0.7], 2, 0.0, 6),  # a tie is not an improvement
+    ("val_acc", [0.5, 0.4, 0.3], 0, 0.0, None),  # patience 0: off
+])
+def test_early_stopping_on_a_scripted_metric(metric, values, patience, min_delta, stops_at):
+    es, st = EarlyStopConfig(metric=metric, patience=patience, min_delta=min_delta), TrainState()
+    stopped = [epoch for epoch, v in enumerate(values, start=1) if no_longer_improving(es, st, {metric: v})]
+    assert (stopped[0] if stopped else None) == stops_at
+
+
+def test_an_early_stopped_run_is_completed_and_can_be_extended_on_the_documented_schedule(tmp_path, shapes_dir):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 10, "early_stop": {"metric": "val_acc", "patience": 1,
+                                                                                 "min_delta": 2.0}},
+                       monitor={"log_every": 1}, scheduler={"name": "cosine"})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    end = read_events(run.events)[-1]
+    assert end["event"] == "run_end" and end["status"] == "completed"
+    assert end["reason"] == "early_stop" and end["early_stop_epoch"] == 2 and end["epochs_completed"] == 2
+    status = run.read_status()
+    assert status["state"] == "completed" and status["reason"] == "early_stop" and "early stop at epoch 2" in \
+        status["message"]
+
+    refused = run_main("resume", run.path, "--epochs", "2")
+    assert refused.returncode == 2 and "give a larger total" in refused.stderr
+    result = run_main("resume", run.path, "--epochs", "4")
+    assert result.returncode == 0, result.stderr
+    assert "cosine schedule recomputed for 4 epochs and continued at epoch 3" in result.stdout
+    events = read_events(run.events)
+    start = next(e for e in events if e["event"] == "run_start")
+    spe, base = start["steps_per_epoch"], 0.05
+    steps = [e for e in events if e["event"] == "step"]
+    first, extension = [e for e in steps if e["step"] <= 2 * spe], [e for e in steps if e["step"] > 2 * spe]
+    sched = SchedulerConfig(name="cosine")
+    for e in first:  # before: the 10-epoch schedule the run was started with
+        assert e["lr"][0] == pytest.approx(base * lr_factor(e["step"], spe, 10 * spe, sched))
+    for e in extension:  # after: recomputed for 4 epochs, continued at the current step
+        assert e["lr"][0] == pytest.approx(base * lr_factor(e["step"], spe, 4 * spe, sched))
+    # the extension had its full patience again (one epoch, the metric still not improving by 2.0): it stopped at 3
+    assert extension and extension[-1]["step"] == 3 * spe
+    assert events[-1]["reason"] == "early_stop" and events[-1]["early_stop_epoch"] == 3
+    assert RunDir(run.path).read_status()["epoch"] == 3
