@@ -55,3 +55,29 @@ def test_an_early_stopped_run_is_completed_and_can_be_extended_on_the_documented
     assert extension and extension[-1]["step"] == 3 * spe
     assert events[-1]["reason"] == "early_stop" and events[-1]["early_stop_epoch"] == 3
     assert RunDir(run.path).read_status()["epoch"] == 3
+
+
+def test_tensorboard_files_are_continuous_across_a_resume(tmp_path, shapes_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2}, monitor={"log_every": 1, "tensorboard": True,
+                                                                          "histogram_every": 4,
+                                                                          "histogram_layers": ["fc"]},
+                       checkpoint={"keep_last": 3})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    spe = next(e for e in read_events(run.events) if e["event"] == "run_start")["steps_per_epoch"]
+    # as if the process had died after logging epoch 2 but before its checkpoint: only epoch 1's is left
+    for p in run.checkpoints.iterdir():
+        if "e0002" in p.name or p.name in ("last.pt", "best.pt"):
+            p.unlink()
+    result = run_main("resume", run.path, "--force")
+    assert result.returncode == 0, result.stderr
+    acc = EventAccumulator(str(run.path / "tensorboard"), size_guidance={"scalars": 0, "histograms": 0})
+    acc.Reload()
+    steps = [s.step for s in acc.Scalars("train/loss")]
+    assert steps == list(range(1, 2 * spe + 1)), steps  # every step once, epoch 2 from the resumed process
+    assert [s.step for s in acc.Scalars("val/acc")] == [spe, 2 * spe]
+    assert "train/lr/group0" in acc.Tags()["scalars"] and any(t.startswith("grad/fc") for t in acc.Tags()["histograms"])
+    logged = [e for e in read_events(run.events) if e["event"] == "epoch"]
+    assert acc.Scalars("val/acc")[-1].value == pytest.approx(logged[-1]["val_acc"])

@@ -120,7 +120,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     setup_logging(run, strategy.rank)
-    reporter = reporter_for(run.events, strategy.is_main, cfg.monitor.system_every_s, strategy.sample_gpus)
+    reporter = reporter_for(run.events, strategy.is_main, cfg.monitor.system_every_s, strategy.sample_gpus,
+                            tensorboard=cfg.monitor.tensorboard)
     loop: Loop | None = None
     state, message, code = "failed", "", EXIT_FAILED
     try:

@@ -15,8 +15,20 @@ from trainer.strategy import check_device
 def preflight(cfg: RunConfig) -> None:
     """Raise the input error (ConfigError, DataError, ModelError, LaunchError) a launch of `cfg` would meet."""
     check_device(cfg)
+    check_extras(cfg)
     classes = check_data_folders(cfg.data)
     check_model(cfg.model, len(classes))
+
+
+def check_extras(cfg: RunConfig) -> None:
+    """Optional packages a config asks for, with the command that installs them."""
+    import importlib.util
+
+    from trainer.config import ConfigError
+
+    if cfg.monitor.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError(["monitor.tensorboard: needs the tensorboard package; install it with "
+                           "pip install -e '.[tensorboard]' (or set monitor.tensorboard: false)"])
 
 
 def check_data_folders(data: DataConfig) -> list[str]:

@@ -10,6 +10,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -21,8 +22,9 @@ log = logging.getLogger("trainer")
 
 class Reporter:
     def __init__(self, events: EventWriter | NullEventWriter, is_main: bool, system_every_s: float = 2.0,
-                 gpu_sampler: Callable[[], list[dict]] | None = None):
+                 gpu_sampler: Callable[[], list[dict]] | None = None, sinks: list[Callable[[dict], None]] | None = None):
         self.events = events
+        self.sinks = sinks or []  # more consumers of the written events (TensorBoard)
         self.is_main = is_main
         self.system_every_s = system_every_s
         self.gpu_sampler = gpu_sampler
@@ -31,7 +33,9 @@ class Reporter:
         self._process = psutil.Process()
 
     def emit(self, event: str, **fields) -> None:
-        self.events.emit(event, **fields)
+        record = self.events.emit(event, **fields)
+        for sink in self.sinks:
+            sink(record)
 
     def prepare(self, phase: str, message: str, **fields) -> None:
         """What the run is doing before its first step (the app shows it instead of a frozen dashboard)."""
@@ -116,10 +120,18 @@ class Reporter:
         self.emit("system", cpu_percent=cpu, rss_mb=rss / 2**20, processes=len(procs), gpus=gpus)
 
     def close(self) -> None:
+        for sink in self.sinks:
+            getattr(sink, "close", lambda: None)()
         self.events.close()
 
 
-def reporter_for(events_path, is_main: bool, system_every_s: float, gpu_sampler=None) -> Reporter:
-    """Rank 0 writes the event stream; the other ranks report nothing."""
+def reporter_for(events_path, is_main: bool, system_every_s: float, gpu_sampler=None,
+                 tensorboard: bool = False) -> Reporter:
+    """Rank 0 writes the event stream (and, asked to, TensorBoard files beside it); the other ranks report nothing."""
     events = EventWriter(events_path) if is_main else NullEventWriter()
-    return Reporter(events, is_main, system_every_s, gpu_sampler)
+    sinks = []
+    if tensorboard and is_main:
+        from trainer.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(Path(events_path).parent))
+    return Reporter(events, is_main, system_every_s, gpu_sampler, sinks)
