@@ -16,7 +16,7 @@ from trainer.scan import printable_path
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam")
+            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue")
 
 
 class CommandError(Exception):
@@ -217,6 +217,53 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_queue(args) -> int:
+    """The run queue of a runs directory: add, list, run (the scheduler), hold, release, move, remove, retry."""
+    from trainer import queue
+
+    runs_dir = Path(args.runs_dir or default_runs_dir())
+    if args.action == "add":
+        from trainer.preflight import preflight
+
+        if not args.target:
+            raise CommandError("queue add: give the config file to queue")
+        cfg = load_config(args.target, args.set)
+        preflight(cfg)  # an invalid config is refused and nothing is queued
+        print(queue.add(runs_dir, cfg).path)
+        return 0
+    if args.action == "list":
+        waiting = queue.queued(runs_dir)
+        for i, run in enumerate(waiting, start=1):
+            q = run.read_status().get("queue", {})
+            flags = " (held)" if q.get("held") else (" (starting)" if q.get("scheduler") else "")
+            print(f"{i}\t{run.path}{flags}")
+        if not waiting:
+            print("the queue is empty", file=sys.stderr)
+        schedulers = queue.live_schedulers(runs_dir)
+        print(f"scheduler(s) running: {', '.join(map(str, schedulers))}" if schedulers else
+              "no scheduler is running (start one with: main.py queue run)", file=sys.stderr)
+        return 0
+    if args.action == "run":
+        return queue.main_loop(runs_dir, args.until_empty, args.cpu_runs)
+    if not args.target:
+        raise CommandError(f"queue {args.action}: give the run directory")
+    run = RunDir(args.target)
+    if not run.config.exists():
+        raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
+    try:
+        if args.action in ("hold", "release"):
+            queue.hold(run.path.parent, run, args.action == "hold")
+        elif args.action == "move":
+            queue.move(run.path.parent, run, args.to)
+        elif args.action == "remove":
+            queue.remove(run.path.parent, run)
+        elif args.action == "retry":
+            queue.retry(run.path.parent, run)
+    except ValueError as e:
+        raise CommandError(str(e)) from e
+    return 0
+
+
 def cmd_grad_cam(args) -> int:
     """Grad-CAM of a run's checkpoint on one image: the overlay PNG, and a JSON summary on stdout."""
     from trainer.gradcam import NoSpatialLayer, grad_cam_for_run
@@ -381,6 +428,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="the ImageFolder to evaluate (default: the run's data.test_dir)")
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("queue", help="the run queue: add, list, run (the scheduler), hold, release, move, remove, "
+                       "retry")
+    p.add_argument("action", choices=("add", "list", "run", "hold", "release", "move", "remove", "retry"))
+    p.add_argument("target", nargs="?", help="add: the config file; hold/release/move/remove/retry: the run directory")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="add: override config keys")
+    p.add_argument("--runs-dir", help="the runs directory whose queue this is (default ./runs)")
+    p.add_argument("--until-empty", action="store_true", help="run: stop once nothing is waiting or running")
+    p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
+    p.add_argument("--to", type=int, default=0, help="move: the new place in the queue (0 = next)")
+    p.set_defaults(func=cmd_queue)
 
     p = sub.add_parser("grad-cam", help="Grad-CAM overlay: where a run's network sees the evidence in an image")
     p.add_argument("run_dir")

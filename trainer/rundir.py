@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STATES = ("starting", "running", "completed", "stopped", "failed", "diverged")
+STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
 FINAL_STATES = ("completed", "stopped", "failed", "diverged")
 LIVE_STATES = ("starting", "running")
 RESUMABLE_STATES = ("stopped", "failed")
