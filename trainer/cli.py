@@ -16,7 +16,7 @@ from trainer.scan import printable_path
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue")
+            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep")
 
 
 class CommandError(Exception):
@@ -36,8 +36,9 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from trainer.rundir import RunDirInUse, RunDirUsed
     from trainer.scan import DataError
     from trainer.strategy import LaunchError
+    from trainer.sweep import SweepError
 
-    return (CommandError, ConfigError, DataError, ModelError, LaunchError, ExportError, RunDirInUse, RunDirUsed,
+    return (CommandError, SweepError, ConfigError, DataError, ModelError, LaunchError, ExportError, RunDirInUse, RunDirUsed,
             CheckpointVersionError, UnsafeFileError)
 
 
@@ -264,6 +265,24 @@ def cmd_queue(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """Queue every trial of a sweep file (grid / random), or run an Optuna study (method: optuna)."""
+    from trainer.sweep import queue_sweep, read_sweep
+
+    sweep = read_sweep(args.sweep)
+    runs_dir = Path(args.runs_dir or default_runs_dir())
+    if sweep.method == "optuna":
+        from trainer.optuna_sweep import run_study
+
+        return run_study(sweep, runs_dir)
+    runs = queue_sweep(sweep, runs_dir)
+    for run in runs:
+        print(run.path)
+    print(f"queued {len(runs)} runs of sweep {sweep.name}; a scheduler runs them (main.py queue run --runs-dir "
+          f"{runs_dir})", file=sys.stderr)
+    return 0
+
+
 def cmd_grad_cam(args) -> int:
     """Grad-CAM of a run's checkpoint on one image: the overlay PNG, and a JSON summary on stdout."""
     from trainer.gradcam import NoSpatialLayer, grad_cam_for_run
@@ -439,6 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
     p.add_argument("--to", type=int, default=0, help="move: the new place in the queue (0 = next)")
     p.set_defaults(func=cmd_queue)
+
+    p = sub.add_parser("sweep", help="queue the runs of a sweep file (grid, random; optuna with pruning)")
+    p.add_argument("sweep")
+    p.add_argument("--runs-dir", help="the runs directory whose queue gets the trials (default ./runs)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("grad-cam", help="Grad-CAM overlay: where a run's network sees the evidence in an image")
     p.add_argument("run_dir")

@@ -26,6 +26,17 @@ MAX_SEED = 2**32 - 1  # numpy seeds are 32-bit; the loop derives per-epoch seeds
 _FLOAT_TEXT = re.compile(r"[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?")
 
 
+def parse_float(value: Any) -> float:
+    """A number as users write it (3e-4 arrives from YAML as a string); ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
+        return float(value.strip().replace("_", ""))
+    raise ValueError(f"{value!r} is not a number")
+
+
 class ConfigError(ValueError):
     """One or more invalid keys; each message starts with the key path it concerns."""
 
@@ -375,13 +386,15 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
-        if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
-            value = float(value.strip().replace("_", ""))
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
+        try:
+            number = parse_float(value)
+        except ValueError:
+            pass
+        else:
+            if not math.isfinite(number):
                 problems.append(f"{path}: must be a finite number, got {value!r}")
                 return None
-            return float(value)
+            return number
     elif tp is str:
         if isinstance(value, str):
             return value
