@@ -84,3 +84,26 @@ def test_optuna_prunes_weak_trials(tmp_path, shapes_dir):
     assert pruned and all(s["state"] == "stopped" and s["epoch"] < 3 for s in pruned), statuses
     assert any(s["state"] == "completed" for s in statuses)
     assert "best val_acc" in result.stderr
+
+
+def test_a_sweep_becomes_a_slurm_job_array_one_trial_per_task(tmp_path, shapes_dir):
+    import os
+    import subprocess
+
+    from helpers import REPO
+
+    path = sweep_file(tmp_path, shapes_dir, name="arr", grid={"optimizer.lr": [0.01, 0.02, 0.05]})
+    result = run_main("slurm", path, "--out", tmp_path / "arr.sh")
+    assert result.returncode == 0, result.stderr
+    script = (tmp_path / "arr.sh").read_text()
+    assert "#SBATCH --array=1-3" in script and subprocess.run(["bash", "-n", tmp_path / "arr.sh"]).returncode == 0
+    trials = sorted((tmp_path / "arr.trials").glob("trial-*.yaml"))
+    assert [yaml.safe_load(t.read_text())["optimizer"]["lr"] for t in trials] == [0.01, 0.02, 0.05]
+    # task 2, as SLURM would run it (here, locally): it trains trial 2 into RUNS/arr-002
+    local = script.replace("export RUNS=", f"export RUNS={tmp_path / 'runs'} #", 1)
+    task = subprocess.run(["bash", "-c", local], env={**os.environ, "SLURM_ARRAY_TASK_ID": "2"}, cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert task.returncode == 0, task.stderr
+    trained = RunDir(tmp_path / "runs" / "arr-002")
+    assert yaml.safe_load(trained.config.read_text())["optimizer"]["lr"] == 0.02
+    assert trained.read_status()["state"] == "completed"

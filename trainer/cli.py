@@ -161,10 +161,23 @@ def cmd_slurm(args) -> int:
     """Write the resolved config and the batch script that trains it (printed when no --out is given)."""
     import time
 
-    from trainer.launch import write_slurm_files
+    from trainer.launch import write_slurm_array, write_slurm_files
+    from trainer.sweep import is_sweep_file, read_sweep
 
-    cfg = load_config(args.config, args.set)
     runs = Path(default_runs_dir()).resolve()
+    if is_sweep_file(args.config):
+        sweep = read_sweep(args.config)
+        if sweep.method == "optuna":
+            raise CommandError(f"{args.config}: a SLURM job array runs grid and random sweeps; an optuna study "
+                               f"needs its trials one after another (run it with main.py sweep)")
+        if args.set:
+            raise CommandError("--set: change a sweep's base config or its grid instead")
+        script = Path(args.out or f"{sweep.name}.sh")
+        trials = write_slurm_array(sweep, script, runs)
+        print(f"wrote {script.resolve()} (a job array of {len(sweep.trials_values())} trials) and their configs in "
+              f"{trials}; submit it with: sbatch {script}")
+        return 0
+    cfg = load_config(args.config, args.set)
     if args.out:
         config_path = write_slurm_files(cfg, args.out, runs)
         print(f"wrote {Path(args.out).resolve()} and the config it trains, {config_path}; submit it with: "

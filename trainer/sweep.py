@@ -77,6 +77,15 @@ def draw(rng: random.Random, spec: dict, integer: bool):
     return int(round(value)) if integer else float(f"{value:.6g}")
 
 
+def is_sweep_file(path: str | Path) -> bool:
+    """A sweep file (it has `base`), not a run config."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(raw, dict) and "base" in raw
+
+
 def read_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; SweepError naming the file and key at fault."""
     path = Path(path)
