@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.background import CliJob
 from app.forms import Binder
 from app.lr_finder import LrFinder
 from app.pages.dashboard import Dashboard
@@ -32,9 +33,11 @@ from app.pages.dataset_page import DatasetPage
 from app.pages.device_page import DevicePage
 from app.pages.model_page import ModelPage
 from app.pages.optimizer_page import LrFindDialog, OptimizerPage
+from app.pages.queue_page import QueuePage
 from app.pages.runs_page import RunsPage
 from app.run_controller import RunController
 from app.run_model import RunModel
+from app.sweep_dialog import SweepDialog
 from app.try_it import TryItDialog
 from trainer.config import ConfigError, RunConfig, load_config, save_config
 from trainer.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
@@ -42,7 +45,7 @@ from trainer.rundir import RunDir, list_runs
 
 log = logging.getLogger(__name__)
 
-PAGES = ["Dataset", "Model", "Optimizer", "Device", "Training", "Runs"]
+PAGES = ["Dataset", "Model", "Optimizer", "Device", "Training", "Runs", "Queue"]
 DEMO_CONFIG = REPO_ROOT / "resources" / "demo.yaml"
 STYLE = (REPO_ROOT / "resources" / "style.qss")
 
@@ -68,6 +71,7 @@ class MainWindow(QMainWindow):
         self.device_page = DevicePage(self.binder)
         self.dashboard = Dashboard()
         self.runs_page = RunsPage()
+        self.queue_page = QueuePage()
 
         self.nav = QListWidget()
         self.nav.setObjectName("nav")
@@ -75,7 +79,7 @@ class MainWindow(QMainWindow):
         self.nav.setFixedWidth(130)
         self.stack = QStackedWidget()
         for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.dashboard,
-                     self.runs_page):
+                     self.runs_page, self.queue_page):
             self.stack.addWidget(page)
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         central = QWidget()
@@ -137,6 +141,8 @@ class MainWindow(QMainWindow):
 
         self.load_config_file(config_path or DEMO_CONFIG)
         self.runs_page.set_runs_dir(self.runs_dir)
+        self.queue_page.set_runs_dir(self.runs_dir)
+        self.queue_page.changed.connect(self._update_buttons)
         self.device_page.start_probe()
         self.model_page.describe()
         self._restore_settings()
@@ -167,6 +173,8 @@ class MainWindow(QMainWindow):
         self.copy_action = action("Copy command", sp.SP_FileDialogDetailedView, self.copy_command)
         bar.addSeparator()
         self.start_action = action("Start", sp.SP_MediaPlay, self.start_run, "Ctrl+R")
+        self.queue_action = action("Add to queue", sp.SP_FileDialogListView, self.add_to_queue, "Ctrl+Shift+R")
+        self.sweep_action = action("Sweep…", sp.SP_FileDialogInfoView, self.open_sweep_dialog)
         self.stop_action = action("Stop", sp.SP_MediaStop, self.stop_run)
         self.resume_action = action("Resume", sp.SP_MediaSeekForward, lambda: self.resume_run(None))
         bar.addSeparator()
@@ -346,6 +354,46 @@ class MainWindow(QMainWindow):
             QMessageBox.information(self, "Resume", refused)
             return
         self.nav.setCurrentRow(PAGES.index("Training"))
+
+    # ---- the queue and sweeps ------------------------------------------------------------------
+    def _form_config_file(self) -> Path | None:
+        """The form's config written to the runs folder's configs (what a queued run or a sweep starts from)."""
+        cfg = self.current_config()
+        if cfg is None or self.config_problems:
+            QMessageBox.warning(self, "Cannot queue", "Fix the marked settings first:\n" + "\n".join(self.config_problems))
+            return None
+        folder = self.runs_dir / "configs"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"config-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        save_config(cfg, path)
+        return path
+
+    def add_to_queue(self) -> CliJob | None:
+        """Queue the form's config (`main.py queue add`, which checks it) and make sure a scheduler works the queue."""
+        path = self._form_config_file()
+        if path is None:
+            return None
+        job = CliJob(["queue", "add", str(path), "--runs-dir", str(self.runs_dir)], self, parse_json=False)
+
+        def done(out: str) -> None:
+            self.statusBar().showMessage(f"queued {Path(out.strip()).name}", 8000)
+            self.queue_page.ensure_scheduler()
+            self.queue_page.refresh()
+
+        job.done.connect(done)
+        job.failed.connect(lambda error: QMessageBox.warning(self, "Not queued", error))
+        return job
+
+    def open_sweep_dialog(self) -> SweepDialog | None:
+        path = self._form_config_file()
+        if path is None:
+            return None
+        dialog = SweepDialog(path, self.runs_dir, self)
+        dialog.add_grid_row("optimizer.lr", "1e-3, 3e-3, 1e-2")
+        dialog.queued.connect(lambda _: (self.queue_page.ensure_scheduler(), self.queue_page.refresh()))
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
 
     # ---- the dataset manifest and Try it -------------------------------------------------------
     def default_manifest_path(self) -> Path:
