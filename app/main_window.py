@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob
+from app.background import CliJob, run_in_thread
+from app.experiments import extension_facts
 from app.forms import Binder
 from app.lr_finder import LrFinder
 from app.pages.dashboard import Dashboard
@@ -34,7 +35,7 @@ from app.pages.device_page import DevicePage
 from app.pages.model_page import ModelPage
 from app.pages.optimizer_page import LrFindDialog, OptimizerPage
 from app.pages.queue_page import QueuePage
-from app.pages.runs_page import RunsPage
+from app.pages.runs_page import ExtendDialog, RunsPage
 from app.run_controller import RunController
 from app.run_model import RunModel
 from app.sweep_dialog import SweepDialog
@@ -138,6 +139,7 @@ class MainWindow(QMainWindow):
         self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
         self.runs_page.openRequested.connect(self.open_run)
         self.runs_page.resumeRequested.connect(self.resume_run)
+        self.runs_page.extendRequested.connect(self.extend_run)
 
         self.load_config_file(config_path or DEMO_CONFIG)
         self.runs_page.set_runs_dir(self.runs_dir)
@@ -352,6 +354,28 @@ class MainWindow(QMainWindow):
         refused = self.runs.resume(run)
         if refused:
             QMessageBox.information(self, "Resume", refused)
+            return
+        self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def extend_run(self, path: str) -> None:
+        """"Continue for N more epochs": the dialog shows the schedule rule's effect, then the run is resumed with
+        --epochs TOTAL."""
+        run = RunDir(path)
+
+        def ask(facts: dict) -> None:
+            dialog = ExtendDialog(run, facts, self)
+            dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            dialog.accepted.connect(lambda: self._extend(run, dialog.total))
+            dialog.open()
+            self.extend_dialog = dialog
+
+        run_in_thread(lambda: extension_facts(run), ask,
+                      lambda error: QMessageBox.warning(self, "Continue", f"{run.name}: {error}"))
+
+    def _extend(self, run: RunDir, total: int) -> None:
+        refused = self.runs.extend(run, total)
+        if refused:
+            QMessageBox.information(self, "Continue", refused)
             return
         self.nav.setCurrentRow(PAGES.index("Training"))
 

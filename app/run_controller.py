@@ -71,6 +71,22 @@ class RunController(QObject):
             self.changed.emit()
         return None
 
+    def extend(self, run: RunDir, total_epochs: int) -> str | None:
+        """Continue a completed (or early-stopped, stopped, failed) run up to `total_epochs`; why not, when it
+        cannot be."""
+        if self.running:
+            return "a run is already going"
+        state = run.effective_state()
+        if state not in RESUMABLE_STATES + ("completed",):
+            return f"{run.name} is {state}: only a completed, stopped or failed run can be continued."
+        self.process.start(resume_command(run.path, total_epochs), run, cwd=str(REPO_ROOT))
+        if self.model is None or self.model.run.path != run.path:
+            self.watch(run)
+        else:
+            self.model.watch()
+            self.changed.emit()
+        return None
+
     def open(self, run: RunDir) -> None:
         """Show a past run (replayed from its events), re-attaching when it is still going."""
         self.watch(run)

@@ -118,6 +118,6 @@ def test_auto_precision_verdicts():
 
 
 def test_the_runs_page_names_a_dataset_people_recognise():
-    from app.pages.runs_page import dataset_label
+    from app.experiments import dataset_label
 
     assert dataset_label("/data/photos/train") == "photos/train" and dataset_label(None) == "?"

@@ -58,8 +58,9 @@ def train_command(config_path: str | Path, run_dir: str | Path | None = None, ov
     return cmd
 
 
-def resume_command(run_dir: str | Path) -> list[str]:
-    return main_command("resume", run_dir)
+def resume_command(run_dir: str | Path, epochs: int | None = None) -> list[str]:
+    """Continue a run; with `epochs`, extend it to that many epochs in all (trainer/schedule.py's rule)."""
+    return main_command("resume", run_dir, *(["--epochs", str(epochs)] if epochs else []))
 
 
 def node_commands(config_path: str | Path, cfg: RunConfig) -> list[str]:

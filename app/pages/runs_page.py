@@ -1,15 +1,16 @@
-"""Runs page: the history in the runs directory; open, compare, resume, export, open folder, delete."""
+"""Runs page: the runs directory as a table of experiments (a column for each hyper-parameter that differs, best
+and final metrics, duration, tags and notes; filter and sort), compare overlays, a metric against a hyper-parameter
+and parallel coordinates of a sweep; open, resume, continue, export, open folder, delete."""
 
 from __future__ import annotations
 
-import datetime as dt
+import math
 import shutil
 from pathlib import Path
 
 import pyqtgraph as pg
-import yaml
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -21,40 +22,23 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QMessageBox,
+    QPlainTextEdit,
     QPushButton,
+    QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.background import CliJob, run_in_thread
+from app.experiments import column_title, format_duration, read_notes, summarize, varying_keys, write_notes
 from app.pages.plots import COLORS, make_plot, with_log_toggle
 from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.events import read_events
 from trainer.rundir import RunDir, list_runs
-
-COLUMNS = ["run", "model", "dataset", "status", "best acc", "epochs", "started"]
-
-
-def summarize(run: RunDir) -> dict:
-    """One row of the runs table (runs on the thread pool: reads small files only)."""
-    status = run.read_status()
-    try:
-        cfg = yaml.safe_load(run.config.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        cfg = {}
-    started = status.get("started") or run.path.stat().st_mtime
-    best = status.get("best_acc")
-    return {
-        "path": str(run.path), "run": run.name, "model": cfg.get("model", {}).get("name", "?").split("/")[-1],
-        "dataset": dataset_label(cfg.get("data", {}).get("train_dir")), "status": run.effective_state(),
-        "best acc": f"{100 * best:.1f}%" if isinstance(best, (int, float)) else "—",
-        "epochs": f"{status.get('epoch', 0)}/{cfg.get('train', {}).get('epochs', '?')}",
-        "started": dt.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
-        "pid": status.get("pid"),
-    }
+from trainer.schedule import describe_extension
 
 
 def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
@@ -65,14 +49,6 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
         epochs = [(e["epoch"], e["val_acc"]) for e in events if e["event"] == "epoch"]
         out.append((Path(path).name, {"steps": steps, "epochs": epochs}))
     return out
-
-
-def dataset_label(train_dir: str | None) -> str:
-    """A dataset name people recognise: the folder and its parent (`photos/train`, not `train`)."""
-    if not train_dir:
-        return "?"
-    parts = Path(train_dir).parts
-    return "/".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
 
 
 class ExportDialog(QDialog):
@@ -136,40 +112,250 @@ class ExportDialog(QDialog):
         super().reject()
 
 
+BASE_COLUMNS = ["run", "status", "model", "dataset"]
+METRIC_COLUMNS = ["best acc", "final acc", "epochs", "duration", "started", "tags"]
+STATUS_COLORS = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
+                 "running": "#1f77b4", "queued": "#777777"}
+METRICS = {"best acc": "best validation accuracy", "final acc": "final validation accuracy"}
+
+
+class ExperimentModel(QAbstractTableModel):
+    """The runs as rows; columns: name and status, each hyper-parameter that differs between them, metrics."""
+
+    SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[dict] = []
+        self.params: list[str] = []
+
+    @property
+    def columns(self) -> list[str]:
+        return BASE_COLUMNS + self.params + METRIC_COLUMNS
+
+    def set_rows(self, rows: list[dict]) -> None:
+        self.beginResetModel()
+        self.rows = rows
+        self.params = varying_keys(rows)
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 - Qt's name
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.columns)
+
+    def value(self, row: dict, column: str):
+        if column in self.params:
+            return row["params"].get(column)
+        if column == "tags":
+            return ", ".join(row["tags"])
+        return row.get(column)
+
+    def data(self, index: QModelIndex, role=Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row, column = self.rows[index.row()], self.columns[index.column()]
+        value = self.value(row, column)
+        if role == Qt.ItemDataRole.DisplayRole:
+            if column in METRICS:
+                return "—" if value is None else f"{100 * value:.1f}%"
+            if column == "duration":
+                return format_duration(value)
+            if column == "status" and row.get("reason"):
+                return f"{value} ({row['reason'].replace('_', ' ')})"
+            return "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+        if role == self.SORT_ROLE:
+            if column == "started":
+                return row["started_ts"]
+            return value if isinstance(value, (int, float)) and not isinstance(value, bool) else (
+                -1e300 if value is None and column in (*METRICS, "duration") else str(value))
+        if role == Qt.ItemDataRole.ForegroundRole and column == "status":
+            return QColor(STATUS_COLORS.get(value, "#222"))
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row["notes"] or row["path"]
+        return None
+
+    def headerData(self, section: int, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
+        if orientation != Qt.Orientation.Horizontal or section >= len(self.columns):
+            return None
+        column = self.columns[section]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return column_title(column) if column in self.params else column
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return column
+        return None
+
+
+class RunFilter(QSortFilterProxyModel):
+    """Rows whose text in any column contains every word typed (lr=0.01 matches the lr column's 0.01)."""
+
+    def __init__(self):
+        super().__init__()
+        self.words: list[str] = []
+        self.setSortRole(ExperimentModel.SORT_ROLE)
+
+    def set_text(self, text: str) -> None:
+        self.words = text.lower().split()
+        self.invalidateFilter()
+
+    def filterAcceptsRow(self, source_row: int, parent) -> bool:  # noqa: N802
+        if not self.words:
+            return True
+        m: ExperimentModel = self.sourceModel()
+        row = m.rows[source_row]
+        cells = [f"{m.headerData(c, Qt.Orientation.Horizontal) or ''}={m.data(m.index(source_row, c)) or ''}".lower()
+                 for c in range(m.columnCount())] + [row["notes"].lower()]
+        return all(any(w in cell for cell in cells) for w in self.words)
+
+    def lessThan(self, left, right) -> bool:  # noqa: N802
+        a, b = left.data(self.sortRole()), right.data(self.sortRole())
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return a < b
+        return str(a) < str(b)
+
+
+class ExtendDialog(QDialog):
+    """"Continue for N more epochs", with what the learning-rate schedule will do (the trainer's rule)."""
+
+    def __init__(self, run: RunDir, facts: dict, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle(f"Continue {run.name}")
+        self.facts = facts
+        self.more = QSpinBox()
+        self.more.setObjectName("moreEpochs")
+        self.more.setRange(1, 100000)
+        self.more.setValue(max(1, facts["done"] // 2))
+        self.rule = QLabel("")
+        self.rule.setObjectName("scheduleRule")
+        self.rule.setWordWrap(True)
+        self.more.valueChanged.connect(self._show_rule)
+        form = QFormLayout(self)
+        form.addRow(QLabel(f"{run.name} has trained {facts['done']} epochs"
+                           + (" (it stopped early: the extension gets its full patience again)"
+                              if facts["early_stopped"] else "") + "."))
+        form.addRow("More epochs", self.more)
+        form.addRow(self.rule)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Continue")
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+        self._show_rule()
+
+    @property
+    def total(self) -> int:
+        return self.facts["done"] + self.more.value()
+
+    def _show_rule(self) -> None:
+        f = self.facts
+        if f["steps_per_epoch"]:
+            self.rule.setText(describe_extension(f["scheduler"], f["lr"], f["done"], self.total, f["steps_per_epoch"]))
+        else:
+            self.rule.setText("The schedule is recomputed for the new total and continued at the current step.")
+
+
+class NotesDialog(QDialog):
+    def __init__(self, run: RunDir, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.run = run
+        self.setWindowTitle(f"Tags and notes: {run.name}")
+        notes = read_notes(run)
+        self.tags = QLineEdit(", ".join(notes["tags"]))
+        self.tags.setPlaceholderText("comma separated: baseline, augmented, …")
+        self.notes = QPlainTextEdit(notes["notes"])
+        form = QFormLayout(self)
+        form.addRow("Tags", self.tags)
+        form.addRow("Notes", self.notes)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def accept(self) -> None:
+        write_notes(self.run, [t.strip() for t in self.tags.text().split(",") if t.strip()],
+                    self.notes.toPlainText())
+        super().accept()
+
+
 class RunsPage(QWidget):
     openRequested = Signal(str)
     resumeRequested = Signal(str)
+    extendRequested = Signal(str)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.runs_dir: Path | None = None
-        self.rows: list[dict] = []
-        self.table = QTableWidget(0, len(COLUMNS))
+        self.model = ExperimentModel()
+        self.proxy = RunFilter()
+        self.proxy.setSourceModel(self.model)
+        self.table = QTableView()
         self.table.setObjectName("runsTable")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(len(BASE_COLUMNS), Qt.SortOrder.DescendingOrder)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QTableView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.doubleClicked.connect(lambda _: self._open())
+        self.filter = QLineEdit()
+        self.filter.setObjectName("runsFilter")
+        self.filter.setPlaceholderText("filter: words or column=value (resnet18  lr=0.01  completed  baseline)")
+        self.filter.textChanged.connect(self.proxy.set_text)
 
         buttons = QHBoxLayout()
+        buttons.addWidget(self.filter, 1)
         for text, slot in (("Refresh", self.refresh), ("Open", self._open), ("Compare selected", self._compare),
-                           ("Resume", self._resume), ("Export…", self._export), ("Open folder", self._open_folder),
-                           ("Delete", self._delete)):
+                           ("Resume", self._resume), ("Continue…", self._extend), ("Notes…", self._notes),
+                           ("Export…", self._export), ("Open folder", self._open_folder), ("Delete", self._delete)):
             b = QPushButton(text)
             b.setObjectName(f"runs:{text}")
             b.clicked.connect(slot)
             buttons.addWidget(b)
-        buttons.addStretch(1)
 
         self.compare_loss = make_plot("Training loss (selected runs)", "loss")
         self.compare_acc = make_plot("Validation accuracy (selected runs)", "accuracy", "epoch")
-        plots = QSplitter()
-        plots.addWidget(with_log_toggle(self.compare_loss))
-        plots.addWidget(with_log_toggle(self.compare_acc))
+        compare = QSplitter()
+        compare.addWidget(with_log_toggle(self.compare_loss))
+        compare.addWidget(with_log_toggle(self.compare_acc))
+        self.scatter_x = QComboBox()
+        self.scatter_x.setObjectName("scatterX")
+        self.scatter_y = QComboBox()
+        self.scatter_y.setObjectName("scatterY")
+        self.scatter_y.addItems(list(METRICS))
+        self.scatter_plot = make_plot("Metric against a hyper-parameter (runs shown)", "accuracy", "")
+        self.scatter_x.currentTextChanged.connect(lambda _: self.draw_scatter())
+        self.scatter_y.currentTextChanged.connect(lambda _: self.draw_scatter())
+        scatter = QWidget()
+        sl = QVBoxLayout(scatter)
+        sl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("x"))
+        row.addWidget(self.scatter_x, 1)
+        row.addWidget(QLabel("y"))
+        row.addWidget(self.scatter_y)
+        sl.addLayout(row)
+        sl.addWidget(self.scatter_plot, 1)
+        self.sweep_choice = QComboBox()
+        self.sweep_choice.setObjectName("parallelSweep")
+        self.sweep_choice.currentTextChanged.connect(lambda _: self.draw_parallel())
+        self.parallel_plot = make_plot("Parallel coordinates (each line: one run; colour: best accuracy)", "", "")
+        self.parallel_plot.getAxis("left").setTicks([[(0, "low"), (1, "high")]])
+        parallel = QWidget()
+        pl = QVBoxLayout(parallel)
+        pl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Sweep"))
+        row.addWidget(self.sweep_choice, 1)
+        pl.addLayout(row)
+        pl.addWidget(self.parallel_plot, 1)
+        self.views = QTabWidget()
+        self.views.addTab(compare, "Compare curves")
+        self.views.addTab(scatter, "Metric vs hyper-parameter")
+        self.views.addTab(parallel, "Parallel coordinates")
 
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -178,9 +364,13 @@ class RunsPage(QWidget):
         tl.addWidget(self.table)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
-        split.addWidget(plots)
+        split.addWidget(self.views)
         layout = QVBoxLayout(self)
         layout.addWidget(split)
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.model.rows
 
     def set_runs_dir(self, runs_dir: Path) -> None:
         self.runs_dir = Path(runs_dir)
@@ -193,21 +383,79 @@ class RunsPage(QWidget):
         run_in_thread(lambda: [summarize(r) for r in list_runs(runs_dir)], self._show)
 
     def _show(self, rows: list[dict]) -> None:
-        self.rows = rows
-        self.table.setRowCount(len(rows))
-        colors = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
-                  "running": "#1f77b4"}
-        for i, row in enumerate(rows):
-            for j, col in enumerate(COLUMNS):
-                item = QTableWidgetItem(str(row[col]))
-                if col == "status" and row[col] in colors:
-                    item.setForeground(pg.mkColor(colors[row[col]]))
-                item.setToolTip(row["path"])
-                self.table.setItem(i, j, item)
+        self.model.set_rows(rows)
+        self.table.resizeColumnsToContents()
+        x = self.scatter_x.currentText()
+        self.scatter_x.blockSignals(True)
+        self.scatter_x.clear()
+        self.scatter_x.addItems(self.model.params)
+        if x in self.model.params:
+            self.scatter_x.setCurrentText(x)
+        self.scatter_x.blockSignals(False)
+        sweep = self.sweep_choice.currentText()
+        sweeps = sorted({r["sweep"] for r in rows if r["sweep"]})
+        self.sweep_choice.blockSignals(True)
+        self.sweep_choice.clear()
+        self.sweep_choice.addItems(sweeps)
+        if sweep in sweeps:
+            self.sweep_choice.setCurrentText(sweep)
+        self.sweep_choice.blockSignals(False)
+        self.draw_scatter()
+        self.draw_parallel()
+
+    def shown_rows(self) -> list[dict]:
+        """The runs the filter lets through, in the table's order."""
+        return [self.model.rows[self.proxy.mapToSource(self.proxy.index(i, 0)).row()]
+                for i in range(self.proxy.rowCount())]
 
     def selected(self) -> list[str]:
-        rows = sorted({i.row() for i in self.table.selectedIndexes()})
-        return [self.rows[r]["path"] for r in rows if r < len(self.rows)]
+        rows = sorted({self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()})
+        return [self.model.rows[r]["path"] for r in rows if r < len(self.model.rows)]
+
+    def draw_scatter(self) -> None:
+        """The chosen metric against the chosen hyper-parameter, one point per run shown (text values spread out
+        as categories)."""
+        plot, key, metric = self.scatter_plot, self.scatter_x.currentText(), self.scatter_y.currentText()
+        plot.clear()
+        points = [(r["params"].get(key), r[metric], r["run"]) for r in self.shown_rows() if r.get(metric) is not None]
+        if not key or not points:
+            return
+        xs, categories = axis_values([p[0] for p in points])
+        plot.setLabel("bottom", key)
+        plot.setLabel("left", METRICS[metric])
+        plot.getAxis("bottom").setTicks([list(categories.items())] if categories else None)
+        logx = not categories and min(xs) > 0 and max(xs) / min(xs) >= 100
+        plot.setLogMode(x=logx, y=False)
+        plot.addItem(pg.ScatterPlotItem(x=xs, y=[p[1] for p in points], size=9, brush=COLORS[0],
+                                        data=[p[2] for p in points], hoverable=True, tip=lambda x, y, data: data))
+
+    def draw_parallel(self) -> None:
+        """Each run of the chosen sweep as a line across its varying hyper-parameters and the metric, each axis
+        scaled from its lowest to its highest value; colour from low (light) to high (dark) best accuracy."""
+        plot = self.parallel_plot
+        plot.clear()
+        rows = [r for r in self.model.rows if r["sweep"] and r["sweep"] == self.sweep_choice.currentText()]
+        keys = varying_keys(rows)
+        if not rows or not keys:
+            return
+        axes = keys + ["best acc"]
+        columns = [axis_values([r["params"].get(k) if k in r["params"] else r.get(k) for r in rows])[0] for k in axes]
+        scaled = []
+        for values in columns:
+            finite = [v for v in values if v is not None]
+            low, high = (min(finite), max(finite)) if finite else (0, 1)
+            logscale = low > 0 and high / low >= 100
+            f = (lambda v: math.log10(v)) if logscale else (lambda v: v)
+            lo, hi = f(low), f(high)
+            scaled.append([0.5 if v is None or hi == lo else (f(v) - lo) / (hi - lo) for v in values])
+        plot.getAxis("bottom").setTicks([[(i, column_title(k) if k in keys else k) for i, k in enumerate(axes)]])
+        accs = [r["best acc"] or 0 for r in rows]
+        lo, hi = min(accs), max(accs)
+        cmap = pg.colormap.get("CET-L12")
+        for i, acc in enumerate(accs):
+            share = 0.5 if hi == lo else (acc - lo) / (hi - lo)
+            plot.plot(list(range(len(axes))), [s[i] for s in scaled], pen=pg.mkPen(cmap.map(0.25 + 0.75 * share),
+                                                                                   width=2))
 
     def _open(self) -> None:
         for path in self.selected()[:1]:
@@ -216,6 +464,16 @@ class RunsPage(QWidget):
     def _resume(self) -> None:
         for path in self.selected()[:1]:
             self.resumeRequested.emit(path)
+
+    def _extend(self) -> None:
+        for path in self.selected()[:1]:
+            self.extendRequested.emit(path)
+
+    def _notes(self) -> None:
+        for path in self.selected()[:1]:
+            dialog = NotesDialog(RunDir(path), self)
+            dialog.accepted.connect(self.refresh)
+            dialog.open()
 
     def _compare(self) -> None:
         paths = self.selected()
@@ -245,7 +503,7 @@ class RunsPage(QWidget):
 
     def _delete(self) -> None:
         paths = self.selected()
-        running = [r["run"] for r in self.rows if r["path"] in paths and r["status"] in ("running", "starting")]
+        running = [r["run"] for r in self.model.rows if r["path"] in paths and r["status"] in ("running", "starting")]
         if running:
             QMessageBox.warning(self, "Delete runs", f"Stop {', '.join(running)} before deleting it.")
             return
@@ -254,3 +512,12 @@ class RunsPage(QWidget):
                 != QMessageBox.StandardButton.Yes:
             return
         run_in_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths], lambda _: self.refresh())
+
+
+def axis_values(values: list) -> tuple[list[float | None], dict[float, str]]:
+    """Numbers as they are; anything else (model names, switches) as evenly spaced categories, with their labels."""
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in values):
+        return [None if v is None else float(v) for v in values], {}
+    labels = sorted({str(v) for v in values})
+    index = {label: float(i) for i, label in enumerate(labels)}
+    return [index[str(v)] for v in values], {i: label for label, i in index.items()}

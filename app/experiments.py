@@ -1,0 +1,121 @@
+"""The runs directory as a table of experiments, without Qt: one row per run with its hyper-parameters (flattened
+config), best and final metrics, duration, sweep, tags and notes; which hyper-parameters differ between runs; the
+user's tags and notes (RUN_DIR/notes.json, written by the app only).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from trainer.rundir import RunDir
+
+NOTES = "notes.json"
+# keys that differ between runs without being hyper-parameters (paths, rendezvous, where the cache lives)
+NOT_HYPERPARAMETERS = {"data.train_dir", "data.val_dir", "data.test_dir", "data.cache_dir", "data.exclude",
+                       "device.master_addr", "device.master_port", "device.node_rank", "device.init_file"}
+SHORT = {"optimizer.lr": "lr", "data.batch_size": "batch", "model.name": "model", "model.weights": "weights",
+         "train.epochs": "epochs", "optimizer.name": "optimizer", "optimizer.weight_decay": "wd",
+         "scheduler.name": "schedule", "data.image_size": "size", "train.seed": "seed", "train.amp": "precision"}
+
+
+def flatten(raw: dict, prefix: str = "") -> dict:
+    """{'optimizer': {'lr': 0.1}} -> {'optimizer.lr': 0.1}; lists become their text (groups, augment lists)."""
+    out = {}
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
+    return out
+
+
+def dataset_label(train_dir: str | None) -> str:
+    """A dataset name people recognise: the folder and its parent (`photos/train`, not `train`)."""
+    if not train_dir:
+        return "?"
+    parts = Path(train_dir).parts
+    return "/".join(parts[-2:]) if len(parts) >= 2 else parts[-1]
+
+
+def read_notes(run: RunDir) -> dict:
+    try:
+        notes = json.loads((run.path / NOTES).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"tags": [], "notes": ""}
+    return {"tags": list(notes.get("tags") or []), "notes": str(notes.get("notes") or "")}
+
+
+def write_notes(run: RunDir, tags: list[str], notes: str) -> None:
+    path = run.path / NOTES
+    tmp = path.with_name(f".{NOTES}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps({"tags": tags, "notes": notes}, indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def summarize(run: RunDir) -> dict:
+    """One row of the experiments table (run on the thread pool: small files only)."""
+    status = run.read_status()
+    try:
+        cfg = yaml.safe_load(run.config.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        cfg = {}
+    started = status.get("started") or run.path.stat().st_mtime
+    ended = status.get("ended") if status.get("state") not in ("running", "starting", "queued") else None
+    best, final = status.get("best_acc"), status.get("val_acc")
+    q = status.get("queue") or {}
+    notes = read_notes(run)
+    tags = notes["tags"] + ([q["sweep"]] if q.get("sweep") and q["sweep"] not in notes["tags"] else [])
+    return {
+        "path": str(run.path), "run": run.name, "status": run.effective_state(),
+        "model": str(cfg.get("model", {}).get("name", "?")).split("/")[-1],
+        "dataset": dataset_label(cfg.get("data", {}).get("train_dir")),
+        "best acc": best if isinstance(best, (int, float)) else None,
+        "final acc": final if isinstance(final, (int, float)) else None,
+        "epochs": f"{status.get('epoch', 0)}/{cfg.get('train', {}).get('epochs', '?')}",
+        "duration": (ended - started) if ended and started else None,
+        "started": dt.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
+        "started_ts": started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],
+        "params": flatten(cfg), "pid": status.get("pid"), "reason": status.get("reason"),
+    }
+
+
+def varying_keys(rows: list[dict]) -> list[str]:
+    """The hyper-parameters whose values differ between the runs shown (in config order)."""
+    if len(rows) < 2:
+        return []
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r["params"] if k not in keys]
+    return [k for k in keys if k not in NOT_HYPERPARAMETERS
+            and len({json.dumps(r["params"].get(k), sort_keys=True) for r in rows}) > 1]
+
+
+def column_title(key: str) -> str:
+    return SHORT.get(key, key.split(".", 1)[-1])
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    minutes, s = divmod(int(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h{m:02d}m" if hours else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def extension_facts(run: RunDir) -> dict:
+    """What the Continue dialog needs to show the schedule rule's effect: epochs trained, the schedule, the base
+    learning rate and the steps per epoch (from the last run_start; read on the thread pool)."""
+    from trainer.config import load_config
+    from trainer.events import read_events
+
+    cfg = load_config(run.config)
+    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
+    return {"done": int(run.read_status().get("epoch") or 0), "scheduler": cfg.scheduler, "lr": cfg.optimizer.lr,
+            "steps_per_epoch": starts[-1].get("steps_per_epoch") if starts else None,
+            "early_stopped": run.read_status().get("reason") == "early_stop"}

@@ -1,0 +1,91 @@
+"""The Runs page as a table of experiments: a column per differing hyper-parameter, filter and sort, the metric
+against a hyper-parameter, parallel coordinates of a sweep, tags and notes; "Continue for N more epochs"."""
+
+import json
+import time
+
+import yaml
+from helpers import train_here, write_config
+from PySide6.QtCore import Qt
+
+from app.experiments import read_notes, varying_keys
+from trainer.config import RunConfig
+from trainer.rundir import RunDir, new_run_dir
+
+
+def fake_run(runs_dir, lr, batch, best, sweep=None, model="resnet18"):
+    """A finished run as the trainer leaves it on disk (config and status), without training."""
+    cfg = RunConfig.from_dict({"model": {"name": model}, "optimizer": {"lr": lr}, "data": {"batch_size": batch}})
+    run = new_run_dir(runs_dir, model)
+    run.config.write_text(yaml.safe_dump(cfg.to_dict()))
+    now = time.time()
+    run.write_status(state="completed", best_acc=best, val_acc=best - 0.01, epoch=10, started=now - 95, ended=now,
+                     queue={"sweep": sweep, "values": {"optimizer.lr": lr}} if sweep else None)
+    if not sweep:
+        status = json.loads(run.status_file.read_text())
+        status.pop("queue")
+        run.status_file.write_text(json.dumps(status))
+    return run
+
+
+def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_path):
+    from app.pages.runs_page import RunsPage
+
+    runs_dir = tmp_path / "runs"
+    for i, (lr, batch, best) in enumerate([(0.001, 32, 0.81), (0.01, 32, 0.92), (0.1, 64, 0.55), (0.003, 64, 0.88)]):
+        fake_run(runs_dir, lr, batch, best, sweep="lrs" if i < 3 else None)
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.resize(1200, 700)
+    page.show()
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: len(page.rows) == 4, timeout=10_000)
+    headers = [page.model.headerData(c, Qt.Orientation.Horizontal) for c in range(page.model.columnCount())]
+    assert "lr" in headers and "batch" in headers and "model" in headers
+    assert page.model.params == ["data.batch_size", "optimizer.lr"]  # only what differs (not the model: all resnet18)
+    assert "duration" in headers and "best acc" in headers and "tags" in headers
+    page.filter.setText("lr=0.01")
+    assert page.proxy.rowCount() == 1 and page.shown_rows()[0]["params"]["optimizer.lr"] == 0.01
+    page.filter.setText("")
+    page.table.sortByColumn(headers.index("best acc"), Qt.SortOrder.DescendingOrder)
+    assert [r["best acc"] for r in page.shown_rows()] == [0.92, 0.88, 0.81, 0.55]
+    assert page.proxy.index(0, headers.index("duration")).data() == "1m35s"
+    page.scatter_x.setCurrentText("optimizer.lr")
+    scatter = [i for i in page.scatter_plot.listDataItems()]
+    assert len(scatter) == 1 and len(scatter[0].data) == 4
+    page.sweep_choice.setCurrentText("lrs")
+    assert len(page.parallel_plot.listDataItems()) == 3  # one line per run of the sweep
+    assert page.model.rows[0]["tags"] or page.model.rows[-1]["tags"]  # the sweep is a tag
+
+
+def test_tags_and_notes_are_kept_beside_the_run(qtbot, tmp_path):
+    from app.pages.runs_page import NotesDialog
+
+    run = fake_run(tmp_path / "runs", 0.01, 32, 0.9)
+    dialog = NotesDialog(run)
+    qtbot.addWidget(dialog)
+    dialog.tags.setText("baseline, night")
+    dialog.notes.setPlainText("augmentation off")
+    dialog.accept()
+    assert read_notes(RunDir(run.path)) == {"tags": ["baseline", "night"], "notes": "augmentation off"}
+
+
+def test_varying_keys_ignore_paths_and_keep_config_order():
+    rows = [{"params": {"data.train_dir": "/a", "optimizer.lr": 0.1, "model.name": "x"}},
+            {"params": {"data.train_dir": "/b", "optimizer.lr": 0.2, "model.name": "x"}}]
+    assert varying_keys(rows) == ["optimizer.lr"] and varying_keys(rows[:1]) == []
+
+
+def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, make_window, shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    window = make_window(cfg, runs_dir=tmp_path / "runs")
+    window.extend_run(str(run.path))
+    qtbot.waitUntil(lambda: getattr(window, "extend_dialog", None) is not None, timeout=20_000)
+    dialog = window.extend_dialog
+    dialog.more.setValue(2)
+    assert "cosine schedule recomputed for 3 epochs and continued at epoch 2" in dialog.rule.text()
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.state == "completed"
+                    and RunDir(run.path).read_status().get("epoch") == 3, timeout=120_000)
