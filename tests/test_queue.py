@@ -133,3 +133,30 @@ def test_queue_controls_reorder_hold_remove_retry(tmp_path, shapes_dir):
     queue.retry(runs_dir, b)
     assert [r.path for r in queue.queued(runs_dir)] == [c.path, a.path, b.path]
     assert os.path.exists(b.config)
+
+
+def test_nvml_figures_include_other_users_memory_and_mark_busy_gpus(monkeypatch):
+    """gpu_usage reads NVML (a stand-in module here: no GPU on this machine) and the Device page shows it."""
+    import types
+
+    from app.pages.device_page import gpu_line
+
+    class Memory:
+        def __init__(self, used, total):
+            self.used, self.total = used, total
+
+    devices = {0: (Memory(60 * 2**30, 80 * 2**30), 97), 1: (Memory(1 * 2**30, 80 * 2**30), 0)}
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: devices[h][0],
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=devices[h][1]),
+        nvmlDeviceGetName=lambda h: b"NVIDIA H200")
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    usage = queue.gpu_usage()
+    assert [round(u["memory_used_mb"]) for u in usage] == [60 * 1024, 1024] and usage[0]["name"] == "NVIDIA H200"
+    assert queue.busy_gpus(usage, set()) == {0}
+    cfg = RunConfig.from_dict({"device": {"type": "cuda", "gpus": [0]}})
+    assert queue.place(cfg, [], usage, 1) == [1]  # GPU 0 is someone else's job
+    line = gpu_line({"index": 0, "name": "NVIDIA H200", "memory_gb": 80.0}, usage[0], True)
+    assert "97% busy, 60.0/80.0 GB in use" in line and "busy with another job" in line

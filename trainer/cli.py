@@ -339,12 +339,16 @@ def cmd_probe_devices(args) -> int:
     """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
     why, which options are refused and why); the app shows these and keeps no rule of its own."""
     from trainer.devices import auto_precision, refusals
+    from trainer.queue import busy_gpus, gpu_usage
     from trainer.strategy import machine_facts
 
     facts = machine_facts()
     gpu_name = facts["gpus"][0]["name"] if facts["gpus"] else None
+    usage = gpu_usage()
     print(json.dumps({
         **facts,
+        "usage": usage,  # NVML: memory (every process's, other users' included) and utilisation of each GPU
+        "busy": sorted(busy_gpus(usage, set())),  # kept busy by someone else: the queue does not place runs there
         "auto_precision": {"cpu": auto_precision("auto", "cpu", facts), "cuda": auto_precision("auto", "cuda", facts,
                                                                                               gpu_name)},
         "refused": refusals(facts),

@@ -36,6 +36,18 @@ MODES = [
 ]
 
 
+def gpu_line(gpu: dict, usage: dict | None, busy: bool) -> str:
+    """One GPU as the Device page lists it: name and size, and with NVML its use now (all processes', other users'
+    included) and whether someone else's job keeps it busy (the trainer's verdict)."""
+    line = f"GPU {gpu['index']}: {gpu['name']} ({gpu['memory_gb']} GB)"
+    if usage:
+        util = f"{usage['utilization']}% busy, " if usage.get("utilization") is not None else ""
+        line += f" — {util}{usage['memory_used_mb'] / 1024:.1f}/{usage['memory_total_mb'] / 1024:.1f} GB in use"
+    if busy:
+        line += " — busy with another job: the queue does not place runs on it"
+    return line
+
+
 class DevicePage(QWidget):
     changed = Signal()
     slurmRequested = Signal()
@@ -128,8 +140,9 @@ class DevicePage(QWidget):
         self.probe = info
         self.devices.clear()
         self.devices.addItem("CPU")
+        usage = {u["index"]: u for u in info.get("usage", [])}
         for g in info["gpus"]:
-            self.devices.addItem(QListWidgetItem(f"GPU {g['index']}: {g['name']} ({g['memory_gb']} GB)"))
+            self.devices.addItem(QListWidgetItem(gpu_line(g, usage.get(g["index"]), g["index"] in info.get("busy", []))))
         if not info["gpus"]:
             self.devices.addItem("no CUDA GPU found")
         self._apply_availability()

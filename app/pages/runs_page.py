@@ -196,8 +196,9 @@ class RunFilter(QSortFilterProxyModel):
         self.setSortRole(ExperimentModel.SORT_ROLE)
 
     def set_text(self, text: str) -> None:
+        self.beginFilterChange()
         self.words = text.lower().split()
-        self.invalidateFilter()
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
 
     def filterAcceptsRow(self, source_row: int, parent) -> bool:  # noqa: N802
         if not self.words:
