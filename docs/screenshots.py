@@ -53,7 +53,8 @@ def main() -> int:
         nonlocal steps
         steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
                       ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
-                      ("runs", "Runs"), ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training")])
+                      ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("sweep", "Runs"),
+                      ("queue", "Queue"), ("runs", "Runs")])
         next_shot()
 
     def choose_resnet18() -> None:
@@ -76,9 +77,34 @@ def main() -> int:
             QTimer.singleShot(600, app.quit)
             return
         tabs = {"dashboard": 0, "gradients": 1, "results": 2}
+        if name == "sweep":  # a small grid through the queue: the runs table then has something to compare
+            dialog = window.open_sweep_dialog()
+            dialog.name.setText("demo-lr")
+            dialog.grid.item(0, 1).setText("0.02, 0.2")
+            dialog.add_grid_row("train.epochs", "3")
+            dialog.queued.connect(lambda _: QTimer.singleShot(300, lambda: (dialog.grab().save(str(out / "sweep.png")),
+                                                                           dialog.close(), next_shot())))
+            dialog.submit()
+            return
+        if name == "queue":  # while the sweep's runs go through the queue
+            window.nav.setCurrentRow(PAGES.index(page))
+            when(lambda: any(r["state"] == "running" for r in window.queue_page.rows),
+                 lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            return
         if name == "runs":
-            window.runs_page.table.selectRow(0)
-            window.runs_page._compare()
+            def runs_ready():
+                window.runs_page.refresh()
+                return len(window.runs_page.rows) >= 3 and all(r["status"] == "completed"
+                                                                for r in window.runs_page.rows)
+
+            def show_runs():
+                window.nav.setCurrentRow(PAGES.index(page))
+                window.runs_page.views.setCurrentIndex(1)
+                window.runs_page.scatter_x.setCurrentText("optimizer.lr")
+                shoot(name, page)
+                QTimer.singleShot(700, next_shot)
+            when(runs_ready, show_runs)
+            return
         if name in tabs:
             window.dashboard.tabs.setCurrentIndex(tabs[name])
         if name == "model":  # the store is read when the page is first shown
@@ -125,6 +151,13 @@ def main() -> int:
     QTimer.singleShot(500, wait_ready)
     app.exec()
     window.shutdown()
+    import os
+    import signal
+
+    from trainer.queue import live_schedulers
+
+    for pid in live_schedulers(tmp / "runs"):  # the sweep's scheduler outlives the window, as it should: end it
+        os.kill(pid, signal.SIGTERM)
     print(f"screenshots in {out}")
     return 0
 
