@@ -10,6 +10,7 @@ import logging
 import traceback
 from collections.abc import Callable
 
+import shiboken6
 from PySide6.QtCore import QObject, QProcess, QRunnable, QThreadPool, Signal
 
 from trainer.launch import main_command
@@ -41,7 +42,19 @@ class _Job(QRunnable):
 _alive: set = set()  # signal objects of jobs in flight (kept referenced until they report)
 
 
-def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = None) -> None:
+def _while_alive(owner: QObject, fn: Callable) -> Callable:
+    """`fn`, skipped once `owner` (the widget that asked) has been destroyed: a result may arrive after its window
+    closed."""
+    return lambda *args: fn(*args) if shiboken6.isValid(owner) else None
+
+
+def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = None,
+                  owner: QObject | None = None) -> None:
+    """Run `fn` on the thread pool; `on_done(result)` or `on_error(message)` on the GUI thread (not at all when
+    `owner` is gone by then)."""
+    if owner is not None:
+        on_done = _while_alive(owner, on_done)
+        on_error = _while_alive(owner, on_error) if on_error else None
     signals = _Signals()
     _alive.add(signals)
     signals.done.connect(on_done)

@@ -370,7 +370,7 @@ class MainWindow(QMainWindow):
             self.extend_dialog = dialog
 
         run_in_thread(lambda: extension_facts(run), ask,
-                      lambda error: QMessageBox.warning(self, "Continue", f"{run.name}: {error}"))
+                      lambda error: QMessageBox.warning(self, "Continue", f"{run.name}: {error}"), owner=self)
 
     def _extend(self, run: RunDir, total: int) -> None:
         refused = self.runs.extend(run, total)

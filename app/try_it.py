@@ -176,7 +176,7 @@ class TryItDialog(QDialog):
         bad = sum(1 for r in results if r["error"])
         self.status.setText(f"{len(results) - bad} image(s) classified" + (f"; {bad} could not be read" if bad else ""))
         readable = [r["path"] for r in results]
-        run_in_thread(lambda: load_thumbnails(readable, THUMB), lambda images: self._icons(results, images))
+        run_in_thread(lambda: load_thumbnails(readable, THUMB), lambda images: self._icons(results, images), owner=self)
         self.predicted.emit(results)
 
     def _icons(self, results: list[dict], images: list[QImage]) -> None:

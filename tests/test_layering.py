@@ -7,7 +7,8 @@ import sys
 from helpers import REPO
 
 TORCH_FREE = {"trainer.config", "trainer.events", "trainer.rundir", "trainer.scan", "trainer.groups",
-              "trainer.launch", "trainer.demo_data", "trainer.catalog", "trainer.devices"}
+              "trainer.launch", "trainer.demo_data", "trainer.catalog", "trainer.devices", "trainer.manifest",
+              "trainer.queue", "trainer.schedule"}
 
 
 def imports(path):

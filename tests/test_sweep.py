@@ -71,7 +71,8 @@ def test_bad_sweep_files_are_refused_by_name_and_nothing_is_queued(tmp_path, sha
 
 def test_optuna_prunes_weak_trials(tmp_path, shapes_dir):
     pytest.importorskip("optuna")
-    base = write_config(tmp_path, shapes_dir, train={"epochs": 3})
+    # long enough epochs (batch 4) that a trial is still going when the pruner has read its first epoch
+    base = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 3})
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"base": base.name, "method": "optuna", "trials": 5, "seed": 0,
                                     "random": {"optimizer.lr": {"low": 1e-6, "high": 0.5, "log": True}}}))

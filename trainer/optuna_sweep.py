@@ -80,11 +80,12 @@ def follow(run: RunDir, trial, metric: str) -> tuple[float | None, int | None]:
             if e.get("event") == "epoch" and e.get(metric) is not None and e["epoch"] > reported:
                 reported, last = e["epoch"], e[metric]
                 trial.report(last, reported)
-                if trial.should_prune():
+                if trial.should_prune() and run.read_status().get("state") not in FINAL_STATES:
                     stop_run(run)
-                    run.write_status(reason="pruned", message=f"pruned by the sweep at epoch {reported} (its "
-                                     f"{metric} was below the median of earlier trials)")
-                    return last, reported
+                    if run.read_status().get("state") == "stopped":  # not when it finished meanwhile
+                        run.write_status(reason="pruned", message=f"pruned by the sweep at epoch {reported} (its "
+                                         f"{metric} was below the median of earlier trials)")
+                        return last, reported
         status = run.read_status()
         if status.get("state") in FINAL_STATES and not run.is_live():
             for e in tail.read_new():

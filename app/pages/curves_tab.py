@@ -171,5 +171,5 @@ class CurvesTab(QWidget):
             return None
         events = self.model.run.events
         run_in_thread(lambda: export_run_csv(events, path), lambda paths: self.csvWritten.emit(str(paths[0])),
-                      lambda error: self.csvWritten.emit(f"CSV export failed: {error}"))
+                      lambda error: self.csvWritten.emit(f"CSV export failed: {error}"), owner=self)
         return path

@@ -248,7 +248,7 @@ class DatasetPage(QWidget):
             return
         self.summary.setText(f"Scanning {folder} …")
         run_in_thread(lambda: _scan_with_thumbnails(folder, manifest_path),
-                      lambda result: self._show(serial, result), lambda error: self._failed(serial, error))
+                      lambda result: self._show(serial, result), lambda error: self._failed(serial, error), owner=self)
 
     def _failed(self, serial: int, error: str) -> None:
         if serial != self._scan_serial:

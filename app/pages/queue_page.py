@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import trainer.queue as queue
 from app.background import run_in_thread
-from trainer import queue
 from trainer.launch import main_command
 from trainer.rundir import RunDir, list_runs
 
@@ -137,7 +137,7 @@ class QueuePage(QWidget):
             return
         self._busy = True
         runs_dir = self.runs_dir
-        run_in_thread(lambda: queue_rows(runs_dir), self._show, self._failed)
+        run_in_thread(lambda: queue_rows(runs_dir), self._show, self._failed, owner=self)
 
     def _failed(self, error: str) -> None:
         self._busy = False
@@ -183,7 +183,7 @@ class QueuePage(QWidget):
             return
         runs_dir, run = self.runs_dir, RunDir(r["path"])
         run_in_thread(lambda: action(runs_dir, run), lambda _: self.refresh(),
-                      lambda error: self.message.setText(f"<span style='color:#c9302c'>{error}</span>"))
+                      lambda error: self.message.setText(f"<span style='color:#c9302c'>{error}</span>"), owner=self)
 
     def _move(self, delta: int) -> None:
         r = self.selected_row()

@@ -327,7 +327,7 @@ class ResultsTab(QWidget):
         self._eval_serial += 1
         serial, run_path = self._eval_serial, m.run.path
         run_in_thread(lambda: read_evaluation(run_path, name), lambda ev: self._show(serial, ev),
-                      lambda error: self.headline.setText(f"cannot read eval/{name}: {error}"))
+                      lambda error: self.headline.setText(f"cannot read eval/{name}: {error}"), owner=self)
 
     def _show_epoch_matrix(self) -> None:
         """A run without per-image predictions (an older run): the best epoch's matrix alone."""
@@ -413,7 +413,7 @@ class ResultsTab(QWidget):
             self.gallery.addItem(item)
         self._thumb_serial += 1
         serial, paths = self._thumb_serial, [p.path for p in self.shown]
-        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._set_icons(serial, images))
+        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._set_icons(serial, images), owner=self)
         self._select(-1)
 
     def _set_icons(self, serial: int, images: list[QImage]) -> None:
@@ -442,7 +442,7 @@ class ResultsTab(QWidget):
                              f"({100 * p.confidence:.1f}%) · loss {p.loss:.3f}<br>{top}"
                              + (f"<br><span style='color:#b8860b'>{state}</span>" if state else "")
                              + f"<br><span style='color:#777'>{p.path}</span>")
-        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image))
+        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image), owner=self)
         self._enable_actions(True)
         if p.predicted in self.evaluation.classes:
             self.relabel_choice.setCurrentText(p.predicted)

@@ -381,7 +381,7 @@ class RunsPage(QWidget):
         if self.runs_dir is None:
             return
         runs_dir = self.runs_dir
-        run_in_thread(lambda: [summarize(r) for r in list_runs(runs_dir)], self._show)
+        run_in_thread(lambda: [summarize(r) for r in list_runs(runs_dir)], self._show, owner=self)
 
     def _show(self, rows: list[dict]) -> None:
         self.model.set_rows(rows)
@@ -479,7 +479,7 @@ class RunsPage(QWidget):
     def _compare(self) -> None:
         paths = self.selected()
         if paths:
-            run_in_thread(lambda: load_curves(paths), self._show_compare)
+            run_in_thread(lambda: load_curves(paths), self._show_compare, owner=self)
 
     def _show_compare(self, curves: list) -> None:
         for plot in (self.compare_loss, self.compare_acc):
@@ -512,7 +512,7 @@ class RunsPage(QWidget):
                 self, "Delete runs", f"Delete {len(paths)} run(s) and their checkpoints from disk?") \
                 != QMessageBox.StandardButton.Yes:
             return
-        run_in_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths], lambda _: self.refresh())
+        run_in_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths], lambda _: self.refresh(), owner=self)
 
 
 def axis_values(values: list) -> tuple[list[float | None], dict[float, str]]:
