@@ -77,7 +77,7 @@ def summarize(run: RunDir) -> dict:
         "dataset": dataset_label(cfg.get("data", {}).get("train_dir")),
         "best acc": best if isinstance(best, (int, float)) else None,
         "final acc": final if isinstance(final, (int, float)) else None,
-        "epochs": f"{status.get('epoch', 0)}/{cfg.get('train', {}).get('epochs', '?')}",
+        "trained": f"{status.get('epoch', 0)}/{cfg.get('train', {}).get('epochs', '?')} epochs",
         "duration": (ended - started) if ended and started else None,
         "started": dt.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
         "started_ts": started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],

@@ -62,6 +62,10 @@ class SweepDialog(QDialog):
         add_grid.clicked.connect(lambda: self.add_grid_row("optimizer.lr", "1e-3, 3e-3, 1e-2"))
         add_range = QPushButton("Add range")
         add_range.clicked.connect(lambda: self.add_range_row("optimizer.weight_decay", "1e-6", "1e-3", True))
+        remove_grid = QPushButton("Remove")
+        remove_grid.clicked.connect(lambda: self._remove_current(self.grid))
+        remove_range = QPushButton("Remove")
+        remove_range.clicked.connect(lambda: self._remove_current(self.ranges))
         self.result = QLabel("")
         self.result.setObjectName("sweepResult")
         self.result.setWordWrap(True)
@@ -81,12 +85,14 @@ class SweepDialog(QDialog):
         row.addWidget(QLabel("<b>Grid</b>"))
         row.addStretch(1)
         row.addWidget(add_grid)
+        row.addWidget(remove_grid)
         layout.addLayout(row)
         layout.addWidget(self.grid, 1)
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Random ranges</b>"))
         row.addStretch(1)
         row.addWidget(add_range)
+        row.addWidget(remove_range)
         layout.addLayout(row)
         layout.addWidget(self.ranges, 1)
         layout.addWidget(self.result)
@@ -105,6 +111,12 @@ class SweepDialog(QDialog):
         table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         table.verticalHeader().hide()
         return table
+
+    @staticmethod
+    def _remove_current(table: QTableWidget) -> None:
+        row = table.currentRow()
+        if row >= 0:
+            table.removeRow(row)
 
     def _key_combo(self, key: str) -> QComboBox:
         combo = QComboBox()

@@ -82,6 +82,8 @@ def main() -> int:
             dialog.name.setText("demo-lr")
             dialog.grid.item(0, 1).setText("0.02, 0.2")
             dialog.add_grid_row("train.epochs", "3")
+            dialog.add_grid_row("model.name", "small_cnn")  # the form holds resnet18 by now: too slow for a shot
+            dialog.add_grid_row("model.weights", "null")
             dialog.queued.connect(lambda _: QTimer.singleShot(300, lambda: (dialog.grab().save(str(out / "sweep.png")),
                                                                            dialog.close(), next_shot())))
             dialog.submit()

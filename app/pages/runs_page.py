@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob, run_in_thread
 from app.experiments import column_title, format_duration, read_notes, summarize, varying_keys, write_notes
+from app.grad_views import elide_middle
 from app.pages.plots import COLORS, make_plot, with_log_toggle
 from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.events import read_events
@@ -113,7 +114,8 @@ class ExportDialog(QDialog):
 
 
 BASE_COLUMNS = ["run", "status", "model", "dataset"]
-METRIC_COLUMNS = ["best acc", "final acc", "epochs", "duration", "started", "tags"]
+METRIC_COLUMNS = ["best acc", "final acc", "trained", "duration", "started", "tags"]
+LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
 STATUS_COLORS = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
                  "running": "#1f77b4", "queued": "#777777"}
 METRICS = {"best acc": "best validation accuracy", "final acc": "final validation accuracy"}
@@ -164,7 +166,8 @@ class ExperimentModel(QAbstractTableModel):
                 return format_duration(value)
             if column == "status" and row.get("reason"):
                 return f"{value} ({row['reason'].replace('_', ' ')})"
-            return "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+            text = "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
+            return elide_middle(text, LONGEST_CELL)
         if role == self.SORT_ROLE:
             if column == "started":
                 return row["started_ts"]
@@ -173,7 +176,7 @@ class ExperimentModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and column == "status":
             return QColor(STATUS_COLORS.get(value, "#222"))
         if role == Qt.ItemDataRole.ToolTipRole:
-            return row["notes"] or row["path"]
+            return "\n".join(filter(None, [str(value) if column in self.params else "", row["notes"], row["path"]]))
         return None
 
     def headerData(self, section: int, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
