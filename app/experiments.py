@@ -15,6 +15,7 @@ import yaml
 from trainer.rundir import RunDir
 
 NOTES = "notes.json"
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ten times faster on 500 configs
 # keys that differ between runs without being hyper-parameters (paths, rendezvous, where the cache lives)
 NOT_HYPERPARAMETERS = {"data.train_dir", "data.val_dir", "data.test_dir", "data.cache_dir", "data.exclude",
                        "device.master_addr", "device.master_port", "device.node_rank", "device.init_file"}
@@ -62,7 +63,7 @@ def summarize(run: RunDir) -> dict:
     """One row of the experiments table (run on the thread pool: small files only)."""
     status = run.read_status()
     try:
-        cfg = yaml.safe_load(run.config.read_text(encoding="utf-8")) or {}
+        cfg = yaml.load(run.config.read_text(encoding="utf-8"), Loader=SAFE_LOADER) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         cfg = {}
     started = status.get("started") or run.path.stat().st_mtime
@@ -92,8 +93,7 @@ def varying_keys(rows: list[dict]) -> list[str]:
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r["params"] if k not in keys]
-    return [k for k in keys if k not in NOT_HYPERPARAMETERS
-            and len({json.dumps(r["params"].get(k), sort_keys=True) for r in rows}) > 1]
+    return [k for k in keys if k not in NOT_HYPERPARAMETERS and len({r["params"].get(k) for r in rows}) > 1]
 
 
 def column_title(key: str) -> str:

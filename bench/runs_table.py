@@ -46,9 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     from PySide6.QtWidgets import QApplication
 
-    from app.experiments import summarize
-    from app.pages.runs_page import RunsPage
-    from trainer.rundir import list_runs
+    from app.pages.runs_page import RunsPage, read_table
 
     app = QApplication.instance() or QApplication([])
     runs_dir = Path(tempfile.mkdtemp()) / "runs"
@@ -59,10 +57,10 @@ def main() -> int:
     read, shown, filtered = [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        rows = [summarize(r) for r in list_runs(runs_dir)]
+        rows, params = read_table(runs_dir)
         read.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        page._show(rows)
+        page._show(rows, params)
         page.table.sortByColumn(page.model.columns.index("best acc"), page.table.horizontalHeader().sortIndicatorOrder())
         app.processEvents()
         shown.append(time.perf_counter() - t0)

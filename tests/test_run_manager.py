@@ -79,5 +79,6 @@ def test_tensorboard_files_are_continuous_across_a_resume(tmp_path, shapes_dir):
     assert steps == list(range(1, 2 * spe + 1)), steps  # every step once, epoch 2 from the resumed process
     assert [s.step for s in acc.Scalars("val/acc")] == [spe, 2 * spe]
     assert "train/lr/group0" in acc.Tags()["scalars"] and any(t.startswith("grad/fc") for t in acc.Tags()["histograms"])
+    assert acc.PluginTagToContent("hparams")  # the HPARAMS tab has the run's hyper-parameters
     logged = [e for e in read_events(run.events) if e["event"] == "epoch"]
     assert acc.Scalars("val/acc")[-1].value == pytest.approx(logged[-1]["val_acc"])
