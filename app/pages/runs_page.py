@@ -369,6 +369,7 @@ class RunsPage(QWidget):
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.views)
+        split.setSizes([360, 340])
         layout = QVBoxLayout(self)
         layout.addWidget(split)
 
