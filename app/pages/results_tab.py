@@ -9,6 +9,7 @@ manifest actions (exclude, relabel). Everything is read from the files under RUN
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -300,7 +301,8 @@ class ResultsTab(QWidget):
     def set_marked(self, marked: dict[str, str | None]) -> None:
         """The manifest's entries (real path -> new class, None when excluded), to show beside each image."""
         self.marked = marked
-        self._select(self.gallery.currentRow())
+        if self.selected is not None:
+            self._show_details(self.selected)  # the text only: a Grad-CAM being computed goes on
 
     def redraw(self, force: bool = False) -> None:
         """Re-read the chosen evaluation when its files changed (a new best epoch, a finished test set)."""
@@ -436,20 +438,21 @@ class ResultsTab(QWidget):
             self._enable_actions(False)
             return
         p = self.selected = self.shown[row]
+        self._show_details(p)
+        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image), owner=self)
+        self._enable_actions(True)
+        if p.predicted in self.evaluation.classes:
+            self.relabel_choice.setCurrentText(p.predicted)
+
+    def _show_details(self, p: Prediction) -> None:
         top = "<br>".join(f"{c}: {100 * prob:.1f}%" for c, prob in p.top_k)
         state = self._mark_state(p.path)
         self.details.setText(f"<b>{Path(p.path).name}</b><br>true <b>{p.true}</b> · predicted <b>{p.predicted}</b> "
                              f"({100 * p.confidence:.1f}%) · loss {p.loss:.3f}<br>{top}"
                              + (f"<br><span style='color:#b8860b'>{state}</span>" if state else "")
                              + f"<br><span style='color:#777'>{p.path}</span>")
-        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image), owner=self)
-        self._enable_actions(True)
-        if p.predicted in self.evaluation.classes:
-            self.relabel_choice.setCurrentText(p.predicted)
 
     def _mark_state(self, path: str) -> str:
-        import os
-
         real = os.path.realpath(path)
         if real not in self.marked:
             return ""
