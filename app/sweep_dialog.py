@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob
 from trainer.config import describe_keys
 from trainer.launch import main_command
+from trainer.sweep import METHODS
 
 
 def sweepable_keys() -> list[str]:
@@ -48,7 +49,7 @@ class SweepDialog(QDialog):
         self.name.setObjectName("sweepName")
         self.method = QComboBox()
         self.method.setObjectName("sweepMethod")
-        self.method.addItems(["grid", "random", "optuna"])
+        self.method.addItems(list(METHODS))
         self.method.setToolTip("grid: every combination; random: draws from the ranges; optuna: TPE with median "
                                "pruning of weak trials (needs optuna)")
         self.trials = QSpinBox()

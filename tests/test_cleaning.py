@@ -8,7 +8,7 @@ import pytest
 from helpers import run_main, write_config
 
 from trainer.events import read_events
-from trainer.manifest import apply_manifest, read_manifest, write_manifest
+from trainer.manifest import read_manifest, write_manifest
 from trainer.scan import DataError, scan_image_folder
 
 
@@ -82,7 +82,7 @@ def test_bad_manifests_are_refused_by_name(photos, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("relabel:\n  circle/x.png: giraffe\n")
     with pytest.raises(DataError, match=r"bad.yaml: relabels to giraffe, which is not a class"):
-        apply_manifest([], ["circle", "square"], read_manifest(bad))
+        read_manifest(bad).filter([], ["circle", "square"])
     cfg = write_config(tmp_path, photos, data={"exclude": "bad.yaml"})
     result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2 and "giraffe" in result.stderr and "Traceback" not in result.stderr

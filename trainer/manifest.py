@@ -57,6 +57,30 @@ class Manifest:
         """(image, new class) for each entry; None means excluded."""
         return [(p, None) for p in self.exclude] + list(self.relabel.items())
 
+    def filter(self, samples: list[tuple[str, int]], classes: list[str],
+               key: str = "data.exclude") -> tuple[list[tuple[str, int]], int, int]:
+        """`samples` with excluded images dropped and relabelled ones moved; (samples, excluded, relabelled).
+
+        A relabel to a class the folder does not have is a DataError naming the manifest and the class."""
+        unknown = sorted({c for c in self.relabel.values() if c not in classes})
+        if unknown:
+            raise DataError(f"{key}: {self.path}: relabels to {', '.join(unknown)}, which is not a class of the "
+                            f"dataset ({', '.join(classes)})")
+        if not self:
+            return samples, 0, 0
+        excluded, relabel = set(self.exclude), {k: classes.index(v) for k, v in self.relabel.items()}
+        out, n_excluded, n_relabelled = [], 0, 0
+        for path, label in samples:
+            real = _real(path)
+            if real in excluded:
+                n_excluded += 1
+                continue
+            if real in relabel:
+                n_relabelled += 1
+                label = relabel[real]
+            out.append((path, label))
+        return out, n_excluded, n_relabelled
+
 
 def _real(path: str | os.PathLike) -> str:
     return os.path.realpath(os.path.expanduser(path))
@@ -106,28 +130,3 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike | None = None) ->
     finally:
         tmp.unlink(missing_ok=True)
     return path
-
-
-def apply_manifest(samples: list[tuple[str, int]], classes: list[str], manifest: Manifest,
-                   key: str = "data.exclude") -> tuple[list[tuple[str, int]], int, int]:
-    """`samples` with excluded images dropped and relabelled ones moved; (samples, excluded, relabelled).
-
-    A relabel to a class the folder does not have is a DataError naming the manifest and the class."""
-    unknown = sorted({c for c in manifest.relabel.values() if c not in classes})
-    if unknown:
-        raise DataError(f"{key}: {manifest.path}: relabels to {', '.join(unknown)}, which is not a class of the "
-                        f"dataset ({', '.join(classes)})")
-    if not manifest:
-        return samples, 0, 0
-    excluded, relabel = set(manifest.exclude), {k: classes.index(v) for k, v in manifest.relabel.items()}
-    out, n_excluded, n_relabelled = [], 0, 0
-    for path, label in samples:
-        real = _real(path)
-        if real in excluded:
-            n_excluded += 1
-            continue
-        if real in relabel:
-            n_relabelled += 1
-            label = relabel[real]
-        out.append((path, label))
-    return out, n_excluded, n_relabelled

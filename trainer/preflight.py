@@ -42,9 +42,8 @@ def check_data_folders(data: DataConfig) -> list[str]:
         check_same_classes(classes, _layout(data.test_dir, "data.test_dir"), data.test_dir, "data.test_dir")
     if data.exclude:
         from trainer.data import load_manifest
-        from trainer.manifest import apply_manifest
 
-        apply_manifest([], classes, load_manifest(data))  # readable, and relabels only to existing classes
+        load_manifest(data).filter([], classes)  # readable, and relabels only to existing classes
     return classes
 
 

@@ -136,9 +136,7 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
                                f"{printable_path(path)} is {printable_path(first)}")
 
     if manifest is not None:
-        from trainer.manifest import apply_manifest
-
-        candidates, result.excluded, result.relabelled = apply_manifest(candidates, result.classes, manifest)
+        candidates, result.excluded, result.relabelled = manifest.filter(candidates, result.classes)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         reasons = list(pool.map(lambda c: _check_image(c[0], full), candidates))
     for (path, label), reason in zip(candidates, reasons):

@@ -50,14 +50,19 @@ def _scan_with_thumbnails(folder: str, manifest_path: str) -> tuple[ScanResult, 
     return result, thumbs, manifest
 
 
-def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget) -> QWidget:
+def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,
+               file_filter: str | None = None) -> QWidget:
+    """A path field bound to `key` with a Browse… button: a folder dialog, or a file dialog with `file_filter`."""
     edit = binder.line(key, placeholder)
     button = QPushButton("Browse…")
     button.setObjectName(f"browse:{key}")
 
     def browse():
         start = edit.text() or str(Path.home())
-        chosen = QFileDialog.getExistingDirectory(parent, title, start)
+        if file_filter:
+            chosen, _ = QFileDialog.getOpenFileName(parent, title, start, file_filter)
+        else:
+            chosen = QFileDialog.getExistingDirectory(parent, title, start)
         if chosen:
             edit.setText(chosen)
 
@@ -80,26 +85,6 @@ def format_normalisation(mean, std, auto: dict | None) -> str:
     where = f" — auto: {auto['source']}" if "auto" in (mean, std) else " — set in data.mean/std"
     return (f"mean {', '.join(f'{v:.3f}' for v in shown_mean)} · std {', '.join(f'{v:.3f}' for v in shown_std)}"
             + where)
-
-
-def manifest_row(binder: Binder, parent: QWidget) -> QWidget:
-    edit = binder.line("data.exclude", "optional: images left out or relabelled (marked in the Results tab)")
-    button = QPushButton("Browse…")
-    button.setObjectName("browse:data.exclude")
-
-    def browse():
-        chosen, _ = QFileDialog.getOpenFileName(parent, "Dataset manifest", edit.text() or str(Path.home()),
-                                                "Manifests (*.yaml *.yml)")
-        if chosen:
-            edit.setText(chosen)
-
-    button.clicked.connect(browse)
-    row = QWidget()
-    layout = QHBoxLayout(row)
-    layout.setContentsMargins(0, 0, 0, 0)
-    layout.addWidget(edit, 1)
-    layout.addWidget(button)
-    return row
 
 
 def is_run_copy(manifest_path: str) -> bool:
@@ -129,7 +114,8 @@ class DatasetPage(QWidget):
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
                                                     "Validation images", self))
         form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))
-        form.addRow("Manifest", manifest_row(binder, self))
+        form.addRow("Manifest", folder_row(binder, "data.exclude", "optional: images left out or relabelled (marked "
+                                           "in the Results tab)", "Dataset manifest", self, "Manifests (*.yaml *.yml)"))
 
         loading = QGroupBox("Loading")
         lf = QFormLayout(loading)

@@ -333,29 +333,13 @@ class RunsPage(QWidget):
         self.scatter_plot = make_plot("Metric against a hyper-parameter (runs shown)", "accuracy", "")
         self.scatter_x.currentTextChanged.connect(lambda _: self.draw_scatter())
         self.scatter_y.currentTextChanged.connect(lambda _: self.draw_scatter())
-        scatter = QWidget()
-        sl = QVBoxLayout(scatter)
-        sl.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("x"))
-        row.addWidget(self.scatter_x, 1)
-        row.addWidget(QLabel("y"))
-        row.addWidget(self.scatter_y)
-        sl.addLayout(row)
-        sl.addWidget(self.scatter_plot, 1)
+        scatter = with_controls(self.scatter_plot, "x", self.scatter_x, "y", self.scatter_y)
         self.sweep_choice = QComboBox()
         self.sweep_choice.setObjectName("parallelSweep")
         self.sweep_choice.currentTextChanged.connect(lambda _: self.draw_parallel())
         self.parallel_plot = make_plot("Parallel coordinates (each line: one run; colour: best accuracy)", "", "")
         self.parallel_plot.getAxis("left").setTicks([[(0, "low"), (1, "high")]])
-        parallel = QWidget()
-        pl = QVBoxLayout(parallel)
-        pl.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(QLabel("Sweep"))
-        row.addWidget(self.sweep_choice, 1)
-        pl.addLayout(row)
-        pl.addWidget(self.parallel_plot, 1)
+        parallel = with_controls(self.parallel_plot, "Sweep", self.sweep_choice)
         self.views = QTabWidget()
         self.views.addTab(compare, "Compare curves")
         self.views.addTab(scatter, "Metric vs hyper-parameter")
@@ -525,6 +509,20 @@ class RunsPage(QWidget):
                 != QMessageBox.StandardButton.Yes:
             return
         run_in_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths], lambda _: self.refresh(), owner=self)
+
+
+def with_controls(plot: pg.PlotWidget, *labelled) -> QWidget:
+    """The plot under a row of labelled choices: with_controls(plot, "x", combo_x, "y", combo_y)."""
+    panel = QWidget()
+    layout = QVBoxLayout(panel)
+    layout.setContentsMargins(0, 0, 0, 0)
+    row = QHBoxLayout()
+    for label, widget in zip(labelled[::2], labelled[1::2]):
+        row.addWidget(QLabel(label))
+        row.addWidget(widget, 1)
+    layout.addLayout(row)
+    layout.addWidget(plot, 1)
+    return panel
 
 
 def read_table(runs_dir: Path) -> tuple[list[dict], list[str]]:
