@@ -227,25 +227,91 @@ def test_export_and_predict_from_the_command_line(trained_resnet, tmp_path, shap
     assert result.returncode == 2 and "no such checkpoint" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_background_fsync_keeps_the_previous_checkpoint_until_the_new_one_is_durable(tmp_path, monkeypatch):
+def test_checkpoints_are_written_in_the_background_from_a_snapshot(tmp_path, monkeypatch):
+    """The save returns at once; until the new file is durable the previous checkpoint is the newest on disk; what
+    is written is the state at the save point, even though training changes the tensors meanwhile."""
+    import threading
+
     folder = tmp_path / "checkpoints"
-    sync = ckpt.BackgroundSync()
-    ckpt.save_checkpoint(folder, fake_state(1, 10), is_best=True, keep_last=1, sync=sync)
-    sync.wait()
+    writer = ckpt.CheckpointWriter()
+    ckpt.save_checkpoint(folder, fake_state(1, 10), is_best=True, keep_last=1, writer=writer)
+    writer.wait()
+    release, writing = threading.Event(), threading.Event()
     real_fsync = os.fsync
+
+    def slow_fsync(fd):
+        writing.set()
+        assert release.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    live = fake_state(2, 20)
+    weights = live["model"]["w"]
+    ckpt.save_checkpoint(folder, live, is_best=False, keep_last=1, writer=writer)
+    assert writing.wait(30)  # the writer is inside its write window, training goes on:
+    weights.add_(1000)  # an optimizer step changes the live weights
+    assert load_weights_only(folder / "last.pt")["step"] == 10  # (read, not load_latest: that clears temporaries)
+    assert not (folder / "ckpt-e0002-s00000020.pt").exists()
+    release.set()
+    writer.wait()
+    monkeypatch.undo()
+    state, path = load_latest(folder)
+    assert state["step"] == 20 and torch.equal(state["model"]["w"], weights - 1000)  # the snapshot, not the live
+    assert sorted(p.name for p in folder.iterdir()) == ["best.pt", "ckpt-e0002-s00000020.pt", "last.pt"]
+    writer.close()
+
+
+def test_a_writer_error_surfaces_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    folder = tmp_path / "checkpoints"
+    writer = ckpt.CheckpointWriter()
+    ckpt.save_checkpoint(folder, fake_state(1, 10), is_best=True, keep_last=1, writer=writer)
+    writer.wait()
 
     def failing_fsync(fd):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    path = ckpt.save_checkpoint(folder, fake_state(2, 20), is_best=False, keep_last=1, sync=sync)
-    assert load_weights_only(path)["step"] == 20  # complete and in place before the fsync ran
+    ckpt.save_checkpoint(folder, fake_state(2, 20), is_best=False, keep_last=1, writer=writer)
     with pytest.raises(OSError, match="Input/output error"):
-        sync.wait()  # the trainer waits before its next save and before reporting the run finished
-    monkeypatch.setattr(os, "fsync", real_fsync)
-    names = sorted(p.name for p in folder.iterdir())
-    assert "ckpt-e0001-s00000010.pt" in names, "the last durable checkpoint is not pruned"
-    sync.close()
+        writer.wait()  # the trainer waits before its next save and before reporting the run finished
+    monkeypatch.undo()
+    assert load_latest(folder)[0]["step"] == 10
+    assert sorted(p.name for p in folder.iterdir()) == ["best.pt", "ckpt-e0001-s00000010.pt", "last.pt"]
+    writer.close()
+
+
+CRASH_IN_WRITE = """
+import os, signal, sys, torch
+sys.path.insert(0, sys.argv[2])
+from trainer import checkpoint as ckpt
+folder = __import__("pathlib").Path(sys.argv[1])
+def state(epoch, step):
+    return {"format": ckpt.FORMAT, "version": ckpt.VERSION, "epoch": epoch, "step": step, "batch_in_epoch": 0,
+            "model": {"w": torch.full((256, 256), float(step))}}
+writer = ckpt.CheckpointWriter()
+ckpt.save_checkpoint(folder, state(1, 10), is_best=True, keep_last=3, writer=writer)
+writer.wait()
+real_save = torch.save
+def dies_while_writing(obj, f, *a, **k):
+    f.write(b"half a checkpoint")
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)  # power cut, OOM killer: no cleanup at all
+torch.save = dies_while_writing
+ckpt.save_checkpoint(folder, state(2, 20), is_best=True, keep_last=3, writer=writer)
+writer.wait()
+"""
+
+
+def test_a_hard_crash_inside_the_write_window_loses_that_checkpoint_alone(tmp_path):
+    folder = tmp_path / "checkpoints"
+    result = subprocess.run([sys.executable, "-c", CRASH_IN_WRITE, str(folder), str(REPO)], capture_output=True,
+                            timeout=120)
+    assert result.returncode == -9
+    assert any(p.name.endswith(".tmp") for p in folder.iterdir())  # the half-written temporary is there
+    assert load_weights_only(folder / "best.pt")["step"] == 10
+    state, path = load_latest(folder)  # what resume does: the previous one, whole, and the debris cleared
+    assert state["step"] == 10 and path.name == "last.pt"
+    assert not any(p.name.endswith(".tmp") for p in folder.iterdir())
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ Each save writes `ckpt-e{epoch}-s{step}.pt` to a temporary file in the same fold
 fsync the folder), then points `last.pt` (and `best.pt` when it is the best) at it with a hard link,
 also replaced atomically. A kill or a full disk at any moment leaves the previous files intact.
 
-During training the fsyncs run on a background thread (`BackgroundSync`): the file is complete and in
-place before training goes on, so a crash of the trainer cannot lose it; only protection against a power
-cut arrives a moment later, and until it has, the previous checkpoint is kept.
+During training all of that runs on a background thread (`CheckpointWriter`) from a CPU snapshot taken at the
+save point: training goes on while the file is written. The previous checkpoint stays the newest on disk until the
+new one is durable; the trainer waits for the writer before it reports a run stopped or finished, and a writer
+error surfaces at the next save (or at that wait) and ends the run as failed.
 """
 
 from __future__ import annotations
@@ -156,27 +157,16 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_save(obj: Any, path: Path, durable: bool = True) -> None:
-    """torch.save to a temp file beside `path`, fsync, rename over `path`; nothing partial survives.
-
-    `durable=False` leaves the fsyncs to the caller (the file is complete either way).
-    """
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save to a temp file beside `path`, fsync, rename over `path`, fsync the folder; nothing partial
+    survives."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()
-            if durable:
-                os.fsync(f.fileno())
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
         try:
@@ -186,15 +176,16 @@ def atomic_save(obj: Any, path: Path, durable: bool = True) -> None:
         if isinstance(e, OSError) or (isinstance(e, RuntimeError) and "write" in str(e)):
             raise CheckpointWriteError(f"cannot save {path.name}: {describe_write_failure(e, path.parent)}") from e
         raise
-    if durable:
-        _fsync_dir(path.parent)
+    _fsync_dir(path.parent)
 
 
-class BackgroundSync:
-    """Runs the fsyncs of saved checkpoints on one background thread, in order.
+class CheckpointWriter:
+    """Writes checkpoints on one background thread, in order, as `torch.distributed.checkpoint.async_save` and
+    Lightning's `AsyncCheckpointIO` do: the state is copied to CPU memory at the save point (pinned, from a GPU), and
+    the write, fsync and rename happen while training goes on.
 
-    `wait` blocks until all are done and raises the first error; `save_checkpoint` waits before writing
-    the next checkpoint, and the trainer waits before it reports a run finished.
+    `wait` blocks until every write is done and raises the first error; `save_checkpoint` waits before the next
+    save (so at most one is in flight), and the trainer waits before it reports a run stopped or finished.
     """
 
     def __init__(self):
@@ -203,7 +194,7 @@ class BackgroundSync:
 
     def submit(self, work: Callable[[], None]) -> None:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-fsync")
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._pending.append(self._pool.submit(work))
 
     def wait(self) -> None:
@@ -219,7 +210,35 @@ class BackgroundSync:
                 self._pool.shutdown()
 
 
-def atomic_link(src: Path, dst: Path, durable: bool = True) -> None:
+def snapshot(obj: Any) -> Any:
+    """A copy of `obj` whose tensors live in CPU memory of their own (pinned when copied from a GPU), so training
+    can go on changing the originals while the copy is written."""
+    copies_from_gpu = []
+
+    def copy(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            if x.device.type == "cuda":
+                out = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+                out.copy_(x.detach(), non_blocking=True)
+                copies_from_gpu.append(out)
+                return out
+            return x.detach().clone()
+        if isinstance(x, dict):
+            out = type(x)((k, copy(v)) for k, v in x.items())
+            if hasattr(x, "_metadata"):  # a state_dict's version records
+                out._metadata = x._metadata
+            return out
+        if isinstance(x, (list, tuple)):
+            return type(x)(copy(v) for v in x)
+        return x
+
+    result = copy(obj)
+    if copies_from_gpu:
+        torch.cuda.synchronize()  # the non-blocking copies are complete before the writer reads them
+    return result
+
+
+def atomic_link(src: Path, dst: Path) -> None:
     """Make dst another name for src, replacing dst atomically (falls back to a copy without hard links)."""
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.link")
     try:
@@ -230,9 +249,8 @@ def atomic_link(src: Path, dst: Path, durable: bool = True) -> None:
         os.link(src, tmp)
         os.replace(tmp, dst)
     except OSError:
-        atomic_save(load_weights_only(src), dst, durable)
-    if durable:
-        _fsync_dir(dst.parent)
+        atomic_save(load_weights_only(src), dst)
+    _fsync_dir(dst.parent)
 
 
 def load_weights_only(path: str | Path, map_location: str = "cpu") -> Any:
@@ -254,34 +272,32 @@ def remove_stale_temporaries(folder: Path) -> None:
 
 
 def save_checkpoint(folder: Path, state: dict, *, is_best: bool, keep_last: int,
-                    sync: BackgroundSync | None = None) -> Path:
-    """Write a numbered checkpoint, update last.pt (and best.pt), prune old numbered ones.
+                    writer: CheckpointWriter | None = None) -> Path:
+    """Write a numbered checkpoint, update last.pt (and best.pt), prune old numbered ones; its path.
 
-    With `sync`, the fsyncs (and then the pruning, so the previous checkpoint stays until this one is
-    durable) run on its background thread; the file is complete and in place when this returns.
+    With `writer`, a CPU snapshot is taken now and everything else happens on the writer's thread: the file is
+    written, fsynced and renamed into place, then last.pt/best.pt point at it, then older ones are pruned. So the
+    previous checkpoint stays the newest one on disk until this one is durable, and a crash inside that window
+    loses this checkpoint alone. Without `writer`, the same happens before this returns.
     """
-    if sync is not None:
-        sync.wait()
     folder.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(folder)
     path = folder / f"ckpt-e{state['epoch']:04d}-s{state['step']:08d}.pt"
-    durable = sync is None
-    atomic_save(state, path, durable)
-    atomic_link(path, folder / "last.pt", durable)
-    if is_best:
-        atomic_link(path, folder / "best.pt", durable)
 
-    def make_durable_and_prune() -> None:
-        if not durable:
-            _fsync_file(path)
-            _fsync_dir(folder)
+    def write(snap: dict) -> None:
+        remove_stale_temporaries(folder)
+        atomic_save(snap, path)
+        atomic_link(path, folder / "last.pt")
+        if is_best:
+            atomic_link(path, folder / "best.pt")
         for old in numbered_checkpoints(folder)[keep_last:]:
             old.unlink(missing_ok=True)
 
-    if sync is None:
-        make_durable_and_prune()
+    if writer is None:
+        write(state)
     else:
-        sync.submit(make_durable_and_prune)
+        writer.wait()  # the previous write is done (and its error, if any, raised here)
+        snap = snapshot(state)
+        writer.submit(lambda: write(snap))
     return path
 
 

@@ -134,7 +134,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         strategy.broadcast_initial_state(parts.net, parts.optimizer)
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from)
         state = loop.fit()
-        loop.checkpoint_sync.wait()  # durable before the run reports itself finished
+        loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
         if state == "completed" and cfg.data.test_dir and strategy.is_main:
             evaluate_test_set(run, reporter)
         code = EXIT_OK
@@ -162,7 +162,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     finally:
         if loop is not None:
             try:
-                loop.checkpoint_sync.close()
+                loop.checkpoint_writer.close()
             except OSError as e:
                 log.error("the last checkpoint may not be durable: %s", e)
         progress = loop.state if loop is not None else TrainState()

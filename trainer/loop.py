@@ -14,7 +14,7 @@ import time
 import torch
 
 from trainer import data as data_mod
-from trainer.checkpoint import BackgroundSync, TrainState, load_latest, save_checkpoint
+from trainer.checkpoint import CheckpointWriter, TrainState, load_latest, save_checkpoint
 from trainer.config import EarlyStopConfig, RunConfig
 from trainer.evaluation import Predictions, write_evaluation
 from trainer.parts import Parts
@@ -34,7 +34,7 @@ class Loop:
     def __init__(self, run: RunDir, cfg: RunConfig, strategy: Strategy, parts: Parts, reporter: Reporter, stop):
         self.run, self.cfg, self.strategy, self.parts, self.reporter, self.stop = run, cfg, strategy, parts, reporter, stop
         self.state = TrainState()
-        self.checkpoint_sync = BackgroundSync()  # checkpoint fsyncs run while training goes on
+        self.checkpoint_writer = CheckpointWriter()  # checkpoints are written while training goes on
         # Gradient norms every step only when a step needs them (clipping, skipping); statistics need them at log steps.
         self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self._grad_histograms: dict = {}
@@ -302,7 +302,7 @@ class Loop:
                                      precision=parts.precision, aug_generator=parts.aug_generator,
                                      config=self.cfg.to_dict(), classes=parts.classes, mean=parts.mean, std=parts.std)
             path = save_checkpoint(self.run.checkpoints, state, is_best=is_best,
-                                   keep_last=self.cfg.checkpoint.keep_last, sync=self.checkpoint_sync)
+                                   keep_last=self.cfg.checkpoint.keep_last, writer=self.checkpoint_writer)
             self.reporter.emit("checkpoint", path=str(path), epoch=st.epoch, step=st.step, best=is_best,
                                mid_epoch=st.batch_in_epoch > 0)
             log.info("saved %s%s", path.name, " (best)" if is_best else "")
