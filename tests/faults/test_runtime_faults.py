@@ -13,7 +13,7 @@ from trainer.events import read_events
 from trainer.rundir import RunDir
 
 FAULTY_MODEL = """
-import os, signal, torch
+import os, signal, time, torch
 from torch import nn
 
 class Net(nn.Module):
@@ -68,8 +68,12 @@ def test_exception_in_user_code_is_shown_and_the_run_resumes(shapes_dir, tmp_pat
 
 
 def test_segfault_leaves_a_resumable_run(shapes_dir, tmp_path):
-    cfg = faulty(tmp_path, shapes_dir, "os.kill(os.getpid(), signal.SIGSEGV)", at=9, data={"batch_size": 16},
-                 train={"epochs": 2})
+    # The crash comes once the epoch-1 checkpoint is durable (it is written in the background; a crash inside that
+    # write window is test_checkpoints.py::test_a_hard_crash_inside_the_write_window_loses_that_checkpoint_alone).
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    wait = f"[time.sleep(0.02) for _ in range(3000) if not os.path.exists({str(last)!r})]"
+    cfg = faulty(tmp_path, shapes_dir, f"{wait}; os.kill(os.getpid(), signal.SIGSEGV)", at=9,
+                 data={"batch_size": 16}, train={"epochs": 2})
     result = run_main("train", cfg, "--run-dir", tmp_path / "run")
     assert result.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV)
     run = RunDir(tmp_path / "run")
