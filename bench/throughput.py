@@ -7,7 +7,10 @@ process's wall time (Python start, imports, data listing/caching, per-epoch vali
 (c), of the training loop alone, so (b)'s training phase (run_start to run_end: the epochs with their validation
 and checkpoints) is reported beside it as (b train).
 
-python bench/throughput.py [--repeats 3] [--epochs 5] [--model resnet18] [--batch 64]
+python bench/throughput.py [--repeats 3] [--epochs 5] [--model resnet18] [--batch 64] [--no-augment] [--only small]
+
+--no-augment: augmentation off and a constant learning rate in both; (a) is then the leanest script (Resize +
+ToTensor, 2 loader workers, one validation pass at the end), while (b) still validates every epoch.
 """
 
 import argparse
@@ -26,20 +29,28 @@ def main():
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--save-as", default="throughput", help="name of the raw-numbers file in bench/results")
+    parser.add_argument("--no-augment", action="store_true", help="augmentation off, constant learning rate, in both")
+    parser.add_argument("--only", choices=("small", "photos"), help="one of the two datasets")
+    parser.add_argument("--save-as", default=None, help="name of the raw-numbers file in bench/results")
     args = parser.parse_args()
+    args.save_as = args.save_as or ("throughput_no_augment" if args.no_augment else "throughput")
+    plain_flags = ["--no-augment"] if args.no_augment else []
+    sets = (["data.augment.hflip=false", "data.augment.random_resized_crop=false", "scheduler.name=none"]
+            if args.no_augment else [])
     work = Path(tempfile.mkdtemp(prefix="td-throughput-"))
     table = {}
     for label, (data, size) in bench_datasets().items():
+        if args.only and not label.startswith(args.only):
+            continue
         cfg = bench_config(work / f"{size}.yaml", data, size, args.model, args.batch, args.epochs)
         rows = {"a": [], "b": [], "b_train": [], "c": [], "acc_a": [], "acc_b": []}
         for r in range(args.repeats):
             started = time.perf_counter()
             a = run_json([str(REPO / "bench" / "plain_loop.py"), str(data), str(size), str(args.epochs), args.model,
-                          str(args.batch)])
+                          str(args.batch), *plain_flags])
             rows["a"].append(a["train_images"] / (time.perf_counter() - started))
             rows["acc_a"].append(a["final_acc"])
-            b = train_cli(cfg, work / f"b{size}-{r}", [])
+            b = train_cli(cfg, work / f"b{size}-{r}", sets)
             rows["b"].append(b["train_images"] / b["wall_s"])
             rows["b_train"].append(b["train_images"] / b["training_s"])
             rows["acc_b"].append(b["final_acc"])

@@ -11,7 +11,7 @@ from trainer.demo_data import write_demo_dataset
 from trainer.events import read_events
 from trainer.models import create_model
 from trainer.rundir import RunDir
-from trainer.stats import AnomalyWatch, GradMonitor, global_norm, histogram
+from trainer.stats import LAYER_STATS, AnomalyWatch, GradMonitor, global_norm, histogram
 
 
 def test_layer_stats_match_a_reference_computation():
@@ -29,7 +29,7 @@ def test_layer_stats_match_a_reference_computation():
     ref_zero = {n: (p.grad == 0).float().mean().item() for n, p in model.named_parameters()}
     monitor.snapshot_weights()
     opt.step()
-    stats = monitor.layer_stats(norms, zero)
+    stats = dict(zip(LAYER_STATS, monitor.layer_table(norms, zero).tolist()))
     for i, (name, p) in enumerate(model.named_parameters()):
         assert stats["grad_norm"][i] == pytest.approx(ref_grad[name], rel=1e-5, abs=1e-7)
         assert stats["weight_norm"][i] == pytest.approx(p.norm().item(), rel=1e-5)

@@ -83,6 +83,9 @@ class DataConfig:
                      "of free RAM, else disk", choices=("auto", "none", "memory", "disk"))
     cache_dir: str | None = opt(None, "where decoded images are kept (default: ~/.cache/traindeck/images, or "
                                 "$XDG_CACHE_HOME/traindeck/images)")
+    gpu_cache: bool = opt(True, "on a GPU, keep the in-memory cache in GPU memory when it fits in a quarter of the "
+                          "free memory (batches are then taken on the GPU, no copies); false: copy each batch from "
+                          "pinned host memory, one batch ahead")
     sampler: str = opt("shuffle", "training order: shuffle (each image once per epoch) or balanced (images drawn "
                        "with replacement so every class is seen equally often)", choices=("shuffle", "balanced"))
     exclude: str | None = opt(None, "dataset manifest (YAML): images left out or relabelled, written from the "

@@ -272,25 +272,51 @@ class EpochBatches(torch.utils.data.Sampler):
 
 
 def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: int,
-                    pin: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers.
+                    device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers; on a GPU already on the
+    device, copied ahead of use (`prefetch_to_device`).
 
     The workers are started once per split and kept across epochs (persistent), not restarted each epoch.
     """
+    cuda = device.type == "cuda"
     if split.store is not None:
-        for idx in batches:
-            index = torch.tensor(idx)
-            yield split.store.take(split.rows[index]), split.labels[index]
+        host = ((split.store.take(split.rows[index]), split.labels[index])
+                for index in (torch.tensor(idx) for idx in batches))
+        yield from prefetch_to_device(host, device) if cuda else host
         return
     if split.loader is None:
         split.loader = torch.utils.data.DataLoader(
             ImageDataset(split.samples, size), batch_sampler=EpochBatches(), num_workers=workers,
-            collate_fn=collate_skipping_bad, pin_memory=pin, persistent_workers=workers > 0,
+            collate_fn=collate_skipping_bad, pin_memory=cuda, persistent_workers=workers > 0,
             prefetch_factor=4 if workers else None)
     split.loader.batch_sampler.batches = batches
-    for batch in split.loader:
-        if batch is not None:
-            yield batch
+    decoded = (batch for batch in split.loader if batch is not None)
+    yield from prefetch_to_device(decoded, device) if cuda else decoded
+
+
+def prefetch_to_device(batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
+                       device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The same batches on a CUDA device, each one's host-to-device copy issued one batch ahead on a side stream
+    from pinned memory, so it overlaps the compute of the batch before (batches already on the device, from the
+    GPU-resident cache, pass through)."""
+    stream = torch.cuda.Stream(device)
+
+    def copy(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if images.device == device:
+            return images, labels.to(device)
+        with torch.cuda.stream(stream):
+            return (images.pin_memory().to(device, non_blocking=True),  # pin_memory: a no-op when already pinned
+                    labels.pin_memory().to(device, non_blocking=True))
+
+    ahead = next((copy(*b) for b in batches), None)
+    while ahead is not None:
+        compute = torch.cuda.current_stream(device)
+        compute.wait_stream(stream)  # this batch's copy is done before compute reads it
+        for t in ahead:
+            t.record_stream(compute)  # and its memory is not reused while compute still reads it
+        current = ahead
+        ahead = next((copy(*b) for b in batches), None)
+        yield current
 
 
 def keep_on_device(bundle: DataBundle, device: torch.device) -> bool:

@@ -9,6 +9,7 @@ every step in `on_nonfinite: skip`, inside the precision); each one is commented
 from __future__ import annotations
 
 import logging
+import math
 import time
 
 import torch
@@ -20,10 +21,11 @@ from trainer.evaluation import Predictions, write_evaluation
 from trainer.parts import Parts
 from trainer.reporter import Reporter
 from trainer.rundir import RunDir
-from trainer.stats import histogram
+from trainer.stats import LAYER_STATS, histogram
 from trainer.strategy import StepResult, Strategy
 
 log = logging.getLogger("trainer")
+EVAL_BATCH_FACTOR = 2  # validation batches are this many training batches
 
 
 class Diverged(RuntimeError):
@@ -98,7 +100,7 @@ class Loop:
         window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
         images_done, last_log = 0, (time.time(), 0)
         for images, labels in data_mod.iterate_batches(parts.data.train, batches[st.batch_in_epoch:], parts.workers,
-                                                       cfg.data.image_size, s.device.type == "cuda"):
+                                                       cfg.data.image_size, s.device):
             index = st.batch_in_epoch
             last_micro = (index + 1) % cfg.train.grad_accum_steps == 0 or index + 1 == len(batches)
             log_now = last_micro and (st.step + 1) % cfg.monitor.log_every == 0
@@ -118,8 +120,8 @@ class Loop:
             if result is None or result.skipped:
                 continue
             if log_now:
-                last_log = self.log_step(window, result, len(batches), images_done, last_log)
-                if self.stop_requested():
+                last_log, stop = self.log_step(window, result, len(batches), images_done, last_log)
+                if stop:
                     self.save(is_best=False)
                     return None
             elif s.world_size == 1 and self.stop.requested:
@@ -165,9 +167,7 @@ class Loop:
         parts.drop_frozen_grads(st.epoch)
         result = parts.precision.step(parts.optimizer, parts.monitor, clip=cfg.train.clip_grad_norm,
                                       need_norms=self.norms_every_step or stats_now,
-                                      on_nonfinite=cfg.train.on_nonfinite, check_finite=log_now, inspect=inspect)
-        if result.diverged:
-            raise Diverged(self.divergence_message(st.step + 1, loss.item(), result.first_nonfinite))
+                                      on_nonfinite=cfg.train.on_nonfinite, inspect=inspect)
         if result.skipped:
             self.reporter.warning("nonfinite_skipped", f"non-finite gradient at step {st.step + 1} (first in "
                                   f"{result.first_nonfinite}); step skipped", step=st.step + 1,
@@ -178,35 +178,60 @@ class Loop:
         return loss.detach().float(), logits.detach(), result
 
     def log_step(self, window: torch.Tensor, result: StepResult, batches: int, images_done: int,
-                 last_log: tuple[float, int]) -> tuple[float, int]:
-        """The step event (+ gradient statistics and warnings) of a log step; resets the window."""
+                 last_log: tuple[float, int]) -> tuple[tuple[float, int], bool]:
+        """The step event (+ gradient statistics and warnings) of a log step; resets the window. Also whether any
+        rank was asked to stop."""
         st, s, parts = self.state, self.strategy, self.parts
         if s.is_main and not self.run.path.is_dir():  # deleted under us: stop now, not at the end of the epoch
             raise FileNotFoundError(f"{self.run.path}: the run directory was deleted")
-        # The one host sync of the log interval: loss, count and non-finite flag of every rank together, so
-        # every rank takes the same divergence decision.
-        loss_sum, count, nonfinite = s.all_reduce_sum(window.clone()).tolist()
+        # Agreed by every rank (one all-reduce): loss sum, count, non-finite losses, non-finite gradients, stop
+        # requests; so every rank takes the same divergence and stop decisions.
+        zero = torch.zeros((), device=s.device)
+        nonfinite = result.nonfinite if result.nonfinite is not None else zero
+        stop = zero + (1.0 if self.stop.requested else 0.0)
+        shared = s.all_reduce_sum(torch.cat([window, torch.stack([nonfinite, stop])]))
+        parts_out = [shared]
+        if result.total_norm is not None:
+            parts_out.append(result.total_norm.reshape(1).float())
+        stats = self.cfg.monitor.grad_stats and result.grad_norms is not None
+        if stats:  # its first row is the gradient norms
+            parts_out.append(parts.monitor.layer_table(result.grad_norms, self._zero_frac).flatten())
+        elif result.grad_norms is not None:
+            parts_out.append(result.grad_norms)
+        values = torch.cat(parts_out).tolist()  # the one host sync of the log step
         window.zero_()
+        loss_sum, count, nonfinite_losses, nonfinite_grads, stops = values[:5]
         loss_mean = loss_sum / max(count, 1)
-        if nonfinite > 0:
-            raise Diverged(self.divergence_message(st.step, loss_mean))
+        if nonfinite_losses > 0 or nonfinite_grads > 0:
+            layer = self.first_nonfinite_layer(values[6:]) if result.grad_norms is not None else None
+            raise Diverged(self.divergence_message(st.step, loss_mean, layer))
         now = time.time()
         rate = (images_done - last_log[1]) * s.world_size / max(now - last_log[0], 1e-9)
-        grad_norm = None if result.total_norm is None else result.total_norm.item()
+        grad_norm = values[5] if result.total_norm is not None else None
         self.reporter.emit("step", step=st.step, epoch=st.epoch + 1, batch=st.batch_in_epoch, batches=batches,
                            loss=loss_mean, lr=self.lrs(), images_per_s=rate, grad_norm=grad_norm)
-        if self.cfg.monitor.grad_stats and result.grad_norms is not None:
-            self.reporter.emit("grad_stats", step=st.step, **parts.monitor.layer_stats(result.grad_norms,
-                                                                                        self._zero_frac))
+        if stats:
+            n = len(parts.monitor.names)
+            table = values[6:]
+            self.reporter.emit("grad_stats", step=st.step, **{key: table[i * n:(i + 1) * n]
+                                                               for i, key in enumerate(LAYER_STATS)})
         for warning in parts.anomalies.check(st.step, loss_mean, grad_norm):
             self.reporter.warning(**warning)
         self.reporter.maybe_system()
         self.reporter.step_progress(st.epoch + 1, st.batch_in_epoch, batches, loss_mean)
-        return now, images_done
+        return (now, images_done), stops > 0
 
-    @torch.no_grad()
+    def first_nonfinite_layer(self, table: list[float]) -> str | None:
+        """The first layer (in model order) whose gradient norm in a `layer_table` read-back is not finite."""
+        names = self.parts.monitor.names
+        return next((name for name, norm in zip(names, table[:len(names)]) if not math.isfinite(norm)), None)
+
+    @torch.inference_mode()
     def evaluate(self) -> dict:
-        """Validation loss, accuracy (top-5 with more than 5 classes), per-class accuracy and the confusion matrix."""
+        """Validation loss, accuracy (top-5 with more than 5 classes), per-class accuracy and the confusion matrix.
+
+        At the training precision and memory format, without autograd bookkeeping, in batches twice the training
+        batch (no activations are kept for a backward pass, so they fit where training's did)."""
         cfg, s, parts = self.cfg, self.strategy, self.parts
         n = len(parts.classes)
         net = parts.net  # unwrapped: evaluation needs no gradient sync
@@ -214,11 +239,11 @@ class Loop:
         loss_sum = torch.zeros((), device=s.device)
         top5 = torch.zeros((), device=s.device)
         confusion = torch.zeros(n * n, device=s.device)
-        batches = data_mod.epoch_batches(len(parts.data.val), cfg.data.batch_size, seed=0, epoch=0, rank=s.rank,
-                                         world=s.world_size, shuffle=False, pad=False)
+        batches = data_mod.epoch_batches(len(parts.data.val), EVAL_BATCH_FACTOR * cfg.data.batch_size, seed=0,
+                                         epoch=0, rank=s.rank, world=s.world_size, shuffle=False, pad=False)
         kept = [] if s.world_size == 1 else None  # per-image logits for eval/val (one process sees every image)
         for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
-                                                       s.device.type == "cuda"):
+                                                       s.device):
             x = parts.augment(images, None)
             y = labels.to(s.device, non_blocking=True)
             with parts.precision.autocast():
@@ -249,18 +274,18 @@ class Loop:
         parts = self.parts
         samples = parts.data.val.samples
         if self._val_logits is None or len(self._val_logits) != len(samples):
-            batches = data_mod.epoch_batches(len(samples), self.cfg.data.batch_size, seed=0, epoch=0, shuffle=False,
-                                             pad=False)
+            batches = data_mod.epoch_batches(len(samples), EVAL_BATCH_FACTOR * self.cfg.data.batch_size, seed=0,
+                                             epoch=0, shuffle=False, pad=False)
             self._val_logits = self._predict(batches)
         preds = Predictions([p for p, _ in samples], torch.tensor([label for _, label in samples]), self._val_logits)
         write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": epoch})
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _predict(self, batches: list[list[int]]) -> torch.Tensor:
         parts, s = self.parts, self.strategy
         out = []
         for images, _ in data_mod.iterate_batches(parts.data.val, batches, parts.workers, self.cfg.data.image_size,
-                                                  s.device.type == "cuda"):
+                                                  s.device):
             with parts.precision.autocast():
                 out.append(parts.net(parts.augment(images, None)).float().cpu())
         return torch.cat(out)

@@ -43,7 +43,7 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
     while len(lrs) < steps:
         parts.aug_generator.manual_seed(epoch)
         for images, labels in data_mod.iterate_batches(parts.data.train, parts.epoch_batches(cfg, strategy, epoch),
-                                                       parts.workers, cfg.data.image_size, False):
+                                                       parts.workers, cfg.data.image_size, strategy.device):
             lr = start * factor ** len(lrs)
             for g, r in zip(parts.optimizer.param_groups, ratio):
                 g["lr"] = lr * r

@@ -107,7 +107,8 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
                          f"validation accuracy cannot be measured; add images or set data.val_dir", cls=name)
     if strategy.device.type == "cuda":
         fast_gpu_math()
-        data_mod.keep_on_device(data, strategy.device)
+        if cfg.data.gpu_cache:
+            data_mod.keep_on_device(data, strategy.device)
 
     if cfg.loss.class_weights == "auto":
         from trainer.optim import class_weights

@@ -1,7 +1,8 @@
 """Per-layer gradient statistics computed on the device, moved to the host only at log steps.
 
 Everything here is built from foreach/fused ops over the list of trainable tensors; nothing in this
-module runs unless the loop asks for it (monitor.grad_stats, clipping or skip-on-non-finite).
+module runs unless the loop asks for it (monitor.grad_stats, clipping or skip-on-non-finite), and nothing here
+copies to the host except `histogram` and `first_nonfinite`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,24 @@ import torch
 from torch import nn
 
 
+# The per-layer rows of a `grad_stats` event, in the order `GradMonitor.layer_table` stacks them.
+LAYER_STATS = ("grad_norm", "weight_norm", "update_ratio", "zero_frac")
+
+
 class GradMonitor:
-    """Per-parameter-tensor statistics for the trainable parameters of one (unwrapped) model."""
+    """Per-parameter-tensor statistics for the trainable parameters of one (unwrapped) model.
+
+    Each statistic is one foreach kernel over all layers (no Python loop over tensors), and none of them reads
+    anything back to the host: the loop copies them out together with the loss, once per log step.
+    """
 
     def __init__(self, model: nn.Module):
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         self.names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self._before: list[torch.Tensor] | None = None
+        self._before: list[torch.Tensor] | None = None  # the weights before the step (a buffer reused every time)
+        self._before_taken = False
+        self._numel: torch.Tensor | None = None
 
     def _grads(self) -> list[torch.Tensor]:
         return [p.grad if p.grad is not None else torch.zeros((), device=p.device) for p in self.params]
@@ -28,27 +39,31 @@ class GradMonitor:
 
     def snapshot_weights(self) -> None:
         """Remember the weights before the optimizer step, for the update-to-weight ratio."""
-        self._before = [p.detach().clone() for p in self.params]
+        weights = [p.detach() for p in self.params]
+        if self._before is None:
+            self._before = [torch.empty_like(w) for w in weights]
+        torch._foreach_copy_(self._before, weights)
+        self._before_taken = True
 
     def zero_fractions(self) -> torch.Tensor:
         """(L,) fraction of exactly-zero gradient entries per tensor (call before zero_grad)."""
-        return torch.stack([(g == 0).float().mean() for g in self._grads()])
+        nonzero = torch.stack(torch._foreach_norm(self._grads(), 0)).float()  # the L0 "norm" counts non-zero entries
+        if self._numel is None:  # once: a missing gradient counts as all zeros (0 non-zero of numel)
+            self._numel = torch.tensor([p.numel() for p in self.params], dtype=torch.float32, device=nonzero.device)
+        return 1 - nonzero / self._numel
 
-    def layer_stats(self, grad_norms: torch.Tensor, zero_frac: torch.Tensor) -> dict[str, list[float]]:
-        """After the optimizer step: grad norm, weight norm, update/weight ratio, zero-gradient fraction.
-
-        One device-to-host copy for all layers.
-        """
+    def layer_table(self, grad_norms: torch.Tensor, zero_frac: torch.Tensor) -> torch.Tensor:
+        """After the optimizer step: a (4, L) device tensor with the rows of `LAYER_STATS` (grad norm, weight norm,
+        update/weight ratio, zero-gradient fraction); no host sync."""
         weights = [p.detach() for p in self.params]
         weight_norms = torch.stack(torch._foreach_norm(weights)).float()
-        if self._before is not None:
-            deltas = torch._foreach_sub(weights, self._before)
-            update = torch.stack(torch._foreach_norm(deltas)).float() / weight_norms.clamp_min(1e-12)
+        if self._before_taken:
+            torch._foreach_sub_(self._before, weights)  # the buffer now holds minus the update
+            update = torch.stack(torch._foreach_norm(self._before)).float() / weight_norms.clamp_min(1e-12)
         else:
             update = torch.zeros_like(weight_norms)
-        self._before = None
-        table = torch.stack([grad_norms, weight_norms, update, zero_frac]).cpu().tolist()
-        return {"grad_norm": table[0], "weight_norm": table[1], "update_ratio": table[2], "zero_frac": table[3]}
+        self._before_taken = False
+        return torch.stack([grad_norms, weight_norms, update, zero_frac])
 
     def first_nonfinite(self) -> str | None:
         """Name of the first parameter (in model order) whose gradient is NaN or infinite."""

@@ -78,9 +78,9 @@ class StepResult:
 
     grad_norms: torch.Tensor | None = None
     total_norm: torch.Tensor | None = None
-    skipped: bool = False  # a non-finite step skipped under train.on_nonfinite: skip
-    diverged: bool = False  # a non-finite gradient under train.on_nonfinite: stop (decided on every rank alike)
-    first_nonfinite: str | None = None  # the first parameter with a non-finite gradient, when skipped or diverged
+    nonfinite: torch.Tensor | None = None  # 1.0 when the gradients were not finite (fp32/bf16, norms computed)
+    skipped: bool = False  # a non-finite step skipped under train.on_nonfinite: skip (decided on every rank alike)
+    first_nonfinite: str | None = None  # the first parameter with a non-finite gradient, when skipped
 
 
 class Precision:
@@ -115,11 +115,13 @@ class Precision:
         self.scaler.scale(loss).backward()
 
     def step(self, optimizer, monitor, *, clip: float | None, need_norms: bool, on_nonfinite: str,
-             check_finite: bool, inspect: Callable[[StepResult], None] | None = None) -> StepResult:
+             inspect: Callable[[StepResult], None] | None = None) -> StepResult:
         """Unscale, norms, clip, non-finite policy, step, update, zero_grad.
 
-        `check_finite` asks for the stop-mode check (a host sync: the loop asks at log steps); skip mode checks
-        every step. `inspect` sees the final gradients just before the optimizer step (statistics, histograms).
+        Skip mode checks the gradients every step (a host sync, agreed by all ranks) and skips a non-finite step;
+        otherwise `result.nonfinite` is left on the device for the loop's stop decision at the next log step (fp16's
+        scaler skips overflowing steps itself). `inspect` sees the final gradients just before the optimizer step
+        (statistics, histograms).
         """
         self.strategy.synchronize_grads(optimizer)
         if self.scaled:
@@ -129,10 +131,11 @@ class Precision:
         if need_norms or clip or skip:
             result.grad_norms = monitor.grad_norms()
             result.total_norm = torch.linalg.vector_norm(result.grad_norms)
-        if not self.scaled and result.total_norm is not None and (skip or check_finite):
-            bad = (~torch.isfinite(result.total_norm)).float().reshape(1)
-            if self.strategy.all_reduce_max(bad).item():  # host sync: skip mode every step, stop mode at log steps
-                result.skipped, result.diverged = skip, not skip
+            if not self.scaled:
+                result.nonfinite = (~torch.isfinite(result.total_norm)).float()
+        if skip and result.nonfinite is not None:
+            if self.strategy.all_reduce_max(result.nonfinite.reshape(1)).item():  # host sync: skip mode, every step
+                result.skipped = True
                 result.first_nonfinite = monitor.first_nonfinite()
                 optimizer.zero_grad(set_to_none=True)
                 return result
