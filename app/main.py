@@ -48,6 +48,7 @@ def run_app(argv: list[str]) -> int:
     window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config)
     window.show()
     quiet_garbage_collector()
+    window.runs.process.keep_standby(str(REPO_ROOT))  # imports torch while the user chooses: Start is quicker
 
     demo = REPO_ROOT / "demo_data"
 

@@ -125,7 +125,8 @@ class RunController(QObject):
         self.changed.emit()
 
     def shutdown(self) -> None:
-        """Stop following (the trainer itself is left alone)."""
+        """Stop following (the trainer itself is left alone) and let the standby trainer go."""
         if self.model is not None:
             self.model.close()
         self.process.detach()
+        self.process.close_standby()

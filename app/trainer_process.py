@@ -5,10 +5,15 @@ could fill up), so the app can quit and the run goes on; a later app re-attaches
 SIGTERM to the group (the trainer checkpoints and exits), then SIGKILL after a grace period to the group
 and to every process of the trainer's tree (torchrun puts DDP workers in sessions of their own).
 All waiting is done by timers: nothing here blocks the GUI thread.
+
+With `keep_standby`, a `main.py standby` process (trainer/standby.py) is kept ready between runs: it has
+imported torch and the training code already, and the next train or resume command is handed to it instead of
+starting a fresh interpreter. Which commands it takes is the trainer's rule (`STANDBY_COMMANDS`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -17,7 +22,9 @@ import subprocess
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from trainer.launch import main_command
 from trainer.rundir import RunDir, pid_alive
+from trainer.standby import STANDBY_COMMANDS
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +46,65 @@ class TrainerProcess(QObject):
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self.kill)
+        self.standby: subprocess.Popen | None = None
+        self._standby_cwd: str | None = None
 
     def start(self, command: list[str], run: RunDir, cwd: str | None = None) -> None:
-        output = open(run.output_log, "ab")
-        try:
-            self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                          start_new_session=True, cwd=cwd,
-                                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        finally:
-            output.close()
+        self.popen = self._hand_to_standby(command, run, cwd)
+        if self.popen is None:
+            output = open(run.output_log, "ab")
+            try:
+                self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
+                                              stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
+                                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            finally:
+                output.close()
         self.pid = self.popen.pid
         self._tree.clear()
         log.info("started trainer pid %d: %s", self.pid, " ".join(command))
         self._poll.start()
+
+    # ---- the standby trainer ------------------------------------------------------------------
+    def keep_standby(self, cwd: str) -> None:
+        """From now on keep a standby trainer ready whenever no run is going (started now, and after each run)."""
+        self._standby_cwd = cwd
+        self._spawn_standby()
+
+    def close_standby(self) -> None:
+        """The standby exits by itself at the end of its input (after its imports, if it is still at them)."""
+        standby, self.standby, self._standby_cwd = self.standby, None, None
+        if standby is not None and standby.stdin is not None:
+            try:
+                standby.stdin.close()
+            except OSError:
+                pass
+
+    def _spawn_standby(self) -> None:
+        if self._standby_cwd is None or self.running or (self.standby is not None and self.standby.poll() is None):
+            return
+        self.standby = subprocess.Popen(main_command("standby"), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True, cwd=self._standby_cwd,
+                                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        log.info("standby trainer pid %d started", self.standby.pid)
+
+    def _hand_to_standby(self, command: list[str], run: RunDir, cwd: str | None) -> subprocess.Popen | None:
+        """The standby, now running `command`; None when it cannot take it (none alive, another folder, a command
+        it does not run): the caller starts a fresh process."""
+        standby = self.standby
+        argv = command[2:] if command[:2] == main_command() else []
+        if (standby is None or standby.poll() is not None or cwd != self._standby_cwd or not argv
+                or argv[0] not in STANDBY_COMMANDS):
+            return None
+        self.standby = None
+        try:
+            standby.stdin.write((json.dumps({"argv": argv, "output": str(run.output_log)}) + "\n").encode())
+            standby.stdin.close()
+        except OSError as e:  # it died in the meantime
+            log.warning("standby trainer pid %d unusable (%s): starting a new process", standby.pid, e)
+            standby.kill()
+            return None
+        log.info("run handed to standby trainer pid %d", standby.pid)
+        return standby
 
     def attach(self, pid: int) -> None:
         """Follow a trainer started by an earlier app session (not our child: liveness by pid)."""
@@ -104,6 +157,7 @@ class TrainerProcess(QObject):
         self._kill_timer.stop()
         self._kill_tree()  # workers left behind by a launcher that died (e.g. it was SIGKILLed)
         self.ended.emit(code)
+        self._spawn_standby()  # ready for the next run
 
     def _remember_tree(self) -> None:
         try:

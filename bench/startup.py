@@ -1,7 +1,11 @@
 """Start-up: from `python main.py` to the window shown (and whether torch was loaded by then), and from pressing
 Start to the first training step plotted on the dashboard, with what the trainer reported in between.
 
-python bench/startup.py [--repeats 5]   (offscreen unless DISPLAY/QT_QPA_PLATFORM say otherwise)
+Start is pressed twice per repeat, in two launches: as soon as the window allows it ("at once", before the app's
+standby trainer has finished its imports), and after --think seconds (a user choosing settings first; by then the
+standby trainer is ready, and the run is handed to it).
+
+python bench/startup.py [--repeats 5] [--think 8]   (offscreen unless DISPLAY/QT_QPA_PLATFORM say otherwise)
 """
 
 import argparse
@@ -35,16 +39,18 @@ import main
 main.main()
 """
 
-# Press Start (as soon as the window allows it) and time the first plotted step; the trainer is stopped after.
+# Press Start (as soon as the window allows it, but not before THINK seconds) and time the first plotted step; the
+# trainer is stopped after.
 FIRST_STEP = r"""
 import json, sys, time
+launched, think = time.time(), float(sys.argv[2])
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 import app.main_window as mw
 marks = {}
 original_start = mw.MainWindow.start_run
 def start_run(self):
-    if not self.start_action.isEnabled():
+    if not self.start_action.isEnabled() or time.time() < launched + think:
         QTimer.singleShot(50, lambda: start_run(self))
         return
     marks["start"] = time.time()
@@ -72,11 +78,12 @@ main.main()
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--think", type=float, default=8.0, help="seconds before Start in the second launch")
     args = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("QT_QPA_PLATFORM", "offscreen")
     runs = tempfile.mkdtemp(prefix="td-startup-runs-")
-    times, torch_loaded, first = [], [], []
+    times, torch_loaded, first, thought = [], [], [], []
     for _ in range(args.repeats):
         t0 = time.time()
         out = subprocess.run([sys.executable, "-c", SHOWN, str(t0), runs], capture_output=True, text=True, cwd=REPO,
@@ -84,19 +91,24 @@ def main():
         line = next(line for line in out.stdout.splitlines() if line.startswith("SHOWN"))
         times.append(float(line.split()[1]))
         torch_loaded.append(line.split()[2] == "True")
-        out = subprocess.run([sys.executable, "-c", FIRST_STEP, runs], capture_output=True, text=True, cwd=REPO,
-                             env=env, timeout=180)
-        line = next(line for line in out.stdout.splitlines() if line.startswith("MARKS"))
-        first.append(json.loads(line.split(" ", 1)[1]))
-        print(json.dumps({"shown_s": times[-1], **first[-1]}), flush=True)
-    result = {"shown_s": times, "torch_loaded_at_show": any(torch_loaded), "after_start": first, "machine": machine(),
+        for think, marks in ((0, first), (args.think, thought)):
+            out = subprocess.run([sys.executable, "-c", FIRST_STEP, runs, str(think)], capture_output=True, text=True,
+                                 cwd=REPO, env=env, timeout=180)
+            line = next(line for line in out.stdout.splitlines() if line.startswith("MARKS"))
+            marks.append(json.loads(line.split(" ", 1)[1]))
+        print(json.dumps({"shown_s": times[-1], "at_once": first[-1], "after_think": thought[-1]}), flush=True)
+    result = {"shown_s": times, "torch_loaded_at_show": any(torch_loaded), "after_start": first,
+              "after_start_think": thought, "think_s": args.think, "machine": machine(),
               "display": env["QT_QPA_PLATFORM"] if "DISPLAY" not in env else env["DISPLAY"]}
     save_result("startup", result)
-    med = {k: statistics.median(f[k] for f in first) for k in first[0]}
     print(f"\nmachine: {result['machine']}")
     print(f"window shown: median {statistics.median(times):.2f} s ({min(times):.2f}–{max(times):.2f}); "
           f"torch loaded by then: {any(torch_loaded)}")
-    print("after Start (medians): " + ", ".join(f"{k} {v:.2f} s" for k, v in med.items()))
+    for label, marks in (("Start at once", first), (f"Start after {args.think:g} s", thought)):
+        med = {k: statistics.median(f[k] for f in marks) for k in marks[0]}
+        spread = {k: (min(f[k] for f in marks), max(f[k] for f in marks)) for k in marks[0]}
+        print(f"{label} (medians): " + ", ".join(f"{k} {v:.2f} s ({spread[k][0]:.2f}–{spread[k][1]:.2f})"
+                                                  for k, v in med.items()))
 
 
 if __name__ == "__main__":

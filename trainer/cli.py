@@ -16,7 +16,7 @@ from trainer.scan import printable_path
 log = logging.getLogger("traindeck")
 
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep")
+            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby")
 
 
 class CommandError(Exception):
@@ -410,6 +410,12 @@ def cmd_lr_find(args) -> int:
     return 0
 
 
+def cmd_standby(args) -> int:
+    from trainer.standby import serve
+
+    return serve()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck: train image classifiers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -423,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "
+                       "(JSON: argv, output); the app keeps one ready so Start is quicker")
+    p.set_defaults(func=cmd_standby)
 
     p = sub.add_parser("resume", help="continue a stopped, failed or killed run from its last good checkpoint")
     p.add_argument("run_dir")

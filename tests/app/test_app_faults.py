@@ -134,3 +134,29 @@ def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make
         assert not window.load_config_file(path)
         assert len(shown) == 1 and path.name in shown[0][1] and expected in shown[0][1], shown
         assert "Traceback" not in shown[0][1]
+
+
+def test_a_run_started_in_the_standby_trainer_stops_like_any_other(qtbot, shapes_dir, tmp_path):
+    """The app keeps a standby trainer (torch already imported); Start hands the run to it, Stop stops it and
+    checkpoints, and a fresh standby is ready for the next run; the last one leaves when the app lets it go."""
+    from trainer.launch import train_command
+
+    proc = TrainerProcess()
+    proc.keep_standby(str(REPO))
+    standby = proc.standby
+    assert standby is not None and standby.poll() is None
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50})
+    run = RunDir(tmp_path / "run").create()
+    proc.start(train_command(cfg, run_dir=run.path), run, cwd=str(REPO))
+    assert proc.pid == standby.pid and proc.standby is None, "the run went to the standby, none is kept meanwhile"
+    qtbot.waitUntil(lambda: run.read_status().get("state") == "running" and run.events.exists()
+                    and '"event": "step"' in run.events.read_text(), timeout=120_000)
+    with qtbot.waitSignal(proc.ended, timeout=60_000) as ended:
+        proc.stop()
+    assert ended.args == [0]
+    assert run.read_status()["state"] == "stopped" and (run.checkpoints / "last.pt").exists()
+    assert run.output_log.read_text().strip(), "the trainer's console output is in the run's output.log"
+    following = proc.standby
+    assert following is not None and following.pid != standby.pid
+    proc.close_standby()
+    assert following.wait(timeout=120) == 0

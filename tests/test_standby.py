@@ -1,0 +1,40 @@
+"""The standby trainer (`main.py standby`): imports first, then runs the one command it is handed, as main.py would."""
+
+import json
+import subprocess
+import sys
+
+from helpers import REPO, write_config
+
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+
+def standby() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(REPO / "main.py"), "standby"], cwd=REPO, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_standby_runs_the_train_command_it_is_handed(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
+    run = RunDir(tmp_path / "run").create()
+    proc = standby()
+    out, err = proc.communicate(json.dumps({"argv": ["train", str(cfg), "--run-dir", str(run.path)],
+                                            "output": str(run.output_log)}) + "\n", timeout=300)
+    assert proc.returncode == 0, run.output_log.read_text()[-2000:]
+    assert run.read_status()["state"] == "completed"
+    assert run.read_status()["worker_pid"] == proc.pid, "trained in the standby process itself"
+    assert [e["epoch"] for e in read_events(run.events) if e["event"] == "epoch"] == [1]
+    assert "epoch 1/1" in run.output_log.read_text(), "its console output went to the run's output.log"
+    assert out == "" and err == ""
+
+
+def test_a_standby_refuses_other_commands_and_leaves_quietly_without_one(tmp_path):
+    proc = standby()
+    out, err = proc.communicate(json.dumps({"argv": ["export", "x"], "output": str(tmp_path / "o.log")}) + "\n",
+                                timeout=120)
+    assert proc.returncode == 2 and "runs train or resume, not ['export']" in err
+    assert not (tmp_path / "o.log").exists()
+    proc = standby()
+    proc.communicate("", timeout=120)  # the app quit before a run: end of input
+    assert proc.returncode == 0
