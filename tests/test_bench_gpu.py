@@ -1,0 +1,21 @@
+"""bench/gpu.sh, the GPU benchmark, run on the CPU with a tiny dataset: every step of it works where no GPU is."""
+
+import json
+import subprocess
+
+from helpers import REPO
+
+
+def test_the_gpu_benchmark_runs_on_the_cpu(tmp_path):
+    results = tmp_path / "gpu.json"
+    out = subprocess.run([str(REPO / "bench" / "gpu.sh"), "--smoke", "--results", str(results)], cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(results.read_text())
+    assert data["smoke"] and data["model"] == "resnet50"
+    assert set(data["rows"]) == {"plain loop (torchvision reference style)", "trainer, GPU-resident cache",
+                                 "trainer, host cache, pinned copies one batch ahead",
+                                 "trainer, no cache (DataLoader workers decode)"}
+    assert all(rate > 0 for rate in data["rows"].values())
+    for label in data["rows"]:
+        assert f"| {label} |" in out.stdout, "the table names every variant"
