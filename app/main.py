@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def run_app(argv: list[str]) -> int:
     window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config)
     window.show()
     quiet_garbage_collector()
-    window.runs.process.keep_standby(str(REPO_ROOT))  # imports torch while the user chooses: Start is quicker
+    if os.environ.get("TRAINDECK_STANDBY", "1") != "0":  # imports torch while the user chooses: Start is quicker
+        window.runs.process.keep_standby(str(REPO_ROOT))
 
     demo = REPO_ROOT / "demo_data"
 

@@ -1,9 +1,10 @@
 """Start-up: from `python main.py` to the window shown (and whether torch was loaded by then), and from pressing
 Start to the first training step plotted on the dashboard, with what the trainer reported in between.
 
-Start is pressed twice per repeat, in two launches: as soon as the window allows it ("at once", before the app's
-standby trainer has finished its imports), and after --think seconds (a user choosing settings first; by then the
-standby trainer is ready, and the run is handed to it).
+Start is pressed in four launches per repeat: as soon as the window allows it ("at once", before the app's standby
+trainer has finished its imports) and after --think seconds (a user choosing settings first; by then the standby is
+ready and the run is handed to it), each with the standby trainer and without it (TRAINDECK_STANDBY=0: a fresh
+trainer process at Start, as before).
 
 python bench/startup.py [--repeats 5] [--think 8]   (offscreen unless DISPLAY/QT_QPA_PLATFORM say otherwise)
 """
@@ -83,7 +84,8 @@ def main():
     env = dict(os.environ)
     env.setdefault("QT_QPA_PLATFORM", "offscreen")
     runs = tempfile.mkdtemp(prefix="td-startup-runs-")
-    times, torch_loaded, first, thought = [], [], [], []
+    times, torch_loaded = [], []
+    variants = {(think, standby): [] for think in (0, args.think) for standby in ("1", "0")}
     for _ in range(args.repeats):
         t0 = time.time()
         out = subprocess.run([sys.executable, "-c", SHOWN, str(t0), runs], capture_output=True, text=True, cwd=REPO,
@@ -91,20 +93,23 @@ def main():
         line = next(line for line in out.stdout.splitlines() if line.startswith("SHOWN"))
         times.append(float(line.split()[1]))
         torch_loaded.append(line.split()[2] == "True")
-        for think, marks in ((0, first), (args.think, thought)):
+        for (think, standby), marks in variants.items():
             out = subprocess.run([sys.executable, "-c", FIRST_STEP, runs, str(think)], capture_output=True, text=True,
-                                 cwd=REPO, env=env, timeout=180)
+                                 cwd=REPO, env=dict(env, TRAINDECK_STANDBY=standby), timeout=180)
             line = next(line for line in out.stdout.splitlines() if line.startswith("MARKS"))
             marks.append(json.loads(line.split(" ", 1)[1]))
-        print(json.dumps({"shown_s": times[-1], "at_once": first[-1], "after_think": thought[-1]}), flush=True)
-    result = {"shown_s": times, "torch_loaded_at_show": any(torch_loaded), "after_start": first,
-              "after_start_think": thought, "think_s": args.think, "machine": machine(),
-              "display": env["QT_QPA_PLATFORM"] if "DISPLAY" not in env else env["DISPLAY"]}
+        print(json.dumps({"shown_s": times[-1], **{f"think {k[0]:g} s, standby {k[1]}": v[-1]
+                                                   for k, v in variants.items()}}), flush=True)
+    result = {"shown_s": times, "torch_loaded_at_show": any(torch_loaded), "think_s": args.think,
+              "after_start": {f"think {k[0]:g} s, standby {k[1]}": v for k, v in variants.items()},
+              "machine": machine(), "display": env["QT_QPA_PLATFORM"] if "DISPLAY" not in env else env["DISPLAY"]}
     save_result("startup", result)
     print(f"\nmachine: {result['machine']}")
     print(f"window shown: median {statistics.median(times):.2f} s ({min(times):.2f}–{max(times):.2f}); "
           f"torch loaded by then: {any(torch_loaded)}")
-    for label, marks in (("Start at once", first), (f"Start after {args.think:g} s", thought)):
+    for (think, standby), marks in variants.items():
+        label = (f"Start {'at once' if not think else f'after {think:g} s'}, "
+                 f"{'standby trainer' if standby == '1' else 'fresh trainer (TRAINDECK_STANDBY=0)'}")
         med = {k: statistics.median(f[k] for f in marks) for k in marks[0]}
         spread = {k: (min(f[k] for f in marks), max(f[k] for f in marks)) for k in marks[0]}
         print(f"{label} (medians): " + ", ".join(f"{k} {v:.2f} s ({spread[k][0]:.2f}–{spread[k][1]:.2f})"

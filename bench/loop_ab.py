@@ -1,0 +1,113 @@
+"""A/B inside one trainer process: the trainer's own Loop (resnet18 on the small 32-px images, batch 64, the
+trainer's defaults otherwise) runs blocks of epochs that alternate between two settings, A B B A A B ..., so the
+drift and noise of a shared machine fall on both alike; medians of the block times and their ratio.
+
+python bench/loop_ab.py --compare {stats,stats10,checkpoints,checkpoints-sync,validation} [--pairs 4] [--epochs 2]
+
+  stats             per-layer statistics and a step event every step vs statistics off (step events every 10)
+  stats10           statistics every 10 steps (the default) vs off
+  checkpoints       a checkpoint after every epoch, written by the background writer, vs none; a block's time
+                    includes waiting for its last write, which a real run overlaps with the next epoch
+  checkpoints-sync  the same written synchronously (torch.save, fsync, rename before training goes on) vs none
+  validation        one validation pass with batches twice the training batch (now) vs the training batch
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from common import REPO, machine, save_result, small_dataset
+
+sys.path.insert(0, str(REPO))
+
+COMPARE = {
+    "stats": ("statistics and a step event every step", {"grad_stats": True, "log_every": 1},
+              "statistics off", {"grad_stats": False, "log_every": 10}),
+    "stats10": ("statistics every 10 steps", {"grad_stats": True, "log_every": 10},
+                "statistics off", {"grad_stats": False, "log_every": 10}),
+    "checkpoints": ("a checkpoint every epoch, background writer", {"save": "background"},
+                    "no checkpoints", {}),
+    "checkpoints-sync": ("a checkpoint every epoch, synchronous", {"save": "sync"}, "no checkpoints", {}),
+    "validation": ("validation batches 2x the training batch", {"eval_factor": 2},
+                   "validation batches = the training batch", {"eval_factor": 1}),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--compare", choices=sorted(COMPARE), required=True)
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=2, help="epochs per block")
+    parser.add_argument("--model", default="resnet18")
+    args = parser.parse_args()
+    from trainer import loop as loop_mod
+    from trainer.config import load_config
+    from trainer.engine import StopRequest, seed_everything
+    from trainer.loop import Loop
+    from trainer.parts import build
+    from trainer.reporter import reporter_for
+    from trainer.rundir import RunDir
+    from trainer.strategy import make_strategy
+
+    work = Path(tempfile.mkdtemp(prefix="td-loop-ab-"))
+    data = small_dataset(REPO / "bench" / ".data" / "shapes")
+    config = work / "cfg.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": 32, "batch_size": 64},
+                                      "model": {"name": args.model}, "train": {"epochs": 10_000}}))
+    cfg = load_config(config)
+    run = RunDir(work / "run").create()
+    strategy = make_strategy(cfg)
+    reporter = reporter_for(run.events, True, cfg.monitor.system_every_s)
+    seed_everything(cfg.train.seed)
+    parts = build(cfg, strategy, reporter, should_stop=lambda: False)
+    loop = Loop(run, cfg, strategy, parts, reporter, StopRequest())
+    label_a, setting_a, label_b, setting_b = COMPARE[args.compare]
+    background_writer = loop.checkpoint_writer
+
+    def block(setting: dict) -> float:
+        cfg.monitor.grad_stats = setting.get("grad_stats", True)
+        cfg.monitor.log_every = setting.get("log_every", 10)
+        loop_mod.EVAL_BATCH_FACTOR = setting.get("eval_factor", 2)
+        loop.checkpoint_writer = None if setting.get("save") == "sync" else background_writer
+        started = time.perf_counter()
+        for _ in range(args.epochs):
+            if "eval_factor" in setting:
+                loop.evaluate()
+                continue
+            loop.train_one_epoch()
+            loop.state.epoch += 1
+            loop.state.batch_in_epoch = 0
+            if setting.get("save"):
+                loop.save(is_best=False)
+        background_writer.wait()
+        return time.perf_counter() - started
+
+    block(setting_a)  # warm-up: first-use allocations, the writer's thread, the cache pages
+    times = {"a": [], "b": []}
+    for pair in range(args.pairs):
+        for key in ("ab" if pair % 2 == 0 else "ba"):
+            times[key].append(block(setting_a if key == "a" else setting_b))
+        print(json.dumps({"pair": pair, "a": times["a"][-1], "b": times["b"][-1]}), flush=True)
+    med_a, med_b = statistics.median(times["a"]), statistics.median(times["b"])
+    ratios = [b / a for a, b in zip(times["a"], times["b"])]
+    save_result(f"loop_ab_{args.compare}", {"args": vars(args), "machine": machine(), "times": times,
+                                             "labels": [label_a, label_b]})
+    what = "validation passes" if args.compare == "validation" else "epochs"
+    print(f"\nmachine: {machine()}")
+    print(f"{args.model}, 32 px, batch 64, precision {parts.precision.amp}; {args.pairs} pairs of blocks of "
+          f"{args.epochs} {what}, alternating A B B A ...\n")
+    print("| variant | block, median (min–max) |\n|---|---|")
+    for key, label in (("a", label_a), ("b", label_b)):
+        print(f"| {key.upper()}: {label} | {statistics.median(times[key]):.2f} s "
+              f"({min(times[key]):.2f}–{max(times[key]):.2f}) |")
+    print(f"\nspeed of A relative to B: {med_b / med_a:.3f} (ratio of medians); per pair: "
+          + ", ".join(f"{r:.3f}" for r in ratios))
+
+
+if __name__ == "__main__":
+    main()
