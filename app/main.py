@@ -14,6 +14,8 @@ from pathlib import Path
 
 from trainer.rundir import default_runs_dir
 
+STANDBY_DELAY_MS = 3000  # after the window shows: its own start-up jobs first (measured in bench/startup.py)
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck desktop app")
@@ -49,8 +51,11 @@ def run_app(argv: list[str]) -> int:
     window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config)
     window.show()
     quiet_garbage_collector()
-    if os.environ.get("TRAINDECK_STANDBY", "1") != "0":  # imports torch while the user chooses: Start is quicker
-        window.runs.process.keep_standby(str(REPO_ROOT))
+    if os.environ.get("TRAINDECK_STANDBY", "1") != "0":
+        # A trainer that imports torch while the user chooses, so Start is quicker; started once the window's own
+        # start-up jobs (device probe, model description) have had the CPU, not in their way.
+        QTimer.singleShot(STANDBY_DELAY_MS, lambda: window.isVisible() and window.runs.process.keep_standby(
+            str(REPO_ROOT)))
 
     demo = REPO_ROOT / "demo_data"
 

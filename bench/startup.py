@@ -6,7 +6,7 @@ trainer has finished its imports) and after --think seconds (a user choosing set
 ready and the run is handed to it), each with the standby trainer and without it (TRAINDECK_STANDBY=0: a fresh
 trainer process at Start, as before).
 
-python bench/startup.py [--repeats 5] [--think 8]   (offscreen unless DISPLAY/QT_QPA_PLATFORM say otherwise)
+python bench/startup.py [--repeats 5] [--think 12]   (offscreen unless DISPLAY/QT_QPA_PLATFORM say otherwise)
 """
 
 import argparse
@@ -79,7 +79,7 @@ main.main()
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--think", type=float, default=8.0, help="seconds before Start in the second launch")
+    parser.add_argument("--think", type=float, default=12.0, help="seconds before Start in the second launch")
     args = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("QT_QPA_PLATFORM", "offscreen")

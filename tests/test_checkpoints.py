@@ -360,3 +360,15 @@ def test_predict_names_damaged_models_and_images(small_exports, shapes_dir, tmp_
     code = cli.main(["export", str(run.path), "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and f"--out: {tmp_path} is a folder" in err
+
+
+def test_checkpoints_go_to_the_background_writer_only_where_training_leaves_the_cpu_room(monkeypatch):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert not ckpt.writes_in_background("auto", cpu), "every core computes: a writer thread would stall them"
+    assert ckpt.writes_in_background("auto", gpu), "a GPU run leaves the CPU to the writer"
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert ckpt.writes_in_background("auto", cpu)
+    assert not ckpt.writes_in_background("auto", cpu, local_processes=2), "two DDP ranks of 3 threads on 4 cores"
+    assert ckpt.writes_in_background("background", cpu) and not ckpt.writes_in_background("sync", gpu)

@@ -67,8 +67,8 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, t
     straight = tmp_path / "straight"
     assert run_main("train", cfg, "--run-dir", straight).returncode == 0
 
-    interrupted = tmp_path / "interrupted"
-    proc = start_train(cfg, interrupted)
+    interrupted = tmp_path / "interrupted"  # checkpoints written in the background: a kill may land mid-write
+    proc = start_train(cfg, interrupted, "--set", "checkpoint.writer=background")
     wait_for_event(interrupted, lambda e: e["event"] == "checkpoint" and e["step"] >= 10 and e["mid_epoch"])
     os.killpg(proc.pid, signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
     proc.communicate(timeout=30)
@@ -81,8 +81,10 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, t
     assert a["step"] == b["step"]
     for key, value in a["model"].items():
         torch.testing.assert_close(b["model"][key], value, rtol=1e-5, atol=1e-6, msg=key)
-    epochs = [e["epoch"] for e in read_events(interrupted / "events.jsonl") if e["event"] == "epoch"]
+    events = read_events(interrupted / "events.jsonl")
+    epochs = [e["epoch"] for e in events if e["event"] == "epoch"]
     assert epochs[-1] == 3 and sorted(set(epochs)) == [1, 2, 3], "curves continue in the same events file"
+    assert [e["checkpoint_writer"] for e in events if e["event"] == "run_start"] == ["background", "background"]
 
 
 def test_resume_refuses_a_completed_run_and_a_missing_dir(shapes_dir, tmp_path):

@@ -182,17 +182,22 @@ def atomic_save(obj: Any, path: Path) -> None:
 class CheckpointWriter:
     """Writes checkpoints on one background thread, in order, as `torch.distributed.checkpoint.async_save` and
     Lightning's `AsyncCheckpointIO` do: the state is copied to CPU memory at the save point (pinned, from a GPU), and
-    the write, fsync and rename happen while training goes on.
+    the write, fsync and rename happen while training goes on. With `background=False` every write happens at once,
+    in the caller's thread, from the live state (no copy).
 
     `wait` blocks until every write is done and raises the first error; `save_checkpoint` waits before the next
     save (so at most one is in flight), and the trainer waits before it reports a run stopped or finished.
     """
 
-    def __init__(self):
+    def __init__(self, background: bool = True):
+        self.background = background
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
 
     def submit(self, work: Callable[[], None]) -> None:
+        if not self.background:
+            work()
+            return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._pending.append(self._pool.submit(work))
@@ -208,6 +213,19 @@ class CheckpointWriter:
         finally:
             if self._pool is not None:
                 self._pool.shutdown()
+
+
+def writes_in_background(choice: str, device: torch.device, local_processes: int = 1) -> bool:
+    """`checkpoint.writer`: background, sync, or auto = in the background when training leaves the CPU room for it
+    (it runs on a GPU, or its processes' compute threads leave a core free) and synchronously when training keeps
+    every core busy: there a writer thread stalls the compute threads (each parallel op waits for its slowest thread)
+    and slows training by more than the write itself takes (docs/benchmarks.md, "Checkpoints")."""
+    if choice != "auto":
+        return choice == "background"
+    if device.type == "cuda":
+        return True
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.get_num_threads() * local_processes < cores
 
 
 def snapshot(obj: Any) -> Any:
@@ -292,7 +310,7 @@ def save_checkpoint(folder: Path, state: dict, *, is_best: bool, keep_last: int,
         for old in numbered_checkpoints(folder)[keep_last:]:
             old.unlink(missing_ok=True)
 
-    if writer is None:
+    if writer is None or not writer.background:
         write(state)
     else:
         writer.wait()  # the previous write is done (and its error, if any, raised here)

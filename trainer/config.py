@@ -212,6 +212,9 @@ class CheckpointConfig:
     every_epochs: int = opt(1, "epochs between checkpoints", ge=1)
     every_steps: int = opt(0, "also checkpoint every N optimizer steps mid-epoch (0 = off)", ge=0)
     keep_last: int = opt(3, "numbered checkpoints kept (last.pt and best.pt are always kept)", ge=1)
+    writer: str = opt("auto", "how checkpoints are written: background (a CPU snapshot at the save point, written while "
+                      "training goes on), sync (before training goes on), auto = background on a GPU or when training "
+                      "leaves a CPU core free, sync when it keeps every core busy", choices=("auto", "background", "sync"))
 
 
 @dataclass

@@ -132,7 +132,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         loop = Loop(run, cfg, strategy, parts, reporter, stop)
         resumed_from = loop.resume() if resume else None
         strategy.broadcast_initial_state(parts.net, parts.optimizer)
-        announce(reporter, cfg, strategy, parts, loop.state, resumed_from)
+        announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
         if state == "completed" and cfg.data.test_dir and strategy.is_main:
@@ -187,7 +187,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
 
 
 def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Parts, state: TrainState,
-             resumed_from: str | None) -> None:
+             resumed_from: str | None, background_checkpoints: bool) -> None:
     """The run_start event (what the app's dashboard and summary show) and its log line."""
     net = parts.net
     reporter.emit(
@@ -203,6 +203,7 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
         layers=parts.monitor.names, resumed_from=resumed_from, start_epoch=state.epoch, start_step=state.step,
         weights=parts.weights, mean=parts.mean, std=parts.std, normalisation=parts.normalisation_source,
         head=parts.head, manifest=parts.data.manifest,
+        checkpoint_writer="background" if background_checkpoints else "sync",
         frozen={"backbone": parts.linear_probe, "until_epoch": parts.unfreeze_at_epoch})
     if strategy.is_main:
         if parts.data.manifest:

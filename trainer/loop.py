@@ -15,7 +15,7 @@ import time
 import torch
 
 from trainer import data as data_mod
-from trainer.checkpoint import CheckpointWriter, TrainState, load_latest, save_checkpoint
+from trainer.checkpoint import CheckpointWriter, TrainState, load_latest, save_checkpoint, writes_in_background
 from trainer.config import EarlyStopConfig, RunConfig
 from trainer.evaluation import Predictions, write_evaluation
 from trainer.parts import Parts
@@ -36,7 +36,9 @@ class Loop:
     def __init__(self, run: RunDir, cfg: RunConfig, strategy: Strategy, parts: Parts, reporter: Reporter, stop):
         self.run, self.cfg, self.strategy, self.parts, self.reporter, self.stop = run, cfg, strategy, parts, reporter, stop
         self.state = TrainState()
-        self.checkpoint_writer = CheckpointWriter()  # checkpoints are written while training goes on
+        local_processes = max(1, strategy.world_size // max(1, cfg.device.nnodes))
+        self.checkpoint_writer = CheckpointWriter(writes_in_background(cfg.checkpoint.writer, strategy.device,
+                                                                       local_processes))
         # Gradient norms every step only when a step needs them (clipping, skipping); statistics need them at log steps.
         self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self._grad_histograms: dict = {}

@@ -73,7 +73,7 @@ def test_segfault_leaves_a_resumable_run(shapes_dir, tmp_path):
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     wait = f"[time.sleep(0.02) for _ in range(3000) if not os.path.exists({str(last)!r})]"
     cfg = faulty(tmp_path, shapes_dir, f"{wait}; os.kill(os.getpid(), signal.SIGSEGV)", at=9,
-                 data={"batch_size": 16}, train={"epochs": 2})
+                 data={"batch_size": 16}, train={"epochs": 2}, checkpoint={"writer": "background"})
     result = run_main("train", cfg, "--run-dir", tmp_path / "run")
     assert result.returncode in (-signal.SIGSEGV, 128 + signal.SIGSEGV)
     run = RunDir(tmp_path / "run")
