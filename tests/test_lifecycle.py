@@ -140,6 +140,7 @@ def test_demo_config_reaches_90_percent(tmp_path):
     status = json.loads(run.joinpath("status.json").read_text())
     assert status["best_acc"] >= 0.9
     start = next(e for e in read_events(run / "events.jsonl") if e["event"] == "run_start")
-    # The defaults: the precision this CPU runs natively, channels_last for the built-in conv net.
+    # The defaults: the precision this CPU runs natively, channels_last for the built-in conv net where it is faster.
     assert start["precision"] == choose_precision("auto", torch.device("cpu"))[0]
-    assert start["memory_format"] == "channels_last" and start["cache"] == "memory"
+    avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    assert start["memory_format"] == ("channels_last" if avx512 else "contiguous_format") and start["cache"] == "memory"

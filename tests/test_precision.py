@@ -109,3 +109,16 @@ def test_the_skip_decision_is_the_all_reduced_one():
     result = precision.step(optimizer, GradMonitor(model), clip=None, need_norms=True, on_nonfinite="skip")
     assert result.skipped
     assert torch.equal(model.weight, before) and model.weight.grad is None
+
+
+def test_auto_memory_format_is_channels_last_only_where_it_is_faster(monkeypatch):
+    from trainer.models import SmallCNN, choose_memory_format
+
+    model, cpu, gpu = SmallCNN(4), torch.device("cpu"), torch.device("cuda", 0)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert choose_memory_format("auto", "small_cnn", model, cpu) == torch.contiguous_format
+    assert choose_memory_format("auto", "small_cnn", model, gpu) == torch.channels_last
+    assert choose_memory_format("channels_last", "small_cnn", model, cpu) == torch.channels_last
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert choose_memory_format("auto", "small_cnn", model, cpu) == torch.channels_last
+    assert choose_memory_format("auto", "mine.py:Net", model, gpu) == torch.contiguous_format, "your own model"

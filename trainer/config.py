@@ -162,7 +162,8 @@ class TrainConfig:
                    "CPUs with AVX512-BF16 or AMX), else fp32; none = fp32; bf16 / fp16 (+ GradScaler) when asked",
                    choices=("auto", "none", "bf16", "fp16"))
     memory_format: str = opt("auto", "activation and weight layout: auto = channels_last for the built-in and "
-                             "torchvision models (their convolutions run faster in it), contiguous for your own",
+                             "torchvision models on a GPU or an AVX-512 CPU (their convolutions run faster in it), "
+                             "contiguous on other CPUs and for your own models",
                              choices=("auto", "channels_last", "contiguous"))
     compile: bool = opt(False, "torch.compile the model: faster steps on some hardware after a slow first step "
                         "(on a 2-core CPU it was slower; see docs/benchmarks.md)")

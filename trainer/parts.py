@@ -130,7 +130,7 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
             raise ModelError("model.freeze_backbone: this model has no Linear classifier head to train alone")
         for p in backbone:
             p.requires_grad_(False)
-    memory_format = choose_memory_format(cfg.train.memory_format, cfg.model.name, model)
+    memory_format = choose_memory_format(cfg.train.memory_format, cfg.model.name, model, strategy.device)
     model = model.to(memory_format=memory_format)
     groups = build_param_groups(model, cfg.optimizer)
     wrapped = strategy.wrap(model)
