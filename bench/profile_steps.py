@@ -2,7 +2,9 @@
 batch 64, the trainer's defaults otherwise), one epoch of `Loop.train_one_epoch` as `main.py train` runs it (events
 written to a temporary run directory), after one warm-up epoch.
 
-python bench/profile_steps.py [--model resnet18] [--log-every 10] [--no-stats] [--rows 20]
+python bench/profile_steps.py [--data small|photos] [--model resnet18] [--log-every 10] [--no-stats] [--rows 20]
+
+--data photos: the decode-heavy photos trained at 64 px instead of the small images at 32 px.
 
 Prints the profiler's top operators by self CPU time, then the epoch's wall time split into: the model's forward and
 backward, the optimizer step, gradient statistics, augmentation and normalisation, and the rest (Python between the
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import REPO, machine, small_dataset
+from common import REPO, bench_datasets, machine
 
 sys.path.insert(0, str(REPO))
 
@@ -39,6 +41,7 @@ def group_of(name: str) -> str:
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--data", choices=("small", "photos"), default="small")
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--no-stats", action="store_true")
@@ -55,9 +58,9 @@ def main():
     from trainer.strategy import make_strategy
 
     work = Path(tempfile.mkdtemp(prefix="td-profile-"))
-    data = small_dataset(REPO / "bench" / ".data" / "shapes")
+    data, size = next(v for k, v in bench_datasets().items() if k.startswith(args.data))
     config = work / "cfg.yaml"
-    config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": 32, "batch_size": 64},
+    config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": 64},
                                       "model": {"name": args.model}, "train": {"epochs": 2},
                                       "monitor": {"log_every": args.log_every, "grad_stats": not args.no_stats}}))
     cfg = load_config(config)
@@ -80,8 +83,9 @@ def main():
         shares[group_of(avg.key)] = shares.get(group_of(avg.key), 0.0) + avg.self_cpu_time_total / 1e6
     in_ops = sum(shares.values())
     print(f"machine: {machine()}")
-    print(f"{args.model}, 32 px, batch 64, monitor.log_every {args.log_every}, grad_stats {not args.no_stats}, "
-          f"precision {parts.precision.amp}; one epoch: {wall:.2f} s wall\n")
+    layout = str(parts.memory_format).removeprefix("torch.")
+    print(f"{args.model}, {args.data} at {size} px, batch 64, monitor.log_every {args.log_every}, "
+          f"grad_stats {not args.no_stats}, precision {parts.precision.amp}, {layout}; one epoch: {wall:.2f} s wall\n")
     print("| part | seconds | share of the epoch |\n|---|---|---|")
     for label, seconds in sorted(shares.items(), key=lambda kv: -kv[1]):
         print(f"| {label} | {seconds:.2f} | {100 * seconds / wall:.1f}% |")

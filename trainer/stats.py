@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
 # The per-layer rows of a `grad_stats` event, in the order `GradMonitor.layer_table` stacks them.
 LAYER_STATS = ("grad_norm", "weight_norm", "update_ratio", "zero_frac")
 
