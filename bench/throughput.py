@@ -43,7 +43,7 @@ def main():
         if args.only and not label.startswith(args.only):
             continue
         cfg = bench_config(work / f"{size}.yaml", data, size, args.model, args.batch, args.epochs)
-        rows = {"a": [], "b": [], "b_train": [], "c": [], "acc_a": [], "acc_b": []}
+        rows = {"a": [], "b": [], "b_train": [], "b_steps": [], "c": [], "acc_a": [], "acc_b": []}
         for r in range(args.repeats):
             started = time.perf_counter()
             a = run_json([str(REPO / "bench" / "plain_loop.py"), str(data), str(size), str(args.epochs), args.model,
@@ -53,6 +53,7 @@ def main():
             b = train_cli(cfg, work / f"b{size}-{r}", sets)
             rows["b"].append(b["train_images"] / b["wall_s"])
             rows["b_train"].append(b["train_images"] / b["training_s"])
+            rows["b_steps"].append(b["step_images_per_s"])
             rows["acc_b"].append(b["final_acc"])
             c = run_json([str(REPO / "bench" / "ceiling.py"), str(data), str(size), str(args.epochs), args.model,
                           str(args.batch), b["precision"], b["memory_format"]])
@@ -65,13 +66,19 @@ def main():
     print(f"\nmachine: {machine()}")
     print(f"{args.model}, batch {args.batch}, {args.epochs} epochs, {args.repeats} repeats (interleaved)\n")
     print("| data | (a) plain loop | (b) main.py train | (b train) its training phase | (c) in-memory ceiling | b/a | "
-          "b/c | b train/c | final acc a / b |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "b/c | b train/c | (b)'s steps/c, per repeat | final acc a / b |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, rows in table.items():
         med = {k: statistics.median(v) for k, v in rows.items()}
         print(f"| {label} | {median_spread(rows['a'])} | {median_spread(rows['b'])} | {median_spread(rows['b_train'])} | "
               f"{median_spread(rows['c'])} | {med['b'] / med['a']:.2f} | {med['b'] / med['c']:.2f} | "
-              f"{med['b_train'] / med['c']:.2f} | {med['acc_a']:.2f} / {med['acc_b']:.2f} |")
+              f"{med['b_train'] / med['c']:.2f} | {steps_vs_ceiling(rows)} | {med['acc_a']:.2f} / {med['acc_b']:.2f} |")
+
+
+def steps_vs_ceiling(rows: dict) -> str:
+    """(b)'s training steps (the median rate of its step events) over (c), repeat by repeat: median (min–max)."""
+    ratios = [b / c for b, c in zip(rows["b_steps"], rows["c"])]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
 
 
 if __name__ == "__main__":

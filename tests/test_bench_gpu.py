@@ -1,7 +1,9 @@
 """bench/gpu.sh, the GPU benchmark, run on the CPU with a tiny dataset: every step of it works where no GPU is."""
 
 import json
+import os
 import subprocess
+import sys
 
 from helpers import REPO
 
@@ -9,7 +11,7 @@ from helpers import REPO
 def test_the_gpu_benchmark_runs_on_the_cpu(tmp_path):
     results = tmp_path / "gpu.json"
     out = subprocess.run([str(REPO / "bench" / "gpu.sh"), "--smoke", "--results", str(results)], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHON=sys.executable))
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(results.read_text())
     assert data["smoke"] and data["model"] == "resnet50"
