@@ -117,3 +117,29 @@ def save_result(name: str, data: dict) -> Path:
     path.write_text(json.dumps(data, indent=1))
     print(f"raw numbers: {path}")
     return path
+
+
+def trainer_loop(raw: dict, prefix: str):
+    """The trainer's own Loop for `raw` (a config as a dict), built in this process as `main.py train` builds it,
+    with its events in a temporary run directory: (cfg, parts, loop)."""
+    import tempfile
+
+    import yaml
+
+    from trainer.config import load_config
+    from trainer.engine import StopRequest, seed_everything
+    from trainer.loop import Loop
+    from trainer.parts import build
+    from trainer.reporter import reporter_for
+    from trainer.rundir import RunDir
+    from trainer.strategy import make_strategy
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    (work / "cfg.yaml").write_text(yaml.safe_dump(raw))
+    cfg = load_config(work / "cfg.yaml")
+    run = RunDir(work / "run").create()
+    strategy = make_strategy(cfg)
+    reporter = reporter_for(run.events, True, cfg.monitor.system_every_s)
+    seed_everything(cfg.train.seed)
+    parts = build(cfg, strategy, reporter, should_stop=lambda: False)
+    return cfg, parts, Loop(run, cfg, strategy, parts, reporter, StopRequest())

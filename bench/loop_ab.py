@@ -16,12 +16,9 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-import yaml
-from common import REPO, machine, save_result, small_dataset
+from common import REPO, machine, save_result, small_dataset, trainer_loop
 
 sys.path.insert(0, str(REPO))
 
@@ -46,26 +43,10 @@ def main():
     parser.add_argument("--model", default="resnet18")
     args = parser.parse_args()
     from trainer import loop as loop_mod
-    from trainer.config import load_config
-    from trainer.engine import StopRequest, seed_everything
-    from trainer.loop import Loop
-    from trainer.parts import build
-    from trainer.reporter import reporter_for
-    from trainer.rundir import RunDir
-    from trainer.strategy import make_strategy
 
-    work = Path(tempfile.mkdtemp(prefix="td-loop-ab-"))
     data = small_dataset(REPO / "bench" / ".data" / "shapes")
-    config = work / "cfg.yaml"
-    config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": 32, "batch_size": 64},
-                                      "model": {"name": args.model}, "train": {"epochs": 10_000}}))
-    cfg = load_config(config)
-    run = RunDir(work / "run").create()
-    strategy = make_strategy(cfg)
-    reporter = reporter_for(run.events, True, cfg.monitor.system_every_s)
-    seed_everything(cfg.train.seed)
-    parts = build(cfg, strategy, reporter, should_stop=lambda: False)
-    loop = Loop(run, cfg, strategy, parts, reporter, StopRequest())
+    cfg, parts, loop = trainer_loop({"data": {"train_dir": str(data), "image_size": 32, "batch_size": 64},
+                                     "model": {"name": args.model}, "train": {"epochs": 10_000}}, "td-loop-ab-")
     label_a, setting_a, label_b, setting_b = COMPARE[args.compare]
     background_writer = loop.checkpoint_writer
 

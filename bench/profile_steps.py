@@ -13,12 +13,9 @@ ops, taking batches from the cache, event writing) = wall time minus the ops.
 
 import argparse
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-import yaml
-from common import REPO, bench_datasets, machine
+from common import REPO, bench_datasets, machine, trainer_loop
 
 sys.path.insert(0, str(REPO))
 
@@ -49,27 +46,11 @@ def main():
     args = parser.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
-    from trainer.config import load_config
-    from trainer.engine import StopRequest, seed_everything
-    from trainer.loop import Loop
-    from trainer.parts import build
-    from trainer.reporter import reporter_for
-    from trainer.rundir import RunDir
-    from trainer.strategy import make_strategy
-
-    work = Path(tempfile.mkdtemp(prefix="td-profile-"))
     data, size = next(v for k, v in bench_datasets().items() if k.startswith(args.data))
-    config = work / "cfg.yaml"
-    config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": size, "batch_size": 64},
-                                      "model": {"name": args.model}, "train": {"epochs": 2},
-                                      "monitor": {"log_every": args.log_every, "grad_stats": not args.no_stats}}))
-    cfg = load_config(config)
-    run = RunDir(work / "run").create()
-    strategy = make_strategy(cfg)
-    reporter = reporter_for(run.events, True, cfg.monitor.system_every_s)
-    seed_everything(cfg.train.seed)
-    parts = build(cfg, strategy, reporter, should_stop=lambda: False)
-    loop = Loop(run, cfg, strategy, parts, reporter, StopRequest())
+    _, parts, loop = trainer_loop({"data": {"train_dir": str(data), "image_size": size, "batch_size": 64},
+                                   "model": {"name": args.model}, "train": {"epochs": 2},
+                                   "monitor": {"log_every": args.log_every, "grad_stats": not args.no_stats}},
+                                  "td-profile-")
     loop.train_one_epoch()  # warm-up: first-use allocations and kernels
     loop.state.epoch, loop.state.batch_in_epoch = 1, 0
     with profile(activities=[ProfilerActivity.CPU]) as prof:
