@@ -280,18 +280,16 @@ def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: 
     """
     cuda = device.type == "cuda"
     if split.store is not None:
-        host = ((split.store.take(split.rows[index]), split.labels[index])
-                for index in (torch.tensor(idx) for idx in batches))
-        yield from prefetch_to_device(host, device) if cuda else host
-        return
-    if split.loader is None:
-        split.loader = torch.utils.data.DataLoader(
-            ImageDataset(split.samples, size), batch_sampler=EpochBatches(), num_workers=workers,
-            collate_fn=collate_skipping_bad, pin_memory=cuda, persistent_workers=workers > 0,
-            prefetch_factor=4 if workers else None)
-    split.loader.batch_sampler.batches = batches
-    decoded = (batch for batch in split.loader if batch is not None)
-    yield from prefetch_to_device(decoded, device) if cuda else decoded
+        source = ((split.store.take(split.rows[index]), split.labels[index]) for index in map(torch.tensor, batches))
+    else:
+        if split.loader is None:
+            split.loader = torch.utils.data.DataLoader(
+                ImageDataset(split.samples, size), batch_sampler=EpochBatches(), num_workers=workers,
+                collate_fn=collate_skipping_bad, pin_memory=cuda, persistent_workers=workers > 0,
+                prefetch_factor=4 if workers else None)
+        split.loader.batch_sampler.batches = batches
+        source = (batch for batch in split.loader if batch is not None)
+    yield from prefetch_to_device(source, device) if cuda else source
 
 
 def prefetch_to_device(batches: Iterator[tuple[torch.Tensor, torch.Tensor]],

@@ -48,7 +48,7 @@ class SmallCNN(nn.Module):
 
 
 def choose_memory_format(setting: str, model_name: str, model: nn.Module,
-                         device: torch.device | None = None) -> torch.memory_format:
+                         device: torch.device) -> torch.memory_format:
     """`train.memory_format`; auto = channels_last for built-in / torchvision conv nets on a GPU or on a CPU with
     AVX-512, whose oneDNN channels_last convolutions are the fast ones; contiguous on other CPUs (on an AVX2-only CPU
     contiguous resnet18 trained 7-10% faster, docs/benchmarks.md).
@@ -60,7 +60,7 @@ def choose_memory_format(setting: str, model_name: str, model: nn.Module,
         return torch.channels_last
     if setting == "contiguous" or is_user_model(model_name):
         return torch.contiguous_format
-    if (device is None or device.type == "cpu") and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+    if device.type == "cpu" and not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         return torch.contiguous_format
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
     return torch.channels_last if has_conv else torch.contiguous_format
