@@ -122,3 +122,47 @@ def test_auto_memory_format_is_channels_last_only_where_it_is_faster(monkeypatch
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert choose_memory_format("auto", "small_cnn", model, cpu) == torch.channels_last
     assert choose_memory_format("auto", "mine.py:Net", model, gpu) == torch.contiguous_format, "your own model"
+
+
+def test_fp16_resnet18_survives_an_overflow_on_its_first_step():
+    """The fp16 NaN of issue #22: resnet18, fused SGD with momentum, and a first step whose gradients overflow
+    (as resnet18's did on real photos at the initial loss scale). Fused SGD created its momentum buffers with
+    `empty_like` on that skipped step and never wrote them, so the next step added garbage to the weights. The
+    weights must instead follow plain (non-fused) SGD with the same GradScaler, for which the skipped step never
+    happened."""
+    import copy
+
+    import torchvision
+
+    from trainer.config import DeviceConfig, OptimizerConfig
+    from trainer.optim import build_optimizer
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=4)
+    reference = copy.deepcopy(net)
+    precision = Precision("fp16", Strategy(DeviceConfig()))
+    optimizer = build_optimizer([{"params": list(net.parameters())}], OptimizerConfig(lr=0.05, momentum=0.9))
+    assert optimizer.defaults["fused"], "the optimizer the trainer builds"
+    ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9, foreach=False,
+                                    weight_decay=optimizer.defaults["weight_decay"])
+    ref_scaler = torch.amp.GradScaler("cpu")
+    monitor = GradMonitor(net)
+    x, y = torch.randn(8, 3, 32, 32), torch.tensor([0, 1, 2, 3] * 2)
+    applied = 0
+    for step in range(6):
+        for model, backward in ((net, precision.backward), (reference, lambda loss: ref_scaler.scale(loss).backward())):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            backward(loss)
+            if step == 0:  # an overflow: the scaler must skip this step
+                model.conv1.weight.grad[0, 0, 0, 0] = float("inf")
+        result = precision.step(optimizer, monitor, clip=None, need_norms=True, on_nonfinite="stop")
+        ref_scaler.step(ref_optimizer)
+        ref_scaler.update()
+        ref_optimizer.zero_grad()
+        applied += bool(result.total_norm.isfinite())
+    assert precision.scaler.get_scale() == ref_scaler.get_scale() < 65536.0, "each overflow halved the scale"
+    assert applied >= 2, "later steps were applied"
+    for (name, p), q in zip(net.named_parameters(), reference.parameters()):
+        assert torch.isfinite(p).all(), name
+        torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-3, msg=lambda m: f"{name}: {m}")

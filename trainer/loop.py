@@ -210,6 +210,8 @@ class Loop:
         now = time.time()
         rate = (images_done - last_log[1]) * s.world_size / max(now - last_log[0], 1e-9)
         grad_norm = values[5] if result.total_norm is not None else None
+        if grad_norm is not None and not math.isfinite(grad_norm) and parts.precision.scaled:
+            grad_norm = None  # an fp16 loss-scale overflow: the scaler skipped the step and lowered its scale
         self.reporter.emit("step", step=st.step, epoch=st.epoch + 1, batch=st.batch_in_epoch, batches=batches,
                            loss=loss_mean, lr=self.lrs(), images_per_s=rate, grad_norm=grad_norm)
         if stats:

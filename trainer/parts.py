@@ -16,7 +16,7 @@ from trainer import data as data_mod
 from trainer.config import RunConfig
 from trainer.groups import pattern_matches
 from trainer.models import ModelError, build_model, choose_memory_format, head_name, is_head_parameter
-from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
+from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler, fill_momentum_buffers
 from trainer.reporter import Reporter
 from trainer.stats import AnomalyWatch, GradMonitor
 from trainer.strategy import Precision, Strategy, choose_precision, fast_gpu_math
@@ -62,21 +62,14 @@ class Parts:
         """Gradual unfreezing, before each step: while frozen, the backbone's gradients are dropped, so the
         optimizer leaves its weights (and keeps no state for them); its parameters stay in the optimizer, the
         schedule and DDP from the start, so unfreezing needs no rebuild and resumes exactly. Once unfrozen, SGD's
-        momentum buffers the backbone lacks start at zero (the same first step as SGD's own `buf = grad`, with no
-        dampening), because a fused SGD step takes buffers for all of a group's parameters or for none."""
+        momentum buffers the backbone lacks start at zero (`fill_momentum_buffers`)."""
         if self.linear_probe or not self.unfreeze_at_epoch:
             return
         if epoch < self.unfreeze_at_epoch:
             for p in self.backbone:
                 p.grad = None
             return
-        if isinstance(self.optimizer, torch.optim.SGD):
-            for group in self.optimizer.param_groups:
-                if group.get("momentum"):
-                    for p in group["params"]:
-                        state = self.optimizer.state[p]
-                        if state.get("momentum_buffer") is None:
-                            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        fill_momentum_buffers(self.optimizer)
 
     def train_mode(self, epoch: int) -> None:
         """model.train(), with a frozen backbone's BatchNorm statistics kept as loaded."""

@@ -21,6 +21,7 @@ from torch import nn
 
 from trainer.config import DeviceConfig, RunConfig
 from trainer.devices import Facts, auto_precision, device_problems, resolve_backend
+from trainer.optim import fill_momentum_buffers
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class Precision:
         self.device_type = device.type
         self.strategy = strategy
         self.scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+        self._buffers_filled = False
 
     @property
     def scaled(self) -> bool:
@@ -143,6 +145,9 @@ class Precision:
             torch.nn.utils.clip_grads_with_norm_(monitor.params, clip, result.total_norm)
         if inspect is not None:
             inspect(result)
+        if self.scaled and not self._buffers_filled:  # a skipped first step must not leave garbage momentum
+            fill_momentum_buffers(optimizer)
+            self._buffers_filled = True
         with self.strategy.grads_synchronized(optimizer):
             self.scaler.step(optimizer)  # fp16: skipped when the unscaled gradients overflowed
         self.scaler.update()
