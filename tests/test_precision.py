@@ -165,4 +165,4 @@ def test_fp16_resnet18_survives_an_overflow_on_its_first_step():
     assert applied >= 2, "later steps were applied"
     for (name, p), q in zip(net.named_parameters(), reference.parameters()):
         assert torch.isfinite(p).all(), name
-        torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-3, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(p, q, atol=1e-4, rtol=1e-3, msg=lambda m, name=name: f"{name}: {m}")
