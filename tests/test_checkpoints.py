@@ -17,7 +17,8 @@ from trainer import checkpoint as ckpt
 from trainer.catalog import EXPORT_FORMATS as FORMATS
 from trainer.checkpoint import CorruptCheckpointError, UnsafeFileError, load_latest, load_weights_only
 from trainer.data import decode_image
-from trainer.export import export_run, load_run_model, predict
+from trainer.export import export_run, predict
+from trainer.inference import load_run_model
 from trainer.models import ModelError, read_state_dict
 
 shutil_usage = namedtuple("usage", "total used free")
@@ -193,7 +194,8 @@ def test_exports_reload_without_traindeck_and_give_the_same_logits(trained_resne
     sidecar = json.loads(open(f"{out}.json").read())
     assert sidecar["classes"] == ["circle", "cross", "square", "triangle"] and sidecar["image_size"] == 32
     assert sidecar["model_name"] == "resnet18" and sidecar["source_run"] == str(trained_resnet.path)
-    model, state, _ = load_run_model(trained_resnet)
+    loaded = load_run_model(trained_resnet)
+    model, state = loaded.net, loaded.state
     x = torch.randn(3, 3, 32, 32)
     torch.save(x, tmp_path / "x.pt")
     with torch.no_grad():

@@ -136,3 +136,27 @@ def test_predict_a_folder_with_a_run_names_the_unreadable_file_and_shows_the_res
     exported = export_run(run, "onnx", tmp_path / "model.onnx")
     same = predict(exported, [__import__("pathlib").Path(r["path"]) for r in readable])
     assert [r["top"][0][0] for r in readable] == [r.label for r in same]
+
+
+def test_the_trainer_s_validation_predictions_equal_evaluate_on_the_same_checkpoint(shapes_dir, tmp_path, capsys):
+    """One inference path: eval/val written by the trainer at its best epoch, and `main.py evaluate RUN --data VAL`
+    with best.pt, give the same top-1 for every file and the same confidences, at the run's own precision and
+    memory format (bf16 and channels_last where this CPU runs them natively)."""
+    holdout = tmp_path / "holdout"
+    for folder in sorted(shapes_dir.iterdir()):
+        (holdout / folder.name).mkdir(parents=True)
+        for image in sorted(folder.glob("*.png"))[:12]:
+            shutil.copy(image, holdout / folder.name / image.name)
+    cfg = write_config(tmp_path, shapes_dir, data={"val_dir": str(holdout)}, train={"epochs": 2, "amp": "auto"})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0, run.tail_log()
+    start = next(e for e in read_events(run.events) if e["event"] == "run_start")
+    assert cli.main(["evaluate", str(run.path), "--data", str(holdout)]) == 0
+    capsys.readouterr()
+    trainer_rows = {r["path"]: r for r in csv.DictReader(open(run.path / "eval" / "val" / "predictions.csv"))}
+    evaluated = list(csv.DictReader(open(run.path / "eval" / "holdout" / "predictions.csv")))
+    assert len(evaluated) == len(trainer_rows) == 48, start
+    for row in evaluated:
+        mine = trainer_rows[row["path"]]
+        assert row["predicted"] == mine["predicted"], row["path"]
+        assert float(row["confidence"]) == pytest.approx(float(mine["confidence"]), abs=1e-4), (row, start["precision"])

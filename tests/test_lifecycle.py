@@ -13,8 +13,8 @@ from helpers import REPO, process_tree_gone, run_main, write_config
 
 from trainer.checkpoint import load_weights_only
 from trainer.events import read_events
+from trainer.precision import choose_precision
 from trainer.rundir import RunDir
-from trainer.strategy import choose_precision
 
 
 def start_train(cfg_path, run_dir, *extra):

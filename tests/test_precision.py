@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.strategy import choose_precision
+from trainer.precision import choose_precision
 
 
 def cpu_flags() -> set[str]:
@@ -58,8 +58,9 @@ from helpers import poisoned_model, train_here, write_config  # noqa: E402
 
 from trainer.checkpoint import load_weights_only  # noqa: E402
 from trainer.events import read_events  # noqa: E402
+from trainer.precision import Precision  # noqa: E402
 from trainer.stats import GradMonitor  # noqa: E402
-from trainer.strategy import Precision, Strategy  # noqa: E402
+from trainer.strategy import Strategy  # noqa: E402
 
 
 def test_fp16_on_cpu_trains_as_well_as_bf16(shapes_dir, tmp_path):

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.errors import InputError
+
 log = logging.getLogger(__name__)
 
 NUMBERED = re.compile(r"^ckpt-e(\d+)-s(\d+)\.pt$")
@@ -35,7 +37,7 @@ FORMAT = "traindeck-checkpoint"
 VERSION = 1  # bump when the layout below changes; a newer file is refused by an older TrainDeck
 
 
-class UnsafeFileError(ValueError):
+class UnsafeFileError(InputError, ValueError):
     """A file that cannot be loaded with weights_only=True (it would need full unpickling)."""
 
 
@@ -43,7 +45,7 @@ class CorruptCheckpointError(ValueError):
     """Every checkpoint in a folder failed to load."""
 
 
-class CheckpointVersionError(ValueError):
+class CheckpointVersionError(InputError, ValueError):
     """A checkpoint written by a newer TrainDeck (its layout version is unknown here)."""
 
 
@@ -82,7 +84,8 @@ class TrainState:
     early_stopped: bool = False  # the run ended by early stopping (an extension gets its full patience again)
 
     def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
-                      classes: list[str], mean: list[float], std: list[float]) -> dict:
+                      classes: list[str], mean: list[float], std: list[float],
+                      memory_format: torch.memory_format = torch.contiguous_format) -> dict:
         data = config["data"]
         return {
             "format": FORMAT, "version": VERSION,
@@ -93,7 +96,9 @@ class TrainState:
             "rng": rng_state(), "aug_rng": aug_generator.get_state(),
             "config": config, "classes": classes, "model_name": config["model"]["name"],
             "preprocess": {"image_size": data["image_size"], "mean": mean, "std": std,
-                           "resize": "short side to image_size, centre crop"},
+                           "resize": "short side to image_size, centre crop",
+                           # what inference runs as (trainer.inference), so it predicts as validation did
+                           "precision": precision.amp, "memory_format": str(memory_format).removeprefix("torch.")},
         }
 
     def restore(self, state: dict, *, model, optimizer, scheduler, precision, aug_generator) -> None:

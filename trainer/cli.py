@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
-from trainer.config import ConfigError, load_config, save_config
+from trainer.config import load_config, save_config
+from trainer.errors import InputError
 from trainer.rundir import RunDir, default_runs_dir, new_run_dir, user_log_dir
 from trainer.scan import printable_path
 
@@ -19,27 +20,13 @@ COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-mod
             "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby")
 
 
-class CommandError(Exception):
+class CommandError(InputError):
     """A command refused its input: the message is printed alone (no traceback) and the command exits 2."""
 
 
 def _fail(message: str, code: int = 2) -> int:
     print(f"error: {message}", file=sys.stderr)
     return code
-
-
-def _input_errors() -> tuple[type[Exception], ...]:
-    """Exceptions that mean the user's input is at fault (imported lazily: most need torch)."""
-    from trainer.checkpoint import CheckpointVersionError, UnsafeFileError
-    from trainer.export import ExportError
-    from trainer.models import ModelError
-    from trainer.rundir import RunDirInUse, RunDirUsed
-    from trainer.scan import DataError
-    from trainer.strategy import LaunchError
-    from trainer.sweep import SweepError
-
-    return (CommandError, SweepError, ConfigError, DataError, ModelError, LaunchError, ExportError, RunDirInUse, RunDirUsed,
-            CheckpointVersionError, UnsafeFileError)
 
 
 def cmd_train(args) -> int:
@@ -339,8 +326,8 @@ def cmd_probe_devices(args) -> int:
     """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
     why, which options are refused and why); the app shows these and keeps no rule of its own."""
     from trainer.devices import auto_precision, refusals
+    from trainer.machine import machine_facts
     from trainer.queue import busy_gpus, gpu_usage
-    from trainer.strategy import machine_facts
 
     facts = machine_facts()
     gpu_name = facts["gpus"][0]["name"] if facts["gpus"] else None
@@ -542,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except Exception as e:  # noqa: BLE001 - the user sees a message; a traceback only goes to the log file
-        if isinstance(e, _input_errors()):
+        if isinstance(e, InputError):
             return _fail(str(e))
         log_file = record_traceback(args.command)
         if isinstance(e, OSError):

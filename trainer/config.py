@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from trainer.errors import InputError
+
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
 MAX_SEED = 2**32 - 1  # numpy seeds are 32-bit; the loop derives per-epoch seeds from it
@@ -37,7 +39,7 @@ def parse_float(value: Any) -> float:
     raise ValueError(f"{value!r} is not a number")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """One or more invalid keys; each message starts with the key path it concerns."""
 
     def __init__(self, problems: list[str], source: str | None = None):

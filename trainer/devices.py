@@ -1,7 +1,7 @@
 """What this machine can run, decided from its facts: the one owner of the machine-dependent device rules.
 
 Torch-free. The facts (GPUs, native bf16, distributed backends, Horovod) are gathered by
-`strategy.machine_facts()` in the trainer, or arrive in the app as the JSON of `main.py probe-devices`;
+`machine.machine_facts()` in the trainer, or arrive in the app as the JSON of `main.py probe-devices`;
 either way the same functions below turn them into verdicts, so the app never keeps a copy of a rule.
 Rules that hold on every machine (dp needs cuda, spawn is single-node, ...) are config cross-checks.
 """

@@ -19,14 +19,13 @@ import numpy as np
 import torch
 
 from trainer.cache import Interrupted
-from trainer.checkpoint import CheckpointVersionError, CheckpointWriteError, TrainState, describe_write_failure
+from trainer.checkpoint import CheckpointWriteError, TrainState, describe_write_failure
 from trainer.config import ConfigError, RunConfig, load_config
+from trainer.errors import InputError
 from trainer.loop import Diverged, Loop
-from trainer.models import ModelError
 from trainer.parts import Parts, build
 from trainer.reporter import Reporter, reporter_for
 from trainer.rundir import RunDir
-from trainer.scan import DataError
 from trainer.strategy import LaunchError, Strategy, make_strategy
 
 log = logging.getLogger("trainer")
@@ -34,8 +33,6 @@ trace_log = logging.getLogger("trainer.trace")  # tracebacks: to train.log only,
 trace_log.setLevel(logging.DEBUG)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
-# The user's input is at fault: exit 2, the message as it is.
-INPUT_ERRORS = (ConfigError, DataError, ModelError, LaunchError, CheckpointVersionError)
 
 
 class StopRequest:
@@ -93,7 +90,7 @@ def setup_logging(run: RunDir, rank: int) -> None:
 
 def describe_failure(exc: BaseException, run: RunDir) -> str:
     """A one-line reason for a failed run, with a hint for the failures users can fix."""
-    if isinstance(exc, INPUT_ERRORS):
+    if isinstance(exc, InputError):
         return str(exc)
     if not run.path.is_dir():
         return f"the run directory {run.path} was deleted while the run was going; nothing more could be saved"
@@ -152,7 +149,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         _emit_safely(reporter, "error", kind="diverged", message=message, rank=strategy.rank,
                      step=loop.state.step if loop else 0)
     except Exception as e:  # noqa: BLE001 - every failure is reported, never silent
-        state, code = "failed", EXIT_BAD_INPUT if isinstance(e, INPUT_ERRORS) else EXIT_FAILED
+        state, code = "failed", EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
         message = describe_failure(e, run)
         log.error("run failed: %s%s", message, "" if code == EXIT_BAD_INPUT else f" (traceback in {run.log})")
         trace_log.debug("%s", traceback.format_exc())

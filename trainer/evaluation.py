@@ -24,7 +24,6 @@ log = logging.getLogger(__name__)
 
 ECE_BINS = 15
 TOP_K = 5
-BATCH = 64
 
 
 @dataclass
@@ -114,50 +113,17 @@ def _atomic_write(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-@torch.no_grad()
-def predict_samples(net: torch.nn.Module, samples: list[tuple[str, int]], image_size: int, mean: list[float],
-                    std: list[float], device: torch.device, batch: int = BATCH) -> tuple[Predictions, list]:
-    """Logits of `net` (in eval mode) for (path, label) samples, preprocessed as in training; files that fail to
-    decode are skipped and returned as (path, reason)."""
-    from trainer.data import decode_image
-
-    m = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
-    s = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
-    was_training = net.training
-    net.eval()
-    paths, labels, logits, skipped = [], [], [], []
-    try:
-        for start in range(0, len(samples), batch):
-            images, kept = [], []
-            for path, label in samples[start:start + batch]:
-                try:
-                    images.append(decode_image(path, image_size))
-                    kept.append((path, label))
-                except Exception as e:  # noqa: BLE001 - an unusable image is listed, as in training
-                    skipped.append((path, f"cannot decode: {e}"))
-            if not images:
-                continue
-            x = (torch.stack(images).to(device).float() - m) / s
-            logits.append(net(x).float().cpu())
-            paths += [p for p, _ in kept]
-            labels += [label for _, label in kept]
-    finally:
-        net.train(was_training)
-    c = logits[0].shape[1] if logits else 0
-    return Predictions(paths, torch.tensor(labels, dtype=torch.long),
-                       torch.cat(logits) if logits else torch.zeros(0, c)), skipped
-
-
 def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best") -> tuple[Path, dict]:
     """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing;
     the eval folder written and its metrics. DataError when the folder's classes differ from the run's."""
-    from trainer.export import load_run_model
+    from trainer.inference import classify, load_run_model
     from trainer.manifest import read_manifest
     from trainer.rundir import RunDir
     from trainer.scan import DataError, scan_image_folder
 
     run = RunDir(run_path)
-    model, state, checkpoint = load_run_model(run, which)
+    model = load_run_model(run, which)
+    state = model.state
     test_dir = state["config"]["data"].get("test_dir")
     folder = data_dir or test_dir
     if not folder:
@@ -176,14 +142,14 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
                         f"{', '.join(missing) or '-'})")
     for path, reason in scan.bad_files:
         log.warning("skipping %s: %s", path, reason)
-    pre = state["preprocess"]
-    preds, skipped = predict_samples(model, scan.samples, pre["image_size"], pre["mean"], pre["std"],
-                                     torch.device("cpu"))
-    skipped = scan.bad_files + skipped
+    result = classify(model, [path for path, _ in scan.samples])
+    preds = Predictions(result.paths, torch.tensor([scan.samples[i][1] for i in result.kept], dtype=torch.long),
+                        result.logits)
+    skipped = scan.bad_files + [(scan.samples[i][0], reason) for i, reason in result.errors.items()]
     same_as_test = test_dir and os.path.realpath(folder) == os.path.realpath(test_dir)
     name = "test" if same_as_test else Path(folder).resolve().name
     metrics = write_evaluation(run.path, name, preds, classes, extra={
-        "folder": str(Path(folder).resolve()), "checkpoint": str(checkpoint), "epoch": state["epoch"],
+        "folder": str(Path(folder).resolve()), "checkpoint": str(model.source), "epoch": state["epoch"],
         "skipped": [{"path": p, "reason": r} for p, r in skipped]})
     return run.path / "eval" / name, metrics
 

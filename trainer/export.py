@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from trainer.catalog import EXPORT_FORMATS
-from trainer.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
-from trainer.config import ModelConfig
-from trainer.data import decode_image
-from trainer.models import create_model
+from trainer.errors import InputError
+from trainer.inference import classify, load_model, load_run_model
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -26,24 +23,8 @@ log = logging.getLogger(__name__)
 ONNX_OPSET = 18  # what the dynamo exporter targets well and onnxruntime >= 1.16 runs
 
 
-class ExportError(ValueError):
+class ExportError(InputError, ValueError):
     pass
-
-
-def load_run_model(run: RunDir, which: str = "best") -> tuple[torch.nn.Module, dict, Path]:
-    """The trained network of a run (eval mode) with its checkpoint's metadata."""
-    path = run.checkpoints / f"{which}.pt"
-    if not path.exists():
-        raise ExportError(f"{path}: no such checkpoint (has the run finished an epoch?)")
-    try:
-        state = read_checkpoint(path)
-    except (UnsafeFileError, ValueError) as e:
-        raise ExportError(str(e)) from e
-    except Exception as e:  # noqa: BLE001 - a damaged file, in whatever way torch reports it
-        raise ExportError(f"{path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
-    model = create_model(ModelConfig(name=state["model_name"]), len(state["classes"]))
-    model.load_state_dict(state["model"])
-    return model.eval(), state, path
 
 
 def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
@@ -51,7 +32,8 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
         raise ExportError(f"--format: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
     if out.is_dir():
         raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
-    model, state, ckpt_path = load_run_model(run, which)
+    loaded = load_run_model(run, which)
+    model, state, ckpt_path = loaded.net.to(memory_format=torch.contiguous_format), loaded.state, loaded.source
     pre = state["preprocess"]
     out.parent.mkdir(parents=True, exist_ok=True)
     example = torch.zeros(2, 3, pre["image_size"], pre["image_size"])
@@ -117,83 +99,15 @@ def expand_images(paths: list[Path]) -> list[Path]:
     return out
 
 
-def load_predictor(source: Path, which: str = "best") -> tuple[Callable[[torch.Tensor], torch.Tensor], dict]:
-    """A callable images -> logits and its preprocessing {classes, image_size, mean, std}, from a run directory
-    (its `which` checkpoint) or an exported model with its `.json` sidecar."""
-    if source.is_dir():
-        model, state, _ = load_run_model(RunDir(source), which)
-        return model, {"classes": state["classes"], **state["preprocess"]}
-    sidecar_path = Path(f"{source}.json")
-    if not source.is_file():
-        raise ExportError(f"{source}: no such model file or run directory")
-    if not sidecar_path.exists():
-        raise ExportError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
-    try:
-        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
-        meta["image_size"], meta["format"], meta["classes"], meta["mean"], meta["std"]  # noqa: B018 - all present
-    except (ValueError, KeyError, TypeError) as e:
-        raise ExportError(f"{sidecar_path}: not a TrainDeck export description ({type(e).__name__}: {e})") from e
-    fmt = meta["format"]
-    try:
-        return _load_export(source, fmt, meta), meta
-    except (ExportError, UnsafeFileError) as e:
-        raise ExportError(str(e)) from e
-    except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
-        raise ExportError(f"{source}: cannot load the {fmt} model, the file looks damaged or truncated "
-                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from e
-
-
-def predict(source: Path, images: list[Path], top: int = 1, which: str = "best", batch: int = 64) -> list[Prediction]:
+def predict(source: Path, images: list[Path], top: int = 1, which: str = "best") -> list[Prediction]:
     """Classify images (files, or folders of them) with a run's checkpoint or an exported model, preprocessed as in
     training. An image that cannot be read gets an `error` naming it; the others are still classified."""
-    net, meta = load_predictor(source, which)
-    classes = meta["classes"]
-    mean = torch.tensor(meta["mean"]).view(1, 3, 1, 1)
-    std = torch.tensor(meta["std"]).view(1, 3, 1, 1)
+    model = load_model(source, which)
     results = [Prediction(str(p)) for p in expand_images(images)]
-    for start in range(0, len(results), batch):
-        chunk, decoded = results[start:start + batch], []
-        for r in chunk:
-            try:
-                decoded.append(decode_image(r.path, meta["image_size"]))
-            except Exception as e:  # noqa: BLE001 - unreadable, truncated, not an image, a bomb: name the file
-                r.error = f"{r.path}: cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
-        readable = [r for r in chunk if r.error is None]
-        if not readable:
-            continue
-        x = (torch.stack(decoded).float() / 255 - mean) / std
-        with torch.no_grad():
-            probs = torch.softmax(net(x).float(), dim=1)
-        values, indices = probs.topk(min(top, len(classes)), dim=1)
-        for r, v, i in zip(readable, values.tolist(), indices.tolist()):
-            r.top = [(classes[j], p) for j, p in zip(i, v)]
+    found = classify(model, [r.path for r in results])
+    for i, reason in found.errors.items():
+        results[i].error = f"{results[i].path}: {reason}"
+    values, indices = found.logits.softmax(1).topk(min(top, len(model.classes)), dim=1)
+    for i, v, c in zip(found.kept, values.tolist(), indices.tolist()):
+        results[i].top = [(model.classes[j], p) for j, p in zip(c, v)]
     return results
-
-
-def _load_export(export: Path, fmt: str, meta: dict):
-    """A callable images -> logits for an exported model of any format."""
-    if fmt in ("state_dict", "safetensors"):
-        model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
-        if fmt == "safetensors":
-            from safetensors.torch import load_file
-
-            model.load_state_dict(load_file(str(export)))
-        else:
-            model.load_state_dict(load_weights_only(export))
-        return model
-    if fmt == "exported_program":
-        quiet = logging.getLogger("torch.export")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)  # it logs its own traceback for a damaged file before raising
-        try:
-            return torch.export.load(str(export)).module()
-        finally:
-            quiet.setLevel(level)
-    if fmt == "torchscript":
-        return torch.jit.load(str(export))
-    if fmt == "onnx":
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
-        return lambda x: torch.from_numpy(session.run(None, {"images": x.numpy()})[0])
-    raise ExportError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")

@@ -14,13 +14,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from trainer.errors import InputError
+
 OVERLAY_SIZE = 320  # side of the overlay image, in pixels
 OVERLAY_ALPHA = 0.45
 # a perceptually ordered dark-to-bright colour ramp (anchor colours of "inferno"); interpolated linearly
 RAMP = np.array([[0, 0, 4], [87, 16, 110], [188, 55, 84], [249, 142, 9], [252, 255, 164]], dtype=np.float32)
 
 
-class NoSpatialLayer(ValueError):
+class NoSpatialLayer(InputError, ValueError):
     pass
 
 
@@ -71,23 +73,22 @@ def grad_cam_for_run(run_path: Path, image_path: Path, out: Path, which: str = "
     from PIL import Image
 
     from trainer.data import decode_image
-    from trainer.export import ExportError, load_run_model
+    from trainer.inference import first_line, load_run_model
     from trainer.rundir import RunDir
 
-    model, state, _ = load_run_model(RunDir(run_path), which)
-    classes, pre = state["classes"], state["preprocess"]
+    model = load_run_model(RunDir(run_path), which)
+    classes, pre = model.classes, model.preprocess
     if class_name is not None and class_name not in classes:
-        raise ExportError(f"--class: {class_name!r} is not a class of the run ({', '.join(classes)})")
+        raise InputError(f"--class: {class_name!r} is not a class of the run ({', '.join(classes)})")
     try:
-        pixels = decode_image(str(image_path), pre["image_size"])
+        pixels = pre.decode(str(image_path))
         shown = decode_image(str(image_path), OVERLAY_SIZE)  # the same centre crop, at a size people can see
     except Exception as e:  # noqa: BLE001 - any unreadable file: name it
-        raise ExportError(f"{image_path}: cannot read image ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
-    mean = torch.tensor(pre["mean"]).view(1, 3, 1, 1)
-    std = torch.tensor(pre["std"]).view(1, 3, 1, 1)
-    x = (pixels[None].float() / 255 - mean) / std
+        raise InputError(f"{image_path}: cannot read image ({first_line(e)})") from e
+    x = pre.to_input(pixels[None])
     target = classes.index(class_name) if class_name else None
-    cam, probs = grad_cam(model, x, target)
+    with pre.autocast():  # the run's precision: the confidence shown is the one evaluate and predict give
+        cam, probs = grad_cam(model.net, x, target)
     out.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(overlay(shown, cam)).save(out)
     row, col = divmod(int(cam.argmax()), cam.shape[1])

@@ -18,11 +18,13 @@ from trainer import data as data_mod
 from trainer.checkpoint import CheckpointWriter, TrainState, load_latest, save_checkpoint, writes_in_background
 from trainer.config import EarlyStopConfig, RunConfig
 from trainer.evaluation import Predictions, write_evaluation
+from trainer.inference import LoadedModel, Preprocess
 from trainer.parts import Parts
+from trainer.precision import StepResult
 from trainer.reporter import Reporter
 from trainer.rundir import RunDir
 from trainer.stats import LAYER_STATS, histogram
-from trainer.strategy import StepResult, Strategy
+from trainer.strategy import Strategy
 
 log = logging.getLogger("trainer")
 EVAL_BATCH_FACTOR = 2  # validation batches are this many training batches
@@ -44,6 +46,10 @@ class Loop:
         self._grad_histograms: dict = {}
         self._zero_frac = None
         self._val_logits: torch.Tensor | None = None
+        # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
+        self.inference = LoadedModel(parts.net, parts.classes, Preprocess(
+            cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
+            str(parts.memory_format).removeprefix("torch.")))
         reporter.epochs = cfg.train.epochs
 
     def fit(self) -> str:
@@ -238,8 +244,7 @@ class Loop:
         batch (no activations are kept for a backward pass, so they fit where training's did)."""
         cfg, s, parts = self.cfg, self.strategy, self.parts
         n = len(parts.classes)
-        net = parts.net  # unwrapped: evaluation needs no gradient sync
-        net.eval()
+        parts.net.eval()  # unwrapped: evaluation needs no gradient sync
         loss_sum = torch.zeros((), device=s.device)
         top5 = torch.zeros((), device=s.device)
         confusion = torch.zeros(n * n, device=s.device)
@@ -248,13 +253,11 @@ class Loop:
         kept = [] if s.world_size == 1 else None  # per-image logits for eval/val (one process sees every image)
         for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
                                                        s.device):
-            x = parts.augment(images, None)
             y = labels.to(s.device, non_blocking=True)
-            with parts.precision.autocast():
-                logits = net(x)
-                loss_sum += parts.criterion(logits, y).float() * y.shape[0]
+            logits = self.inference.logits(images, s.device)
+            loss_sum += parts.criterion(logits, y) * y.shape[0]
             if kept is not None:
-                kept.append(logits.float())  # stays on the device: one copy at the end, no sync per batch
+                kept.append(logits)  # stays on the device: one copy at the end, no sync per batch
             confusion += torch.bincount(y * n + logits.argmax(1), minlength=n * n).float()
             if n > 5:
                 top5 += (logits.topk(5, dim=1).indices == y[:, None]).any(1).sum()
@@ -290,8 +293,7 @@ class Loop:
         out = []
         for images, _ in data_mod.iterate_batches(parts.data.val, batches, parts.workers, self.cfg.data.image_size,
                                                   s.device):
-            with parts.precision.autocast():
-                out.append(parts.net(parts.augment(images, None)).float().cpu())
+            out.append(self.inference.logits(images, s.device).cpu())
         return torch.cat(out)
 
     def emit_histograms(self) -> None:
@@ -329,7 +331,8 @@ class Loop:
             st, parts = self.state, self.parts
             state = st.to_checkpoint(model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
                                      precision=parts.precision, aug_generator=parts.aug_generator,
-                                     config=self.cfg.to_dict(), classes=parts.classes, mean=parts.mean, std=parts.std)
+                                     config=self.cfg.to_dict(), classes=parts.classes, mean=parts.mean, std=parts.std,
+                                     memory_format=parts.memory_format)
             path = save_checkpoint(self.run.checkpoints, state, is_best=is_best,
                                    keep_last=self.cfg.checkpoint.keep_last, writer=self.checkpoint_writer)
             self.reporter.emit("checkpoint", path=str(path), epoch=st.epoch, step=st.step, best=is_best,

@@ -14,6 +14,7 @@ import torch
 from trainer import data as data_mod
 from trainer.config import RunConfig
 from trainer.engine import StopRequest, seed_everything
+from trainer.errors import InputError
 from trainer.events import NullEventWriter
 from trainer.loop import Loop
 from trainer.parts import build
@@ -22,7 +23,7 @@ from trainer.rundir import RunDir
 from trainer.strategy import Strategy
 
 
-class LrFindError(ValueError):
+class LrFindError(InputError, ValueError):
     """The sweep could not suggest a learning rate."""
 
 

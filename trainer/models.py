@@ -18,11 +18,12 @@ from torch import nn
 
 from trainer.catalog import BUILTIN_MODELS
 from trainer.config import ModelConfig, is_user_model
+from trainer.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-class ModelError(ValueError):
+class ModelError(InputError, ValueError):
     """A model that cannot be built or loaded; the message names the key or file."""
 
 

@@ -15,11 +15,13 @@ from torch import nn
 from trainer import data as data_mod
 from trainer.config import RunConfig
 from trainer.groups import pattern_matches
+from trainer.machine import fast_gpu_math
 from trainer.models import ModelError, build_model, choose_memory_format, head_name, is_head_parameter
 from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler, fill_momentum_buffers
+from trainer.precision import Precision, choose_precision
 from trainer.reporter import Reporter
 from trainer.stats import AnomalyWatch, GradMonitor
-from trainer.strategy import Precision, Strategy, choose_precision, fast_gpu_math
+from trainer.strategy import Strategy
 from trainer.weights import resolve_normalisation
 
 log = logging.getLogger("trainer")

@@ -7,9 +7,9 @@ matched against it by names and shapes. The trainer checks all of this again, an
 from __future__ import annotations
 
 from trainer.config import DataConfig, RunConfig
+from trainer.machine import check_device
 from trainer.models import check_model
 from trainer.scan import DataError, check_same_classes, quick_layout
-from trainer.strategy import check_device
 
 
 def preflight(cfg: RunConfig) -> None:

@@ -22,17 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.errors import InputError
+
 STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
 FINAL_STATES = ("completed", "stopped", "failed", "diverged")
 LIVE_STATES = ("starting", "running")
 RESUMABLE_STATES = ("stopped", "failed")
 
 
-class RunDirInUse(RuntimeError):
+class RunDirInUse(InputError, RuntimeError):
     """Another process is training in this run directory."""
 
 
-class RunDirUsed(RuntimeError):
+class RunDirUsed(InputError, RuntimeError):
     """The run directory already holds a run (training into it again would overwrite it)."""
 
 

@@ -16,13 +16,15 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
+from trainer.errors import InputError
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 IMBALANCE_RATIO = 10  # warn when the largest class has this many times the images of the smallest
 
 log = logging.getLogger(__name__)
 
 
-class DataError(ValueError):
+class DataError(InputError, ValueError):
     """A dataset that cannot be trained on; the message names the folder or file."""
 
 

@@ -1,165 +1,30 @@
-"""Everything parallel and mixed-precision, so the training loop has no `if ddp` branches.
+"""Everything parallel, so the training loop has no `if ddp` branches.
 
-`Strategy` owns the device, wrapping (DataParallel / DistributedDataParallel), gradient-sync
-suppression during accumulation, metric all-reduce and "am I rank 0". `Precision` owns autocast,
-GradScaler, backward, unscale-before-clip and the optimizer step. Native torch.amp replaces Apex AMP.
+`Strategy` owns the device, wrapping (DataParallel / DistributedDataParallel / Horovod), gradient-sync
+suppression during accumulation, metric all-reduce and "am I rank 0". Mixed precision and the optimizer step are
+`trainer.precision`'s; the machine's facts are `trainer.machine`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import importlib.util
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from trainer.config import DeviceConfig, RunConfig
-from trainer.devices import Facts, auto_precision, device_problems, resolve_backend
-from trainer.optim import fill_momentum_buffers
+from trainer.devices import resolve_backend
+from trainer.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-class LaunchError(RuntimeError):
+class LaunchError(InputError, RuntimeError):
     """A device / parallel setting this machine cannot run; the message says which key and why."""
-
-
-def fast_gpu_math() -> None:
-    """cuDNN picks the fastest convolution algorithms for the (fixed) input shapes; fp32 matmuls and
-    convolutions use TF32 tensor cores where the GPU has them (Ampere and newer; 10-bit mantissa inputs)."""
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-
-
-def native_bf16(device: torch.device) -> bool:
-    """Whether `device` runs bf16 convolutions and matmuls in hardware (not emulated through fp32)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported(including_emulation=False)
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-
-
-def machine_facts() -> Facts:
-    """What this machine offers (the input of every rule in `trainer.devices`); also `main.py probe-devices`."""
-    gpus = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            gpus.append({"index": i, "name": props.name, "memory_gb": round(props.total_memory / 2**30, 1)})
-    return {
-        "gpus": gpus,
-        "bf16_cuda": bool(gpus) and native_bf16(torch.device("cuda", 0)),
-        "bf16_cuda_supported": bool(gpus) and torch.cuda.is_bf16_supported(),
-        "bf16_cpu": native_bf16(torch.device("cpu")),
-        "backends": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available() and bool(gpus),
-                     "mpi": dist.is_mpi_available()},
-        "horovod": importlib.util.find_spec("horovod") is not None,
-        "torch": torch.__version__,
-    }
-
-
-def choose_precision(amp: str, device: torch.device) -> tuple[str, str]:
-    """(fp32 | bf16 | fp16, why): `train.amp` as set, or for `auto` what this device runs natively."""
-    if amp != "auto":
-        return auto_precision(amp, device.type, {})
-    facts = {"bf16_cuda" if device.type == "cuda" else "bf16_cpu": native_bf16(device)}
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
-    return auto_precision(amp, device.type, facts, name)
-
-
-@dataclass
-class StepResult:
-    """What one optimizer step did. Norms are device tensors (no host sync) when they were computed."""
-
-    grad_norms: torch.Tensor | None = None
-    total_norm: torch.Tensor | None = None
-    nonfinite: torch.Tensor | None = None  # 1.0 when the gradients were not finite (fp32/bf16, norms computed)
-    skipped: bool = False  # a non-finite step skipped under train.on_nonfinite: skip (decided on every rank alike)
-    first_nonfinite: str | None = None  # the first parameter with a non-finite gradient, when skipped
-
-
-class Precision:
-    """Autocast, loss scaling and the whole optimizer step for one precision: fp32, bf16 or fp16 (+ GradScaler).
-
-    The step (as in Fabric's precision plugins): unscale, gradient norms, clipping, the non-finite policy,
-    optimizer step, scaler update. Under fp16 a non-finite gradient is a loss-scale overflow, which is how
-    dynamic loss scaling finds its scale: the scaler skips that step and lowers the scale; it is never
-    divergence. Under fp32/bf16 it is divergence (stop) or a skipped step (skip), decided from the
-    all-reduced flag so every rank takes the same decision.
-    """
-
-    def __init__(self, amp: str, strategy: Strategy):
-        self.amp = amp
-        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
-        device = strategy.device
-        self.device_type = device.type
-        self.strategy = strategy
-        self.scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
-        self._buffers_filled = False
-
-    @property
-    def scaled(self) -> bool:
-        """Whether gradients are loss-scaled (fp16): non-finite ones are then overflows, not divergence."""
-        return self.scaler.is_enabled()
-
-    def autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device_type, dtype=self.dtype)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        self.scaler.scale(loss).backward()
-
-    def step(self, optimizer, monitor, *, clip: float | None, need_norms: bool, on_nonfinite: str,
-             inspect: Callable[[StepResult], None] | None = None) -> StepResult:
-        """Unscale, norms, clip, non-finite policy, step, update, zero_grad.
-
-        Skip mode checks the gradients every step (a host sync, agreed by all ranks) and skips a non-finite step;
-        otherwise `result.nonfinite` is left on the device for the loop's stop decision at the next log step (fp16's
-        scaler skips overflowing steps itself). `inspect` sees the final gradients just before the optimizer step
-        (statistics, histograms).
-        """
-        self.strategy.synchronize_grads(optimizer)
-        if self.scaled:
-            self.scaler.unscale_(optimizer)
-        result = StepResult()
-        skip = on_nonfinite == "skip"
-        if need_norms or clip or skip:
-            result.grad_norms = monitor.grad_norms()
-            result.total_norm = torch.linalg.vector_norm(result.grad_norms)
-            if not self.scaled:
-                result.nonfinite = (~torch.isfinite(result.total_norm)).float()
-        if skip and result.nonfinite is not None:
-            if self.strategy.all_reduce_max(result.nonfinite.reshape(1)).item():  # host sync: skip mode, every step
-                result.skipped = True
-                result.first_nonfinite = monitor.first_nonfinite()
-                optimizer.zero_grad(set_to_none=True)
-                return result
-        if clip:
-            torch.nn.utils.clip_grads_with_norm_(monitor.params, clip, result.total_norm)
-        if inspect is not None:
-            inspect(result)
-        if self.scaled and not self._buffers_filled:  # a skipped first step must not leave garbage momentum
-            fill_momentum_buffers(optimizer)
-            self._buffers_filled = True
-        with self.strategy.grads_synchronized(optimizer):
-            self.scaler.step(optimizer)  # fp16: skipped when the unscaled gradients overflowed
-        self.scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        return result
-
-    def state_dict(self) -> dict:
-        return self.scaler.state_dict() if self.scaler.is_enabled() else {}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state and self.scaler.is_enabled():
-            self.scaler.load_state_dict(state)
 
 
 class Strategy:
@@ -297,13 +162,6 @@ class DistributedStrategy(Strategy):
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def check_device(cfg: RunConfig) -> None:
-    """Refuse, before anything starts, settings this machine cannot run (the rules: `trainer.devices`)."""
-    problems = device_problems(cfg, machine_facts())
-    if problems:
-        raise LaunchError("; ".join(problems))
 
 
 class HorovodStrategy(Strategy):

@@ -29,12 +29,13 @@ from pathlib import Path
 import yaml
 
 from trainer.config import ConfigError, RunConfig, apply_overrides, load_config, parse_float
+from trainer.errors import InputError
 
 TOP_KEYS = {"base", "name", "grid", "random", "trials", "seed", "method", "metric"}
 METHODS = ("grid", "random", "optuna")
 
 
-class SweepError(ValueError):
+class SweepError(InputError, ValueError):
     """A sweep file that cannot be run; the message names the file and the key at fault."""
 
 

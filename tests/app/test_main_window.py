@@ -112,7 +112,7 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
     # what `train.amp: auto` will pick here, said before the run starts
     import torch
 
-    from trainer.strategy import choose_precision
+    from trainer.precision import choose_precision
 
     window.binder.widgets["train.amp"].setCurrentText("auto")
     expected = choose_precision("auto", torch.device("cpu"))[0]

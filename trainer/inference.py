@@ -1,0 +1,192 @@
+"""The one inference path: load a trained model, preprocess images as training did, classify them.
+
+`main.py evaluate`, `main.py predict` (and so the app's Try it), Grad-CAM and the trainer's own best-epoch
+validation predictions all go through here, so they agree: the same decoding (`data.decode_image`), the same
+normalisation arithmetic as the training batches (`Preprocess.to_input`), eval mode, and for a run's checkpoint
+the run's own precision and memory format. An exported file runs as it was exported (fp32).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainer.catalog import EXPORT_FORMATS
+from trainer.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
+from trainer.config import ModelConfig
+from trainer.data import decode_image
+from trainer.errors import InputError
+from trainer.models import create_model
+from trainer.precision import autocast
+from trainer.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+BATCH = 64
+MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+class ModelFileError(InputError, ValueError):
+    """A checkpoint or exported model that cannot be used (missing, damaged, not TrainDeck's); the file is named."""
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """`TypeName: first line of the message` (an exception without a message gives its type alone)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:limit]}" if text else type(e).__name__
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How images become the network's input: decode at `image_size` (short side, centre crop), normalise with
+    mean/std, in `memory_format`, under `precision`'s autocast."""
+
+    image_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    precision: str = "fp32"
+    memory_format: str = "contiguous_format"
+
+    @classmethod
+    def from_record(cls, record: dict, *, exported: bool = False) -> Preprocess:
+        """From a checkpoint's `preprocess` (older checkpoints lack precision and memory format: fp32, contiguous)
+        or an export's sidecar (always fp32 and contiguous: an exported graph runs as exported)."""
+        return cls(int(record["image_size"]), tuple(record["mean"]), tuple(record["std"]),
+                   "fp32" if exported else record.get("precision", "fp32"),
+                   "contiguous_format" if exported else record.get("memory_format", "contiguous_format"))
+
+    def decode(self, path: str) -> torch.Tensor:
+        return decode_image(path, self.image_size)
+
+    def to_input(self, images: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+        """A uint8 (N, 3, S, S) batch as the network's input (the arithmetic of the training batches)."""
+        mean = torch.tensor(self.mean, device=device).view(1, 3, 1, 1) * 255
+        std = torch.tensor(self.std, device=device).view(1, 3, 1, 1) * 255
+        x = (images.to(device).float() - mean) / std
+        return x.contiguous(memory_format=MEMORY_FORMATS[self.memory_format])
+
+    def autocast(self, device_type: str = "cpu"):
+        return autocast(self.precision, device_type)
+
+
+@dataclass
+class LoadedModel:
+    """A network ready to classify: images -> logits, its classes and its preprocessing."""
+
+    net: Callable[[torch.Tensor], torch.Tensor]
+    classes: list[str]
+    preprocess: Preprocess
+    source: Path | None = None  # the checkpoint or exported file (None: the network a run is training)
+    state: dict | None = None  # a checkpoint's whole content (None for an export)
+    meta: dict = field(default_factory=dict)  # an export's sidecar
+
+    def logits(self, images: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+        """float32 logits of a uint8 batch, in inference mode, on `device` (default the CPU)."""
+        device = device or torch.device("cpu")
+        with torch.inference_mode(), self.preprocess.autocast(device.type):
+            return self.net(self.preprocess.to_input(images, device)).float()
+
+
+def load_run_model(run: RunDir, which: str = "best") -> LoadedModel:
+    """A run's `which` checkpoint (best | last), in eval mode, with the run's preprocessing and precision."""
+    path = run.checkpoints / f"{which}.pt"
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such checkpoint (has the run finished an epoch?)")
+    try:
+        state = read_checkpoint(path)
+    except (UnsafeFileError, ValueError) as e:
+        raise ModelFileError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - a damaged file, in whatever way torch reports it
+        raise ModelFileError(f"{path}: cannot be read ({first_line(e)})") from e
+    model = create_model(ModelConfig(name=state["model_name"]), len(state["classes"]))
+    model.load_state_dict(state["model"])
+    pre = Preprocess.from_record(state["preprocess"])
+    model = model.to(memory_format=MEMORY_FORMATS[pre.memory_format]).eval()
+    return LoadedModel(model, list(state["classes"]), pre, path, state=state)
+
+
+def load_model(source: Path, which: str = "best") -> LoadedModel:
+    """A run directory (its `which` checkpoint) or an exported model file with its `.json` sidecar."""
+    if source.is_dir():
+        return load_run_model(RunDir(source), which)
+    sidecar_path = Path(f"{source}.json")
+    if not source.is_file():
+        raise ModelFileError(f"{source}: no such model file or run directory")
+    if not sidecar_path.exists():
+        raise ModelFileError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
+    try:
+        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
+        pre = Preprocess.from_record(meta, exported=True)
+        fmt, classes = meta["format"], list(meta["classes"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelFileError(f"{sidecar_path}: not a TrainDeck export description ({first_line(e)})") from e
+    try:
+        net = _load_export(source, fmt, meta)
+    except InputError as e:
+        raise ModelFileError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
+        raise ModelFileError(f"{source}: cannot load the {fmt} model, the file looks damaged or truncated "
+                             f"({first_line(e)})") from e
+    return LoadedModel(net, classes, pre, source, meta=meta)
+
+
+def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+    if fmt in ("state_dict", "safetensors"):
+        model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
+        if fmt == "safetensors":
+            from safetensors.torch import load_file
+
+            model.load_state_dict(load_file(str(export)))
+        else:
+            model.load_state_dict(load_weights_only(export))
+        return model
+    if fmt == "exported_program":
+        quiet = logging.getLogger("torch.export")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # it logs its own traceback for a damaged file before raising
+        try:
+            return torch.export.load(str(export)).module()
+        finally:
+            quiet.setLevel(level)
+    if fmt == "torchscript":
+        return torch.jit.load(str(export))
+    if fmt == "onnx":
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
+        return lambda x: torch.from_numpy(session.run(None, {"images": x.numpy()})[0])
+    raise ModelFileError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+
+
+@dataclass
+class Classified:
+    """The logits of the files that could be read (in input order), and why each other file could not."""
+
+    paths: list[str]
+    logits: torch.Tensor  # (len(paths), classes) float32 on the CPU
+    kept: list[int]  # the input index of each row of `logits`
+    errors: dict[int, str]  # input index -> "cannot read image (...)"
+
+
+def classify(model: LoadedModel, paths: Sequence[str], batch: int = BATCH) -> Classified:
+    """Classify image files in batches; a file that cannot be decoded is listed in `errors`, the others go on."""
+    out_paths, logits, kept, errors = [], [], [], {}
+    for start in range(0, len(paths), batch):
+        images = []
+        for i, path in enumerate(paths[start:start + batch], start=start):
+            try:
+                images.append(model.preprocess.decode(str(path)))
+            except Exception as e:  # noqa: BLE001 - unreadable, truncated, not an image, a bomb: name the file
+                errors[i] = f"cannot read image ({first_line(e)})"
+                continue
+            out_paths.append(str(path))
+            kept.append(i)
+        if images:
+            logits.append(model.logits(torch.stack(images)).cpu())
+    n = len(model.classes)
+    return Classified(out_paths, torch.cat(logits) if logits else torch.zeros(0, n), kept, errors)
