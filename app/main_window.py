@@ -226,7 +226,9 @@ class MainWindow(QMainWindow):
         except ConfigError as e:
             problems.extend(e.problems)
         problems += self.dataset_page.problems() + self.model_page.problems()
-        problems += self.optimizer_page.groups.problems() + self.device_page.problems(raw)
+        problems += self.optimizer_page.groups.problems(self.optimizer_page.head,
+                                                        bool(raw.get("model", {}).get("freeze_backbone")))
+        problems += self.device_page.problems(raw)
         self.config_problems = problems
         self.binder.mark_errors(problems)
         self.optimizer_page.groups.mark_errors(problems)

@@ -15,9 +15,23 @@ from app.run_model import RunModel
 from app.trainer_process import TrainerProcess
 from trainer.config import RunConfig, save_config
 from trainer.launch import REPO_ROOT, resume_command, train_command
-from trainer.rundir import RESUMABLE_STATES, RunDir, new_run_dir
+from trainer.rundir import RESUMABLE_STATES, RunDir, planned_run_dir, run_label
 
 log = logging.getLogger(__name__)
+
+PENDING = ".pending"  # under the runs folder: what a started run waits in until the trainer makes its directory
+
+
+def refusal(output: Path, code: int) -> str:
+    """Why the trainer refused to start: its `error:` lines (the rest of its output is in the app's log)."""
+    try:
+        text = output.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    errors = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
+    if text.strip():
+        log.info("trainer output before it refused:\n%s", text.strip())
+    return "; ".join(errors) or f"the trainer exited with code {code} before the run started"
 
 
 class RunController(QObject):
@@ -32,6 +46,7 @@ class RunController(QObject):
         self.runs_dir = Path(runs_dir)
         self.model: RunModel | None = None
         self.process = TrainerProcess(self)
+        self._pending: tuple[Path, Path] | None = None  # a started run's config and output until the trainer takes them
         self.process.ended.connect(self._process_ended)
 
     @property
@@ -43,10 +58,17 @@ class RunController(QObject):
                 and self.model.run.effective_state() in RESUMABLE_STATES)
 
     def start(self, cfg: RunConfig) -> RunDir:
-        """A new run of `cfg` in a new run directory under the runs folder."""
-        run = new_run_dir(self.runs_dir, Path(cfg.model.name.split(":")[-1]).stem)
-        save_config(cfg, run.config)
-        self.process.start(train_command(run.config, run_dir=run.path), run, cwd=str(REPO_ROOT))
+        """A new run of `cfg` in a new run directory under the runs folder.
+
+        The trainer makes the directory (`trainer.prepare`), after its pre-flight: until then the config and the
+        output wait in the runs folder's `.pending/`, and a refused config leaves no run directory behind."""
+        run = planned_run_dir(self.runs_dir, run_label(cfg.model.name))
+        pending = self.runs_dir / PENDING
+        pending.mkdir(parents=True, exist_ok=True)
+        self._pending = (pending / f"{run.name}.yaml", pending / f"{run.name}.output.log")
+        save_config(cfg, self._pending[0])
+        command = train_command(self._pending[0], run_dir=run.path) + ["--output-log", str(self._pending[1])]
+        self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
         self.watch(run)
         return run
 
@@ -63,7 +85,7 @@ class RunController(QObject):
         state = run.effective_state()
         if state not in RESUMABLE_STATES:
             return f"{run.name} is {state}: only stopped or failed runs can be resumed."
-        self.process.start(resume_command(run.path), run, cwd=str(REPO_ROOT))
+        self.process.start(resume_command(run.path), run.output_log, cwd=str(REPO_ROOT))
         if self.model is None or self.model.run.path != run.path:
             self.watch(run)
         else:
@@ -79,7 +101,7 @@ class RunController(QObject):
         state = run.effective_state()
         if state not in RESUMABLE_STATES + ("completed",):
             return f"{run.name} is {state}: only a completed, stopped or failed run can be continued."
-        self.process.start(resume_command(run.path, total_epochs), run, cwd=str(REPO_ROOT))
+        self.process.start(resume_command(run.path, total_epochs), run.output_log, cwd=str(REPO_ROOT))
         if self.model is None or self.model.run.path != run.path:
             self.watch(run)
         else:
@@ -120,8 +142,17 @@ class RunController(QObject):
         self.changed.emit()
 
     def _process_ended(self, code: int) -> None:
+        config, output = self._pending or (None, None)
+        self._pending = None
         if self.model is not None:
             self.model.poll()
+            if output is not None and not self.model.run.path.exists():  # refused before a directory was made
+                message = refusal(output, code)
+                self.model.finish("failed", message)
+                self.model.finished.emit("failed", message)
+        for path in (config, output):
+            if path is not None:
+                path.unlink(missing_ok=True)
         self.changed.emit()
 
     def shutdown(self) -> None:

@@ -18,12 +18,13 @@ import logging
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from trainer.launch import main_command
-from trainer.rundir import RunDir, pid_alive
+from trainer.rundir import pid_alive
 from trainer.standby import STANDBY_COMMANDS
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,11 @@ class TrainerProcess(QObject):
         self.standby: subprocess.Popen | None = None
         self._standby_cwd: str | None = None
 
-    def start(self, command: list[str], run: RunDir, cwd: str | None = None) -> None:
-        self.popen = self._hand_to_standby(command, run, cwd)
+    def start(self, command: list[str], output_log: Path, cwd: str | None = None) -> None:
+        """Start `command` (or hand it to the standby trainer) with its output going to `output_log`."""
+        self.popen = self._hand_to_standby(command, output_log, cwd)
         if self.popen is None:
-            output = open(run.output_log, "ab")
+            output = open(output_log, "ab")
             try:
                 self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
                                               stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
@@ -87,7 +89,7 @@ class TrainerProcess(QObject):
                                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
         log.info("standby trainer pid %d started", self.standby.pid)
 
-    def _hand_to_standby(self, command: list[str], run: RunDir, cwd: str | None) -> subprocess.Popen | None:
+    def _hand_to_standby(self, command: list[str], output_log: Path, cwd: str | None) -> subprocess.Popen | None:
         """The standby, now running `command`; None when it cannot take it (none alive, another folder, a command
         it does not run): the caller starts a fresh process."""
         standby = self.standby
@@ -97,7 +99,7 @@ class TrainerProcess(QObject):
             return None
         self.standby = None
         try:
-            standby.stdin.write((json.dumps({"argv": argv, "output": str(run.output_log)}) + "\n").encode())
+            standby.stdin.write((json.dumps({"argv": argv, "output": str(output_log)}) + "\n").encode())
             standby.stdin.close()
         except OSError as e:  # it died in the meantime
             log.warning("standby trainer pid %d unusable (%s): starting a new process", standby.pid, e)

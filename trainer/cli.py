@@ -11,7 +11,7 @@ from pathlib import Path
 from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.config import load_config, save_config
 from trainer.errors import InputError
-from trainer.rundir import RunDir, default_runs_dir, new_run_dir, user_log_dir
+from trainer.rundir import RunDir, default_runs_dir, user_log_dir
 from trainer.scan import printable_path
 
 log = logging.getLogger("traindeck")
@@ -30,36 +30,12 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def cmd_train(args) -> int:
-    from trainer.preflight import preflight
+    from trainer.prepare import prepare_run
     from trainer.runner import launch
 
     cfg = load_config(args.config, args.set)
-    preflight(cfg)  # before a run directory exists: a refused input leaves nothing behind
-    if args.run_dir:
-        run = RunDir(args.run_dir)
-    else:
-        label = Path(cfg.model.name.split(":")[-1]).stem
-        run = new_run_dir(args.runs_dir or default_runs_dir(), label)
-    lock = run.lock()  # held from before the first write until the run ends: two launches never mix
-    try:
-        from trainer.manifest import read_manifest, write_manifest
-
-        manifest = read_manifest(cfg.data.exclude) if cfg.data.exclude else None  # before an --overwrite clears
-        if run.holds_a_run():
-            if not args.overwrite:
-                from trainer.rundir import RunDirUsed
-
-                raise RunDirUsed(f"{run.path}: already holds a run ({run.effective_state()}); continue it with "
-                                 f"`main.py resume {run.path}`, train into a new directory, or pass --overwrite "
-                                 f"to replace it")
-            run.clear_for_new_run()
-        run.create()
-        if manifest is not None:  # the run keeps the manifest it trained with: later edits do not change it
-            cfg.data.exclude = str(write_manifest(manifest, run.manifest))
-        save_config(cfg, run.config)
-    except BaseException:
-        lock.close()
-        raise
+    run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
+                            overwrite=args.overwrite, output_log=args.output_log)
     print(f"run directory: {run.path}", flush=True)
     return _finish(run, launch(run, cfg, lock=lock))
 
@@ -182,7 +158,8 @@ def cmd_describe_model(args) -> int:
     """JSON on stdout: the model's parameter tensors, its head and the normalisation its weights mean (for the
     app's Model page and parameter-groups editor); with --store, the model store table."""
     from trainer.config import ModelConfig
-    from trainer.models import create_model, head_name, is_head_parameter, torchvision_classifiers
+    from trainer.groups import is_head_parameter
+    from trainer.models import create_model, head_name, torchvision_classifiers
     from trainer.weights import normalisation, weights_names
 
     if args.list:
@@ -224,13 +201,10 @@ def cmd_queue(args) -> int:
 
     runs_dir = Path(args.runs_dir or default_runs_dir())
     if args.action == "add":
-        from trainer.preflight import preflight
-
         if not args.target:
             raise CommandError("queue add: give the config file to queue")
         cfg = load_config(args.target, args.set)
-        preflight(cfg)  # an invalid config is refused and nothing is queued
-        print(queue.add(runs_dir, cfg).path)
+        print(queue.add(runs_dir, cfg).path)  # an invalid config is refused and nothing is queued
         return 0
     if args.action == "list":
         waiting = queue.queued(runs_dir)
@@ -415,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
     p.add_argument("--overwrite", action="store_true",
                    help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
+    p.add_argument("--output-log", help="the file this command's output is sent to (the app's launch): moved into "
+                   "the run directory as output.log once it exists")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "

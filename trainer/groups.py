@@ -18,6 +18,38 @@ def pattern_matches(pattern: str, param_name: str) -> bool:
             or module.startswith(pattern + ".") or module == pattern)
 
 
+def is_head_parameter(head: str | None, key: str) -> bool:
+    """Whether parameter `key` belongs to the classifier head module `head` (`trainer.models.head_name`)."""
+    return head is not None and key.rpartition(".")[0] == head
+
+
+def grouped_parameters(param_names: list[str], head: str | None, freeze_backbone: bool) -> list[str]:
+    """The parameters the optimizer's groups are matched against: every trainable one; with
+    `model.freeze_backbone`, the classifier head's alone (the backbone does not train)."""
+    if not freeze_backbone:
+        return list(param_names)
+    return [n for n in param_names if is_head_parameter(head, n)]
+
+
+def group_problems(param_names: list[str], patterns: list[str], head: str | None = None,
+                   freeze_backbone: bool = False) -> list[str]:
+    """A message for each group that would receive no parameter, against the parameters the trainer really groups
+    (freezing applied): the pre-flight's check and the app's parameter-groups editor's."""
+    grouped = grouped_parameters(param_names, head, freeze_backbone)
+    unmatched_anyway = set(unmatched_patterns(param_names, patterns))
+    out = []
+    for i in unmatched_patterns(grouped, patterns):
+        if not patterns[i]:
+            continue
+        if freeze_backbone and i not in unmatched_anyway:
+            out.append(f"optimizer.groups[{i}].pattern: {patterns[i]!r} matches only backbone parameters, and "
+                       f"model.freeze_backbone trains the head ({head or 'none'}) alone; remove the group or "
+                       f"unfreeze the backbone")
+        else:
+            out.append(unmatched_message(i, patterns[i], grouped or param_names))
+    return out
+
+
 def assign_groups(param_names: list[str], patterns: list[str]) -> list[int | None]:
     """For each parameter, the index of the first group whose pattern matches it, or None."""
     out: list[int | None] = []

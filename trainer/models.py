@@ -19,6 +19,7 @@ from torch import nn
 from trainer.catalog import BUILTIN_MODELS
 from trainer.config import ModelConfig, is_user_model
 from trainer.errors import InputError
+from trainer.groups import is_head_parameter
 
 log = logging.getLogger(__name__)
 
@@ -219,11 +220,11 @@ def load_pretrained(model: nn.Module, path: str | Path) -> list[str]:
     return sorted(head)
 
 
-def check_model(cfg: ModelConfig, num_classes: int) -> None:
+def check_model(cfg: ModelConfig, num_classes: int) -> nn.Module | None:
     """Before a run starts: the model can be built and its weights file fits it (ModelError otherwise).
 
     Built on the meta device (no memory, no initialisation work), except your own model, whose code may
-    not expect that.
+    not expect that. Returns the model so built (None for timm models, checked by name).
     """
     from trainer.config import is_weights_name
 
@@ -231,7 +232,7 @@ def check_model(cfg: ModelConfig, num_classes: int) -> None:
         from trainer.weights import check_timm
 
         check_timm(cfg)  # timm installed, the name known, the weights name one timm takes
-        return
+        return None
     with contextlib.nullcontext() if is_user_model(cfg.name) else torch.device("meta"):
         model = create_model(cfg, num_classes)
     if is_weights_name(cfg.weights):
@@ -240,6 +241,7 @@ def check_model(cfg: ModelConfig, num_classes: int) -> None:
         resolve(cfg.name, cfg.weights)  # a name this model offers (fetched when the run starts)
     elif cfg.weights:
         check_weights_fit(model, read_state_dict(cfg.weights), cfg.weights)
+    return model
 
 
 def head_name(model: nn.Module) -> str | None:
@@ -250,10 +252,6 @@ def head_name(model: nn.Module) -> str | None:
         if isinstance(module, nn.Linear):
             last = name
     return last
-
-
-def is_head_parameter(head: str | None, key: str) -> bool:
-    return head is not None and key.rpartition(".")[0] == head
 
 
 def _is_head(model: nn.Module, key: str) -> bool:

@@ -14,9 +14,9 @@ from torch import nn
 
 from trainer import data as data_mod
 from trainer.config import RunConfig
-from trainer.groups import pattern_matches
+from trainer.groups import is_head_parameter, pattern_matches
 from trainer.machine import fast_gpu_math
-from trainer.models import ModelError, build_model, choose_memory_format, head_name, is_head_parameter
+from trainer.models import ModelError, build_model, choose_memory_format, head_name
 from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler, fill_momentum_buffers
 from trainer.precision import Precision, choose_precision
 from trainer.reporter import Reporter

@@ -13,11 +13,27 @@ from trainer.scan import DataError, check_same_classes, quick_layout
 
 
 def preflight(cfg: RunConfig) -> None:
-    """Raise the input error (ConfigError, DataError, ModelError, LaunchError) a launch of `cfg` would meet."""
+    """Raise the input error (ConfigError, DataError, ModelError, LaunchError) a launch of `cfg` would meet, parameter
+    groups included."""
     check_device(cfg)
     check_extras(cfg)
     classes = check_data_folders(cfg.data)
-    check_model(cfg.model, len(classes))
+    model = check_model(cfg.model, len(classes))
+    if model is not None:
+        check_groups(cfg, model)
+
+
+def check_groups(cfg: RunConfig, model) -> None:
+    """Every parameter group receives parameters, among those the trainer will group (freezing applied)."""
+    from trainer.config import ConfigError
+    from trainer.groups import group_problems
+    from trainer.models import head_name
+
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    problems = group_problems(names, [g.pattern for g in cfg.optimizer.groups], head_name(model),
+                              cfg.model.freeze_backbone)
+    if problems:
+        raise ConfigError(problems)
 
 
 def check_extras(cfg: RunConfig) -> None:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError, RunConfig, load_config, save_config
-from trainer.rundir import RunDir, list_runs, new_run_dir, pid_alive
+from trainer.rundir import RunDir, list_runs, pid_alive
 
 LOCK = ".queue.lock"
 SCHEDULERS = ".schedulers"  # one file per live scheduler: <pid>
@@ -52,17 +52,22 @@ def queued(runs_dir: Path) -> list[RunDir]:
 
 
 def add(runs_dir: Path, cfg: RunConfig, label: str | None = None, sweep: str | None = None,
-        values: dict | None = None) -> RunDir:
-    """Queue a run of `cfg` (already validated) at the end of the queue; its directory."""
+        values: dict | None = None, checked: bool = False) -> RunDir:
+    """Queue a run of `cfg` at the end of the queue; its directory. Pre-flight first (unless `checked`): a refused
+    config is raised and nothing is queued."""
+    from trainer.prepare import prepare_run  # imports torch: the app queues through `main.py queue add`
+
     runs_dir = Path(runs_dir)
-    with queue_lock(runs_dir):
-        positions = [r.read_status().get("queue", {}).get("position", 0) for r in queued(runs_dir)]
-        run = new_run_dir(runs_dir, label or Path(cfg.model.name.split(":")[-1]).stem)
-        save_config(cfg, run.config)
-        run.write_status(state="queued", message="waiting in the queue", model=cfg.model.name,
-                         dataset=cfg.data.train_dir,
-                         queue={"position": max(positions, default=0) + 1, "added": time.time(), "held": False,
-                                "sweep": sweep, "values": values or {}})
+    run, lock = prepare_run(cfg, runs_dir=runs_dir, label=label, checked=checked)
+    try:
+        with queue_lock(runs_dir):
+            positions = [r.read_status().get("queue", {}).get("position", 0) for r in queued(runs_dir)]
+            run.write_status(state="queued", message="waiting in the queue", model=cfg.model.name,
+                             dataset=cfg.data.train_dir,
+                             queue={"position": max(positions, default=0) + 1, "added": time.time(), "held": False,
+                                    "sweep": sweep, "values": values or {}})
+    finally:
+        lock.close()
     return run
 
 

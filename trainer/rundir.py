@@ -209,19 +209,34 @@ class RunDir:
         return ""
 
 
-def new_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
-    """A fresh, uniquely named run directory under runs_dir (created)."""
+def run_label(model_name: str) -> str:
+    """The label a run directory's name ends with: the model's name (`timm:convnext_tiny` -> convnext_tiny,
+    `nets/mine.py:Net` -> mine)."""
+    return Path(model_name.split(":")[-1]).stem
+
+
+def planned_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
+    """A uniquely named run directory under runs_dir that does not exist yet (not created)."""
     runs_dir = Path(runs_dir)
-    runs_dir.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:40] or "run"
     for i in range(1000):
         path = runs_dir / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
+        if not path.exists():
+            return RunDir(path)
+    raise RuntimeError(f"{runs_dir}: could not find a free run directory name")
+
+
+def new_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
+    """A fresh, uniquely named run directory under runs_dir (created; two callers never get the same one)."""
+    Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    for _ in range(1000):
+        run = planned_run_dir(runs_dir, label)
         try:
-            path.mkdir()
+            run.path.mkdir()
         except FileExistsError:
             continue
-        return RunDir(path).create()
+        return run.create()
     raise RuntimeError(f"{runs_dir}: could not create a new run directory")
 
 

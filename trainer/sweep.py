@@ -169,12 +169,15 @@ def _check_range(path: Path, key: str, spec) -> dict:
 def queue_sweep(sweep: Sweep, runs_dir: Path) -> list:
     """Queue every trial of a grid or random sweep (checked first: all or nothing); their run directories."""
     from trainer import queue
+    from trainer.preflight import preflight
 
     configs = []
     for values in sweep.trials_values():
         try:
-            configs.append((values, sweep.config(values)))
-        except ConfigError as e:
+            cfg = sweep.config(values)
+            preflight(cfg)
+        except InputError as e:
             raise SweepError(f"sweep {sweep.name}: {values}: {e}") from e
-    return [queue.add(runs_dir, cfg, label=f"{sweep.name}-{i:03d}", sweep=sweep.name, values=values)
+        configs.append((values, cfg))
+    return [queue.add(runs_dir, cfg, label=f"{sweep.name}-{i:03d}", sweep=sweep.name, values=values, checked=True)
             for i, (values, cfg) in enumerate(configs, start=1)]

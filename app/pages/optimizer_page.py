@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from app.pages.model_page import human
 from trainer.config import key_choices
-from trainer.groups import assign_groups, unmatched_message, unmatched_patterns
+from trainer.groups import assign_groups, group_problems
 
 GROUP_COLUMNS = ["pattern", "lr", "weight decay", "momentum", "freeze", "matches"]
 
@@ -128,12 +128,12 @@ class GroupsEditor(QWidget):
         self.update_matches()
         self.changed.emit()
 
-    def problems(self) -> list[str]:
+    def problems(self, head: str | None = None, freeze_backbone: bool = False) -> list[str]:
+        """The trainer's own check (`trainer.groups.group_problems`), freezing applied."""
         if not self.parameters:
             return []
-        names = [n for n, _ in self.parameters]
-        patterns = [g["pattern"] for g in self.groups()]
-        return [unmatched_message(i, patterns[i], names) for i in unmatched_patterns(names, patterns) if patterns[i]]
+        return group_problems([n for n, _ in self.parameters], [g["pattern"] for g in self.groups()], head,
+                              freeze_backbone)
 
     def mark_errors(self, problems: list[str]) -> None:
         mine = [p for p in problems if p.startswith("optimizer.groups")]

@@ -26,7 +26,7 @@ time.sleep(600)
 def test_stop_is_forced_for_the_whole_tree_after_the_grace_period(qtbot, tmp_path):
     run = RunDir(tmp_path / "run").create()
     proc = TrainerProcess(grace_ms=1000)
-    proc.start([sys.executable, "-c", STUBBORN], run)
+    proc.start([sys.executable, "-c", STUBBORN], run.output_log)
     qtbot.waitUntil(lambda: run.output_log.read_text().strip() != "", timeout=10_000)
     child = int(run.output_log.read_text().split()[0])
     qtbot.waitUntil(lambda: child in proc._tree, timeout=5_000)
@@ -147,7 +147,7 @@ def test_a_run_started_in_the_standby_trainer_stops_like_any_other(qtbot, shapes
     assert standby is not None and standby.poll() is None
     cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50})
     run = RunDir(tmp_path / "run").create()
-    proc.start(train_command(cfg, run_dir=run.path), run, cwd=str(REPO))
+    proc.start(train_command(cfg, run_dir=run.path), run.output_log, cwd=str(REPO))
     assert proc.pid == standby.pid and proc.standby is None, "the run went to the standby, none is kept meanwhile"
     qtbot.waitUntil(lambda: run.read_status().get("state") == "running" and run.events.exists()
                     and '"event": "step"' in run.events.read_text(), timeout=120_000)
