@@ -31,19 +31,14 @@ def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, ru
     if not checked:
         preflight(cfg)
     manifest = read_manifest(cfg.data.exclude) if cfg.data.exclude else None  # before an --overwrite clears
-    if run_dir is not None:
-        run = RunDir(run_dir)
-        if run.holds_a_run() and not overwrite:
-            raise RunDirUsed(f"{run.path}: already holds a run ({run.effective_state()}); continue it with "
-                             f"`main.py resume {run.path}`, train into a new directory, or pass --overwrite "
-                             f"to replace it")
-    else:
-        run = new_run_dir(runs_dir, label or run_label(cfg.model.name))
+    run = RunDir(run_dir) if run_dir is not None else new_run_dir(runs_dir, label or run_label(cfg.model.name))
     lock = run.lock()  # held from before the first write until the run ends: two launches never mix
     try:
-        if run.holds_a_run():  # checked again under the lock: another launch may have got here first
+        if run.holds_a_run():
             if not overwrite:
-                raise RunDirUsed(f"{run.path}: another launch started a run here first")
+                raise RunDirUsed(f"{run.path}: already holds a run ({run.effective_state()}); continue it with "
+                                 f"`main.py resume {run.path}`, train into a new directory, or pass --overwrite "
+                                 f"to replace it")
             run.clear_for_new_run()
         run.create()
         if output_log is not None and Path(output_log).exists():
