@@ -239,7 +239,7 @@ def test_slurm_script_trains_exactly_the_config_asked_for(shapes_dir, tmp_path):
     assert result.returncode == 0, result.stderr
     script = script_path.read_text()
     assert subprocess.run(["bash", "-n", str(script_path)]).returncode == 0
-    assert "#SBATCH --nodes=2" in script and "#SBATCH --cpus-per-task=4" in script  # 2 processes x (1 worker + 1)
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --cpus-per-task=4\n" in script  # 2 processes x (1 worker + 1)
     assert f"export PYTHON={shlex.quote(sys.executable)}" in script
     config = shlex.split(re.search(r"^export CONFIG=(.*)$", script, re.M).group(1))[0]
     resolved = load_config(config)
@@ -265,3 +265,27 @@ def test_per_node_commands(shapes_dir, tmp_path):
     cfg_path = write_config(tmp_path, shapes_dir, device={"nnodes": 3, "master_port": 29512, "parallel": "ddp"})
     commands = node_commands(cfg_path, load_config(cfg_path))
     assert len(commands) == 3 and all(f"device.node_rank={i}" in c for i, c in enumerate(commands))
+
+
+def test_slurm_asks_for_no_more_cpus_than_the_config_does(shapes_dir, tmp_path, capsys):
+    """`main.py slurm cfg --set device.parallel=ddp device.nproc=2` asked 10 CPUs (an assumed 4 workers each) and
+    pended forever on a 2-CPU node (PartitionConfig). With data.num_workers auto it asks one per process; a set
+    worker count is honoured and a large request says so; --cpus-per-task overrides."""
+    from trainer import cli
+
+    cfg_path = write_config(tmp_path, shapes_dir, data={"num_workers": -1})
+    ddp = ["device.parallel=ddp", "device.nproc=2"]
+
+    def script(*extra) -> str:
+        out = tmp_path / "job.sh"
+        flags = [f for f in extra[:1] if f]
+        assert cli.main(["slurm", str(cfg_path), "--set", *ddp, *extra[1:], "--out", str(out), *flags]) == 0
+        return out.read_text()
+
+    assert "#SBATCH --cpus-per-task=2\n# cpus-per-task: 2 process(es), one CPU each" in script(None)
+    assert "#SBATCH --cpus-per-task=6\n" in script(None, "data.num_workers=2")
+    big = script(None, "device.nproc=8", "data.num_workers=4")
+    assert "#SBATCH --cpus-per-task=40\n" in big and "A large request" in big and "PartitionConfig" in big
+    assert "#SBATCH --cpus-per-task=3\n# cpus-per-task: --cpus-per-task as given" in script("--cpus-per-task=3")
+    assert cli.main(["slurm", str(cfg_path), "--cpus-per-task", "0"]) == 2
+    assert "--cpus-per-task: must be at least 1" in capsys.readouterr().err

@@ -128,6 +128,8 @@ def cmd_slurm(args) -> int:
     from trainer.sweep import is_sweep_file, read_sweep
 
     runs = Path(default_runs_dir()).resolve()
+    if args.cpus_per_task is not None and args.cpus_per_task < 1:
+        raise CommandError(f"--cpus-per-task: must be at least 1, got {args.cpus_per_task}")
     if is_sweep_file(args.config):
         sweep = read_sweep(args.config)
         if sweep.method == "optuna":
@@ -136,19 +138,19 @@ def cmd_slurm(args) -> int:
         if args.set:
             raise CommandError("--set: change a sweep's base config or its grid instead")
         script = Path(args.out or f"{sweep.name}.sh")
-        trials = write_slurm_array(sweep, script, runs)
+        trials = write_slurm_array(sweep, script, runs, args.cpus_per_task)
         print(f"wrote {script.resolve()} (a job array of {len(sweep.trials_values())} trials) and their configs in "
               f"{trials}; submit it with: sbatch {script}")
         return 0
     cfg = load_config(args.config, args.set)
     if args.out:
-        config_path = write_slurm_files(cfg, args.out, runs)
+        config_path = write_slurm_files(cfg, args.out, runs, args.cpus_per_task)
         print(f"wrote {Path(args.out).resolve()} and the config it trains, {config_path}; submit it with: "
               f"sbatch {args.out}")
         return 0
     script = runs / "configs" / f"slurm-{time.strftime('%Y%m%d-%H%M%S')}.sh"
     script.parent.mkdir(parents=True, exist_ok=True)
-    config_path = write_slurm_files(cfg, script, runs)
+    config_path = write_slurm_files(cfg, script, runs, args.cpus_per_task)
     print(f"# wrote {script} and the config it trains, {config_path}", file=sys.stderr)
     print(script.read_text(encoding="utf-8"))
     return 0
@@ -421,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", help="write the script here instead of printing it")
+    p.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per node's task (default: what the config "
+                   "asks for, the processes and their data-loader workers)")
     p.set_defaults(func=cmd_slurm)
 
     p = sub.add_parser("describe-model", help="JSON list of a model's parameter tensors")

@@ -333,10 +333,19 @@ def keep_on_device(bundle: DataBundle, device: torch.device) -> bool:
     return True
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: what SLURM or taskset gave it), not all the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_workers(requested: int) -> int:
+    """`data.num_workers`; auto (-1) = one loader worker per usable CPU beyond the trainer's own, at most 8."""
     if requested >= 0:
         return requested
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    return max(0, min(8, usable_cpus() - 1))
 
 
 class BatchAugment:

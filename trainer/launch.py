@@ -77,24 +77,43 @@ exec "$PYTHON" main.py train "$CONFIG" --run-dir "$RUN" --set device.nnodes=$SLU
   device.node_rank=$SLURM_NODEID device.master_addr=$MASTER_ADDR"""
 
 
-def write_slurm_files(cfg: RunConfig, script: str | Path, runs_dir: str | Path) -> Path:
+def write_slurm_files(cfg: RunConfig, script: str | Path, runs_dir: str | Path, cpus_per_task: int | None = None) -> Path:
     """The resolved config beside `script` (NAME.config.yaml) and the batch script that trains it; the config's path."""
     from trainer.config import save_config
 
     script = Path(script).resolve()
     config_path = script.with_name(script.stem + ".config.yaml")
     save_config(cfg, config_path)
-    script.write_text(slurm_script(config_path, cfg, Path(runs_dir).resolve()), encoding="utf-8")
+    script.write_text(slurm_script(config_path, cfg, Path(runs_dir).resolve(), cpus_per_task=cpus_per_task),
+                      encoding="utf-8")
     return config_path
 
 
-def slurm_cpus_per_task(cfg: RunConfig) -> int:
-    """Cores one node's task needs: per process, its data-loader workers plus itself (at least 2 in all)."""
-    workers = cfg.data.num_workers if cfg.data.num_workers >= 0 else 4
-    return max(2, cfg.device.nproc * (workers + 1))
+LARGE_CPU_REQUEST = 16  # per node: above this the script says where the number comes from and how to lower it
 
 
-def slurm_script(config_path: str | Path, cfg: RunConfig, runs_dir: str | Path, job_name: str = "traindeck") -> str:
+def slurm_cpus_per_task(cfg: RunConfig, override: int | None = None) -> tuple[int, str]:
+    """(CPUs one node's task asks for, a comment saying why). Never more than the config asks for: each process
+    plus the data-loader workers it sets; with `data.num_workers: -1` (auto) one CPU per process, because the
+    trainer then uses the CPUs it is given (a request a small node cannot meet pends forever)."""
+    nproc = cfg.device.nproc
+    if override is not None:
+        return override, "--cpus-per-task as given"
+    if cfg.data.num_workers >= 0:
+        cpus = nproc * (cfg.data.num_workers + 1)
+        why = f"{nproc} process(es) x (data.num_workers {cfg.data.num_workers} + 1)"
+    else:
+        cpus = nproc
+        why = (f"{nproc} process(es), one CPU each: data.num_workers is auto, so the trainer uses as many loader "
+               f"workers as the CPUs it is given allow; ask for more with --cpus-per-task")
+    if cpus > LARGE_CPU_REQUEST:
+        why += (". A large request: a node with fewer CPUs never starts it (squeue reason PartitionConfig or "
+                "Resources); lower data.num_workers or pass --cpus-per-task")
+    return cpus, why
+
+
+def slurm_script(config_path: str | Path, cfg: RunConfig, runs_dir: str | Path, job_name: str = "traindeck",
+                 cpus_per_task: int | None = None) -> str:
     """A SLURM batch script that trains exactly `cfg`, already written (resolved) to `config_path`.
 
     One task per node; each runs `main.py train` on that config with the node's rank, under the interpreter
@@ -103,11 +122,13 @@ def slurm_script(config_path: str | Path, cfg: RunConfig, runs_dir: str | Path, 
     """
     dev = cfg.device
     gpus = f"#SBATCH --gpus-per-node={dev.nproc}\n" if dev.type == "cuda" else ""
+    cpus, why = slurm_cpus_per_task(cfg, cpus_per_task)
     return f"""#!/bin/bash
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={dev.nnodes}
 #SBATCH --ntasks-per-node=1
-{gpus}#SBATCH --cpus-per-task={slurm_cpus_per_task(cfg)}
+{gpus}#SBATCH --cpus-per-task={cpus}
+# cpus-per-task: {why}
 #SBATCH --output=%x-%j.out
 ##SBATCH --time=02:00:00          # set your limit
 ##SBATCH --partition=YOUR_PARTITION
@@ -130,7 +151,7 @@ SLURM_ARRAY_TASK = ('exec "$PYTHON" main.py train "$TRIALS/trial-$(printf %03d "
                     '  --run-dir "$RUNS/$SWEEP-$(printf %03d "$SLURM_ARRAY_TASK_ID")"')
 
 
-def write_slurm_array(sweep, script: str | Path, runs_dir: str | Path) -> Path:
+def write_slurm_array(sweep, script: str | Path, runs_dir: str | Path, cpus_per_task: int | None = None) -> Path:
     """A SLURM job array for a grid or random sweep: one resolved config per trial in NAME.trials/ beside
     `script`, and the script whose task K trains trial K (into RUNS/SWEEP-K). The trials' folder."""
     from trainer.config import save_config
@@ -143,11 +164,13 @@ def write_slurm_array(sweep, script: str | Path, runs_dir: str | Path) -> Path:
         save_config(cfg, trials / f"trial-{i:03d}.yaml")
     first = configs[0]
     gpus = f"#SBATCH --gpus-per-task={len(first.device.gpus)}\n" if first.device.type == "cuda" else ""
+    cpus, why = slurm_cpus_per_task(first, cpus_per_task)
     script.write_text(f"""#!/bin/bash
 #SBATCH --job-name={sweep.name}
 #SBATCH --array=1-{len(configs)}
 #SBATCH --ntasks=1
-{gpus}#SBATCH --cpus-per-task={slurm_cpus_per_task(first)}
+{gpus}#SBATCH --cpus-per-task={cpus}
+# cpus-per-task: {why}
 #SBATCH --output=%x-%A_%a.out
 ##SBATCH --time=02:00:00          # set your limit
 ##SBATCH --partition=YOUR_PARTITION
