@@ -14,6 +14,7 @@ import torch
 from helpers import REPO, run_main, train_here, write_config
 
 from trainer import checkpoint as ckpt
+from trainer import cli
 from trainer.catalog import EXPORT_FORMATS as FORMATS
 from trainer.checkpoint import CorruptCheckpointError, UnsafeFileError, load_latest, load_weights_only
 from trainer.data import decode_image
@@ -361,7 +362,25 @@ def test_predict_names_damaged_models_and_images(small_exports, shapes_dir, tmp_
     assert code == 2 and f"{bomb}: cannot read image" in err and "Traceback" not in err
     code = cli.main(["export", str(run.path), "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 2 and f"--out: {tmp_path} is a folder" in err
+    assert code == 2 and f"--out: {tmp_path} is a folder" in err and "exported_program.pt2" not in err
+    assert f"such as {tmp_path / 'model.pt2'}" in err, "the default format is torch.export's"
+
+
+def test_the_default_export_is_torch_export_and_torchscript_says_it_is_deprecated(trained_resnet, tmp_path, capsys,
+                                                                                  shapes_dir):
+    assert cli.main(["export", str(trained_resnet.path), "--out", str(tmp_path / "model.pt2")]) == 0
+    assert json.loads((tmp_path / "model.pt2.json").read_text())["format"] == "exported_program"
+    capsys.readouterr()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # torch's own deprecation warnings do not reach the user
+        assert cli.main(["export", str(trained_resnet.path), "--format", "torchscript", "--out",
+                         str(tmp_path / "m.ts.pt")]) == 0
+        (result,) = predict(tmp_path / "m.ts.pt", sorted(shapes_dir.glob("circle/*.png"))[:1])
+        assert result.error is None and result.label in ("circle", "cross", "square", "triangle")
+    err = capsys.readouterr().err
+    assert "note: TorchScript (torch.jit) is deprecated since torch 2.14" in err
 
 
 def test_checkpoints_go_to_the_background_writer_only_where_training_leaves_the_cpu_room(monkeypatch):

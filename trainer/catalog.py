@@ -13,9 +13,13 @@ SUGGESTED_TORCHVISION = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_small
                          "efficientnet_b0", "convnext_tiny", "vit_b_16", "densenet121", "vgg11_bn", "alexnet",
                          "squeezenet1_1")
 
-# export format -> file suffix it is written with
-EXPORT_FORMATS = {"state_dict": ".pt", "safetensors": ".safetensors", "onnx": ".onnx", "torchscript": ".ts.pt",
-                  "exported_program": ".pt2"}
+# export format -> file suffix it is written with; the program formats first, the default first of all
+EXPORT_FORMATS = {"exported_program": ".pt2", "onnx": ".onnx", "state_dict": ".pt", "safetensors": ".safetensors",
+                  "torchscript": ".ts.pt"}
+DEFAULT_EXPORT_FORMAT = "exported_program"  # torch.export: what torch 2.14 keeps developing
+# format -> why it is kept only for old consumers (shown in the app, printed by `main.py export`)
+DEPRECATED_EXPORT_FORMATS = {"torchscript": "TorchScript (torch.jit) is deprecated since torch 2.14; "
+                                            "exported_program (torch.export) replaces it"}
 
 # the checkpoints of a run that export (and evaluation) can take
 RUN_CHECKPOINTS = ("best", "last")

@@ -8,7 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
-from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
+from trainer.catalog import DEFAULT_EXPORT_FORMAT, DEPRECATED_EXPORT_FORMATS, EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.config import load_config, save_config
 from trainer.errors import InputError
 from trainer.rundir import RunDir, default_runs_dir, user_log_dir
@@ -322,6 +322,8 @@ def cmd_probe_devices(args) -> int:
 def cmd_export(args) -> int:
     from trainer.export import export_run
 
+    if args.format in DEPRECATED_EXPORT_FORMATS:
+        print(f"note: {DEPRECATED_EXPORT_FORMATS[args.format]}", file=sys.stderr)
     out = export_run(RunDir(args.run_dir), args.format, Path(args.out), args.checkpoint)
     print(f"exported {out} (+ {out.name}.json)")
     return 0
@@ -476,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="export a run's checkpoint for other tools")
     p.add_argument("run_dir")
-    p.add_argument("--format", default="state_dict", choices=tuple(EXPORT_FORMATS))
+    p.add_argument("--format", default=DEFAULT_EXPORT_FORMAT, choices=tuple(EXPORT_FORMATS),
+                   help=f"default {DEFAULT_EXPORT_FORMAT} (torch.export); torchscript is deprecated")
     p.add_argument("--out", required=True)
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.set_defaults(func=cmd_export)

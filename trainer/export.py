@@ -48,8 +48,12 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
         program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}} if _arg_name(model) == "x"
                                       else ({0: batch},))
         torch.export.save(program, out)
-    elif fmt == "torchscript":
-        torch.jit.save(torch.jit.trace(model, example), str(out))
+    elif fmt == "torchscript":  # deprecated (catalog.DEPRECATED_EXPORT_FORMATS): torch warns on each call
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
+            torch.jit.save(torch.jit.trace(model, example), str(out))
     elif fmt == "onnx":
         torch.onnx.export(model, (example,), str(out), input_names=["images"], output_names=["logits"],
                           dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=ONNX_OPSET,

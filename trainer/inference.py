@@ -153,8 +153,12 @@ def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor],
             return torch.export.load(str(export)).module()
         finally:
             quiet.setLevel(level)
-    if fmt == "torchscript":
-        return torch.jit.load(str(export))
+    if fmt == "torchscript":  # deprecated, still loaded for the files people have
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
+            return torch.jit.load(str(export))
     if fmt == "onnx":
         import onnxruntime
 

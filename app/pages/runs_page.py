@@ -36,7 +36,7 @@ from app.background import CliJob, run_in_thread
 from app.experiments import column_title, format_duration, read_notes, summarize, varying_keys, write_notes
 from app.grad_views import elide_middle
 from app.pages.plots import COLORS, make_plot, with_log_toggle
-from trainer.catalog import EXPORT_FORMATS, RUN_CHECKPOINTS
+from trainer.catalog import DEFAULT_EXPORT_FORMAT, DEPRECATED_EXPORT_FORMATS, EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.events import read_events
 from trainer.rundir import RunDir, list_runs
 from trainer.schedule import describe_extension
@@ -60,11 +60,16 @@ class ExportDialog(QDialog):
         self.setWindowTitle(f"Export {Path(run_dir).name}")
         self.run_dir = run_dir
         self.format = QComboBox()
-        self.format.addItems(list(EXPORT_FORMATS))
+        for fmt in EXPORT_FORMATS:  # the trainer's list, its default first; deprecated ones say so
+            self.format.addItem(fmt + (" (deprecated)" if fmt in DEPRECATED_EXPORT_FORMATS else ""), fmt)
+            if fmt in DEPRECATED_EXPORT_FORMATS:
+                self.format.setItemData(self.format.count() - 1, DEPRECATED_EXPORT_FORMATS[fmt],
+                                        Qt.ItemDataRole.ToolTipRole)
+        self.format.setCurrentIndex(self.format.findData(DEFAULT_EXPORT_FORMAT))
         self.checkpoint = QComboBox()
         self.checkpoint.addItems(list(RUN_CHECKPOINTS))
-        self.out = QLineEdit(str(Path(run_dir) / "export" / "model.pt"))
-        self.format.currentTextChanged.connect(self._suffix)
+        self.out = QLineEdit(str(Path(run_dir) / "export" / ("model" + EXPORT_FORMATS[DEFAULT_EXPORT_FORMAT])))
+        self.format.currentIndexChanged.connect(lambda _: self._suffix(self.format.currentData()))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
         row = QHBoxLayout()
@@ -97,7 +102,7 @@ class ExportDialog(QDialog):
     def export(self) -> None:
         self.export_button.setEnabled(False)
         self.result.setText("exporting…")
-        self.job = CliJob(["export", self.run_dir, "--format", self.format.currentText(), "--out", self.out.text(),
+        self.job = CliJob(["export", self.run_dir, "--format", self.format.currentData(), "--out", self.out.text(),
                            "--checkpoint", self.checkpoint.currentText()], self, parse_json=False)
         self.job.done.connect(lambda text: self._finished(f"<span style='color:#2b7a2b'>{text.strip()}</span>"))
         self.job.failed.connect(lambda error: self._finished(f"<span style='color:#c9302c'>{error}</span>"))
