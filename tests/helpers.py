@@ -134,3 +134,19 @@ def poisoned_model(folder: Path, value: str, steps: tuple[int, ...], where: str 
     path = folder / "net.py"
     path.write_text(source)
     return f"{path}:Net"
+
+
+def build_parts(config_path: Path, overrides=None):
+    """(cfg, parts): what a run of the config trains with, built in this process as the trainer builds it."""
+    import tempfile
+
+    from trainer.engine import seed_everything
+    from trainer.parts import build
+    from trainer.reporter import reporter_for
+    from trainer.strategy import make_strategy
+
+    cfg = load_config(config_path, overrides)
+    run = RunDir(Path(tempfile.mkdtemp(prefix="traindeck-parts-"))).create()
+    strategy = make_strategy(cfg)
+    seed_everything(cfg.train.seed)
+    return cfg, build(cfg, strategy, reporter_for(run.events, True, cfg.monitor.system_every_s), lambda: False)

@@ -145,18 +145,40 @@ def test_bf16_autocast_on_cpu_tracks_fp32(shapes_dir, tmp_path):
         assert abs(bf16 - fp32) < 0.25 * fp32 + 0.05, losses
 
 
-def test_options_this_machine_lacks_fail_before_launch(shapes_dir, tmp_path):
+NO_GPU_NO_HOROVOD = {"gpus": [], "bf16_cuda": False, "bf16_cuda_supported": False, "bf16_cpu": False,
+                     "backends": {"gloo": True, "nccl": False, "mpi": False}, "horovod": False}
+TWO_GPUS_HOROVOD = {**NO_GPU_NO_HOROVOD, "gpus": [{"index": 0, "name": "G", "memory_gb": 80},
+                                                  {"index": 1, "name": "G", "memory_gb": 80}],
+                    "bf16_cuda": True, "bf16_cuda_supported": True, "horovod": True,
+                    "backends": {"gloo": True, "nccl": True, "mpi": False}}
+
+
+@pytest.mark.parametrize(("facts", "refused"), [(NO_GPU_NO_HOROVOD, True), (TWO_GPUS_HOROVOD, False)])
+def test_options_a_machine_lacks_fail_before_launch(shapes_dir, tmp_path, monkeypatch, capsys, facts, refused):
+    """On canned machine facts (whatever this machine has): cuda, DataParallel and Horovod are refused with the
+    key, the reason and the install command before any run directory exists, and accepted where the machine has
+    them."""
+    from trainer import cli, machine
+
+    monkeypatch.setattr(machine, "machine_facts", lambda: facts)
     cfg = write_config(tmp_path, shapes_dir)
-    if not torch.cuda.is_available():
-        result = run_main("train", cfg, "--runs-dir", tmp_path / "runs", "--set", "device.type=cuda")
-        assert result.returncode == 2 and "device.type: cuda, but no CUDA GPU is available" in result.stderr
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs", "--set", *ddp_sets("horovod"))
-    try:
-        import horovod  # noqa: F401
-    except ImportError:
-        assert result.returncode == 2 and "horovod is not installed" in result.stderr
-        assert "pip install 'horovod[pytorch]'" in result.stderr
-    assert not (tmp_path / "runs").exists()
+    runs = tmp_path / "runs"
+    asks = {"cuda": ["device.type=cuda"], "dp": ["device.type=cuda", "device.parallel=dp", "device.gpus=[0,1]"],
+            "horovod": list(ddp_sets("horovod"))}
+    expected = {"cuda": "device.type: cuda, but no CUDA GPU is available",
+                "dp": "device.type: cuda, but no CUDA GPU is available",
+                "horovod": "device.launcher: horovod is not installed here (pip install 'horovod[pytorch]'"}
+    for option, sets in asks.items():
+        if refused:
+            assert cli.main(["train", str(cfg), "--runs-dir", str(runs), "--set", *sets]) == 2, option
+            err = capsys.readouterr().err
+            assert expected[option] in err and "Traceback" not in err, (option, err)
+        else:
+            from trainer.config import load_config
+            from trainer.machine import check_device
+
+            check_device(load_config(cfg, sets))  # no refusal on a machine that has them
+    assert not runs.exists()
     with pytest.raises(ConfigError, match="train.sync_batchnorm: SyncBatchNorm runs on GPUs only"):
         RunConfig.from_dict({"device": {"parallel": "ddp"}, "train": {"sync_batchnorm": True}})
 

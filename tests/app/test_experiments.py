@@ -57,7 +57,8 @@ def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_pa
     page.sweep_choice.setCurrentText("lrs")
     lines = sum(int(np.isnan(item.yData).sum()) for item in page.parallel_plot.listDataItems())
     assert lines == 3  # one line per run of the sweep (NaN-separated within colour bands)
-    assert page.model.rows[0]["tags"] or page.model.rows[-1]["tags"]  # the sweep is a tag
+    tags = {r["params"]["optimizer.lr"]: r["tags"] for r in page.model.rows}
+    assert tags == {0.001: ["lrs"], 0.01: ["lrs"], 0.1: ["lrs"], 0.003: []}, "the sweep is a tag of its runs alone"
 
 
 def test_tags_and_notes_are_kept_beside_the_run(qtbot, tmp_path):
