@@ -20,7 +20,8 @@ from trainer.checkpoint import CorruptCheckpointError, UnsafeFileError, load_lat
 from trainer.data import decode_image
 from trainer.export import export_run, predict
 from trainer.inference import load_run_model
-from trainer.models import ModelError, read_state_dict
+from trainer.models import ModelError
+from trainer.weights import read_state_dict
 
 shutil_usage = namedtuple("usage", "total used free")
 
@@ -138,15 +139,16 @@ def test_weights_for_another_architecture_name_the_mismatching_keys(tmp_path, sh
     from safetensors.torch import save_file
 
     from trainer.config import ModelConfig
-    from trainer.models import create_model, load_pretrained
+    from trainer.models import create_model
+    from trainer.weights import load_file_weights
 
     other = create_model(ModelConfig(name="resnet18"), 7).state_dict()
     save_file({k: v.contiguous() for k, v in other.items()}, str(tmp_path / "r18.safetensors"))
     with pytest.raises(ModelError, match=r"does not fit this model \(missing features\.0\.0\.weight"):
-        load_pretrained(create_model(ModelConfig(name="small_cnn"), 4), tmp_path / "r18.safetensors")
+        load_file_weights(create_model(ModelConfig(name="small_cnn"), 4), tmp_path / "r18.safetensors", "fc")
     # same architecture, other class count: the head is re-initialised, the rest loads
     model = create_model(ModelConfig(name="resnet18"), 4)
-    assert load_pretrained(model, tmp_path / "r18.safetensors") == ["fc.bias", "fc.weight"]
+    assert load_file_weights(model, tmp_path / "r18.safetensors", "fc") == ["fc.bias", "fc.weight"]
     assert torch.equal(model.conv1.weight, other["conv1.weight"])
 
 

@@ -11,3 +11,13 @@ class InputError(Exception):
     def __str__(self) -> str:
         # never an empty line for the user (an exception raised without a message still says what it is)
         return super().__str__() or type(self).__name__
+
+
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """`TypeName: first line of the message`, for one-line errors (an exception without a message gives its type)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:limit]}" if text else type(e).__name__
+
+
+class ModelError(InputError, ValueError):
+    """A model that cannot be built or loaded; the message names the key or file."""

@@ -20,7 +20,7 @@ from trainer.catalog import EXPORT_FORMATS
 from trainer.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
 from trainer.config import ModelConfig
 from trainer.data import decode_image
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
 from trainer.models import create_model
 from trainer.precision import autocast
 from trainer.rundir import RunDir
@@ -33,12 +33,6 @@ MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "channels_last":
 
 class ModelFileError(InputError, ValueError):
     """A checkpoint or exported model that cannot be used (missing, damaged, not TrainDeck's); the file is named."""
-
-
-def first_line(e: BaseException, limit: int = 200) -> str:
-    """`TypeName: first line of the message` (an exception without a message gives its type alone)."""
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:limit]}" if text else type(e).__name__
 
 
 @dataclass(frozen=True)

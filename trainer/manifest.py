@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from trainer.errors import first_line
 from trainer.scan import DataError
 
 HEADER = "# TrainDeck dataset manifest: images left out (exclude) or given another class (relabel).\n" \
@@ -94,7 +95,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise DataError(f"data.exclude: {path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+        raise DataError(f"data.exclude: {path}: cannot be read ({first_line(e)})") from e
     if not isinstance(raw, dict) or set(raw) - {"exclude", "relabel"}:
         raise DataError(f"data.exclude: {path}: expected the keys exclude (a list of images) and relabel "
                         f"(image: class), got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")

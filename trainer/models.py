@@ -18,14 +18,9 @@ from torch import nn
 
 from trainer.catalog import BUILTIN_MODELS
 from trainer.config import ModelConfig, is_user_model
-from trainer.errors import InputError
-from trainer.groups import is_head_parameter
+from trainer.errors import ModelError
 
 log = logging.getLogger(__name__)
-
-
-class ModelError(InputError, ValueError):
-    """A model that cannot be built or loaded; the message names the key or file."""
 
 
 class SmallCNN(nn.Module):
@@ -152,74 +147,6 @@ def apply_init(model: nn.Module, scheme: str) -> None:
     model.apply(init)
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """Tensors from a .safetensors file or a torch file loaded with weights_only=True (never full unpickling)."""
-    from trainer.checkpoint import UnsafeFileError, check_layout, load_weights_only
-
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"model.weights: {path} does not exist")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path))
-        except Exception as e:
-            raise ModelError(f"model.weights: {path} is not a valid safetensors file: {e}") from e
-    try:
-        obj = load_weights_only(path)
-    except UnsafeFileError as e:
-        raise ModelError(f"model.weights: {e}") from e
-    except Exception as e:  # noqa: BLE001 - truncated or not a torch file at all
-        raise ModelError(f"model.weights: {path} cannot be read as weights ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0][:200] if str(e) else ''})") from e
-    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
-        try:
-            obj = check_layout(obj, path)["model"]  # a TrainDeck checkpoint
-        except ValueError as e:
-            raise ModelError(f"model.weights: {e}") from e
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ModelError(f"model.weights: {path} does not hold a state_dict (a mapping of names to tensors)")
-    return {k.removeprefix("module."): v for k, v in obj.items()}
-
-
-def check_weights_fit(model: nn.Module, incoming: dict[str, torch.Tensor], path: str | Path) -> set[str]:
-    """The keys of `model`'s classifier head that `incoming` does not fit (they stay re-initialised).
-
-    Raises ModelError naming the mismatching keys when the weights are for another architecture.
-    """
-    own = model.state_dict()
-    missing = [k for k in own if k not in incoming]
-    unexpected = [k for k in incoming if k not in own]
-    wrong_shape = [k for k in own if k in incoming and incoming[k].shape != own[k].shape]
-    head = {k for k in missing + wrong_shape if _is_head(model, k)}
-    fatal = [k for k in missing + wrong_shape if k not in head] + unexpected
-    if fatal:
-        details = []
-        if missing:
-            details.append(f"missing {_few([k for k in missing if k not in head])}")
-        if unexpected:
-            details.append(f"unexpected {_few(unexpected)}")
-        if wrong_shape:
-            details.append("shape mismatch " + _few([f"{k} {tuple(incoming[k].shape)} vs {tuple(own[k].shape)}"
-                                                     for k in wrong_shape if k not in head]))
-        raise ModelError(f"model.weights: {path} does not fit this model ({'; '.join(d for d in details if d)})")
-    return head
-
-
-def load_pretrained(model: nn.Module, path: str | Path) -> list[str]:
-    """Load matching weights; a classifier head of another size is left re-initialised.
-
-    Returns the names left re-initialised.
-    """
-    incoming = read_state_dict(path)
-    head = check_weights_fit(model, incoming, path)
-    model.load_state_dict({k: v for k, v in incoming.items() if k not in head}, strict=False)
-    if head:
-        log.info("loaded %s; classifier head re-initialised for this dataset: %s", path, ", ".join(sorted(head)))
-    return sorted(head)
-
-
 def check_model(cfg: ModelConfig, num_classes: int) -> nn.Module | None:
     """Before a run starts: the model can be built and its weights file fits it (ModelError otherwise).
 
@@ -240,7 +167,9 @@ def check_model(cfg: ModelConfig, num_classes: int) -> nn.Module | None:
 
         resolve(cfg.name, cfg.weights)  # a name this model offers (fetched when the run starts)
     elif cfg.weights:
-        check_weights_fit(model, read_state_dict(cfg.weights), cfg.weights)
+        from trainer.weights import check_weights_fit, read_state_dict
+
+        check_weights_fit(model, read_state_dict(cfg.weights), cfg.weights, head_name(model))
     return model
 
 
@@ -254,14 +183,6 @@ def head_name(model: nn.Module) -> str | None:
     return last
 
 
-def _is_head(model: nn.Module, key: str) -> bool:
-    return is_head_parameter(head_name(model), key)
-
-
-def _few(items: list[str], n: int = 5) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else ""
-
-
 def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int,
                 progress=None) -> tuple[nn.Module, dict | None]:
     """Create, initialise, load weights and check that the output has one logit per class.
@@ -269,24 +190,16 @@ def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int,
     Returns the model and what weights were loaded (name, file, sha256), or None for none; `progress` sees the
     bytes of a download.
     """
-    from trainer.config import is_weights_name
-
     torch.manual_seed(seed)
     model = create_model(cfg, num_classes)
     info = None
     if cfg.name.startswith("timm:"):
         info = {"name": cfg.weights, "file": "Hugging Face cache (timm)"} if cfg.weights else None
     else:
+        from trainer.weights import load_weights
+
         apply_init(model, cfg.init)
-        if is_weights_name(cfg.weights):
-            from trainer.weights import load_named
-
-            info = load_named(model, cfg, progress)
-        elif cfg.weights:
-            from trainer.weights import sha256_of
-
-            load_pretrained(model, cfg.weights)
-            info = {"name": None, "file": str(cfg.weights), "sha256": sha256_of(Path(cfg.weights))}
+        info = load_weights(model, cfg, head_name(model), progress)
     check_output_size(model, cfg.name, num_classes, image_size)
     return model, info
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from trainer.config import ConfigError, RunConfig, apply_overrides, load_config, parse_float
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
 
 TOP_KEYS = {"base", "name", "grid", "random", "trials", "seed", "method", "metric"}
 METHODS = ("grid", "random", "optuna")
@@ -93,7 +93,7 @@ def read_sweep(path: str | Path) -> Sweep:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise SweepError(f"{path}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+        raise SweepError(f"{path}: cannot be read ({first_line(e)})") from e
     if not isinstance(raw, dict):
         raise SweepError(f"{path}: expected a mapping with base and grid and/or random")
     unknown = sorted(set(raw) - TOP_KEYS)

@@ -22,9 +22,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import torch
+from torch import nn
 
 from trainer.config import IMAGENET_MEAN, IMAGENET_STD, ModelConfig, is_weights_name
-from trainer.models import ModelError
+from trainer.errors import ModelError, first_line
+from trainer.groups import is_head_parameter
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +170,23 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_named(model: torch.nn.Module, cfg: ModelConfig, progress: Progress | None = None) -> dict:
+def load_weights(model: nn.Module, cfg: ModelConfig, head_module: str | None,
+                 progress: Progress | None = None) -> dict | None:
+    """The one loader of `model.weights` into a built model: a published name (fetched into torchvision's cache)
+    or a local file; the classifier head `head_module` is resized to the dataset. What was loaded (name, file,
+    sha256), for `run_start`, or None without weights."""
+    if is_weights_name(cfg.weights):
+        return load_named(model, cfg, head_module, progress)
+    if cfg.weights:
+        load_file_weights(model, cfg.weights, head_module)
+        return {"name": None, "file": str(cfg.weights), "sha256": sha256_of(Path(cfg.weights))}
+    return None
+
+
+def load_named(model: nn.Module, cfg: ModelConfig, head_module: str | None, progress: Progress | None = None) -> dict:
     """Load the published weights `cfg.weights` into `model` (its head resized to the dataset, as for local
     files); what was loaded, for `run_start`: name, file, sha256."""
     from trainer.checkpoint import load_weights_only
-    from trainer.models import check_weights_fit
 
     named = resolve(cfg.name, cfg.weights)
     path = fetch(named, progress)
@@ -181,7 +195,7 @@ def load_named(model: torch.nn.Module, cfg: ModelConfig, progress: Progress | No
     except Exception as e:  # noqa: BLE001 - a damaged cached file: say which and how to recover
         raise ModelError(f"model.weights: {path} cannot be read ({type(e).__name__}); delete it to download it "
                          f"again") from e
-    head = check_weights_fit(model, state, path)
+    head = check_weights_fit(model, state, path, head_module)
     model.load_state_dict({k: v for k, v in state.items() if k not in head}, strict=False)
     log.info("loaded %s weights %s from %s%s", cfg.name, named.name, path,
              f"; classifier head re-initialised: {', '.join(sorted(head))}" if head else "")
@@ -246,6 +260,79 @@ def create_timm(cfg: ModelConfig, num_classes: int) -> torch.nn.Module:
         return timm.create_model(name, pretrained=cfg.weights == "DEFAULT", num_classes=num_classes)
     except Exception as e:  # noqa: BLE001 - offline and not cached, or a hub error: name it
         raise WeightsUnavailable(f"model.weights: DEFAULT for {cfg.name}: timm could not load its pretrained weights "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); fetch "
+                                 f"({first_line(e)}); fetch "
                                  f"them where there is network (`main.py fetch-weights {cfg.name}`), they are kept "
                                  f"in the Hugging Face cache") from e
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors from a .safetensors file or a torch file loaded with weights_only=True (never full unpickling)."""
+    from trainer.checkpoint import UnsafeFileError, check_layout, load_weights_only
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"model.weights: {path} does not exist")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:
+            raise ModelError(f"model.weights: {path} is not a valid safetensors file: {e}") from e
+    try:
+        obj = load_weights_only(path)
+    except UnsafeFileError as e:
+        raise ModelError(f"model.weights: {e}") from e
+    except Exception as e:  # noqa: BLE001 - truncated or not a torch file at all
+        raise ModelError(f"model.weights: {path} cannot be read as weights ({first_line(e)})") from e
+    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
+        try:
+            obj = check_layout(obj, path)["model"]  # a TrainDeck checkpoint
+        except ValueError as e:
+            raise ModelError(f"model.weights: {e}") from e
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ModelError(f"model.weights: {path} does not hold a state_dict (a mapping of names to tensors)")
+    return {k.removeprefix("module."): v for k, v in obj.items()}
+
+
+def check_weights_fit(model: nn.Module, incoming: dict[str, torch.Tensor], path: str | Path,
+                      head_module: str | None) -> set[str]:
+    """The keys of `model`'s classifier head (module `head_module`) that `incoming` does not fit (they stay
+    re-initialised).
+
+    Raises ModelError naming the mismatching keys when the weights are for another architecture.
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in incoming]
+    unexpected = [k for k in incoming if k not in own]
+    wrong_shape = [k for k in own if k in incoming and incoming[k].shape != own[k].shape]
+    head = {k for k in missing + wrong_shape if is_head_parameter(head_module, k)}
+    fatal = [k for k in missing + wrong_shape if k not in head] + unexpected
+    if fatal:
+        details = []
+        if missing:
+            details.append(f"missing {_few([k for k in missing if k not in head])}")
+        if unexpected:
+            details.append(f"unexpected {_few(unexpected)}")
+        if wrong_shape:
+            details.append("shape mismatch " + _few([f"{k} {tuple(incoming[k].shape)} vs {tuple(own[k].shape)}"
+                                                     for k in wrong_shape if k not in head]))
+        raise ModelError(f"model.weights: {path} does not fit this model ({'; '.join(d for d in details if d)})")
+    return head
+
+
+def load_file_weights(model: nn.Module, path: str | Path, head_module: str | None) -> list[str]:
+    """Load matching weights from a local file; a classifier head of another size is left re-initialised.
+
+    Returns the names left re-initialised.
+    """
+    incoming = read_state_dict(path)
+    head = check_weights_fit(model, incoming, path, head_module)
+    model.load_state_dict({k: v for k, v in incoming.items() if k not in head}, strict=False)
+    if head:
+        log.info("loaded %s; classifier head re-initialised for this dataset: %s", path, ", ".join(sorted(head)))
+    return sorted(head)
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "") if items else ""
