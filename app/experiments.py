@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
 import yaml
 
+from trainer.files import atomic_write_text
 from trainer.rundir import RunDir
 
 NOTES = "notes.json"
@@ -53,10 +53,7 @@ def read_notes(run: RunDir) -> dict:
 
 
 def write_notes(run: RunDir, tags: list[str], notes: str) -> None:
-    path = run.path / NOTES
-    tmp = path.with_name(f".{NOTES}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"tags": tags, "notes": notes}, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(run.path / NOTES, json.dumps({"tags": tags, "notes": notes}, indent=1))
 
 
 def summarize(run: RunDir) -> dict:

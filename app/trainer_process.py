@@ -24,8 +24,8 @@ import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from trainer.launch import main_command
-from trainer.rundir import pid_alive
 from trainer.standby import STANDBY_COMMANDS
+from trainer.system import pid_alive, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +138,7 @@ class TrainerProcess(QObject):
 
     def _signal(self, sig: int) -> None:
         try:
-            os.killpg(self.pid, sig)  # the trainer is its session's leader: pgid == pid
-        except ProcessLookupError:
-            pass
+            signal_group(self.pid, sig)  # the trainer is its session's leader: pgid == pid
         except PermissionError as e:
             log.error("cannot signal trainer %s: %s", self.pid, e)
 

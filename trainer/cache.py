@@ -14,8 +14,6 @@ not used for `MAX_AGE_DAYS` are removed when a new one is built.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -30,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trainer.rundir import pid_alive
+from trainer.system import locked as _locked
+from trainer.system import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -145,16 +144,6 @@ def _valid(entry: Path, count: int, size: int) -> bool:
                 and (entry / "images.u8").stat().st_size == max(1, count) * 3 * size * size)
     except (OSError, ValueError):
         return False
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _decode_into(images: np.ndarray, paths: list[str], size: int, decode: Callable, workers: int,

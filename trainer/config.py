@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from trainer.errors import InputError
+from trainer.files import atomic_write_text
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
@@ -319,14 +320,7 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
 
 def save_config(cfg: RunConfig, path: str | os.PathLike) -> None:
     """Write the config as YAML atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(cfg.to_yaml(), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no 0-byte temporary behind
-        raise
+    atomic_write_text(path, cfg.to_yaml())
 
 
 def apply_overrides(raw: dict, assignments: list[str]) -> None:

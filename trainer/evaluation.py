@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from trainer.files import atomic_write_text
+
 log = logging.getLogger(__name__)
 
 ECE_BINS = 15
@@ -95,22 +97,13 @@ def write_evaluation(run_path: Path, name: str, preds: Predictions, classes: lis
     folder = Path(run_path) / "eval" / name
     folder.mkdir(parents=True, exist_ok=True)
     metrics = {**classification_metrics(preds.logits, preds.labels, classes), **(extra or {})}
-    _atomic_write(folder / "metrics.json", json.dumps(metrics, indent=1))
+    atomic_write_text(folder / "metrics.json", json.dumps(metrics, indent=1))
     text = io.StringIO()
     writer = csv.DictWriter(text, ["path", "true", "predicted", "confidence", "loss", "top_k"])
     writer.writeheader()
     writer.writerows(prediction_rows(preds, classes))
-    _atomic_write(folder / "predictions.csv", text.getvalue())
+    atomic_write_text(folder / "predictions.csv", text.getvalue())
     return metrics
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best") -> tuple[Path, dict]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from trainer.errors import first_line
+from trainer.files import atomic_write_text
 from trainer.scan import DataError
 
 HEADER = "# TrainDeck dataset manifest: images left out (exclude) or given another class (relabel).\n" \
@@ -124,10 +125,4 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike | None = None) ->
     body = {"exclude": [stored(p) for p in manifest.exclude],
             "relabel": {stored(k): v for k, v in manifest.relabel.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(HEADER + yaml.safe_dump(body, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write_text(path, HEADER + yaml.safe_dump(body, sort_keys=False, allow_unicode=True))

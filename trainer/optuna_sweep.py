@@ -8,8 +8,6 @@ reason `pruned`.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,8 +15,9 @@ from pathlib import Path
 
 from trainer import queue
 from trainer.events import EventTail
-from trainer.rundir import FINAL_STATES, RunDir, pid_alive
+from trainer.rundir import FINAL_STATES, RunDir
 from trainer.sweep import Sweep, SweepError
+from trainer.system import pid_alive, signal_group, signal_process
 
 POLL_S = 0.5
 STARTUP_TRIALS = 2  # trials that always run to the end before the pruner compares against their median
@@ -99,12 +98,7 @@ def stop_run(run: RunDir, timeout: float = 120) -> None:
     """Stop a live run as Stop does (SIGTERM to its process group: it checkpoints and ends) and wait for it."""
     status = run.read_status()
     pgid, pid = status.get("pgid"), status.get("pid")
-    try:
-        if pgid:
-            os.killpg(pgid, signal.SIGTERM)
-        elif pid:
-            os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+    if not (signal_group(pgid) if pgid else signal_process(pid) if pid else False):
         return
     deadline = time.time() + timeout
     while (run.is_live() or pid_alive(pid)) and time.time() < deadline:  # gone, its last status written

@@ -15,7 +15,6 @@ checkpoint.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import subprocess
@@ -24,7 +23,8 @@ import time
 from pathlib import Path
 
 from trainer.config import ConfigError, RunConfig, load_config, save_config
-from trainer.rundir import RunDir, list_runs, pid_alive
+from trainer.rundir import RunDir, list_runs
+from trainer.system import die_with_parent, locked, pid_alive, signal_group
 
 LOCK = ".queue.lock"
 SCHEDULERS = ".schedulers"  # one file per live scheduler: <pid>
@@ -37,12 +37,8 @@ BUSY_MEMORY_FRACTION = 0.2  # or holding this share of its memory
 def queue_lock(runs_dir: Path):
     """The runs directory's queue lock, held for the block (released by the OS if the holder dies)."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    with open(runs_dir / LOCK, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with locked(runs_dir / LOCK):
+        yield
 
 
 def queued(runs_dir: Path) -> list[RunDir]:
@@ -176,17 +172,6 @@ def live_schedulers(runs_dir: Path) -> list[int]:
     return [pid for pid in pids if pid_alive(pid)]
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the scheduler dies (Linux), so an orphan checkpoints and stops."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    os.setsid()
-
-
 class Scheduler:
     """Works the queue of one runs directory until stopped (or, with until_empty, until nothing is waiting)."""
 
@@ -212,8 +197,7 @@ class Scheduler:
                 time.sleep(POLL_S)
         finally:
             for proc, _ in self.children.values():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)  # each checkpoints and stops; the next scheduler resumes it
+                signal_group(proc.pid)  # each checkpoints and stops; the next scheduler resumes it
             for proc, _ in self.children.values():
                 proc.wait()
             self.marker.unlink(missing_ok=True)
@@ -282,7 +266,7 @@ class Scheduler:
         _edit(run, scheduler=os.getpid(), gpus=gpus, started=time.time())
         out = open(run.output_log, "ab")
         proc = subprocess.Popen(main_command("resume", str(run.path)), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
+                                stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
         out.close()
         self.children[run.path] = (proc, gpus)
         self.log(f"{run.name}: started" + (f" on GPU {','.join(map(str, gpus))}" if gpus else ""))

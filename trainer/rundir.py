@@ -12,7 +12,6 @@ Torch-free. Layout:
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import json
 import os
 import re
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import InputError
+from trainer.files import atomic_write_text
+from trainer.system import pid_alive, try_lock
 
 STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
 FINAL_STATES = ("completed", "stopped", "failed", "diverged")
@@ -36,23 +37,6 @@ class RunDirInUse(InputError, RuntimeError):
 
 class RunDirUsed(InputError, RuntimeError):
     """The run directory already holds a run (training into it again would overwrite it)."""
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) still answers kill(0).
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 @dataclass
@@ -115,12 +99,9 @@ class RunDir:
         status.update(fields)
         status["updated"] = time.time()
         text = json.dumps(status, indent=1)
-        tmp = self.status_file.with_name(f".status.json.tmp-{os.getpid()}")
         try:
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.status_file)
+            atomic_write_text(self.status_file, text)
         except OSError:
-            tmp.unlink(missing_ok=True)
             if not self.status_file.exists():
                 raise
             with open(self.status_file, "r+", encoding="utf-8") as f:
@@ -151,11 +132,8 @@ class RunDir:
         Taken before anything in the directory is written, so two launches into one directory never mix.
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / ".lock", "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
+        handle = try_lock(self.path / ".lock")
+        if handle is None:
             pid = self.read_status().get("pid")
             who = f" (pid {pid})" if pid else ""
             raise RunDirInUse(f"{self.path}: in use by another run{who}; wait for it or stop it") from None

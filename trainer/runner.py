@@ -21,6 +21,7 @@ from trainer.config import RunConfig
 from trainer.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, run_worker
 from trainer.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
 from trainer.rundir import FINAL_STATES, RunDir
+from trainer.system import process_group, signal_process
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def launch(run: RunDir, cfg: RunConfig, resume: bool = False, lock=None) -> int:
 
 def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     run.clear_rank_errors()
-    run.write_status(state="starting", pid=os.getpid(), pgid=os.getpgid(0), started=time.time(), message="", exit_code=None,
+    run.write_status(state="starting", pid=os.getpid(), pgid=process_group(), started=time.time(), message="", exit_code=None,
                      model=cfg.model.name, dataset=cfg.data.train_dir, parallel=cfg.device.parallel)
     dev = cfg.device
     if dev.parallel != "ddp":
@@ -81,10 +82,7 @@ def _forward_signals(pids) -> None:
     """Stop requests to this launcher go to its workers' launcher (torchrun) or the spawned ranks, once."""
     def forward(signum, frame):
         for pid in pids():
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            signal_process(pid)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)

@@ -11,7 +11,8 @@ from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
 from app.trainer_process import TrainerProcess
-from trainer.rundir import RunDir, pid_alive
+from trainer.rundir import RunDir
+from trainer.system import pid_alive
 
 STUBBORN = """
 import signal, subprocess, sys, time

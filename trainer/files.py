@@ -1,0 +1,19 @@
+"""Writing small text files so that a reader never sees half of one. Torch-free (the app writes with it too)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: readers see the old file or
+    the new one, never a part. A failure (a full disk) leaves no temporary behind and raises."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
