@@ -26,6 +26,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BENCH_OPTIMIZER, REPO, machine, save_result, small_dataset  # noqa: E402
 
+from trainer.recipes import FINE_TUNE_BACKBONE_SHARE, apply_recipe  # noqa: E402
+
 LETTERS = ("A", "E", "H", "K", "R")
 
 
@@ -96,11 +98,11 @@ def main() -> None:
         print(f"pretrained resnet18 on the shapes: val_acc {pretrain_acc:.3f} ({time.perf_counter() - started:.0f} s)",
               flush=True)
         lr = BENCH_OPTIMIZER["lr"]
-        recipes = {
+        start = {"model": {"weights": str(weights)}, "optimizer": {"lr": lr}}
+        recipes = {  # the Optimizer page's recipes, applied by the same function (trainer.recipes)
             "from scratch": {},
-            "linear probe": {"model": {"weights": str(weights), "freeze_backbone": True}},
-            "fine-tune (backbone at 0.1x lr)": {"model": {"weights": str(weights)},
-                                                "optimizer": {"lr": lr * 0.1, "groups": [{"pattern": "fc", "lr": lr}]}},
+            "linear probe": apply_recipe("linear_probe", start, "fc"),
+            f"fine-tune (backbone at {FINE_TUNE_BACKBONE_SHARE:g}x lr)": apply_recipe("fine_tune", start, "fc"),
         }
         curves: dict[str, list[list[float]]] = {name: [] for name in recipes}
         for seed in range(args.seeds):  # interleaved: every recipe once per seed

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from trainer.catalog import DEFAULT_EXPORT_FORMAT, DEPRECATED_EXPORT_FORMATS, EXPORT_FORMATS, RUN_CHECKPOINTS
-from trainer.config import load_config, save_config
+from trainer.config import load_config
 from trainer.errors import InputError
 from trainer.rundir import RunDir, default_runs_dir, user_log_dir
 from trainer.scan import printable_path
@@ -58,27 +58,15 @@ def cmd_resume(args) -> int:
         cfg = load_config(run.config)
         preflight(cfg)
         if args.epochs is not None:
-            extend(run, cfg, status, args.epochs)
+            from trainer.prepare import extend_run
+
+            note = extend_run(run, cfg, status, args.epochs)
+            if note:
+                print(note, flush=True)
     except BaseException:
         lock.close()
         raise
     return _finish(run, launch(run, cfg, resume=True, lock=lock))
-
-
-def extend(run: RunDir, cfg, status: dict, total: int) -> None:
-    """Raise the run's train.epochs to `total` (its config.yaml, atomically) and say what the schedule does."""
-    from trainer.events import read_events
-    from trainer.schedule import describe_extension
-
-    done = int(status.get("epoch") or 0)
-    if total <= done:
-        raise CommandError(f"--epochs: the run has trained {done} epochs; give a larger total, such as {done + 5}")
-    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
-    steps = starts[-1].get("steps_per_epoch") if starts else None
-    cfg.train.epochs = total
-    save_config(cfg, run.config)
-    if steps:
-        print(describe_extension(cfg.scheduler, cfg.optimizer.lr, done, total, steps), flush=True)
 
 
 def _finish(run: RunDir, code: int) -> int:
@@ -349,8 +337,6 @@ def cmd_predict(args) -> int:
 def cmd_lr_find(args) -> int:
     import tempfile
 
-    import yaml
-
     from trainer.lr_find import LrFindError, find_lr
     from trainer.preflight import preflight
 
@@ -368,10 +354,9 @@ def cmd_lr_find(args) -> int:
         print(f"suggested optimizer.lr: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, "
               f"lowest loss at {result['min_loss_lr']:.3g})")
     if args.write:
-        raw = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
-        raw.setdefault("optimizer", {})["lr"] = float(f"{lr:.3g}")
-        Path(args.config).write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-        print(f"wrote optimizer.lr: {lr:.3g} to {args.config}", file=sys.stderr)
+        from trainer.lr_find import write_suggestion
+
+        print(f"wrote optimizer.lr: {write_suggestion(args.config, lr):.3g} to {args.config}", file=sys.stderr)
     return 0
 
 

@@ -8,6 +8,7 @@ smoothed loss's minimum (the common rule; the steepest descent, noisier on small
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import torch
 
@@ -75,3 +76,18 @@ def _result(lrs: list[float], losses: list[float]) -> dict:
     suggestion = finite[minimum][0] / 10
     return {"lrs": lrs, "losses": losses, "suggested_lr": suggestion, "steepest_lr": finite[steepest][0],
             "min_loss_lr": finite[minimum][0]}
+
+
+def write_suggestion(config_path: str | Path, lr: float) -> float:
+    """Write the suggested learning rate (3 significant digits) into the user's config file as optimizer.lr; the
+    value written. The other keys are kept (comments are not: the file is YAML rewritten)."""
+    import yaml
+
+    from trainer.files import atomic_write_text
+
+    path = Path(config_path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    value = float(f"{lr:.3g}")
+    raw.setdefault("optimizer", {})["lr"] = value
+    atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+    return value

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainer.config import RunConfig, save_config
+from trainer.config import ConfigError, RunConfig, save_config
 from trainer.rundir import RunDir, RunDirUsed, new_run_dir, run_label
 
 
@@ -50,3 +50,18 @@ def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, ru
         lock.close()
         raise
     return run, lock
+
+
+def extend_run(run: RunDir, cfg: RunConfig, status: dict, total: int) -> str | None:
+    """Raise the run's train.epochs to `total` (its config.yaml, atomically); what the schedule does then."""
+    from trainer.events import read_events
+    from trainer.schedule import describe_extension
+
+    done = int(status.get("epoch") or 0)
+    if total <= done:
+        raise ConfigError([f"--epochs: the run has trained {done} epochs; give a larger total, such as {done + 5}"])
+    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
+    steps = starts[-1].get("steps_per_epoch") if starts else None
+    cfg.train.epochs = total
+    save_config(cfg, run.config)
+    return describe_extension(cfg.scheduler, cfg.optimizer.lr, done, total, steps) if steps else None

@@ -24,8 +24,9 @@ from PySide6.QtWidgets import (
 
 from app.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from app.pages.model_page import human
-from trainer.config import key_choices
+from trainer.config import key_choices, parse_float
 from trainer.groups import assign_groups, group_problems
+from trainer.recipes import RECIPES, RecipeError, apply_recipe
 
 GROUP_COLUMNS = ["pattern", "lr", "weight decay", "momentum", "freeze", "matches"]
 
@@ -166,17 +167,6 @@ class LrFindDialog(QDialog):
         layout.addWidget(buttons)
 
 
-FINE_TUNE_BACKBONE_SHARE = 0.1  # the backbone's learning rate as a share of the head's, in the fine-tune recipe
-
-RECIPES = {
-    "scratch": ("Every layer alike", "all parameters train at the optimizer's learning rate"),
-    "linear_probe": ("Linear probe", "only the classifier head trains; the backbone's weights and BatchNorm "
-                                     "statistics stay as loaded (model.freeze_backbone)"),
-    "fine_tune": ("Fine-tune", f"the backbone trains at {FINE_TUNE_BACKBONE_SHARE:g}x the head's learning rate, "
-                               f"through a parameter group for the head (edit it below)"),
-    "gradual": ("Gradual unfreezing", "the backbone stays frozen for the first epoch(s), then trains too "
-                                      "(model.unfreeze_at_epoch)"),
-}
 
 
 class OptimizerPage(QWidget):
@@ -272,39 +262,26 @@ class OptimizerPage(QWidget):
         grid.setRowStretch(2, 1)
 
     def apply_recipe(self, key: str) -> None:
-        """Set the config keys of a fine-tuning recipe; what it did is said beside the buttons."""
+        """Set the config keys of a fine-tuning recipe (`trainer.recipes`); what it did is said beside the buttons."""
         w = self.binder.widgets
         freeze, unfreeze = w["model.freeze_backbone"], w["model.unfreeze_at_epoch"]
-        head_groups = [g for g in self.groups.groups() if g.get("pattern") == self.head]
-        if key == "scratch":
-            freeze.setChecked(False)
-            unfreeze.setValue(0)
-            if head_groups:
-                lr = head_groups[0].get("lr")
-                self.groups.set_groups([g for g in self.groups.groups() if g.get("pattern") != self.head])
-                if lr:
-                    w["optimizer.lr"].setText(f"{lr:.3g}")
-        elif key == "linear_probe":
-            unfreeze.setValue(0)
-            freeze.setChecked(True)
-        elif key == "gradual":
-            freeze.setChecked(False)
-            unfreeze.setValue(max(1, unfreeze.value()))
-        elif key == "fine_tune":
-            if not self.head:
-                self.recipe_note.setText("Fine-tune needs the model's classifier head: choose a model first.")
-                return
-            freeze.setChecked(False)
-            unfreeze.setValue(0)
-            if not head_groups:
-                try:
-                    lr = float(w["optimizer.lr"].text())
-                except ValueError:
-                    self.recipe_note.setText("Set a valid learning rate first: the head gets it, the backbone a share.")
-                    return
-                others = [g for g in self.groups.groups() if g.get("pattern") != self.head]
-                self.groups.set_groups([{"pattern": self.head, "lr": lr}, *others])
-                w["optimizer.lr"].setText(f"{lr * FINE_TUNE_BACKBONE_SHARE:.3g}")
+        try:
+            lr = parse_float(w["optimizer.lr"].text())
+        except ValueError:
+            lr = None
+        raw = {"model": {"freeze_backbone": freeze.isChecked(), "unfreeze_at_epoch": unfreeze.value()},
+               "optimizer": {"lr": lr, "groups": self.groups.groups()}}
+        try:
+            out = apply_recipe(key, raw, self.head)
+        except RecipeError as e:
+            self.recipe_note.setText(f"{RECIPES[key][0]}: {e}.")
+            return
+        freeze.setChecked(out["model"]["freeze_backbone"])
+        unfreeze.setValue(out["model"]["unfreeze_at_epoch"])
+        if out["optimizer"]["groups"] != raw["optimizer"]["groups"]:
+            self.groups.set_groups(out["optimizer"]["groups"])
+        if out["optimizer"]["lr"] != lr:
+            w["optimizer.lr"].setText(f"{out['optimizer']['lr']:.3g}")
         self.recipe_note.setText(f"{RECIPES[key][0]}: {RECIPES[key][1]}.")
 
     def load(self, raw: dict) -> None:
