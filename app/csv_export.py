@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
+from trainer.csvfile import SafeWriter
 from trainer.events import EventTail
 
 STEP_COLUMNS = ("step", "epoch", "loss", "images_per_s", "grad_norm")
@@ -23,8 +23,8 @@ def export_run_csv(events_path: str | Path, out: str | Path) -> tuple[Path, Path
     groups: list[str] = []
     with open(out, "w", newline="", encoding="utf-8") as steps_file, \
             open(epochs_out, "w", newline="", encoding="utf-8") as epochs_file:
-        steps = csv.writer(steps_file)
-        epochs = csv.writer(epochs_file)
+        steps = SafeWriter(steps_file)  # a group named '=...' does not become a formula
+        epochs = SafeWriter(epochs_file)
         epochs.writerow(EPOCH_COLUMNS)
         header_written = False
         while batch := tail.read_new():

@@ -6,10 +6,11 @@ slices them (errors by loss, one confusion-matrix cell, the most confused pairs)
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from trainer.csvfile import read_dict_rows
 
 
 @dataclass
@@ -53,6 +54,17 @@ def evaluation_names(run_path: Path) -> list[str]:
     return sorted(names, key=lambda n: (order.get(n, 2), n))
 
 
+def evaluation_label(run_path: Path, name: str) -> str:
+    """How the set list shows an evaluation: by the folder it evaluated (val: the best epoch's validation set)."""
+    if name == "val":
+        return "val (best epoch)"
+    try:
+        folder = json.loads((Path(run_path) / "eval" / name / "metrics.json").read_text(encoding="utf-8")).get("folder")
+    except (OSError, ValueError):
+        folder = None
+    return f"{name}: {folder}" if folder else name
+
+
 def read_evaluation(run_path: Path, name: str) -> Evaluation:
     """One evaluation; OSError/ValueError when its files are missing or unreadable."""
     folder = Path(run_path) / "eval" / name
@@ -61,7 +73,7 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation:
     csv_path = folder / "predictions.csv"
     if csv_path.exists():
         with open(csv_path, newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
+            for r in read_dict_rows(f):  # the true names (cells a spreadsheet would run are neutralised on disk)
                 top = []
                 for part in filter(None, r.get("top_k", "").split(";")):
                     cls, _, p = part.rpartition(":")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 import torch
@@ -395,3 +396,19 @@ def test_checkpoints_go_to_the_background_writer_only_where_training_leaves_the_
     assert ckpt.writes_in_background("auto", cpu)
     assert not ckpt.writes_in_background("auto", cpu, local_processes=2), "two DDP ranks of 3 threads on 4 cores"
     assert ckpt.writes_in_background("background", cpu) and not ckpt.writes_in_background("sync", gpu)
+
+
+def test_an_export_onto_a_read_only_folder_is_bad_input_and_leaves_nothing(trained_resnet, tmp_path, capsys):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    if os.geteuid() == 0:  # root writes anywhere a mode forbids; sysfs refuses new files even to root
+        read_only = Path("/sys/fs")
+    before = sorted(read_only.iterdir())
+    try:
+        assert cli.main(["export", str(trained_resnet.path), "--out", str(read_only / "model.pt2")]) == 2
+    finally:
+        (tmp_path / "read-only").chmod(0o755)
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out: {read_only}: cannot write there (Permission denied)", err
+    assert sorted(read_only.iterdir()) == before, "nothing half-written"

@@ -4,6 +4,7 @@ set at the end of a run, the best epoch's validation predictions, and folders th
 import csv
 import json
 import math
+import os
 import shutil
 
 import pytest
@@ -160,3 +161,44 @@ def test_the_trainer_s_validation_predictions_equal_evaluate_on_the_same_checkpo
         mine = trainer_rows[row["path"]]
         assert row["predicted"] == mine["predicted"], row["path"]
         assert float(row["confidence"]) == pytest.approx(float(mine["confidence"]), abs=1e-4), (row, start["precision"])
+
+
+def test_formula_like_names_are_neutralised_in_the_csv_and_no_evaluation_replaces_another(shapes_dir, tmp_path,
+                                                                                          capsys):
+    """Issue #27. A folder `=cmd` with classes `+SUM(A1)`, `-2+3`, `@A1`: no cell of predictions.csv starts a
+    formula (read back with the csv module), metrics.json and the app read the true names; `evaluate --data
+    OTHER/val` writes eval/OTHER-val and leaves the trainer's eval/val byte for byte."""
+    from app.eval_results import read_evaluation
+
+    hostile = {"circle": "+SUM(A1)", "cross": "-2+3", "square": "@A1", "triangle": "plain"}
+    root, val = tmp_path / "=cmd", tmp_path / "OTHER" / "val"
+    for source, name in hostile.items():
+        images = sorted((shapes_dir / source).glob("*.png"))
+        for folder, chosen in ((root / name, images[:20]), (val / name, images[20:])):
+            folder.mkdir(parents=True)
+            for i, image in enumerate(chosen):
+                shutil.copy(image, folder / (f"=HYPERLINK({i}).png" if i % 2 else image.name))
+    cfg = write_config(tmp_path, root, data={"val_dir": str(val)}, train={"epochs": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0, run.tail_log()
+    trainer_val = run.path / "eval" / "val"
+    with open(trainer_val / "predictions.csv", newline="", encoding="utf-8") as f:
+        cells = [cell for row in csv.reader(f) for cell in row]
+    assert any(c.startswith("'+SUM(A1)") for c in cells) and any("=HYPERLINK(" in c for c in cells)
+    assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))], "a cell would run"
+    metrics = json.loads((trainer_val / "metrics.json").read_text())
+    assert metrics["classes"] == sorted(hostile.values())
+    shown = read_evaluation(run.path, "val")
+    assert {p.true for p in shown.predictions} == set(hostile.values())
+    assert all(p.path.startswith(str(val)) and os.path.exists(p.path) for p in shown.predictions)
+
+    before = {p.name: p.read_bytes() for p in trainer_val.iterdir()}
+    assert cli.main(["evaluate", str(run.path), "--data", str(val)]) == 0
+    assert "OTHER-val" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in trainer_val.iterdir()} == before, "eval/val untouched"
+    assert (run.path / "eval" / "OTHER-val" / "predictions.csv").exists()
+    assert cli.main(["evaluate", str(run.path), "--data", str(val)]) == 2, "the same folder again"
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(run.path), "--data", str(val), "--overwrite"]) == 0
+    assert cli.main(["evaluate", str(run.path), "--data", str(val), "--name", "val"]) == 2
+    assert "--name: val is reserved" in capsys.readouterr().err

@@ -9,7 +9,8 @@ from helpers import REPO
 TORCH_FREE = {"trainer.config", "trainer.events", "trainer.rundir", "trainer.scan", "trainer.groups",
               "trainer.launch", "trainer.demo_data", "trainer.catalog", "trainer.devices", "trainer.manifest",
               "trainer.queue", "trainer.schedule", "trainer.sweep", "trainer.standby", "trainer.errors",
-              "trainer.files", "trainer.system", "trainer.recipes"}
+              "trainer.files", "trainer.system", "trainer.recipes",
+              "trainer.csvfile"}
 
 
 def imports(path):

@@ -176,7 +176,7 @@ def cmd_evaluate(args) -> int:
     """Evaluate a run's checkpoint on a folder: RUN_DIR/eval/NAME/metrics.json and predictions.csv."""
     from trainer.evaluation import evaluate_run
 
-    folder, metrics = evaluate_run(Path(args.run_dir), args.data, args.checkpoint)
+    folder, metrics = evaluate_run(Path(args.run_dir), args.data, args.checkpoint, args.name, args.overwrite)
     top5 = f", top-5 {100 * metrics['top5_accuracy']:.1f}%" if "top5_accuracy" in metrics else ""
     print(f"{metrics['images']} images: accuracy {100 * metrics['accuracy']:.1f}%{top5}, loss {metrics['loss']:.4f}, "
           f"ECE {metrics['ece']:.3f}" + (f"; {len(metrics['skipped'])} unusable files skipped" if metrics["skipped"]
@@ -427,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.add_argument("--data", help="the ImageFolder to evaluate (default: the run's data.test_dir)")
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.add_argument("--name", help="the evaluation's name under RUN_DIR/eval/ (default: the folder's; val is reserved)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation of the same folder")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("queue", help="the run queue: add, list, run (the scheduler), hold, release, move, remove, "

@@ -219,7 +219,7 @@ def evaluate_test_set(run: RunDir, reporter: Reporter) -> None:
     from trainer.evaluation import evaluate_run, summary
 
     reporter.prepare("test", "evaluating the test set with best.pt")
-    folder, metrics = evaluate_run(run.path, None, "best")
+    folder, metrics = evaluate_run(run.path, None, "best", overwrite=True)  # an extended run evaluates it again
     reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
     log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
 

@@ -9,8 +9,6 @@ trainer at each new best epoch, so the app reads errors without computing anythi
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
@@ -20,11 +18,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from trainer.csvfile import dict_rows_text
 from trainer.files import atomic_write_text
 
 log = logging.getLogger(__name__)
 
 ECE_BINS = 15
+PREDICTION_FIELDS = ["path", "true", "predicted", "confidence", "loss", "top_k"]
 TOP_K = 5
 
 
@@ -98,17 +98,55 @@ def write_evaluation(run_path: Path, name: str, preds: Predictions, classes: lis
     folder.mkdir(parents=True, exist_ok=True)
     metrics = {**classification_metrics(preds.logits, preds.labels, classes), **(extra or {})}
     atomic_write_text(folder / "metrics.json", json.dumps(metrics, indent=1))
-    text = io.StringIO()
-    writer = csv.DictWriter(text, ["path", "true", "predicted", "confidence", "loss", "top_k"])
-    writer.writeheader()
-    writer.writerows(prediction_rows(preds, classes))
-    atomic_write_text(folder / "predictions.csv", text.getvalue())
+    atomic_write_text(folder / "predictions.csv", dict_rows_text(PREDICTION_FIELDS, prediction_rows(preds, classes)))
     return metrics
 
 
-def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best") -> tuple[Path, dict]:
-    """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing;
-    the eval folder written and its metrics. DataError when the folder's classes differ from the run's."""
+RESERVED_NAMES = {"val": "the best epoch's validation predictions, written by the trainer",
+                  "test": "the run's data.test_dir, evaluated at the end of the run"}
+
+
+def evaluation_name(run_path: Path, folder: str, test_dir: str | None, name: str | None, overwrite: bool) -> str:
+    """Where under RUN_DIR/eval/ an evaluation of `folder` goes: `--name`, else the folder's name. The trainer's
+    own names (val, test) are reserved: a folder called val becomes PARENT-val. A name that holds another
+    folder's evaluation gets -2, -3, ...; one that holds this folder's is replaced only with `overwrite`."""
+    from trainer.scan import DataError
+
+    real = os.path.realpath(folder)
+    is_test = bool(test_dir) and real == os.path.realpath(test_dir)
+    if name is not None:
+        if not name or "/" in name or name.startswith("."):
+            raise DataError(f"--name: {name!r} is not a folder name")
+        if name in RESERVED_NAMES and not (name == "test" and is_test):
+            raise DataError(f"--name: {name} is reserved ({RESERVED_NAMES[name]}); choose another name")
+        base = name
+    elif is_test:
+        base = "test"
+    else:
+        path = Path(real)
+        base = path.name if path.name not in RESERVED_NAMES else f"{path.parent.name}-{path.name}"
+    candidate, n = base, 1
+    while (Path(run_path) / "eval" / candidate / "metrics.json").exists():
+        try:
+            earlier = json.loads((Path(run_path) / "eval" / candidate / "metrics.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            earlier = {}
+        if os.path.realpath(earlier.get("folder") or "") == real or (candidate == "test" and is_test) \
+                or name is not None:
+            if overwrite:
+                return candidate
+            raise DataError(f"{Path(run_path) / 'eval' / candidate}: already holds an evaluation of "
+                            f"{earlier.get('folder') or 'a folder'}; pass --overwrite to replace it, or --name NAME")
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best", name: str | None = None,
+                 overwrite: bool = False) -> tuple[Path, dict]:
+    """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing, into
+    RUN_DIR/eval/NAME (`evaluation_name`); the eval folder written and its metrics. DataError when the folder's
+    classes differ from the run's, or the name would replace an evaluation without `overwrite`."""
     from trainer.inference import classify, load_run_model
     from trainer.manifest import read_manifest
     from trainer.rundir import RunDir
@@ -121,6 +159,7 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     folder = data_dir or test_dir
     if not folder:
         raise DataError(f"{run.path}: the run has no data.test_dir; give the folder to evaluate with --data DIR")
+    name = evaluation_name(run.path, folder, test_dir, name, overwrite)
     exclude = state["config"]["data"].get("exclude")
     manifest = read_manifest(exclude) if exclude and os.path.isfile(exclude) else None
     try:
@@ -139,8 +178,6 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     preds = Predictions(result.paths, torch.tensor([scan.samples[i][1] for i in result.kept], dtype=torch.long),
                         result.logits)
     skipped = scan.bad_files + [(scan.samples[i][0], reason) for i, reason in result.errors.items()]
-    same_as_test = test_dir and os.path.realpath(folder) == os.path.realpath(test_dir)
-    name = "test" if same_as_test else Path(folder).resolve().name
     metrics = write_evaluation(run.path, name, preds, classes, extra={
         "folder": str(Path(folder).resolve()), "checkpoint": str(model.source), "epoch": state["epoch"],
         "skipped": [{"path": p, "reason": r} for p, r in skipped]})

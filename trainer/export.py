@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from trainer.catalog import EXPORT_FORMATS
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
+from trainer.files import atomic_write_text
 from trainer.inference import classify, load_model, load_run_model
 from trainer.rundir import RunDir
 
@@ -28,43 +31,65 @@ class ExportError(InputError, ValueError):
 
 
 def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
+    """Export a run's checkpoint as `fmt` to `out`, with its `.json` sidecar. The file is written beside `out`
+    under a temporary name and renamed into place, so a failure leaves nothing half-written."""
     if fmt not in EXPORT_FORMATS:
         raise ExportError(f"--format: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
     if out.is_dir():
         raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
     loaded = load_run_model(run, which)
+    check_writable(out.parent)
     model, state, ckpt_path = loaded.net.to(memory_format=torch.contiguous_format), loaded.state, loaded.source
     pre = state["preprocess"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    example = torch.zeros(2, 3, pre["image_size"], pre["image_size"])
+    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")  # the suffix kept: some writers look at it
+    try:
+        _write(model, fmt, tmp, torch.zeros(2, 3, pre["image_size"], pre["image_size"]))
+        sidecar = {"format": fmt, "model_name": state["model_name"], "classes": state["classes"],
+                   "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
+                   "source_run": str(run.path), "checkpoint": str(ckpt_path), "epoch": state["epoch"],
+                   "best_acc": state.get("best_acc")}
+        os.replace(tmp, out)
+        atomic_write_text(Path(f"{out}.json"), json.dumps(sidecar, indent=1))
+    except OSError as e:
+        raise ExportError(f"--out: {out}: cannot be written ({e.strerror or first_line(e)})") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+    log.info("exported %s as %s to %s", ckpt_path, fmt, out)
+    return out
+
+
+def check_writable(folder: Path) -> None:
+    """The folder exists (made if need be) and this process can create files in it; ExportError naming it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".traindeck-write-check-")
+        probe.close()
+    except OSError as e:
+        raise ExportError(f"--out: {folder}: cannot write there ({e.strerror or first_line(e)})") from e
+
+
+def _write(model: torch.nn.Module, fmt: str, path: Path, example: torch.Tensor) -> None:
     if fmt == "state_dict":
-        torch.save(model.state_dict(), out)
+        torch.save(model.state_dict(), path)
     elif fmt == "safetensors":
         from safetensors.torch import save_file
 
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out))
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     elif fmt == "exported_program":
         batch = torch.export.Dim("batch", min=1, max=4096)
         program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}} if _arg_name(model) == "x"
                                       else ({0: batch},))
-        torch.export.save(program, out)
+        torch.export.save(program, path)
     elif fmt == "torchscript":  # deprecated (catalog.DEPRECATED_EXPORT_FORMATS): torch warns on each call
         import warnings
 
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
-            torch.jit.save(torch.jit.trace(model, example), str(out))
+            torch.jit.save(torch.jit.trace(model, example), str(path))
     elif fmt == "onnx":
-        torch.onnx.export(model, (example,), str(out), input_names=["images"], output_names=["logits"],
+        torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
                           dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=ONNX_OPSET,
                           dynamo=False)
-    sidecar = {"format": fmt, "model_name": state["model_name"], "classes": state["classes"],
-               "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
-               "source_run": str(run.path), "checkpoint": str(ckpt_path), "epoch": state["epoch"],
-               "best_acc": state.get("best_acc")}
-    Path(f"{out}.json").write_text(json.dumps(sidecar, indent=1))
-    log.info("exported %s as %s to %s", ckpt_path, fmt, out)
-    return out
 
 
 def _arg_name(model: torch.nn.Module) -> str:

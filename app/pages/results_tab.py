@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import CliJob, run_in_thread
-from app.eval_results import Evaluation, Prediction, evaluation_names, most_confused, mtime, read_evaluation
+from app.eval_results import Evaluation, Prediction, evaluation_label, evaluation_names, most_confused, mtime, read_evaluation
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
 from app.thumbnails import load_thumbnails
@@ -310,15 +310,16 @@ class ResultsTab(QWidget):
         if m is None:
             return
         names = evaluation_names(m.run.path)
-        if names != [self.eval_choice.itemText(i) for i in range(self.eval_choice.count())]:
-            current = self.eval_choice.currentText()
+        if names != [self.eval_choice.itemData(i) for i in range(self.eval_choice.count())]:
+            current = self.eval_choice.currentData()
             self.eval_choice.blockSignals(True)
             self.eval_choice.clear()
-            self.eval_choice.addItems(names)
+            for n in names:  # shown by the folder each evaluated; the name is the item's data
+                self.eval_choice.addItem(evaluation_label(m.run.path, n), n)
             if current in names:
-                self.eval_choice.setCurrentText(current)
+                self.eval_choice.setCurrentIndex(names.index(current))
             self.eval_choice.blockSignals(False)
-        name = self.eval_choice.currentText()
+        name = self.eval_choice.currentData() or ""
         if not name:
             self._show_epoch_matrix()
             return
