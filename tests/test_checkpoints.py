@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, run_main, train_here, write_config
+from helpers import REPO, run_here, train_here, write_config
 
 from trainer import checkpoint as ckpt
 from trainer import cli
@@ -126,7 +126,7 @@ def test_a_malicious_pickle_is_refused_and_never_runs(tmp_path, shapes_dir):
         read_state_dict(evil)
     # as a user-supplied weights file in a real run, and as a checkpoint found on resume
     cfg = write_config(tmp_path, shapes_dir, model={"weights": str(evil)})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2 and "refused" in result.stderr
     folder = tmp_path / "ckpts"
     folder.mkdir()
@@ -223,13 +223,13 @@ def test_exports_reload_without_traindeck_and_give_the_same_logits(trained_resne
 
 def test_export_and_predict_from_the_command_line(trained_resnet, tmp_path, shapes_dir):
     out = tmp_path / "m.safetensors"
-    result = run_main("export", trained_resnet.path, "--format", "safetensors", "--out", out, "--checkpoint", "last")
+    result = run_here("export", trained_resnet.path, "--format", "safetensors", "--out", out, "--checkpoint", "last")
     assert result.returncode == 0, result.stderr
     image = next(shapes_dir.glob("circle/*.png"))
-    result = run_main("predict", out, image)
+    result = run_here("predict", out, image)
     assert result.returncode == 0 and str(image) in result.stdout
     assert result.stdout.split("\t")[1] in ("circle", "cross", "square", "triangle")
-    result = run_main("export", tmp_path / "nowhere", "--format", "onnx", "--out", tmp_path / "x.onnx")
+    result = run_here("export", tmp_path / "nowhere", "--format", "onnx", "--out", tmp_path / "x.onnx")
     assert result.returncode == 2 and "no such checkpoint" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -5,7 +5,7 @@ import hashlib
 import shutil
 
 import pytest
-from helpers import run_main, write_config
+from helpers import run_here, write_config
 
 from trainer.events import read_events
 from trainer.manifest import read_manifest, write_manifest
@@ -60,7 +60,7 @@ def test_a_run_uses_the_manifest_records_it_and_keeps_its_own_copy(photos, tmp_p
     m.mark_relabelled(str(next(photos.glob("cross/*.png"))), "circle")
     write_manifest(m)
     cfg = write_config(tmp_path, photos, data={"exclude": "exclude.yaml", "val_split": 0.25}, train={"epochs": 1})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 0, result.stderr
     run_dir = next((tmp_path / "runs").iterdir())
     start = next(e for e in read_events(run_dir / "events.jsonl") if e["event"] == "run_start")
@@ -74,7 +74,7 @@ def test_a_run_uses_the_manifest_records_it_and_keeps_its_own_copy(photos, tmp_p
     assert len(read_manifest(run_dir / "exclude.yaml")) == 6
     assert folder_checksums(photos) == before
 
-    report = run_main("check-data", photos, "--exclude", manifest_path)
+    report = run_here("check-data", photos, "--exclude", manifest_path)
     assert report.returncode == 0 and "the manifest leaves out 4 images and relabels 1" in report.stdout
 
 
@@ -84,12 +84,12 @@ def test_bad_manifests_are_refused_by_name(photos, tmp_path):
     with pytest.raises(DataError, match=r"bad.yaml: relabels to giraffe, which is not a class"):
         read_manifest(bad).filter([], ["circle", "square"])
     cfg = write_config(tmp_path, photos, data={"exclude": "bad.yaml"})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2 and "giraffe" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     bad.write_text("- just\n- a list\n")
     with pytest.raises(DataError, match="bad.yaml: expected the keys exclude"):
         read_manifest(bad)
     cfg = write_config(tmp_path, photos, data={"exclude": "missing.yaml"})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2 and "data.exclude:" in result.stderr and "no such manifest file" in result.stderr

@@ -1,7 +1,7 @@
 """`train.compile`: the model is torch.compiled in place, so checkpoints and exports look exactly as without it."""
 
 import pytest
-from helpers import run_main, write_config
+from helpers import run_here, write_config
 
 from trainer.checkpoint import load_weights_only
 from trainer.events import read_events
@@ -11,7 +11,7 @@ from trainer.models import SmallCNN
 @pytest.mark.timeout(600)
 def test_a_compiled_run_trains_and_checkpoints_the_plain_model(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1, "compile": True}, data={"batch_size": 32})
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run", timeout=600)
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     events = read_events(tmp_path / "run" / "events.jsonl")
     start = next(e for e in events if e["event"] == "run_start")
@@ -24,5 +24,5 @@ def test_a_compiled_run_trains_and_checkpoints_the_plain_model(shapes_dir, tmp_p
 
 def test_compile_with_dataparallel_is_refused_by_name(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"compile": True}, device={"parallel": "dp"})
-    result = run_main("train", cfg)
+    result = run_here("train", cfg)
     assert result.returncode == 2 and "train.compile" in result.stderr and "dp" in result.stderr

@@ -1,6 +1,6 @@
 import pytest
 import yaml
-from helpers import run_main, write_config
+from helpers import run_here, write_config
 
 from trainer.config import ConfigError, RunConfig, describe_keys, load_config, save_config
 
@@ -90,7 +90,7 @@ def test_every_key_is_documented():
 
 def test_cli_exits_2_with_the_key_path(tmp_path):
     path = write_config(tmp_path, tmp_path, optimizer={"lr": -3})
-    result = run_main("train", path, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", path, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2
     assert "optimizer.lr: must be > 0, got -3" in result.stderr
     assert not (tmp_path / "runs").exists(), "no run directory for a config that never started"

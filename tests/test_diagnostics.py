@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from helpers import poisoned_model, run_main, train_here, write_config
+from helpers import poisoned_model, run_here, train_here, write_config
 
 from trainer.config import ModelConfig
 from trainer.demo_data import write_demo_dataset
@@ -43,7 +43,7 @@ def test_layer_stats_match_a_reference_computation():
 def test_injected_nan_stops_the_run_naming_the_layer(shapes_dir, tmp_path):
     model = poisoned_model(tmp_path, "nan", (4,))
     cfg = write_config(tmp_path, shapes_dir, model={"name": model}, monitor={"log_every": 1})
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run")
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run")
     assert result.returncode == 3
     status = RunDir(tmp_path / "run").read_status()
     assert status["state"] == "diverged"
@@ -52,7 +52,7 @@ def test_injected_nan_stops_the_run_naming_the_layer(shapes_dir, tmp_path):
     assert events[-2]["event"] == "error" and events[-2]["kind"] == "diverged"
     assert events[-1] == {**events[-1], "event": "run_end", "status": "diverged"}
     # without gradient statistics the loss still gives it away, one step later, without a layer name
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run2", "--set", "monitor.grad_stats=false")
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run2", "--set", "monitor.grad_stats=false")
     assert result.returncode == 3 and "step 5" in RunDir(tmp_path / "run2").read_status()["message"]
 
 
@@ -119,11 +119,11 @@ def test_lr_finder_suggestion_trains_well(tmp_path):
     data = write_demo_dataset(tmp_path / "demo", per_class=150, size=32, seed=5)
     cfg = write_config(tmp_path, data, data={"image_size": 24, "batch_size": 32}, train={"epochs": 8},
                        optimizer={"lr": 1e-5})
-    result = run_main("lr-find", cfg, "--write")
+    result = run_here("lr-find", cfg, "--write")
     assert result.returncode == 0, result.stderr
     suggested = float(result.stdout.split("suggested optimizer.lr: ")[1].split()[0])
     assert 1e-3 < suggested < 5
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run", timeout=300)
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run", timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     status = RunDir(tmp_path / "run").read_status()
     assert math.isclose(float(__import__("yaml").safe_load(cfg.read_text())["optimizer"]["lr"]), suggested)

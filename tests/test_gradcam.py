@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import run_main, train_here, write_config
+from helpers import run_here, train_here, write_config
 from PIL import Image
 
 from trainer import cli
@@ -62,12 +62,12 @@ def test_grad_cam_peaks_over_the_discriminative_corner(patch_run, capsys):
 def test_grad_cam_of_another_class_and_bad_input(patch_run):
     run, held_out, tmp = patch_run
     image = next((held_out / "marked").glob("*.png"))
-    result = run_main("grad-cam", run.path, image, "--out", tmp / "other.png", "--class", "plain")
+    result = run_here("grad-cam", run.path, image, "--out", tmp / "other.png", "--class", "plain")
     assert result.returncode == 0 and json.loads(result.stdout)["explained"] == "plain"
-    result = run_main("grad-cam", run.path, image, "--out", tmp / "x.png", "--class", "giraffe")
+    result = run_here("grad-cam", run.path, image, "--out", tmp / "x.png", "--class", "giraffe")
     assert result.returncode == 2 and "'giraffe' is not a class" in result.stderr
     text = tmp / "notes.txt"
     text.write_text("hello")
-    result = run_main("grad-cam", run.path, text, "--out", tmp / "x.png")
+    result = run_here("grad-cam", run.path, text, "--out", tmp / "x.png")
     assert result.returncode == 2 and f"{text}: cannot read image" in result.stderr
     assert "Traceback" not in result.stderr

@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 import torchvision
-from helpers import train_here, write_config
+from helpers import run_here, train_here, write_config
 
 from trainer import cli
 from trainer.checkpoint import load_weights_only
@@ -210,7 +210,7 @@ def test_a_resume_across_the_unfreeze_epoch_equals_an_uninterrupted_run(shapes_d
     import sys
     import time
 
-    from helpers import REPO, run_main
+    from helpers import REPO
     from test_lifecycle import wait_for_event
 
     # the built-in CNN from scratch: the unfreezing logic is the same with or without pretrained weights, and fast
@@ -218,7 +218,7 @@ def test_a_resume_across_the_unfreeze_epoch_equals_an_uninterrupted_run(shapes_d
                        scheduler={"name": "none"})
     sets = ["train.epochs=2", "data.batch_size=8", "checkpoint.every_steps=4", "monitor.log_every=1"]
     straight = tmp_path / "straight"
-    assert run_main("train", cfg, "--run-dir", straight, "--set", *sets).returncode == 0
+    assert run_here("train", cfg, "--run-dir", straight, "--set", *sets).returncode == 0
     interrupted = tmp_path / "interrupted"
     proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(interrupted),
                              "--set", *sets], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -227,7 +227,7 @@ def test_a_resume_across_the_unfreeze_epoch_equals_an_uninterrupted_run(shapes_d
     os.killpg(proc.pid, 15)
     proc.communicate(timeout=60)
     time.sleep(0.1)
-    result = run_main("resume", interrupted)
+    result = run_here("resume", interrupted)
     assert result.returncode == 0, result.stderr[-2000:]
     a = load_weights_only(straight / "checkpoints" / "last.pt")
     b = load_weights_only(interrupted / "checkpoints" / "last.pt")

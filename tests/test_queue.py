@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from helpers import REPO, run_main, write_config
+from helpers import REPO, run_here, run_main, write_config
 
 from trainer import queue
 from trainer.config import RunConfig, load_config
@@ -23,7 +23,7 @@ def states(runs):
 
 
 def add(cfg, runs_dir, *overrides):
-    result = run_main("queue", "add", cfg, "--runs-dir", runs_dir, *(["--set", *overrides] if overrides else []))
+    result = run_here("queue", "add", cfg, "--runs-dir", runs_dir, *(["--set", *overrides] if overrides else []))
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -37,14 +37,14 @@ def test_the_queue_keeps_going_past_a_failed_run(tmp_path, shapes_dir):
     middle = add(cfg, runs_dir, f"data.train_dir={doomed}")
     last = add(cfg, runs_dir)
     assert states([first, middle, last]) == ["queued"] * 3
-    listed = run_main("queue", "list", "--runs-dir", runs_dir)
+    listed = run_here("queue", "list", "--runs-dir", runs_dir)
     assert [line.split("\t")[1] for line in listed.stdout.splitlines()] == [first, middle, last]
     shutil.rmtree(doomed)  # the middle run's data is gone by the time it starts
     result = run_main("queue", "run", "--runs-dir", runs_dir, "--until-empty", timeout=300)
     assert result.returncode == 0, result.stderr
     assert states([first, middle, last]) == ["completed", "failed", "completed"]
     assert "data.train_dir" in RunDir(middle).read_status()["message"]
-    bad = run_main("queue", "add", cfg, "--runs-dir", runs_dir, "--set", "optimizer.lr=-1")
+    bad = run_here("queue", "add", cfg, "--runs-dir", runs_dir, "--set", "optimizer.lr=-1")
     assert bad.returncode == 2 and "optimizer.lr" in bad.stderr
     assert len([p for p in runs_dir.iterdir() if (p / "config.yaml").exists()]) == 3  # nothing queued
 

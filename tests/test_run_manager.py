@@ -1,7 +1,7 @@
 """Many runs: early stopping on the watched metric, extending a finished run with the documented schedule rule."""
 
 import pytest
-from helpers import run_main, train_here, write_config
+from helpers import run_here, train_here, write_config
 
 from trainer.checkpoint import TrainState
 from trainer.config import EarlyStopConfig, SchedulerConfig
@@ -36,9 +36,9 @@ def test_an_early_stopped_run_is_completed_and_can_be_extended_on_the_documented
     assert status["state"] == "completed" and status["reason"] == "early_stop" and "early stop at epoch 2" in \
         status["message"]
 
-    refused = run_main("resume", run.path, "--epochs", "2")
+    refused = run_here("resume", run.path, "--epochs", "2")
     assert refused.returncode == 2 and "give a larger total" in refused.stderr
-    result = run_main("resume", run.path, "--epochs", "4")
+    result = run_here("resume", run.path, "--epochs", "4")
     assert result.returncode == 0, result.stderr
     assert "cosine schedule recomputed for 4 epochs and continued at epoch 3" in result.stdout
     events = read_events(run.events)
@@ -71,7 +71,7 @@ def test_tensorboard_files_are_continuous_across_a_resume(tmp_path, shapes_dir):
     for p in run.checkpoints.iterdir():
         if "e0002" in p.name or p.name in ("last.pt", "best.pt"):
             p.unlink()
-    result = run_main("resume", run.path, "--force")
+    result = run_here("resume", run.path, "--force")
     assert result.returncode == 0, result.stderr
     acc = EventAccumulator(str(run.path / "tensorboard"), size_guidance={"scalars": 0, "histograms": 0})
     acc.Reload()

@@ -3,7 +3,7 @@ before anything is queued, and Optuna's pruner stops weak trials."""
 
 import pytest
 import yaml
-from helpers import run_main, write_config
+from helpers import run_here, run_main, write_config
 
 from trainer.rundir import RunDir
 from trainer.sweep import SweepError, read_sweep
@@ -24,7 +24,7 @@ def queued_values(runs_dir):
 def test_a_2x2_grid_queues_four_runs_with_the_right_values(tmp_path, shapes_dir):
     path = sweep_file(tmp_path, shapes_dir, name="lrbs", grid={"optimizer.lr": ["3e-4", 0.01],
                                                                 "data.batch_size": [8, 16]})
-    result = run_main("sweep", path, "--runs-dir", tmp_path / "runs")
+    result = run_here("sweep", path, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 0, result.stderr
     runs = [RunDir(line) for line in result.stdout.split()]
     assert len(runs) == 4
@@ -64,7 +64,7 @@ def test_bad_sweep_files_are_refused_by_name_and_nothing_is_queued(tmp_path, sha
     with pytest.raises(SweepError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_sweep(path)
     if body.get("colour"):  # and from the command line: exit 2, one line, nothing queued
-        result = run_main("sweep", path, "--runs-dir", tmp_path / "runs")
+        result = run_here("sweep", path, "--runs-dir", tmp_path / "runs")
         assert result.returncode == 2 and "unknown key colour" in result.stderr and "Traceback" not in result.stderr
         assert not (tmp_path / "runs").exists()
 
@@ -94,7 +94,7 @@ def test_a_sweep_becomes_a_slurm_job_array_one_trial_per_task(tmp_path, shapes_d
     from helpers import REPO
 
     path = sweep_file(tmp_path, shapes_dir, name="arr", grid={"optimizer.lr": [0.01, 0.02, 0.05]})
-    result = run_main("slurm", path, "--out", tmp_path / "arr.sh")
+    result = run_here("slurm", path, "--out", tmp_path / "arr.sh")
     assert result.returncode == 0, result.stderr
     script = (tmp_path / "arr.sh").read_text()
     assert "#SBATCH --array=1-3" in script and subprocess.run(["bash", "-n", tmp_path / "arr.sh"]).returncode == 0

@@ -3,7 +3,7 @@ import math
 
 import pytest
 import torch
-from helpers import train_here, write_config
+from helpers import run_here, train_here, write_config
 
 from trainer.checkpoint import load_weights_only
 from trainer.config import ConfigError, ModelConfig, OptimizerConfig, ParamGroupConfig
@@ -150,7 +150,6 @@ def test_best_and_last_checkpoints_are_written_and_load_safely(shapes_dir, tmp_p
 
 
 def test_print_in_user_model_does_not_corrupt_events(shapes_dir, tmp_path):
-    from helpers import run_main
 
     model_file = tmp_path / "noisy.py"
     model_file.write_text("import torch\nclass Noisy(torch.nn.Module):\n"
@@ -159,7 +158,7 @@ def test_print_in_user_model_does_not_corrupt_events(shapes_dir, tmp_path):
                           "    def forward(self, x):\n        print('{\"event\": broken', flush=True)\n"
                           "        return self.fc(x.mean((2, 3)))\n")
     cfg_path = write_config(tmp_path, shapes_dir, model={"name": f"{model_file}:Noisy"}, train={"epochs": 1})
-    result = run_main("train", cfg_path, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg_path, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 0, result.stderr
     assert '{"event": broken' in result.stdout
     run_dir = next((tmp_path / "runs").iterdir())

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import run_main, train_here, write_config
+from helpers import run_here, train_here, write_config
 from PySide6.QtCore import Qt
 
 from trainer.evaluation import Predictions, write_evaluation
@@ -157,7 +157,7 @@ def test_try_it_gives_the_command_line_s_top_1_and_names_a_non_image(qtbot, make
     bad_row = next(i for i, r in enumerate(results) if r["error"])
     assert f"{notes}: cannot read image" in dialog.table.item(bad_row, 2).text()
     assert "8 image(s) classified; 1 could not be read" in dialog.status.text()
-    cli = run_main("predict", run.path, *sorted(folder.iterdir()))
+    cli = run_here("predict", run.path, *sorted(folder.iterdir()))
     expected = {line.split("\t")[0]: line.split("\t")[1] for line in cli.stdout.splitlines()}
     assert {r["path"]: r["top"][0][0] for r in readable} == expected
     dialog.close()

@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import run_main, train_here, write_config
+from helpers import run_here, train_here, write_config
 from PIL import Image
 
 from trainer.data import decode_image
@@ -81,7 +81,7 @@ def test_scan_names_every_unusable_file_and_converts_the_rest(messy_dir):
 
 
 def test_check_data_cli_lists_bad_files_and_warns_on_imbalance(messy_dir, tmp_path):
-    result = run_main("check-data", messy_dir)
+    result = run_here("check-data", messy_dir)
     assert result.returncode == 0
     for name in EXPECTED_BAD:
         assert name in result.stdout
@@ -90,7 +90,7 @@ def test_check_data_cli_lists_bad_files_and_warns_on_imbalance(messy_dir, tmp_pa
         (unbalanced / cls).mkdir(parents=True)
         for i in range(n):
             Image.new("RGB", (8, 8), (i, 0, 0)).save(unbalanced / cls / f"{i}.png")
-    result = run_main("check-data", unbalanced)
+    result = run_here("check-data", unbalanced)
     assert "warning: very unbalanced classes: many has 40 images, few has 2" in result.stdout
 
 
@@ -115,7 +115,7 @@ def test_training_skips_bad_files_and_says_which(messy_dir, tmp_path, cache):
 
 def test_bad_file_policy_fail_stops_before_training(messy_dir, tmp_path):
     cfg = write_config(tmp_path, messy_dir, data={"on_bad_file": "fail"})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2
     assert "data.on_bad_file is fail; 5 bad files in all" in result.stderr
     assert any(f"{name}: {reason}" in result.stderr for name, reason in EXPECTED_BAD.items())
@@ -142,7 +142,7 @@ def test_train_and_val_with_different_classes(shapes_dir, tmp_path):
         (val / cls).mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(val / cls / "a.png")
     cfg = write_config(tmp_path, shapes_dir, data={"val_dir": str(val)})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2
     assert "data.val_dir:" in result.stderr and "only in train: ['square', 'triangle']" in result.stderr
     assert "only in val: ['star']" in result.stderr
@@ -151,6 +151,6 @@ def test_train_and_val_with_different_classes(shapes_dir, tmp_path):
 def test_a_model_file_that_does_not_import(shapes_dir, tmp_path):
     (tmp_path / "broken.py").write_text("import torch\nclass Net(torch.nn.Module:\n    pass\n")
     cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'broken.py'}:Net"})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2
     assert f"model.name: {tmp_path / 'broken.py'} failed to import: SyntaxError" in result.stderr

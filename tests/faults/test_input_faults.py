@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import REPO, run_main, train_here, write_config
+from helpers import REPO, run_here, train_here, write_config
 from PIL import Image
 
 from trainer import cli
@@ -120,7 +120,7 @@ def test_bad_input_from_a_real_process_prints_one_line(tmp_path, shapes_dir):
     (tmp_path / "run" / "config.yaml").write_bytes(binary.read_bytes())
     for args, expected in ((("train", missing), missing_text), (("lr-find", binary), binary_text),
                            (("slurm", binary), binary_text), (("resume", tmp_path / "run"), "not a text (UTF-8)")):
-        result = run_main(*args)
+        result = run_here(*args)
         assert result.returncode == 2 and expected in result.stderr, (args, result.stderr)
         assert "Traceback" not in result.stderr + result.stdout
 
@@ -158,14 +158,14 @@ def test_two_trains_into_one_run_dir_never_mix(shapes_dir, tmp_path):
 
 def test_training_into_a_finished_run_is_refused_unless_asked(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
-    assert run_main("train", cfg, "--run-dir", tmp_path / "run").returncode == 0
+    assert run_here("train", cfg, "--run-dir", tmp_path / "run").returncode == 0
     before = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set", "optimizer.lr=0.3")
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run", "--set", "optimizer.lr=0.3")
     assert result.returncode == 2 and "already holds a run (completed)" in result.stderr
     assert "main.py resume" in result.stderr and "--overwrite" in result.stderr
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["optimizer"]["lr"] == 0.05
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == before
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--overwrite", "--set", "train.epochs=2",
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run", "--overwrite", "--set", "train.epochs=2",
                       "checkpoint.keep_last=1")
     assert result.returncode == 0, result.stderr
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
@@ -297,13 +297,13 @@ def test_check_data_reports_images_outside_class_folders_and_odd_names(shapes_di
     shutil.copy(next(shapes_dir.glob("circle/*.png")), root / "stray.png")
     shutil.copy(next(shapes_dir.glob("circle/*.png")), root / "circle" / "two\nlines.png")
     (root / "square" / "broken\nname.png").write_bytes(b"not a png")
-    result = run_main("check-data", root)
+    result = run_here("check-data", root)
     assert result.returncode == 0, result.stderr
     assert "1 images at the top level are outside any class folder" in result.stdout
     assert "hidden or non-image files ignored" not in result.stdout
     assert "'" + str(root / "square" / "broken\nname.png").replace("\n", "\\n") + "'" in result.stdout
     assert all(line.strip() for line in result.stdout.splitlines())
-    missing = run_main("check-data", tmp_path / "nope")
+    missing = run_here("check-data", tmp_path / "nope")
     assert missing.returncode == 2 and "folder does not exist" in missing.stderr
 
 
