@@ -5,9 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_runs_on_the_cpu(tmp_path):
     results = tmp_path / "gpu.json"
     out = subprocess.run([str(REPO / "bench" / "gpu.sh"), "--smoke", "--results", str(results)], cwd=REPO,

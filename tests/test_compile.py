@@ -8,6 +8,7 @@ from trainer.events import read_events
 from trainer.models import SmallCNN
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_compiled_run_trains_and_checkpoints_the_plain_model(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1, "compile": True}, data={"batch_size": 32})

@@ -45,6 +45,7 @@ def ddp_sets(launcher, nproc=2, **extra):
 
 # One launcher is enough for the accuracy band (the launchers share the training code); spawn with a tcp://
 # rendezvous runs in test_a_non_finite_loss_on_one_rank_stops_every_rank_alike below.
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher, init", [("torchrun", "env")])
 def test_two_ranks_reach_the_single_process_accuracy_band(demo_dir, tmp_path, launcher, init):
     cfg = write_config(tmp_path, demo_dir, data={"image_size": 24, "batch_size": 16}, train={"epochs": 6},
@@ -64,6 +65,7 @@ def test_two_ranks_reach_the_single_process_accuracy_band(demo_dir, tmp_path, la
     assert len(predictions) == 1 + start["val_size"], "rank 0 kept every validation image's prediction"
 
 
+@pytest.mark.slow
 def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):
     model = tmp_path / "plain.py"
     model.write_text(PLAIN_MODEL)
@@ -84,6 +86,7 @@ def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):
         torch.testing.assert_close(b["model"][key], value, rtol=1e-4, atol=1e-6, msg=key)
 
 
+@pytest.mark.slow
 def test_two_nodes_on_loopback_complete_a_run_together(shapes_dir, tmp_path):
     from trainer.launch import free_port
 
@@ -101,6 +104,7 @@ def test_two_nodes_on_loopback_complete_a_run_together(shapes_dir, tmp_path):
     assert not (tmp_path / "node1" / "events.jsonl").exists(), "only global rank 0 writes events"
 
 
+@pytest.mark.slow
 def test_killing_one_rank_fails_the_run_and_names_it(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50},
                        monitor={"log_every": 1})
@@ -134,6 +138,7 @@ def test_killing_one_rank_fails_the_run_and_names_it(shapes_dir, tmp_path):
     assert process_tree_gone(proc.pid, workers)
 
 
+@pytest.mark.slow
 def test_bf16_autocast_on_cpu_tracks_fp32(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3})
     losses = {}
@@ -195,6 +200,7 @@ def test_data_parallel_on_two_gpus(shapes_dir, tmp_path):
 STAND_INS = REPO / "tests" / "stand_ins"
 
 
+@pytest.mark.slow
 def test_horovod_wiring_trains_like_one_process(shapes_dir, tmp_path):
     """Through a stand-in `horovod` package (tests/stand_ins) built on gloo: horovodrun starts 2 workers, each calls
     hvd.init, wraps the optimizer in DistributedOptimizer and receives rank 0's parameters and optimizer state;
@@ -225,6 +231,7 @@ def test_horovod_wiring_trains_like_one_process(shapes_dir, tmp_path):
         torch.testing.assert_close(b["model"][key], value, rtol=1e-4, atol=1e-6, msg=key)
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_on_one_rank_stops_every_rank_alike(shapes_dir, tmp_path):
     """The decision is taken from the all-reduced flag: both ranks stop as diverged at the same step, neither
     waits in a collective for the other (the run ends long before device.timeout_s)."""
@@ -242,6 +249,7 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_alike(shapes_dir, tmp_pa
     assert not list((tmp_path / "run").glob("rank-*.error")), "no rank failed on its own"
 
 
+@pytest.mark.slow
 def test_slurm_script_trains_exactly_the_config_asked_for(shapes_dir, tmp_path):
     """The srun payload of the generated script, run here for one node on CPU/gloo, trains the resolved config
     with every --set override, under the interpreter the script names."""

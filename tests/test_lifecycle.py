@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from helpers import REPO, process_tree_gone, run_main, write_config
+from helpers import REPO, process_tree_gone, run_here, run_main, write_config
 
 from trainer.checkpoint import load_weights_only
 from trainer.events import read_events
@@ -41,6 +41,7 @@ def slow_config(tmp_path, shapes_dir, **sections):
     return write_config(tmp_path, shapes_dir, monitor={"log_every": 1}, **sections)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_with_a_loadable_checkpoint(shapes_dir, tmp_path):
     run_dir = tmp_path / "run"
     proc = start_train(slow_config(tmp_path, shapes_dir), run_dir)
@@ -60,12 +61,13 @@ def test_sigterm_stops_with_a_loadable_checkpoint(shapes_dir, tmp_path):
     assert process_tree_gone(proc.pid)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, tmp_path, how):
     cfg = slow_config(tmp_path, shapes_dir, train={"epochs": 3}, checkpoint={"every_steps": 5},
                       data={"augment": {"color_jitter": 0.2}})
     straight = tmp_path / "straight"
-    assert run_main("train", cfg, "--run-dir", straight).returncode == 0
+    assert run_here("train", cfg, "--run-dir", straight).returncode == 0
 
     interrupted = tmp_path / "interrupted"  # checkpoints written in the background: a kill may land mid-write
     proc = start_train(cfg, interrupted, "--set", "checkpoint.writer=background")
@@ -74,7 +76,7 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, t
     proc.communicate(timeout=30)
     if how == "sigkill":
         assert RunDir(interrupted).effective_state() == "failed"
-    result = run_main("resume", interrupted)
+    result = run_here("resume", interrupted)
     assert result.returncode == 0, result.stderr
     a = load_weights_only(straight / "checkpoints" / "last.pt")
     b = load_weights_only(interrupted / "checkpoints" / "last.pt")
@@ -89,16 +91,16 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, t
 
 def test_resume_refuses_a_completed_run_and_a_missing_dir(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
-    assert run_main("train", cfg, "--run-dir", tmp_path / "r").returncode == 0
-    result = run_main("resume", tmp_path / "r")
+    assert run_here("train", cfg, "--run-dir", tmp_path / "r").returncode == 0
+    result = run_here("resume", tmp_path / "r")
     assert result.returncode == 2 and "already completed" in result.stderr
-    result = run_main("resume", tmp_path / "nowhere")
+    result = run_here("resume", tmp_path / "nowhere")
     assert result.returncode == 2 and "not a run directory" in result.stderr
 
 
 def test_train_cli_reports_progress_and_result(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2})
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 0, result.stderr
     assert "epoch 1/2" in result.stdout and "epoch 2/2" in result.stdout
     assert "run completed, best val_acc" in result.stdout
@@ -110,22 +112,23 @@ def test_train_cli_reports_progress_and_result(shapes_dir, tmp_path):
 
 def test_missing_train_dir_fails_with_its_path(tmp_path):
     cfg = write_config(tmp_path, tmp_path / "nope")
-    result = run_main("train", cfg, "--runs-dir", tmp_path / "runs")
+    result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2
     assert f"data.train_dir: {tmp_path / 'nope'}: folder does not exist" in result.stderr
 
 
 def test_check_data_reports_classes_and_bad_files(shapes_dir, tmp_path):
-    result = run_main("check-data", shapes_dir)
+    result = run_here("check-data", shapes_dir)
     assert result.returncode == 0
     assert "4 classes, 120 usable images" in result.stdout and "circle" in result.stdout
     flat = tmp_path / "flat"
     flat.mkdir()
     (flat / "a.png").write_bytes(b"not an image")
-    result = run_main("check-data", flat)
+    result = run_here("check-data", flat)
     assert result.returncode == 1 and "no class sub-folders" in result.stdout
 
 
+@pytest.mark.slow
 def test_demo_config_reaches_90_percent(tmp_path):
     """The README's first run: the built-in demo data and config."""
     from trainer.demo_data import write_demo_dataset

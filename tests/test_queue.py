@@ -28,6 +28,7 @@ def add(cfg, runs_dir, *overrides):
     return result.stdout.strip()
 
 
+@pytest.mark.slow
 def test_the_queue_keeps_going_past_a_failed_run(tmp_path, shapes_dir):
     doomed = tmp_path / "doomed"
     shutil.copytree(shapes_dir, doomed)
@@ -49,6 +50,7 @@ def test_the_queue_keeps_going_past_a_failed_run(tmp_path, shapes_dir):
     assert len([p for p in runs_dir.iterdir() if (p / "config.yaml").exists()]) == 3  # nothing queued
 
 
+@pytest.mark.slow
 def test_a_killed_scheduler_s_run_resumes_from_its_checkpoint(tmp_path, shapes_dir):
     cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 4}, monitor={"log_every": 1})
     runs_dir = tmp_path / "runs"
@@ -78,6 +80,7 @@ def test_a_killed_scheduler_s_run_resumes_from_its_checkpoint(tmp_path, shapes_d
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(run.path) in " ".join(p.info["cmdline"] or [])]
 
 
+@pytest.mark.slow
 def test_two_schedulers_start_each_run_exactly_once(tmp_path, shapes_dir):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     runs_dir = tmp_path / "runs"

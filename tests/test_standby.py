@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO, write_config
 
 from trainer.events import read_events
@@ -15,6 +16,7 @@ def standby() -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_standby_runs_the_train_command_it_is_handed(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     run = RunDir(tmp_path / "run").create()
@@ -29,6 +31,7 @@ def test_a_standby_runs_the_train_command_it_is_handed(shapes_dir, tmp_path):
     assert out == "" and err == ""
 
 
+@pytest.mark.slow
 def test_a_standby_refuses_other_commands_and_leaves_quietly_without_one(tmp_path):
     proc = standby()
     out, err = proc.communicate(json.dumps({"argv": ["export", "x"], "output": str(tmp_path / "o.log")}) + "\n",

@@ -7,11 +7,12 @@ import sys
 import time
 
 import psutil
+import pytest
 from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
 from app.trainer_process import TrainerProcess
-from trainer.rundir import RunDir
+from trainer.rundir import RunDir, list_runs
 from trainer.system import pid_alive
 
 STUBBORN = """
@@ -54,6 +55,7 @@ class Net(nn.Module):
 """
 
 
+@pytest.mark.slow
 def test_a_log_flood_never_blocks_the_trainer_or_the_app(qtbot, make_window, shapes_dir, tmp_path):
     from test_main_window import wait_ready
 
@@ -82,6 +84,7 @@ def test_a_log_flood_never_blocks_the_trainer_or_the_app(qtbot, make_window, sha
     assert window.dashboard.log_view.document().blockCount() <= 5001
 
 
+@pytest.mark.slow
 def test_the_app_killed_mid_run_leaves_the_trainer_running_and_reattachable(qtbot, make_window, shapes_dir,
                                                                              tmp_path):
     cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 100}, monitor={"log_every": 1})
@@ -90,9 +93,9 @@ def test_the_app_killed_mid_run_leaves_the_trainer_running_and_reattachable(qtbo
                             "--autostart"], cwd=REPO, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        qtbot.waitUntil(lambda: runs.exists() and any(runs.iterdir())
-                        and RunDir(next(runs.iterdir())).read_status().get("state") == "running", timeout=90_000)
-        run = RunDir(next(runs.iterdir()))
+        qtbot.waitUntil(lambda: bool(list_runs(runs)) and list_runs(runs)[0].read_status().get("state") == "running",
+                        timeout=90_000)
+        (run,) = list_runs(runs)
         app.send_signal(signal.SIGKILL)
         app.wait(timeout=10)
         trainer_pid = run.read_status()["pid"]
@@ -137,6 +140,7 @@ def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make
         assert "Traceback" not in shown[0][1]
 
 
+@pytest.mark.slow
 def test_a_run_started_in_the_standby_trainer_stops_like_any_other(qtbot, shapes_dir, tmp_path):
     """The app keeps a standby trainer (torch already imported); Start hands the run to it, Stop stops it and
     checkpoints, and a fresh standby is ready for the next run; the last one leaves when the app lets it go."""

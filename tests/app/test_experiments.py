@@ -5,6 +5,7 @@ import json
 import time
 
 import numpy as np
+import pytest
 import yaml
 from helpers import train_here, write_config
 from PySide6.QtCore import Qt
@@ -79,6 +80,7 @@ def test_varying_keys_ignore_paths_and_keep_config_order():
     assert varying_keys(rows) == ["optimizer.lr"] and varying_keys(rows[:1]) == []
 
 
+@pytest.mark.slow
 def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, make_window, shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     run, code = train_here(cfg, tmp_path / "runs")

@@ -22,6 +22,7 @@ def wait_ready(qtbot, window, timeout=60_000):
     qtbot.waitUntil(lambda: window.start_action.isEnabled(), timeout=timeout)
 
 
+@pytest.mark.slow
 def test_configure_start_watch_stop_and_reopen(qtbot, make_window, shapes_dir, tmp_path):
     cfg = write_config(tmp_path, tmp_path / "elsewhere", data={"batch_size": 4}, train={"epochs": 30},
                        monitor={"log_every": 1})
@@ -119,6 +120,7 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
     assert page.amp_note.text().startswith(f"auto: {expected}")
 
 
+@pytest.mark.slow
 def test_copy_command_runs_the_same_config(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window(write_config(tmp_path, shapes_dir))
     wait_ready(qtbot, window)
@@ -144,6 +146,7 @@ def test_window_starts_without_torch():
     assert "NO_TORCH" in result.stdout, result.stderr
 
 
+@pytest.mark.slow
 def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
     model_file = tmp_path / "net.py"
     model_file.write_text("import torch\nclass Net(torch.nn.Module):\n"
@@ -164,6 +167,7 @@ def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
     assert events[-1]["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_ddp_run_from_the_app_plots_and_stops_every_rank(qtbot, make_window, shapes_dir, tmp_path):
     import psutil
 
@@ -185,6 +189,7 @@ def test_ddp_run_from_the_app_plots_and_stops_every_rank(qtbot, make_window, sha
     qtbot.waitUntil(lambda: process_tree_gone(pid, workers), timeout=10_000)
 
 
+@pytest.mark.slow
 def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_window, shapes_dir, tmp_path):
     from PySide6.QtWidgets import QApplication, QPushButton
 
@@ -200,6 +205,7 @@ def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_windo
     QApplication.processEvents()
 
 
+@pytest.mark.slow
 def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2},
                        monitor={"log_every": 1, "histogram_every": 2, "histogram_layers": ["fc"]})
@@ -271,6 +277,7 @@ def test_save_slurm_script_writes_the_form_s_config_and_the_cli_s_script(qtbot, 
     assert "#SBATCH --nodes=2" in script.read_text()
 
 
+@pytest.mark.slow
 def test_the_model_store_filters_sorts_and_starts_from_pretrained(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window(write_config(tmp_path, shapes_dir))
     page = window.model_page

@@ -24,6 +24,7 @@ def wait_ready(qtbot, window):
     qtbot.waitUntil(lambda: window.start_action.isEnabled(), timeout=60_000)
 
 
+@pytest.mark.slow
 def test_add_to_queue_runs_it_in_a_scheduler_that_outlives_the_app(qtbot, make_window, shapes_dir, tmp_path,
                                                                    schedulers_stopped):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
@@ -42,6 +43,7 @@ def test_add_to_queue_runs_it_in_a_scheduler_that_outlives_the_app(qtbot, make_w
     assert page.buttons["Retry"].isEnabled() is False and page.buttons["Hold"].isEnabled() is False
 
 
+@pytest.mark.slow
 def test_sweep_dialog_queues_a_grid_and_shows_a_refusal(qtbot, make_window, shapes_dir, tmp_path, schedulers_stopped):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     window = make_window(cfg)

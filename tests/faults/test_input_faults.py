@@ -127,6 +127,7 @@ def test_bad_input_from_a_real_process_prints_one_line(tmp_path, shapes_dir):
 
 # ---- the run directory -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_two_trains_into_one_run_dir_never_mix(shapes_dir, tmp_path):
     """Started together, many times (three pairs at once): in each pair one trains, the other is refused before
     writing anything, so the config, the checkpoints and the events all belong to the one that trained."""
@@ -174,6 +175,7 @@ def test_training_into_a_finished_run_is_refused_unless_asked(shapes_dir, tmp_pa
     assert len(starts) == 1, "the old run's events were not kept mixed in"
 
 
+@pytest.mark.slow
 def test_a_run_directory_deleted_mid_run_is_named(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 20}, monitor={"log_every": 1})
     run_dir = tmp_path / "run"

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import REPO, process_tree_gone, run_main, write_config
 
 from trainer.checkpoint import load_weights_only
@@ -36,6 +37,7 @@ def faulty(tmp_path, shapes_dir, fault, at=3, **sections):
     return write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'faulty.py'}:Net"}, **sections)
 
 
+@pytest.mark.slow
 def test_out_of_memory_fails_with_advice(shapes_dir, tmp_path):
     cfg = faulty(tmp_path, shapes_dir, "raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20 GiB')")
     result = run_main("train", cfg, "--run-dir", tmp_path / "run")
@@ -45,6 +47,7 @@ def test_out_of_memory_fails_with_advice(shapes_dir, tmp_path):
     assert "out of memory" in result.stderr
 
 
+@pytest.mark.slow
 def test_cpu_allocation_failure_is_reported_as_out_of_memory(shapes_dir, tmp_path):
     cfg = faulty(tmp_path, shapes_dir, "torch.empty(2**62, dtype=torch.uint8)")
     result = run_main("train", cfg, "--run-dir", tmp_path / "run")
@@ -52,6 +55,7 @@ def test_cpu_allocation_failure_is_reported_as_out_of_memory(shapes_dir, tmp_pat
     assert RunDir(tmp_path / "run").read_status()["message"].startswith("out of memory")
 
 
+@pytest.mark.slow
 def test_exception_in_user_code_is_shown_and_the_run_resumes(shapes_dir, tmp_path):
     cfg = faulty(tmp_path, shapes_dir, "raise ValueError('bad idea in forward')", at=9, data={"batch_size": 16},
                  train={"epochs": 2})
@@ -67,6 +71,7 @@ def test_exception_in_user_code_is_shown_and_the_run_resumes(shapes_dir, tmp_pat
     assert run.read_status()["state"] == "completed"
 
 
+@pytest.mark.slow
 def test_segfault_leaves_a_resumable_run(shapes_dir, tmp_path):
     # The crash comes once the epoch-1 checkpoint is durable (it is written in the background; a crash inside that
     # write window is test_checkpoints.py::test_a_hard_crash_inside_the_write_window_loses_that_checkpoint_alone).
@@ -84,6 +89,7 @@ def test_segfault_leaves_a_resumable_run(shapes_dir, tmp_path):
     assert epochs == [1, 2]
 
 
+@pytest.mark.slow
 def test_a_run_directory_in_use_is_refused(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50})
     first = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir",
@@ -106,6 +112,7 @@ def test_a_run_directory_in_use_is_refused(shapes_dir, tmp_path):
     assert process_tree_gone(first.pid)
 
 
+@pytest.mark.slow
 def test_two_ddp_runs_at_once_do_not_collide(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     procs = [subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--runs-dir",
