@@ -12,12 +12,14 @@ from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QScrollArea,
     QStackedWidget,
     QStyle,
     QSystemTrayIcon,
@@ -77,11 +79,16 @@ class MainWindow(QMainWindow):
         self.nav = QListWidget()
         self.nav.setObjectName("nav")
         self.nav.addItems(PAGES)
-        self.nav.setFixedWidth(130)
+        self.nav.setFixedWidth(110)
         self.stack = QStackedWidget()
         for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.dashboard,
                      self.runs_page, self.queue_page):
-            self.stack.addWidget(page)
+            # a laptop screen: a page that needs more room than the window has scrolls instead of widening it
+            scroll = QScrollArea()
+            scroll.setWidgetResizable(True)
+            scroll.setFrameShape(QFrame.Shape.NoFrame)
+            scroll.setWidget(page)
+            self.stack.addWidget(scroll)
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         central = QWidget()
         layout = QHBoxLayout(central)

@@ -11,7 +11,17 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QPlainTextEdit, QProgressBar, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QPlainTextEdit,
+    QProgressBar,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.pages.curves_tab import CurvesTab
 from app.pages.gradients_tab import GradientsTab
@@ -62,7 +72,9 @@ class Dashboard(QWidget):
         self.warnings = QListWidget()
         self.warnings.setObjectName("warnings")
         side = QWidget()
-        side.setMaximumWidth(300)
+        side.setObjectName("sidePanel")
+        side.setMinimumWidth(150)
+        side.setMaximumWidth(320)
         sl = QVBoxLayout(side)
         sl.addWidget(QLabel("<b>Run</b>"))
         sl.addWidget(self.summary)
@@ -72,9 +84,18 @@ class Dashboard(QWidget):
         sl.addWidget(QLabel("<b>Warnings and errors</b>"))
         sl.addWidget(self.warnings, 1)
 
+        # the side panel can be narrowed or dragged shut (a laptop screen), the tabs keep the rest
+        self.splitter = QSplitter()
+        self.splitter.setObjectName("dashboardSplitter")
+        self.splitter.addWidget(self.tabs)
+        self.splitter.addWidget(side)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setSizes([1000, 260])
         layout = QHBoxLayout(self)
-        layout.addWidget(self.tabs, 1)
-        layout.addWidget(side)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.splitter)
+        self.side = side
 
         self._timer = QTimer(self)
         self._timer.setInterval(REDRAW_MS)

@@ -108,9 +108,11 @@ class QueuePage(QWidget):
         self.message.setObjectName("queueMessage")
         self.message.setWordWrap(True)
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("<b>Queue</b> — runs wait here and start one after another (one per GPU set on a "
-                                "GPU machine); a failed run does not stop the queue. Add runs with <i>Add to queue"
-                                "</i> or a sweep."))
+        intro = QLabel("<b>Queue</b> — runs wait here and start one after another (one per GPU set on a "
+                       "GPU machine); a failed run does not stop the queue. Add runs with <i>Add to queue"
+                       "</i> or a sweep.")
+        intro.setWordWrap(True)
+        layout.addWidget(intro)
         layout.addLayout(row)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.message)

@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor, QFont, QImage, QPixmap
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
+    QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -43,7 +44,7 @@ from app.run_model import RunModel
 from app.thumbnails import load_thumbnails
 
 THUMB = 96
-PREVIEW = 240
+PREVIEW = 200
 GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count says how many there are
 NAMES_ON_TOP = 12  # up to this many classes the predicted-class header shows names, else indices (names on hover)
 LOW, HIGH = QColor(255, 255, 255), QColor(31, 94, 168)
@@ -163,19 +164,25 @@ class ResultsTab(QWidget):
         self.matrix.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         self._zoom(self.zoom.value())
 
+        self.eval_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.eval_choice.setMinimumContentsLength(12)
         bar = QHBoxLayout()
         bar.addWidget(QLabel("Set"))
-        bar.addWidget(self.eval_choice)
-        bar.addWidget(self.counts)
-        bar.addWidget(self.row_share)
-        bar.addWidget(QLabel("Zoom"))
-        bar.addWidget(self.zoom, 1)
+        bar.addWidget(self.eval_choice, 1)
+        view = QHBoxLayout()
+        view.addWidget(self.counts)
+        view.addWidget(self.row_share)
+        view.addWidget(QLabel("Zoom"))
+        view.addWidget(self.zoom, 1)
         left = QWidget()
         ll = QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
         ll.addLayout(bar)
+        ll.addLayout(view)
         ll.addWidget(self.headline)
-        ll.addWidget(QLabel("Confusion matrix: rows are the true class, columns the predicted one"))
+        caption = QLabel("Confusion matrix: rows are the true class, columns the predicted one")
+        caption.setWordWrap(True)
+        ll.addWidget(caption)
         ll.addWidget(self.matrix, 1)
 
         # ---- gallery, pairs, per class, calibration ----
@@ -255,12 +262,12 @@ class ResultsTab(QWidget):
         self.undo_button = QPushButton("Undo")
         self.undo_button.setObjectName("undoMark")
         self.undo_button.clicked.connect(lambda: self.selected and self.undoRequested.emit(self.selected.path))
-        actions = QHBoxLayout()
-        actions.addWidget(self.cam_button)
-        actions.addWidget(self.exclude_button)
-        actions.addWidget(self.relabel_button)
-        actions.addWidget(self.relabel_choice, 1)
-        actions.addWidget(self.undo_button)
+        actions = QGridLayout()  # two rows: fits beside the preview on a laptop screen
+        actions.addWidget(self.cam_button, 0, 0)
+        actions.addWidget(self.exclude_button, 0, 1)
+        actions.addWidget(self.undo_button, 0, 2)
+        actions.addWidget(self.relabel_button, 1, 0)
+        actions.addWidget(self.relabel_choice, 1, 1, 1, 2)
         info = QVBoxLayout()
         info.addWidget(self.details, 1)
         info.addLayout(actions)

@@ -315,8 +315,7 @@ class RunsPage(QWidget):
         self.filter.setPlaceholderText("filter: words or column=value (resnet18  lr=0.01  completed  baseline)")
         self.filter.textChanged.connect(self.proxy.set_text)
 
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.filter, 1)
+        buttons = QHBoxLayout()  # under the filter, not beside it: the row fits a laptop screen
         for text, slot in (("Refresh", self.refresh), ("Open", self._open), ("Compare selected", self._compare),
                            ("Resume", self._resume), ("Continue…", self._extend), ("Notes…", self._notes),
                            ("Export…", self._export), ("Open folder", self._open_folder), ("Delete", self._delete)):
@@ -353,6 +352,7 @@ class RunsPage(QWidget):
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.filter)
         tl.addLayout(buttons)
         tl.addWidget(self.table)
         split = QSplitter(Qt.Orientation.Vertical)

@@ -7,6 +7,7 @@ import signal
 import pytest
 from helpers import write_config
 
+from app.main_window import PAGES
 from trainer import queue
 from trainer.rundir import RunDir
 
@@ -34,7 +35,7 @@ def test_add_to_queue_runs_it_in_a_scheduler_that_outlives_the_app(qtbot, make_w
         window.queue_action.trigger()
     qtbot.waitUntil(lambda: bool(queue.live_schedulers(tmp_path / "runs")), timeout=30_000)
     page = window.queue_page
-    window.nav.setCurrentRow(window.stack.indexOf(page))
+    window.nav.setCurrentRow(PAGES.index("Queue"))
     qtbot.waitUntil(lambda: page.rows and page.rows[0]["state"] == "completed", timeout=120_000)
     assert "scheduler running" in page.scheduler_label.text() and not page.start_scheduler.isEnabled()
     run = RunDir(page.rows[0]["path"])

@@ -1,0 +1,50 @@
+"""The app on a laptop screen (issue #26): the window can shrink to 1024x700, and at 1280x720 and 1024x700 every
+page fits its width (no sideways scrolling) with the controls a user needs on screen."""
+
+import pytest
+from helpers import write_config
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtWidgets import QPushButton
+
+from app.main_window import PAGES
+
+
+def on_screen(window, widget) -> bool:
+    """Shown, and its whole rectangle inside the window's."""
+    if not widget.isVisible():
+        return False
+    top_left = widget.mapTo(window, QPoint(0, 0))
+    return QRect(QPoint(0, 0), window.size()).contains(QRect(top_left, widget.size()))
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1024, 700)])
+def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_path, size):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    hint = window.minimumSizeHint()
+    assert hint.width() <= 1024 and hint.height() <= 700, hint
+    window.resize(*size)
+    qtbot.waitUntil(lambda: window.size().width() == size[0], timeout=5_000)
+    for index, name in enumerate(PAGES):
+        window.nav.setCurrentRow(index)
+        qtbot.wait(50)
+        scroll = window.stack.currentWidget()
+        assert scroll.horizontalScrollBar().maximum() == 0, f"{name} needs {scroll.widget().minimumSizeHint()}"
+    window.nav.setCurrentRow(PAGES.index("Training"))
+    qtbot.wait(50)
+    dash = window.dashboard
+    for widget in (dash.warnings, dash.summary, window.progress, window.eta_label, window.state_label):
+        assert on_screen(window, widget), widget.objectName()
+    for tab in range(dash.tabs.count()):
+        dash.tabs.setCurrentIndex(tab)
+        qtbot.wait(30)
+        assert dash.tabs.currentWidget().width() >= dash.tabs.currentWidget().minimumSizeHint().width()
+    dash.tabs.setCurrentIndex(2)
+    qtbot.wait(30)
+    results = dash.results
+    for widget in (results.matrix, results.gallery_title, results.cam_button, results.relabel_choice,
+                   results.undo_button):
+        assert on_screen(window, widget), widget.objectName() or widget.text()
+    window.nav.setCurrentRow(PAGES.index("Runs"))
+    qtbot.wait(50)
+    open_folder = window.runs_page.findChild(QPushButton, "runs:Open folder")
+    assert on_screen(window, open_folder) and on_screen(window, window.runs_page.table)
