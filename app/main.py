@@ -48,7 +48,10 @@ def run_app(argv: list[str]) -> int:
     app.setApplicationName("TrainDeck")
     app.setWindowIcon(app_icon())
     app.setStyleSheet(load_style())
-    window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config)
+    demo = REPO_ROOT / "demo_data"
+    writing_demo = not (demo / ".complete").exists()
+    window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config,
+                        hold_scan="Writing the demo dataset…" if writing_demo else None)
     window.show()
     quiet_garbage_collector()
     if os.environ.get("TRAINDECK_STANDBY", "1") != "0":
@@ -57,17 +60,15 @@ def run_app(argv: list[str]) -> int:
         QTimer.singleShot(STANDBY_DELAY_MS, lambda: window.isVisible() and window.runs.process.keep_standby(
             str(REPO_ROOT)))
 
-    demo = REPO_ROOT / "demo_data"
-
     app.aboutToQuit.connect(window.shutdown)
 
     def demo_ready(_):
         window.state_label.setText("Ready: the demo dataset is selected; press Start")
-        window.dataset_page.scan()
+        window.dataset_page.release()  # scanned once complete: no "only one class folder" from a half-written one
         if args.autostart:
             QTimer.singleShot(500, window.start_run)
 
-    if not (demo / ".complete").exists():
+    if writing_demo:
         window.state_label.setText("Writing the demo dataset…")
         run_in_thread(lambda: ensure_demo_dataset(demo), demo_ready)
     elif args.autostart:

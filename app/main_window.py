@@ -54,7 +54,8 @@ STYLE = (REPO_ROOT / "resources" / "style.qss")
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, settings: QSettings, runs_dir: Path, config_path: Path | None = None):
+    def __init__(self, settings: QSettings, runs_dir: Path, config_path: Path | None = None,
+                 hold_scan: str | None = None):
         super().__init__()
         self.settings = settings
         self.runs_dir = Path(runs_dir)
@@ -148,7 +149,10 @@ class MainWindow(QMainWindow):
         self.runs_page.resumeRequested.connect(self.resume_run)
         self.runs_page.extendRequested.connect(self.extend_run)
 
-        self.load_config_file(config_path or DEMO_CONFIG)
+        if hold_scan:
+            self.dataset_page.hold(hold_scan)
+        if config_path is not None or not self._restore_last_config():
+            self.load_config_file(config_path or DEMO_CONFIG)
         self.runs_page.set_runs_dir(self.runs_dir)
         self.queue_page.set_runs_dir(self.runs_dir)
         self.queue_page.changed.connect(self._update_buttons)
@@ -497,6 +501,24 @@ class MainWindow(QMainWindow):
         recent = [p for p in (self.settings.value("recent_configs") or []) if p != path]
         self.settings.setValue("recent_configs", [path] + recent[:9])
 
+    def _restore_last_config(self) -> bool:
+        """The form as the last session left it (dataset, model, every setting); False when there is none or it no
+        longer reads as a config (then the demo config is loaded)."""
+        import yaml
+
+        text = self.settings.value("last_config")
+        if not isinstance(text, str) or not text.strip():
+            return False
+        try:
+            cfg = RunConfig.from_dict(yaml.safe_load(text) or {})
+        except (ConfigError, yaml.YAMLError, TypeError, ValueError) as e:
+            log.warning("the last session's settings are not usable (%s): opening the demo config", e)
+            return False
+        path = self.settings.value("last_config_path")
+        self.config_path = Path(path) if isinstance(path, str) and path else None
+        self.load_config(cfg)
+        return True
+
     def _restore_settings(self) -> None:
         geometry = self.settings.value("geometry")
         if isinstance(geometry, QByteArray):
@@ -534,6 +556,9 @@ class MainWindow(QMainWindow):
     def shutdown(self) -> None:
         """Stop every timer and helper process this window owns (the trainer itself is left alone)."""
         self.settings.setValue("geometry", self.saveGeometry())
+        cfg = self.current_config()  # an invalid form is not kept: the next start opens the demo config
+        self.settings.setValue("last_config", cfg.to_yaml() if cfg is not None else "")
+        self.settings.setValue("last_config_path", str(self.config_path or ""))
         self.settings.sync()
         self.dashboard.stop_updates()
         self.model_page.cancel_jobs()

@@ -223,11 +223,24 @@ class DatasetPage(QWidget):
     def manifest_path(self) -> str:
         return self.binder.widgets["data.exclude"].text().strip()
 
+    def hold(self, why: str) -> None:
+        """No scan until `release()` (the folder is still being written, e.g. the demo dataset on first start)."""
+        self._held = why
+        self._scan_serial += 1  # a scan under way reports nothing
+        self.summary.setText(why)
+
+    def release(self) -> None:
+        self._held = None
+        self.scan()
+
     def scan(self) -> None:
         folder, manifest_path = self.train_dir, self.manifest_path
         self._scan_serial += 1
         serial = self._scan_serial
         self.scan_result = None
+        if getattr(self, "_held", None):
+            self.summary.setText(self._held)
+            return
         if not folder:
             self.summary.setText("Choose a folder of training images.")
             self.scanned.emit(None)

@@ -48,3 +48,32 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
     qtbot.wait(50)
     open_folder = window.runs_page.findChild(QPushButton, "runs:Open folder")
     assert on_screen(window, open_folder) and on_screen(window, window.runs_page.table)
+
+
+def test_a_relaunch_restores_the_last_session_s_dataset_and_settings(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window()  # the demo config, as on a first start
+    window.binder.widgets["data.train_dir"].setText(str(shapes_dir))
+    window.binder.widgets["optimizer.lr"].setText("3e-4")
+    window.optimizer_page.groups.add_group({"pattern": "fc", "lr": 0.1})
+    window.shutdown()
+    again = make_window()
+    assert again.binder.widgets["data.train_dir"].text() == str(shapes_dir)
+    cfg = again.current_config()
+    assert cfg.optimizer.lr == 3e-4 and [g.pattern for g in cfg.optimizer.groups] == ["fc"]
+    qtbot.waitUntil(lambda: again.dataset_page.scan_result is not None, timeout=30_000)
+
+
+def test_the_first_start_waits_for_the_demo_dataset_before_scanning(qtbot, settings, tmp_path, shapes_dir):
+    """The scan of a folder still being written said "only one class folder" in red on the first screen."""
+    from app.main_window import MainWindow
+
+    window = MainWindow(settings, tmp_path / "runs", write_config(tmp_path, shapes_dir),
+                        hold_scan="Writing the demo dataset…")
+    qtbot.addWidget(window)
+    qtbot.wait(300)
+    assert window.dataset_page.scan_result is None and "Writing the demo dataset" in window.dataset_page.summary.text()
+    window.dataset_page.release()
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
+    assert "4 classes" in window.dataset_page.summary.text()
+    window._leave_running = True
+    window.shutdown()
