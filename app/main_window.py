@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import shlex
 import time
 from pathlib import Path
@@ -142,6 +143,7 @@ class MainWindow(QMainWindow):
         self.runs.runFinished.connect(self._run_finished)
         self.runs.changed.connect(self._update_buttons)
         self.dataset_page.default_manifest = self.default_manifest_path
+        self.binder.widgets["data.train_dir"].textChanged.connect(lambda _: self._dataset_changed())
         self.dashboard.results.markRequested.connect(self._mark_image)
         self.dashboard.results.undoRequested.connect(self.dataset_page.undo)
         self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
@@ -434,10 +436,26 @@ class MainWindow(QMainWindow):
 
     # ---- the dataset manifest and Try it -------------------------------------------------------
     def default_manifest_path(self) -> Path:
-        """Where a new data.exclude manifest goes: beside the open config file, else in the runs folder's configs."""
+        """Where a new data.exclude manifest goes: beside the open config file, else in the runs folder's configs,
+        named after the dataset (another dataset gets another manifest)."""
         if self.config_path is not None:
             return self.config_path.with_name(f"{self.config_path.stem}.exclude.yaml")
-        return self.runs_dir / "configs" / "exclude.yaml"
+        import hashlib
+        import re
+
+        folder = self.dataset_page.train_dir or "dataset"
+        real = os.path.realpath(folder)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(real).name)[:40] or "dataset"
+        return self.runs_dir / "configs" / f"{name}-{hashlib.sha1(real.encode()).hexdigest()[:8]}.exclude.yaml"
+
+    def _dataset_changed(self) -> None:
+        """A manifest TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
+        exclude = self.binder.widgets["data.exclude"]
+        current = exclude.text().strip()
+        made_here = not current or Path(current).parent == self.runs_dir / "configs"
+        if made_here and self.config_path is None:  # this dataset's own manifest, when it has one
+            mine = self.default_manifest_path()
+            exclude.setText(str(mine) if mine.exists() else "")
 
     def _mark_image(self, image: str, new_class) -> None:
         self.dataset_page.mark(image, new_class)

@@ -1,6 +1,8 @@
 """The app on a laptop screen (issue #26): the window can shrink to 1024x700, and at 1280x720 and 1024x700 every
 page fits its width (no sideways scrolling) with the controls a user needs on screen."""
 
+from pathlib import Path
+
 import pytest
 from helpers import write_config
 from PySide6.QtCore import QPoint, QRect
@@ -77,3 +79,22 @@ def test_the_first_start_waits_for_the_demo_dataset_before_scanning(qtbot, setti
     assert "4 classes" in window.dataset_page.summary.text()
     window._leave_running = True
     window.shutdown()
+
+
+def test_a_manifest_made_for_one_dataset_does_not_follow_to_the_next(qtbot, make_window, shapes_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(shapes_dir, other)
+    window = make_window()  # no config file: manifests go to the runs folder, one per dataset
+    train_dir = window.binder.widgets["data.train_dir"]
+    exclude = window.binder.widgets["data.exclude"]
+    train_dir.setText(str(shapes_dir))
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
+    window._mark_image(str(next(shapes_dir.glob("circle/*.png"))), None)
+    first = exclude.text()
+    assert first and shapes_dir.name in first and Path(first).parent == tmp_path / "runs" / "configs"
+    train_dir.setText(str(other))
+    assert exclude.text() == "", "the other dataset has no manifest yet"
+    train_dir.setText(str(shapes_dir))
+    assert exclude.text() == first, "back to the first dataset: its manifest again"
