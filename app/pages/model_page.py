@@ -169,7 +169,7 @@ class ModelPage(QWidget):
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(300)
         self._debounce.timeout.connect(self.describe)
-        self.name.currentTextChanged.connect(lambda _: self._debounce.start())
+        self.name.currentTextChanged.connect(lambda _: (self._forget_parameters(), self._debounce.start()))
         self.weights.currentTextChanged.connect(lambda _: self._debounce.start())
 
     # ---- the store -----------------------------------------------------------------------------
@@ -215,11 +215,19 @@ class ModelPage(QWidget):
         self.name.setCurrentText(current)
         self.name.blockSignals(False)
 
+    def _forget_parameters(self) -> None:
+        """Another model was chosen: the previous one's tensors go at once (not once the new one is described)."""
+        if self.parameters:
+            self.parameters = []
+            self.table.setRowCount(0)
+            self.count.setText(f"describing {self.name.currentText().strip()}…")
+            self.parametersChanged.emit([])
+
     def describe(self) -> None:
         name = self.name.currentText().strip()
         if self._job is not None:
             self._job.cancel()
-        self.count.setText("computing…")
+        self.count.setText(f"describing {name}…")
         args = ["describe-model", name, "--classes", str(self._classes)]
         weights = self.weights.currentText().strip()
         if is_weights_name(weights):

@@ -98,3 +98,13 @@ def test_a_manifest_made_for_one_dataset_does_not_follow_to_the_next(qtbot, make
     assert exclude.text() == "", "the other dataset has no manifest yet"
     train_dir.setText(str(shapes_dir))
     assert exclude.text() == first, "back to the first dataset: its manifest again"
+
+
+def test_another_model_clears_the_previous_model_s_tensors_at_once(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir, model={"name": "resnet18"}))
+    page = window.model_page
+    qtbot.waitUntil(lambda: page.parameters[:1] == [("conv1.weight", 9408)], timeout=60_000)
+    page.name.setCurrentText("small_cnn")
+    assert page.parameters == [] and page.table.rowCount() == 0 and "describing small_cnn" in page.count.text()
+    assert window.optimizer_page.groups.parameters == [], "the group editor does not count the old tensors either"
+    qtbot.waitUntil(lambda: bool(page.parameters) and page.parameters[0][0].startswith("features"), timeout=60_000)
