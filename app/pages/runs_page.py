@@ -120,6 +120,9 @@ class ExportDialog(QDialog):
 
 BASE_COLUMNS = ["run", "status", "model", "dataset"]
 METRIC_COLUMNS = ["best acc", "final acc", "trained", "duration", "started", "tags"]
+# the hyper-parameter first plotted against the metric, when it differs between the runs: what sweeps vary most
+PREFERRED_X = ("optimizer.lr", "optimizer.weight_decay", "data.batch_size", "model.name")
+LOG_AXIS_RATIO = 10  # a positive axis spanning this factor or more is drawn on a log scale (0.02..0.2 included)
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
 PARALLEL_COLOURS = 8  # parallel-coordinates lines are drawn in this many colour bands, one plot item each
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
@@ -385,6 +388,8 @@ class RunsPage(QWidget):
         self.scatter_x.blockSignals(True)
         self.scatter_x.clear()
         self.scatter_x.addItems(self.model.params)
+        if x not in self.model.params:  # first shown: the swept key (the learning rate), not the first column
+            x = next((k for k in PREFERRED_X if k in self.model.params), x)
         if x in self.model.params:
             self.scatter_x.setCurrentText(x)
         self.scatter_x.blockSignals(False)
@@ -420,7 +425,7 @@ class RunsPage(QWidget):
         plot.setLabel("bottom", key)
         plot.setLabel("left", METRICS[metric])
         plot.getAxis("bottom").setTicks([list(categories.items())] if categories else None)
-        logx = not categories and min(xs) > 0 and max(xs) / min(xs) >= 100
+        logx = not categories and min(xs) > 0 and max(xs) / min(xs) >= LOG_AXIS_RATIO
         plot.setLogMode(x=logx, y=False)
         plot.addItem(pg.ScatterPlotItem(x=xs, y=[p[1] for p in points], size=9, brush=COLORS[0],
                                         data=[p[2] for p in points], hoverable=True, tip=lambda x, y, data: data))

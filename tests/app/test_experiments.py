@@ -52,7 +52,8 @@ def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_pa
     page.table.sortByColumn(headers.index("best acc"), Qt.SortOrder.DescendingOrder)
     assert [r["best acc"] for r in page.shown_rows()] == [0.92, 0.88, 0.81, 0.55]
     assert page.proxy.index(0, headers.index("duration")).data() == "1m35s"
-    page.scatter_x.setCurrentText("optimizer.lr")
+    assert page.scatter_x.currentText() == "optimizer.lr", "the swept key first, not the first column"
+    assert page.scatter_plot.getPlotItem().ctrl.logXCheck.isChecked(), "learning rates 0.001..0.1 on a log axis"
     scatter = [i for i in page.scatter_plot.listDataItems()]
     assert len(scatter) == 1 and len(scatter[0].data) == 4
     page.sweep_choice.setCurrentText("lrs")
