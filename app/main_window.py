@@ -262,7 +262,7 @@ class MainWindow(QMainWindow):
         self._validate_timer.start()
 
     def _open_config_dialog(self) -> None:
-        start = self.settings.value("last_config_dir", str(Path.home()))
+        start = self.settings.value("last_config_dir", self._near_the_dataset())
         path, _ = QFileDialog.getOpenFileName(self, "Open config", start, "YAML (*.yaml *.yml)")
         if path:
             self.settings.setValue("last_config_dir", str(Path(path).parent))
@@ -273,7 +273,7 @@ class MainWindow(QMainWindow):
         if cfg is None:
             QMessageBox.warning(self, "Cannot save", "Fix the marked settings first:\n" + "\n".join(self.config_problems))
             return
-        start = str(self.config_path or Path(self.settings.value("last_config_dir", str(Path.home()))) / "config.yaml")
+        start = str(self.config_path or Path(self.settings.value("last_config_dir", self._near_the_dataset())) / "config.yaml")
         path, _ = QFileDialog.getSaveFileName(self, "Save config", start, "YAML (*.yaml *.yml)")
         if path:
             self.save_config_to(Path(path))
@@ -305,7 +305,7 @@ class MainWindow(QMainWindow):
         if self.current_config() is None:
             QMessageBox.warning(self, "Cannot save", "Fix the marked settings first:\n" + "\n".join(self.config_problems))
             return
-        start = str(Path(self.settings.value("last_config_dir", str(Path.home()))) / "train.sh")
+        start = str(Path(self.settings.value("last_config_dir", self._near_the_dataset())) / "train.sh")
         path, _ = QFileDialog.getSaveFileName(self, "Save SLURM script", start, "Shell scripts (*.sh)")
         if path:
             self.save_slurm_script(Path(path))
@@ -469,7 +469,8 @@ class MainWindow(QMainWindow):
         current = self.run_model.run.path if self.run_model is not None else None
         if current is not None and (current / "checkpoints" / "best.pt").exists():
             runs = [current] + [r for r in runs if r != current]
-        dialog = TryItDialog(runs, self)
+        dataset = self.dataset_page.train_dir
+        dialog = TryItDialog(runs, self, start_dir=str(Path(dataset).parent) if dataset else None)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog
@@ -518,6 +519,11 @@ class MainWindow(QMainWindow):
     def _remember_recent(self, path: str) -> None:
         recent = [p for p in (self.settings.value("recent_configs") or []) if p != path]
         self.settings.setValue("recent_configs", [path] + recent[:9])
+
+    def _near_the_dataset(self) -> str:
+        """Where a file dialog opens when nothing was chosen before: beside the dataset, else the home folder."""
+        dataset = self.dataset_page.train_dir
+        return str(Path(dataset).parent) if dataset and Path(dataset).parent.is_dir() else str(Path.home())
 
     def _restore_last_config(self) -> bool:
         """The form as the last session left it (dataset, model, every setting); False when there is none or it no

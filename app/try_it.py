@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob, run_in_thread
 from app.thumbnails import load_thumbnails
 from trainer.catalog import EXPORT_FORMATS
+from trainer.scan import IMAGE_EXTENSIONS
 
 THUMB = 64
 TOP = 5
@@ -36,8 +37,9 @@ EXPORTED = "Exported model file…"
 class TryItDialog(QDialog):
     predicted = Signal(list)  # the results shown (for tests and anyone watching)
 
-    def __init__(self, runs: list[Path], parent=None):
+    def __init__(self, runs: list[Path], parent=None, start_dir: str | None = None):
         super().__init__(parent)
+        self.start_dir = start_dir or str(Path.home())  # file dialogs open near the dataset
         self.setWindowTitle("Try it: classify images")
         self.resize(900, 600)
         self.setAcceptDrops(True)
@@ -104,19 +106,20 @@ class TryItDialog(QDialog):
                 self.classify(self.images)
             return
         patterns = " ".join(f"*{suffix}" for suffix in EXPORT_FORMATS.values())
-        path, _ = QFileDialog.getOpenFileName(self, "Exported model", str(Path.home()), f"Models ({patterns})")
+        path, _ = QFileDialog.getOpenFileName(self, "Exported model", self.start_dir, f"Models ({patterns})")
         if path:
             self.set_model_source(path)
         else:
             self.source.setCurrentIndex(0)
 
     def _pick_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Images", str(Path.home()))
+        images = " ".join(f"*{suffix}" for suffix in IMAGE_EXTENSIONS)
+        paths, _ = QFileDialog.getOpenFileNames(self, "Images", self.start_dir, f"Images ({images});;All files (*)")
         if paths:
             self.classify(paths)
 
     def _pick_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Folder of images", str(Path.home()))
+        folder = QFileDialog.getExistingDirectory(self, "Folder of images", self.start_dir)
         if folder:
             self.classify([folder])
 

@@ -58,7 +58,8 @@ def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: Q
     button.setObjectName(f"browse:{key}")
 
     def browse():
-        start = edit.text() or str(Path.home())
+        dataset = binder.widgets["data.train_dir"].text() if "data.train_dir" in binder.widgets else ""
+        start = edit.text() or (str(Path(dataset).parent) if dataset else str(Path.home()))  # near the dataset
         if file_filter:
             chosen, _ = QFileDialog.getOpenFileName(parent, title, start, file_filter)
         else:
