@@ -148,6 +148,7 @@ class MainWindow(QMainWindow):
         self.dashboard.results.undoRequested.connect(self.dataset_page.undo)
         self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
         self.runs_page.openRequested.connect(self.open_run)
+        self.queue_page.openRequested.connect(self.open_run)
         self.runs_page.resumeRequested.connect(self.resume_run)
         self.runs_page.extendRequested.connect(self.extend_run)
 

@@ -27,7 +27,7 @@ from app.background import run_in_thread
 from trainer.launch import main_command
 from trainer.rundir import RunDir, list_runs
 
-COLUMNS = ["#", "run", "state", "model", "sweep", "values", "GPUs", "added"]
+COLUMNS = ["#", "run", "state", "progress", "best acc", "model", "sweep", "values", "GPUs", "added"]
 REFRESH_MS = 1500
 RECENT = 30  # finished queue runs shown under the waiting ones
 
@@ -58,7 +58,10 @@ def _row(run: RunDir, status: dict, position: str) -> dict:
         state = "starting"
     values = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in (q.get("values") or {}).items())
     added = dt.datetime.fromtimestamp(q.get("added") or run.path.stat().st_mtime).strftime("%m-%d %H:%M")
-    return {"path": str(run.path), "#": position, "run": run.name, "state": state,
+    epoch, epochs, best = status.get("epoch"), status.get("epochs"), status.get("best_acc")
+    progress = f"epoch {epoch}/{epochs}" if epoch is not None and epochs else ""
+    return {"path": str(run.path), "#": position, "run": run.name, "state": state, "progress": progress,
+            "best acc": f"{100 * best:.1f}%" if isinstance(best, (int, float)) and best >= 0 else "",
             "model": str(status.get("model", "?")).split("/")[-1], "sweep": q.get("sweep") or "", "values": values,
             "GPUs": ",".join(map(str, q.get("gpus") or [])), "added": added,
             "message": status.get("message", "")}
@@ -66,6 +69,7 @@ def _row(run: RunDir, status: dict, position: str) -> dict:
 
 class QueuePage(QWidget):
     changed = Signal()
+    openRequested = Signal(str)  # a run's directory, double-clicked: watch it (a running one live)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -90,6 +94,9 @@ class QueuePage(QWidget):
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.cellDoubleClicked.connect(lambda row, _: row < len(self.rows)
+                                             and self.openRequested.emit(self.rows[row]["path"]))
+        self.table.setToolTip("double-click a run to watch it (a running one live)")
         self.buttons: dict[str, QPushButton] = {}
         row = QHBoxLayout()
         for name, slot in (("Up", lambda: self._move(-1)), ("Down", lambda: self._move(1)),

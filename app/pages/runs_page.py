@@ -5,11 +5,12 @@ and parallel coordinates of a sweep; open, resume, continue, export, open folder
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QUrl, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
     QComboBox,
@@ -123,6 +124,7 @@ METRIC_COLUMNS = ["best acc", "final acc", "trained", "duration", "started", "ta
 # the hyper-parameter first plotted against the metric, when it differs between the runs: what sweeps vary most
 PREFERRED_X = ("optimizer.lr", "optimizer.weight_decay", "data.batch_size", "model.name")
 LOG_AXIS_RATIO = 10  # a positive axis spanning this factor or more is drawn on a log scale (0.02..0.2 included)
+FOLLOW_MS = 2000  # while the Runs page is shown, how often it looks for status changes
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
 PARALLEL_COLOURS = 8  # parallel-coordinates lines are drawn in this many colour bands, one plot item each
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
@@ -297,6 +299,11 @@ class RunsPage(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.runs_dir: Path | None = None
+        self._signature: tuple = ()
+        self._checking = False
+        self._follow = QTimer(self)
+        self._follow.setInterval(FOLLOW_MS)
+        self._follow.timeout.connect(self._check_changes)
         self.model = ExperimentModel()
         self.proxy = RunFilter()
         self.proxy.setSourceModel(self.model)
@@ -372,6 +379,32 @@ class RunsPage(QWidget):
     def set_runs_dir(self, runs_dir: Path) -> None:
         self.runs_dir = Path(runs_dir)
         self.refresh()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self._follow.start()  # while shown, the table follows status changes by itself (a queued run starting)
+        super().showEvent(event)
+
+    def hideEvent(self, event) -> None:  # noqa: N802
+        self._follow.stop()
+        super().hideEvent(event)
+
+    def _check_changes(self) -> None:
+        """Refresh when any run's status.json changed (a cheap stat of each, off the GUI thread)."""
+        if self.runs_dir is None or self._checking:
+            return
+        self._checking = True
+        runs_dir = self.runs_dir
+
+        def changed(signature) -> None:
+            self._checking = False
+            if signature != self._signature:
+                self._signature = signature
+                self.refresh()
+
+        def failed(_error) -> None:
+            self._checking = False
+
+        run_in_thread(lambda: status_signature(runs_dir), changed, failed, owner=self)
 
     def refresh(self) -> None:
         if self.runs_dir is None:
@@ -519,6 +552,21 @@ class RunsPage(QWidget):
                 != QMessageBox.StandardButton.Yes:
             return
         run_in_thread(lambda: [shutil.rmtree(p, ignore_errors=True) for p in paths], lambda _: self.refresh(), owner=self)
+
+
+def status_signature(runs_dir: Path) -> tuple:
+    """(run, status.json mtime) of every run directory: what changes when any run changes state or progresses."""
+    out = []
+    try:
+        entries = sorted(os.scandir(runs_dir), key=lambda e: e.name)
+    except OSError:
+        return ()
+    for entry in entries:
+        try:
+            out.append((entry.name, os.stat(os.path.join(entry.path, "status.json")).st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(out)
 
 
 def with_controls(plot: pg.PlotWidget, *labelled) -> QWidget:

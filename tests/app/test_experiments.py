@@ -2,6 +2,7 @@
 against a hyper-parameter, parallel coordinates of a sweep, tags and notes; "Continue for N more epochs"."""
 
 import json
+import os
 import time
 
 import numpy as np
@@ -95,3 +96,34 @@ def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, mak
     dialog.accept()
     qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.state == "completed"
                     and RunDir(run.path).read_status().get("epoch") == 3, timeout=120_000)
+
+
+def test_the_runs_and_queue_pages_follow_status_changes_by_themselves(qtbot, tmp_path):
+    """A queued run that starts shows as running on the Runs page without Refresh; the Queue page shows progress
+    and accuracy, and double-clicking a run asks to watch it."""
+    from app.pages.queue_page import QueuePage
+    from app.pages.runs_page import RunsPage
+
+    runs_dir = tmp_path / "runs"
+    run = fake_run(runs_dir, 0.01, 32, 0.5, sweep="s")
+    run.write_status(state="queued", queue={"sweep": "s", "values": {}, "position": 1, "added": time.time()})
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.show()
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: [r["status"] for r in page.rows] == ["queued"], timeout=10_000)
+    run.write_status(state="running", epoch=2, epochs=10, best_acc=0.625, pid=os.getpid())
+    qtbot.waitUntil(lambda: [r["status"] for r in page.rows] == ["running"], timeout=10_000)  # no refresh()
+    page.hide()
+
+    queue_page = QueuePage()
+    qtbot.addWidget(queue_page)
+    queue_page.set_runs_dir(runs_dir)
+    queue_page.show()
+    qtbot.waitUntil(lambda: bool(queue_page.rows), timeout=10_000)
+    row = queue_page.rows[0]
+    assert row["progress"] == "epoch 2/10" and row["best acc"] == "62.5%"
+    with qtbot.waitSignal(queue_page.openRequested, timeout=2_000) as asked:
+        queue_page.table.cellDoubleClicked.emit(0, 1)
+    assert asked.args == [str(run.path)]
+    queue_page.hide()
