@@ -1,6 +1,8 @@
-"""Screenshots of every page of the real app at 1280x800, with a real (short) run in the dashboard.
+"""Screenshots of every page of the real app, with a real (short) run in the dashboard.
 
-Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots.py [OUT_DIR]   (default docs/images)
+Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots.py [OUT_DIR] [--size WxH]
+(default docs/images at 1280x720, a laptop screen; `docs/images/1024x700 --size 1024x700` for the smallest one the
+window is made for)
 """
 
 import os
@@ -17,7 +19,13 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 
 def main() -> int:
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "images")
+    args = [a for a in sys.argv[1:] if not a.startswith("--size")]
+    size = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--size=")), None)
+    if "--size" in sys.argv:
+        size = sys.argv[sys.argv.index("--size") + 1]
+        args = [a for a in args if a != size]
+    width, height = (int(v) for v in (size or "1280x720").split("x"))
+    out = Path(args[0] if args else REPO / "docs" / "images")
     out.mkdir(parents=True, exist_ok=True)
     from app.main_window import PAGES, MainWindow, load_style
     from trainer.demo_data import ensure_demo_dataset
@@ -27,7 +35,7 @@ def main() -> int:
     app.setStyleSheet(load_style())
     tmp = Path(tempfile.mkdtemp())
     window = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat), tmp / "runs")
-    window.resize(1280, 800)
+    window.resize(width, height)
     window.show()
     window.optimizer_page.groups.add_group({"pattern": "fc", "lr": 0.1})
     steps = iter([])

@@ -59,6 +59,7 @@ class ExportDialog(QDialog):
     def __init__(self, run_dir: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle(f"Export {Path(run_dir).name}")
+        self.setMinimumWidth(620)  # the result line (the exported file's path) wraps instead of being cut off
         self.run_dir = run_dir
         self.format = QComboBox()
         for fmt in EXPORT_FORMATS:  # the trainer's list, its default first; deprecated ones say so
@@ -457,8 +458,14 @@ class RunsPage(QWidget):
         xs, categories = axis_values([p[0] for p in points])
         plot.setLabel("bottom", key)
         plot.setLabel("left", METRICS[metric])
-        plot.getAxis("bottom").setTicks([list(categories.items())] if categories else None)
         logx = not categories and min(xs) > 0 and max(xs) / min(xs) >= LOG_AXIS_RATIO
+        if categories:
+            ticks = [list(categories.items())]
+        elif logx:  # a log axis within a decade or two has no labelled powers of ten: label the runs' own values
+            ticks = [[(math.log10(v), f"{v:g}") for v in sorted(set(xs))]]
+        else:
+            ticks = None
+        plot.getAxis("bottom").setTicks(ticks)
         plot.setLogMode(x=logx, y=False)
         plot.addItem(pg.ScatterPlotItem(x=xs, y=[p[1] for p in points], size=9, brush=COLORS[0],
                                         data=[p[2] for p in points], hoverable=True, tip=lambda x, y, data: data))
