@@ -15,6 +15,7 @@ from helpers import run_here, train_here, write_config
 from trainer import cli
 from trainer.checkpoint import load_weights_only
 from trainer.events import read_events
+from trainer.rundir import list_runs
 from trainer.weights import sha256_of
 
 RESNET18_FILE = "resnet18-f37072fd.pth"  # torchvision's name for ResNet18_Weights.IMAGENET1K_V1
@@ -96,6 +97,9 @@ def test_offline_and_not_cached_names_the_file_its_url_and_the_folder(torch_home
     assert "not in the cache and cannot be downloaded" in err and url in err and RESNET18_FILE in err
     assert str(torch_home / "hub" / "checkpoints") in err and "main.py fetch-weights resnet18 IMAGENET1K_V1" in err
     assert "Traceback" not in err
+    (run,) = list_runs(tmp_path / "runs")
+    phases = [e.get("phase") for e in read_events(run.events) if e["event"] == "prepare"]
+    assert "scan" not in phases and "cache" not in phases, f"it failed at once, before decoding images: {phases}"
 
 
 @pytest.mark.parametrize(("weights", "expected"), [

@@ -22,7 +22,7 @@ from trainer.precision import Precision, choose_precision
 from trainer.reporter import Reporter
 from trainer.stats import AnomalyWatch, GradMonitor
 from trainer.strategy import Strategy
-from trainer.weights import resolve_normalisation
+from trainer.weights import fetch_named, resolve_normalisation
 
 log = logging.getLogger("trainer")
 
@@ -94,6 +94,9 @@ class Parts:
 def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=None) -> Parts:
     """Scan and cache the data, build the model, optimizer, schedule, precision and monitors for this rank."""
     workers = data_mod.default_workers(cfg.data.num_workers)
+    # published weights fetched (or found cached) first: offline and not cached fails at once, not after the
+    # images are decoded
+    fetch_named(cfg.model, reporter.download_progress())
     reporter.prepare("scan", f"scanning {cfg.data.train_dir}")
     data = data_mod.load_data(cfg.data, cfg.train.seed, workers, reporter.cache_progress(), should_stop)
     reporter.bad_files(data.skipped)

@@ -115,6 +115,13 @@ def fetch(named: NamedWeights, progress: Progress | None = None) -> Path:
     return named.file
 
 
+def fetch_named(cfg: ModelConfig, progress: Progress | None = None) -> Path | None:
+    """The file of `model.weights` when it names torchvision weights (cached or downloaded now); None otherwise."""
+    if not is_weights_name(cfg.weights) or is_timm(cfg.name):
+        return None
+    return fetch(resolve(cfg.name, cfg.weights), progress)
+
+
 def download(url: str, dest: Path, progress: Progress | None = None) -> None:
     """Stream `url` to a temporary file beside `dest`, check the hash in its name, rename into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
