@@ -73,13 +73,18 @@ class TrainerProcess(QObject):
         self._spawn_standby()
 
     def close_standby(self) -> None:
-        """The standby exits by itself at the end of its input (after its imports, if it is still at them)."""
+        """Let the unused standby go now: its input closes and it is told to end (SIGTERM), so it does not linger
+        the ~20 s its imports can take (it holds nothing: no run was handed to it)."""
         standby, self.standby, self._standby_cwd = self.standby, None, None
-        if standby is not None and standby.stdin is not None:
+        if standby is None:
+            return
+        if standby.stdin is not None:
             try:
                 standby.stdin.close()
             except OSError:
                 pass
+        if standby.poll() is None:
+            standby.terminate()
 
     def _spawn_standby(self) -> None:
         if self._standby_cwd is None or self.running or (self.standby is not None and self.standby.poll() is None):

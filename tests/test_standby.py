@@ -41,3 +41,15 @@ def test_a_standby_refuses_other_commands_and_leaves_quietly_without_one(tmp_pat
     proc = standby()
     proc.communicate("", timeout=120)  # the app quit before a run: end of input
     assert proc.returncode == 0
+
+
+def test_a_standby_told_to_go_in_the_middle_of_its_imports_leaves_at_once():
+    """Closing the app let an unused standby finish importing torch first (~20 s on 2 cores)."""
+    import time
+
+    proc = standby()
+    time.sleep(2)  # the interpreter is up and importing torch (3-6 s here)
+    started = time.monotonic()
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    assert time.monotonic() - started < 3, "it left when told, not after its imports"

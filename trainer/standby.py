@@ -30,6 +30,10 @@ def warm_imports() -> None:
 
 
 def serve(stdin: TextIO = sys.stdin) -> int:
+    import signal
+
+    # told to go (SIGTERM) before a command came: leave at once, quietly, even in the middle of the imports
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     warm_imports()
     line = stdin.readline()
     if not line.strip():
@@ -40,6 +44,7 @@ def serve(stdin: TextIO = sys.stdin) -> int:
     except (ValueError, KeyError, TypeError) as e:
         print(f"error: standby: not a command: {line.strip()[:200]!r} ({e})", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a command from here on: the run installs its own stop handling
     if not argv or argv[0] not in STANDBY_COMMANDS:
         print(f"error: standby: runs {' or '.join(STANDBY_COMMANDS)}, not {argv[:1]}", file=sys.stderr)
         return 2
