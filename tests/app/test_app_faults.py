@@ -164,4 +164,6 @@ def test_a_run_started_in_the_standby_trainer_stops_like_any_other(qtbot, shapes
     following = proc.standby
     assert following is not None and following.pid != standby.pid
     proc.close_standby()
-    assert following.wait(timeout=30) == 0, "told to go, the unused standby leaves at once (it lingered ~20 s)"
+    # told to go, the unused standby leaves at once (it lingered ~20 s): quietly (0) once it is up, or by the
+    # signal itself when that came while its interpreter was still starting
+    assert following.wait(timeout=30) in (0, -signal.SIGTERM)
