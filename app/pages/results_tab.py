@@ -44,7 +44,7 @@ from app.run_model import RunModel
 from app.thumbnails import load_thumbnails
 
 THUMB = 96
-PREVIEW = 200
+PREVIEW = 180
 GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count says how many there are
 NAMES_ON_TOP = 12  # up to this many classes the predicted-class header shows names, else indices (names on hover)
 LOW, HIGH = QColor(255, 255, 255), QColor(31, 94, 168)
@@ -251,7 +251,9 @@ class ResultsTab(QWidget):
         self.cam_button.setToolTip("where the network sees the evidence for its prediction (computed from the "
                                    "checkpoint in a separate process)")
         self.cam_button.clicked.connect(self.grad_cam)
-        self.exclude_button = QPushButton("Exclude from training")
+        self.exclude_button = QPushButton("Exclude")
+        self.exclude_button.setToolTip("leave this image out of training: an entry in the dataset manifest "
+                                       "(data.exclude); the file itself is not touched")
         self.exclude_button.setObjectName("excludeImage")
         self.exclude_button.clicked.connect(lambda: self._mark(None))
         self.relabel_choice = QComboBox()

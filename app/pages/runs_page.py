@@ -301,6 +301,7 @@ class RunsPage(QWidget):
         super().__init__(parent)
         self.runs_dir: Path | None = None
         self._signature: tuple = ()
+        self.scatter_log_x = False  # whether the metric-vs-hyper-parameter plot's x axis is log10 of the values
         self._checking = False
         self._follow = QTimer(self)
         self._follow.setInterval(FOLLOW_MS)
@@ -456,17 +457,19 @@ class RunsPage(QWidget):
         if not key or not points:
             return
         xs, categories = axis_values([p[0] for p in points])
-        plot.setLabel("bottom", key)
         plot.setLabel("left", METRICS[metric])
-        logx = not categories and min(xs) > 0 and max(xs) / min(xs) >= LOG_AXIS_RATIO
+        self.scatter_log_x = not categories and min(xs) > 0 and max(xs) / min(xs) >= LOG_AXIS_RATIO
         if categories:
             ticks = [list(categories.items())]
-        elif logx:  # a log axis within a decade or two has no labelled powers of ten: label the runs' own values
-            ticks = [[(math.log10(v), f"{v:g}") for v in sorted(set(xs))]]
+        elif self.scatter_log_x:
+            # log10 of the values, plotted as they are (a scatter item ignores the plot's log mode), each tick
+            # labelled with a run's own value (a range of a decade or two has no powers of ten to label)
+            xs = [math.log10(v) for v in xs]
+            ticks = [[(x, f"{10 ** x:g}") for x in sorted(set(xs))]]
         else:
             ticks = None
         plot.getAxis("bottom").setTicks(ticks)
-        plot.setLogMode(x=logx, y=False)
+        plot.setLabel("bottom", key + (" (log scale)" if self.scatter_log_x else ""))
         plot.addItem(pg.ScatterPlotItem(x=xs, y=[p[1] for p in points], size=9, brush=COLORS[0],
                                         data=[p[2] for p in points], hoverable=True, tip=lambda x, y, data: data))
 

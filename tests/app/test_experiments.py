@@ -54,7 +54,11 @@ def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_pa
     assert [r["best acc"] for r in page.shown_rows()] == [0.92, 0.88, 0.81, 0.55]
     assert page.proxy.index(0, headers.index("duration")).data() == "1m35s"
     assert page.scatter_x.currentText() == "optimizer.lr", "the swept key first, not the first column"
-    assert page.scatter_plot.getPlotItem().ctrl.logXCheck.isChecked(), "learning rates 0.001..0.1 on a log axis"
+    assert page.scatter_log_x, "learning rates 0.001..0.1 on a log axis"
+    (points,) = page.scatter_plot.listDataItems()
+    assert sorted(points.data["x"]) == pytest.approx([-3, -2.5229, -2, -1], abs=1e-3)
+    labels = [label for level in page.scatter_plot.getAxis("bottom")._tickLevels for _, label in level]
+    assert labels == ["0.001", "0.003", "0.01", "0.1"], "each run's own value labelled"
     scatter = [i for i in page.scatter_plot.listDataItems()]
     assert len(scatter) == 1 and len(scatter[0].data) == 4
     page.sweep_choice.setCurrentText("lrs")
