@@ -412,3 +412,21 @@ def test_an_export_onto_a_read_only_folder_is_bad_input_and_leaves_nothing(train
     err = capsys.readouterr().err.strip()
     assert err == f"error: --out: {read_only}: cannot write there (Permission denied)", err
     assert sorted(read_only.iterdir()) == before, "nothing half-written"
+
+
+def test_any_output_the_user_names_that_cannot_be_written_is_bad_input(trained_resnet, shapes_dir, tmp_path, capsys):
+    """grad-cam --out, slurm --out, check-data --json into a folder that cannot be written: exit 2, one line naming
+    it, as export does (the README's exit codes)."""
+    read_only = Path("/sys/fs") if os.geteuid() == 0 else tmp_path / "ro"
+    if os.geteuid() != 0:
+        read_only.mkdir()
+        read_only.chmod(0o555)
+    image = next(shapes_dir.glob("circle/*.png"))
+    cfg = write_config(tmp_path, shapes_dir)
+    commands = [["grad-cam", str(trained_resnet.path), str(image), "--out", str(read_only / "cam.png")],
+                ["slurm", str(cfg), "--out", str(read_only / "job.sh")],
+                ["check-data", str(shapes_dir), "--json", str(read_only / "report.json")]]
+    for argv in commands:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "cannot write there" in err[0] and str(read_only) in err[0], (argv, err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -16,6 +17,7 @@ from trainer.scan import printable_path
 
 log = logging.getLogger("traindeck")
 
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
             "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby")
 
@@ -506,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.checkpoint import describe_write_failure
 
             where = e.filename or Path.cwd()
+            if e.errno in UNWRITABLE:  # a place the user named cannot be written: their input, exit 2, one line
+                return _fail(f"{where}: cannot write there ({e.strerror})")
             return _fail(f"{describe_write_failure(e, where)} (details in {log_file})", 1)
         return _fail(f"{type(e).__name__}: {e} (a TrainDeck bug? details in {log_file})", 1)
 
