@@ -151,7 +151,8 @@ class ExperimentModel(QAbstractTableModel):
         self.beginResetModel()
         self.rows = rows
         self.params = varying_keys(rows) if params is None else params
-        self.columns = BASE_COLUMNS + self.params + METRIC_COLUMNS
+        # model.name has its own column (BASE_COLUMNS' "model"): not a second one when it differs between runs
+        self.columns = BASE_COLUMNS + [p for p in self.params if p != "model.name"] + METRIC_COLUMNS
         self.endResetModel()
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 - Qt's name

@@ -68,6 +68,20 @@ def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_pa
     assert tags == {0.001: ["lrs"], 0.01: ["lrs"], 0.1: ["lrs"], 0.003: []}, "the sweep is a tag of its runs alone"
 
 
+def test_a_model_that_differs_between_runs_has_one_column(qtbot, tmp_path):
+    from app.pages.runs_page import RunsPage
+
+    runs_dir = tmp_path / "runs"
+    fake_run(runs_dir, 0.01, 32, 0.8, model="resnet18")
+    fake_run(runs_dir, 0.01, 32, 0.7, model="small_cnn")
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: len(page.rows) == 2, timeout=10_000)
+    headers = [page.model.headerData(c, Qt.Orientation.Horizontal) for c in range(page.model.columnCount())]
+    assert headers.count("model") == 1 and "model.name" in page.model.params, headers  # still a key to plot against
+
+
 def test_tags_and_notes_are_kept_beside_the_run(qtbot, tmp_path):
     from app.pages.runs_page import NotesDialog
 
