@@ -40,6 +40,7 @@ class ScanResult:
     unbalanced: bool = False  # the largest class has IMBALANCE_RATIO times the images of the smallest, or more
     excluded: int = 0  # images left out by the data.exclude manifest
     relabelled: int = 0  # images given another class by the manifest
+    image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height) of each usable image
 
     @property
     def counts(self) -> dict[str, int]:
@@ -58,27 +59,29 @@ class ScanResult:
         return out
 
 
-def _check_image(path: str, full: bool) -> str | None:
-    """None when the image decodes, else the reason it cannot be used."""
+def _check_image(path: str, full: bool) -> tuple[str | None, tuple[int, int] | None]:
+    """(None, (width, height)) when the image decodes, else (the reason it cannot be used, None)."""
+    size = None
     try:
         if os.path.islink(path) and not os.path.exists(path):
-            return "broken symbolic link"
+            return "broken symbolic link", None
         if os.path.getsize(path) == 0:
-            return "empty file (0 bytes)"
+            return "empty file (0 bytes)", None
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as img:
+                size = img.size
                 if full:
                     img.load()
     except PermissionError:
-        return "permission denied"
+        return "permission denied", None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        return f"too large to decode safely ({e})"
+        return f"too large to decode safely ({e})", None
     except UnidentifiedImageError:
-        return "not an image (unrecognised format)"
+        return "not an image (unrecognised format)", None
     except (OSError, SyntaxError, ValueError) as e:
-        return f"cannot decode: {e}"
-    return None
+        return f"cannot decode: {e}", None
+    return None, size
 
 
 def printable_path(path: str) -> str:
@@ -140,10 +143,11 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
     if manifest is not None:
         candidates, result.excluded, result.relabelled = manifest.filter(candidates, result.classes)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        reasons = list(pool.map(lambda c: _check_image(c[0], full), candidates))
-    for (path, label), reason in zip(candidates, reasons):
+        checked = list(pool.map(lambda c: _check_image(c[0], full), candidates))
+    for (path, label), (reason, size) in zip(candidates, checked):
         if reason is None:
             result.samples.append((path, label))
+            result.image_sizes.append(size)
         else:
             result.bad_files.append((path, reason))
 

@@ -30,6 +30,7 @@ from trainer.config import key_choices
 from trainer.manifest import Manifest, read_manifest, write_manifest
 from trainer.rundir import RunDir
 from trainer.scan import DataError, ScanResult, scan_image_folder
+from trainer.suggest import suggest
 
 THUMB = 56
 THUMBS_PER_CLASS = 6
@@ -185,10 +186,28 @@ class DatasetPage(QWidget):
         fixes.addStretch(1)
         self.imbalance_fixes.hide()
 
+        # settings suggested from the scan (trainer.suggest: the rule Auto uses too), applied with one click
+        self.suggestion = QWidget()
+        self.suggestion.setObjectName("suggestion")
+        sugg = QHBoxLayout(self.suggestion)
+        sugg.setContentsMargins(0, 0, 0, 0)
+        self.suggestion_text = QLabel("")
+        self.suggestion_text.setWordWrap(True)
+        self.apply_suggestion = QPushButton("Apply")
+        self.apply_suggestion.setObjectName("applySuggestion")
+        self.apply_suggestion.clicked.connect(self._apply_suggestions)
+        sugg.addWidget(self.suggestion_text, 1)
+        sugg.addWidget(self.apply_suggestion)
+        self.suggestion.hide()
+        self.suggestions: list = []
+        binder.widgets["data.image_size"].valueChanged.connect(lambda _: self._show_suggestions())
+        binder.widgets["data.augment.hflip"].toggled.connect(lambda _: self._show_suggestions())
+
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.addWidget(self.summary)
         rl.addWidget(self.imbalance_fixes)
+        rl.addWidget(self.suggestion)
         rl.addWidget(QLabel("<b>Images per class</b>"))
         rl.addWidget(self.bars, 2)
         rl.addWidget(QLabel("<b>Samples</b>"))
@@ -279,6 +298,7 @@ class DatasetPage(QWidget):
             text += f"<br><span style='color:#c9302c'>{p}</span>"
         self.summary.setText(text)
         self.imbalance_fixes.setVisible(result.unbalanced)
+        self._show_suggestions()
         self.bars.clear()
         if counts:
             xs = list(range(len(counts)))
@@ -293,6 +313,23 @@ class DatasetPage(QWidget):
         for path, reason in result.bad_files:
             self.bad_files.addItem(f"{path}: {reason}")
         self.scanned.emit(result)
+
+    def _show_suggestions(self) -> None:
+        raw: dict = {}
+        self.binder.dump(raw)
+        self.suggestions = suggest(self.scan_result, raw) if self.scan_result is not None else []
+        self.suggestion_text.setText("Suggested for this folder: " + "; ".join(
+            f"<b>{s.key} {s.value}</b> ({s.why})" for s in self.suggestions))
+        self.suggestion.setVisible(bool(self.suggestions))
+
+    def _apply_suggestions(self) -> None:
+        for s in self.suggestions:
+            widget = self.binder.widgets[s.key]
+            if isinstance(s.value, bool):
+                widget.setChecked(s.value)
+            else:
+                widget.setValue(s.value)
+        self._show_suggestions()
 
     # ---- the manifest (data.exclude) -----------------------------------------------------------------
     def _show_manifest(self, manifest: Manifest | None) -> None:

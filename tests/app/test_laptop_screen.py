@@ -108,3 +108,20 @@ def test_another_model_clears_the_previous_model_s_tensors_at_once(qtbot, make_w
     assert page.parameters == [] and page.table.rowCount() == 0 and "describing small_cnn" in page.count.text()
     assert window.optimizer_page.groups.parameters == [], "the group editor does not count the old tensors either"
     qtbot.waitUntil(lambda: bool(page.parameters) and page.parameters[0][0].startswith("features"), timeout=60_000)
+
+
+def test_the_dataset_page_suggests_a_size_for_photos_and_applies_it(qtbot, make_window, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    photos = tmp_path / "photos"
+    for c in ("cat", "dog"):
+        (photos / c).mkdir(parents=True)
+        for i in range(4):
+            Image.fromarray(np.full((300, 400, 3), 50 * i, np.uint8)).save(photos / c / f"{i}.jpg")
+    window = make_window(write_config(tmp_path, photos, data={"image_size": 32}))
+    page = window.dataset_page
+    qtbot.waitUntil(lambda: page.scan_result is not None and page.suggestion.isVisible(), timeout=30_000)
+    assert "data.image_size 224" in page.suggestion_text.text() and "300 px" in page.suggestion_text.text()
+    page.apply_suggestion.click()
+    assert window.current_config().data.image_size == 224 and not page.suggestion.isVisible()
