@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -536,6 +537,7 @@ class RunsPage(QWidget):
             plot.clear()
             plot.addLegend(offset=(-10, 10))
         for i, (name, data) in enumerate(curves):
+            name = self.legend_label(name)
             pen = pg.mkPen(COLORS[i % len(COLORS)], width=2)
             if data["steps"]:
                 xs, ys = zip(*data["steps"])
@@ -543,6 +545,15 @@ class RunsPage(QWidget):
             if data["epochs"]:
                 xs, ys = zip(*data["epochs"])
                 self.compare_acc.plot(xs, ys, pen=pen, name=name, symbol="o", symbolSize=5)
+
+    def legend_label(self, run_name: str) -> str:
+        """A short legend for a compared run: what differs between the runs shown (lr=0.02, batch=32), else its
+        name without the date stamp (the whole name sat over the curves)."""
+        row = next((r for r in self.model.rows if r["run"] == run_name), None)
+        keys = self.model.params[:3]
+        if row is not None and keys:
+            return ", ".join(f"{column_title(k)}={row['params'].get(k)}" for k in keys)
+        return re.sub(r"^\d{8}-\d{6}-", "", run_name)
 
     def _export(self) -> None:
         for path in self.selected()[:1]:

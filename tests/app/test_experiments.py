@@ -145,3 +145,17 @@ def test_the_runs_and_queue_pages_follow_status_changes_by_themselves(qtbot, tmp
         queue_page.table.cellDoubleClicked.emit(0, 1)
     assert asked.args == [str(run.path)]
     queue_page.hide()
+
+
+def test_compared_runs_are_labelled_by_what_differs_not_by_their_long_names(qtbot, tmp_path):
+    from app.pages.runs_page import RunsPage
+
+    runs_dir = tmp_path / "runs"
+    a = fake_run(runs_dir, 0.01, 32, 0.8)
+    b = fake_run(runs_dir, 0.1, 32, 0.7)
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: len(page.rows) == 2, timeout=10_000)
+    assert page.legend_label(a.name) == "lr=0.01" and page.legend_label(b.name) == "lr=0.1"
+    assert page.legend_label("20261201-101500-resnet18") == "resnet18", "an unknown run: its name without the date"
