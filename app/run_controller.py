@@ -124,6 +124,7 @@ class RunController(QObject):
         model.stepLogged.connect(self._progress)
         model.epochEnded.connect(self._progress)
         model.runStarted.connect(lambda e: self.stateText.emit(f"Running {run.name}"))
+        model.runStarted.connect(lambda e: self._drop_pending_config())  # in the run directory now
         model.preparing.connect(lambda e: self.stateText.emit(f"Preparing {run.name}: {e['message']}…"))
         model.finished.connect(self._finished)
         self.modelChanged.emit(model)
@@ -140,6 +141,10 @@ class RunController(QObject):
         self.stateText.emit(f"{self.model.run.name}: {state}" + (f" — {message}" if message else ""))
         self.runFinished.emit(state, message)
         self.changed.emit()
+
+    def _drop_pending_config(self) -> None:
+        if self._pending is not None:
+            self._pending[0].unlink(missing_ok=True)
 
     def _process_ended(self, code: int) -> None:
         config, output = self._pending or (None, None)

@@ -50,6 +50,8 @@ def test_configure_start_watch_stop_and_reopen(qtbot, make_window, shapes_dir, t
     assert process_tree_gone(pid)
     run = window.run_model.run
     assert run.read_status()["state"] == "stopped"
+    assert run.output_log.exists() and not list((run.path.parent / ".pending").iterdir()), \
+        "the trainer made the directory and took the app's pending output in; the pending config is gone"
     assert "stopped" in window.state_label.text()
     assert window.resume_action.isEnabled()
     steps, losses = window.run_model.step_loss.x.copy(), window.run_model.step_loss.y.copy()
