@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QPixmap
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -151,6 +151,9 @@ class ResultsTab(QWidget):
         self.zoom.setValue(44)
         self.zoom.setToolTip("cell size")
         self.zoom.valueChanged.connect(self._zoom)
+        self.zoom.setMinimumWidth(80)
+        self._auto_zoom = True  # cells fit the pane (on show and resize) until the user zooms by hand
+        self.zoom.sliderMoved.connect(lambda _: setattr(self, "_auto_zoom", False))
         self.headline = QLabel("")
         self.headline.setObjectName("evalHeadline")
         self.headline.setWordWrap(True)
@@ -521,6 +524,19 @@ class ResultsTab(QWidget):
         font.setPointSizeF(max(6.0, min(11.0, size / 4.5)))
         self.matrix.setFont(font)
         self._size_columns()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._refit_soon()
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        super().showEvent(event)
+        self._refit_soon()
+
+    def _refit_soon(self) -> None:
+        """Re-fit the cells once the layout has settled (a tab first shown, a window resized)."""
+        if self._auto_zoom and self.evaluation is not None:
+            QTimer.singleShot(0, self._fit_zoom)
 
     def _fit_zoom(self) -> None:
         """Cells as large as the room allows (within the zoom's range): a few classes fill the space, many scroll."""
