@@ -410,7 +410,7 @@ def test_an_export_onto_a_read_only_folder_is_bad_input_and_leaves_nothing(train
     finally:
         (tmp_path / "read-only").chmod(0o755)
     err = capsys.readouterr().err.strip()
-    assert err == f"error: --out: {read_only}: cannot write there (Permission denied)", err
+    assert err.startswith(f"error: --out: {read_only}: cannot write there (") and "\n" not in err, err
     assert sorted(read_only.iterdir()) == before, "nothing half-written"
 
 
