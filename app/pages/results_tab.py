@@ -43,6 +43,9 @@ from app.pages.plots import NumericItem
 from app.run_model import RunModel
 from app.thumbnails import load_thumbnails
 
+EXCLUDE_TIP = ("leave this image out of training: an entry in the dataset manifest (data.exclude); the file itself "
+               "is not touched")
+NOT_IN_TRAINING = "this image is not in the training folder (data.train_dir): there is nothing to leave out or relabel"
 THUMB = 96
 PREVIEW = 180
 GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count says how many there are
@@ -255,8 +258,7 @@ class ResultsTab(QWidget):
                                    "checkpoint in a separate process)")
         self.cam_button.clicked.connect(self.grad_cam)
         self.exclude_button = QPushButton("Exclude")
-        self.exclude_button.setToolTip("leave this image out of training: an entry in the dataset manifest "
-                                       "(data.exclude); the file itself is not touched")
+        self.exclude_button.setToolTip(EXCLUDE_TIP)
         self.exclude_button.setObjectName("excludeImage")
         self.exclude_button.clicked.connect(lambda: self._mark(None))
         self.relabel_choice = QComboBox()
@@ -456,8 +458,23 @@ class ResultsTab(QWidget):
         self._show_details(p)
         run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image), owner=self)
         self._enable_actions(True)
+        in_training = self._in_training_folder(p.path)
+        for button in (self.exclude_button, self.relabel_button, self.relabel_choice):
+            button.setEnabled(in_training)
+        self.exclude_button.setToolTip(EXCLUDE_TIP if in_training else NOT_IN_TRAINING)
+        self.relabel_button.setToolTip("" if in_training else NOT_IN_TRAINING)
         if p.predicted in self.evaluation.classes:
             self.relabel_choice.setCurrentText(p.predicted)
+
+    def _in_training_folder(self, path: str) -> bool:
+        """Whether the image is one the run trains on (under data.train_dir, its validation split included): only
+        those can be left out of training or relabelled; a separate validation or test folder's cannot."""
+        train_dir = (self.model.start_event.get("config", {}).get("data", {}).get("train_dir")
+                     if self.model is not None else None)
+        if not train_dir:
+            return True  # an older run without its config in the events: offer it, as before
+        root = os.path.realpath(train_dir)
+        return os.path.realpath(path).startswith(root + os.sep)
 
     def _show_details(self, p: Prediction) -> None:
         top = "<br>".join(f"{c}: {100 * prob:.1f}%" for c, prob in p.top_k)

@@ -161,3 +161,27 @@ def test_try_it_gives_the_command_line_s_top_1_and_names_a_non_image(qtbot, make
     expected = {line.split("\t")[0]: line.split("\t")[1] for line in cli.stdout.splitlines()}
     assert {r["path"]: r["top"][0][0] for r in readable} == expected
     dialog.close()
+
+
+def test_only_images_of_the_training_folder_can_be_excluded_or_relabelled(qtbot, make_window, finished_run, shapes_dir,
+                                                                          tmp_path):
+    """The validation split of the training folder can be cleaned (its images are in the dataset); an evaluated
+    folder outside it cannot: "Exclude from training" was offered for images it would not change."""
+    run, photos, cfg = finished_run
+    other = tmp_path / "elsewhere"
+    shutil.copytree(shapes_dir, other)
+    assert run_here("evaluate", run.path, "--data", other).returncode == 0
+    window = make_window(cfg, runs_dir=run.path.parent)
+    tab = open_results(qtbot, window, run)
+    tab.gallery.setCurrentRow(0)
+    assert tab.selected.path.startswith(str(photos)) and tab.exclude_button.isEnabled()
+    index = next(i for i in range(tab.eval_choice.count()) if tab.eval_choice.itemData(i) == "elsewhere")
+    assert "elsewhere" in tab.eval_choice.itemText(index), "listed by the folder it evaluated"
+    tab.eval_choice.setCurrentIndex(index)
+    qtbot.waitUntil(lambda: tab.evaluation is not None and tab.evaluation.name == "elsewhere", timeout=20_000)
+    tab.show_cell(tab.evaluation.classes[0], tab.evaluation.classes[0])
+    tab.gallery.setCurrentRow(0)
+    assert tab.selected.path.startswith(str(other))
+    assert not tab.exclude_button.isEnabled() and not tab.relabel_button.isEnabled()
+    assert "not in the training folder" in tab.exclude_button.toolTip()
+    assert tab.cam_button.isEnabled(), "Grad-CAM still explains it"
