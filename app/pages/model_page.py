@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSplitter,
+    QStyledItemDelegate,
     QTableView,
     QTableWidget,
     QTableWidgetItem,
@@ -37,6 +38,14 @@ from trainer.config import is_weights_name, key_choices
 BUILTIN = list(BUILTIN_MODELS)
 COMMON = list(SUGGESTED_TORCHVISION)
 NO_WEIGHTS = ""  # the weights choice meaning "from scratch" (model.weights: null)
+NO_WEIGHTS_LABEL = "none: train from scratch"
+
+
+class NoWeightsLabel(QStyledItemDelegate):
+    """The weights list shows the empty choice (from scratch) by what it means, not as a blank row."""
+
+    def displayText(self, value, locale) -> str:  # noqa: N802 - Qt's name
+        return NO_WEIGHTS_LABEL if value == NO_WEIGHTS else super().displayText(value, locale)
 STORE_COLUMNS = [("model", "name"), ("params (M)", "params"), ("GFLOPS", "gflops"), ("top-1 %", "acc1"),
                  ("MB", "size_mb"), ("cached", "cached")]
 
@@ -126,7 +135,8 @@ class ModelPage(QWidget):
         rl.addWidget(own)
 
         self.weights = binder.combo("model.weights", [NO_WEIGHTS], editable=True)
-        self.weights.lineEdit().setPlaceholderText("none: train from scratch")
+        self.weights.lineEdit().setPlaceholderText(NO_WEIGHTS_LABEL)
+        self.weights.setItemDelegate(NoWeightsLabel(self.weights))
         browse = QPushButton("Local file…")
         browse.clicked.connect(self._choose_weights)
         wrow = QWidget()

@@ -125,3 +125,12 @@ def test_the_dataset_page_suggests_a_size_for_photos_and_applies_it(qtbot, make_
     assert "data.image_size 224" in page.suggestion_text.text() and "300 px" in page.suggestion_text.text()
     page.apply_suggestion.click()
     assert window.current_config().data.image_size == 224 and not page.suggestion.isVisible()
+
+
+def test_the_empty_weights_choice_is_labelled(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir, model={"name": "resnet18"}))
+    combo = window.model_page.weights
+    qtbot.waitUntil(lambda: combo.count() > 1, timeout=60_000)  # the names resnet18 offers
+    index = combo.model().index(combo.findText(""), 0)
+    shown = combo.itemDelegate().displayText(index.data(), combo.locale())
+    assert shown == "none: train from scratch" and combo.currentText() == "", "the value is still null"
