@@ -257,6 +257,10 @@ class ResultsTab(QWidget):
         self.cam_button.setToolTip("where the network sees the evidence for its prediction (computed from the "
                                    "checkpoint in a separate process)")
         self.cam_button.clicked.connect(self.grad_cam)
+        # wide enough for "Computing…" from the start: the row no longer jumps when it says so
+        self.cam_button.setText("Computing…")
+        self.cam_button.setMinimumWidth(self.cam_button.sizeHint().width())
+        self.cam_button.setText("Grad-CAM")
         self.exclude_button = QPushButton("Exclude")
         self.exclude_button.setToolTip(EXCLUDE_TIP)
         self.exclude_button.setObjectName("excludeImage")

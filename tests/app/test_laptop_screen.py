@@ -134,3 +134,17 @@ def test_the_empty_weights_choice_is_labelled(qtbot, make_window, shapes_dir, tm
     index = combo.model().index(combo.findText(""), 0)
     shown = combo.itemDelegate().displayText(index.data(), combo.locale())
     assert shown == "none: train from scratch" and combo.currentText() == "", "the value is still null"
+
+
+def test_the_grad_cam_button_keeps_its_width_while_computing(qtbot):
+    from app.pages.results_tab import ResultsTab
+
+    tab = ResultsTab()
+    qtbot.addWidget(tab)
+    button = tab.cam_button
+
+    def width(text: str) -> int:
+        button.setText(text)
+        return max(button.minimumWidth(), button.sizeHint().width())
+
+    assert width("Grad-CAM") == width("Computing…"), "the layout does not jump when the label changes"
