@@ -18,16 +18,19 @@ def elide_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
-def layer_ticks(names: list[str], width: int = 30) -> list[list[tuple[float, str]]]:
+def layer_ticks(names: list[str], width: int = 30, min_gap: float = 1.0) -> list[list[tuple[float, str]]]:
     """pyqtgraph ticks for the heatmap's layer axis (row i centred at i + 0.5): the module group (the name's first
     part) where a group starts, as major ticks, and every layer's name within its group, elided, as minor ticks
-    (pyqtgraph leaves out the minor labels that would overlap)."""
+    (pyqtgraph leaves out the minor labels that would overlap). Major labels closer than `min_gap` rows to the
+    previous one are left out too (resnet18's conv1 and bn1 start one row apart: their labels overlapped)."""
     major, minor = [], []
-    previous = None
+    previous, last_major = None, -float("inf")
     for i, name in enumerate(names):
         group, _, rest = name.partition(".")
         if group != previous:
-            major.append((i + 0.5, elide_middle(f"{group} ▸ {rest}" if rest else group, width)))
+            if i - last_major >= min_gap:
+                major.append((i + 0.5, elide_middle(f"{group} ▸ {rest}" if rest else group, width)))
+                last_major = i
             previous = group
         else:
             minor.append((i + 0.5, elide_middle(rest or name, width)))

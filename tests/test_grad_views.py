@@ -37,3 +37,12 @@ def test_layer_names_are_grouped_by_module_and_elided_in_the_middle():
     assert minor == [(2.5, "0.bn1.weight")]
     assert all(len(label) <= 24 for _, label in major + minor)
     assert elide_middle("abcdefghij", 5) == "ab…ij" and elide_middle("abc", 5) == "abc"
+
+
+def test_group_labels_too_close_to_the_previous_one_are_left_out():
+    names = ["conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight", "layer1.0.bn1.weight",
+             "layer1.0.bn1.bias", "fc.weight", "fc.bias"]
+    every = [label for _, label in layer_ticks(names)[0]]
+    assert every == ["conv1 ▸ weight", "bn1 ▸ weight", "layer1 ▸ 0.conv1.weight", "fc ▸ weight"]
+    spaced = [pos for pos, _ in layer_ticks(names, min_gap=3)[0]]
+    assert spaced == [0.5, 3.5, 6.5], "bn1 one row under conv1 would overlap it"

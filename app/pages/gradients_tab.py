@@ -3,6 +3,8 @@ latest per-layer table, and histograms over time on one shared symlog value axis
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -22,6 +24,7 @@ from app.pages.plots import NumericItem, image_plot
 from app.run_model import RunModel
 
 HEAT_AXIS_WIDTH = 210  # room for the layer names beside the heatmap
+LABEL_PX = 14  # the height a layer label needs on the heatmap's axis
 
 
 class GradientsTab(QSplitter):
@@ -97,9 +100,10 @@ class GradientsTab(QSplitter):
             finite = image[np.isfinite(image)]
             levels = (float(finite.min()), float(finite.max()) + 1e-6) if finite.size else (0, 1)
             self.heat_image.setImage(image.T, levels=levels, autoLevels=False)
-            if self._versions.get("names") != len(m.layers):
-                self._versions["names"] = len(m.layers)
-                self.heat_plot.getAxis("left").setTicks(layer_ticks(m.layers))
+            rows_per_label = math.ceil(LABEL_PX * len(m.layers) / max(self.heat_plot.height() - 60, 1))
+            if self._versions.get("names") != (len(m.layers), rows_per_label):
+                self._versions["names"] = (len(m.layers), rows_per_label)
+                self.heat_plot.getAxis("left").setTicks(layer_ticks(m.layers, min_gap=rows_per_label))
             self._fill_layer_table()
         self._draw_histograms()
 
