@@ -348,6 +348,20 @@ def default_workers(requested: int) -> int:
     return max(0, min(8, usable_cpus() - 1))
 
 
+class Normalise:
+    """Pixel values (floats in 0..255) to the network's input, `(x - 255 mean) / (255 std)` in `memory_format`: the
+    one place of this arithmetic, for the training batches (`BatchAugment`) and for inference (`trainer.inference`),
+    so both feed the network the same numbers."""
+
+    def __init__(self, mean, std, device: torch.device | str, memory_format: torch.memory_format):
+        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
+        self.memory_format = memory_format
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / self.std).contiguous(memory_format=self.memory_format)
+
+
 class BatchAugment:
     """Random resized crop, flip and colour jitter on whole uint8 batches, then normalisation.
 
@@ -358,17 +372,14 @@ class BatchAugment:
     def __init__(self, aug: AugmentConfig, mean: list[float], std: list[float], device: torch.device,
                  memory_format: torch.memory_format = torch.contiguous_format):
         self.aug = aug
-        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
-        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
+        self.normalise = Normalise(mean, std, device, memory_format)
         self.device = device
-        self.memory_format = memory_format
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         x = images.to(self.device, non_blocking=True).float()
         if generator is not None:
             x = self._augment(x, generator)
-        x = (x - self.mean) / self.std
-        return x.contiguous(memory_format=self.memory_format)
+        return self.normalise(x)
 
     def _augment(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         n = x.shape[0]

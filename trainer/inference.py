@@ -19,7 +19,7 @@ import torch
 from trainer.catalog import EXPORT_FORMATS
 from trainer.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
 from trainer.config import ModelConfig
-from trainer.data import decode_image
+from trainer.data import Normalise, decode_image
 from trainer.errors import InputError, first_line
 from trainer.models import create_model
 from trainer.precision import autocast
@@ -45,6 +45,7 @@ class Preprocess:
     std: tuple[float, ...]
     precision: str = "fp32"
     memory_format: str = "contiguous_format"
+    _normalise: dict = field(default_factory=dict, compare=False, repr=False)  # device -> Normalise
 
     @classmethod
     def from_record(cls, record: dict, *, exported: bool = False) -> Preprocess:
@@ -58,11 +59,11 @@ class Preprocess:
         return decode_image(path, self.image_size)
 
     def to_input(self, images: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-        """A uint8 (N, 3, S, S) batch as the network's input (the arithmetic of the training batches)."""
-        mean = torch.tensor(self.mean, device=device).view(1, 3, 1, 1) * 255
-        std = torch.tensor(self.std, device=device).view(1, 3, 1, 1) * 255
-        x = (images.to(device).float() - mean) / std
-        return x.contiguous(memory_format=MEMORY_FORMATS[self.memory_format])
+        """A uint8 (N, 3, S, S) batch as the network's input (the training batches' `Normalise`)."""
+        key = str(device)
+        if key not in self._normalise:  # once per device: not a host-to-device copy of mean/std every batch
+            self._normalise[key] = Normalise(self.mean, self.std, device, MEMORY_FORMATS[self.memory_format])
+        return self._normalise[key](images.to(device).float())
 
     def autocast(self, device_type: str = "cpu"):
         return autocast(self.precision, device_type)

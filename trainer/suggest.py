@@ -29,8 +29,7 @@ def suggest(scan: ScanResult, current: dict) -> list[Suggestion]:
     size = suggested_image_size(scan)
     data = current.get("data", {})
     if size is not None and size != data.get("image_size"):
-        short = statistics.median(min(w, h) for w, h in scan.image_sizes)
-        out.append(Suggestion("data.image_size", size, f"the images' median short side is {short:.0f} px"))
+        out.append(Suggestion("data.image_size", size, f"the images' median short side is {median_short_side(scan):.0f} px"))
     augment = data.get("augment", {})
     if augment.get("hflip", True) and looks_like_characters(scan.classes):
         out.append(Suggestion("data.augment.hflip", False, "the classes look like characters (digits or letters): "
@@ -42,8 +41,11 @@ def suggested_image_size(scan: ScanResult) -> int | None:
     """The images' median short side, rounded down to a multiple of 32, within 32..224 (None without images)."""
     if not scan.image_sizes:
         return None
-    short = statistics.median(min(w, h) for w, h in scan.image_sizes)
-    return int(max(MIN_SIZE, min(MAX_SIZE, short // SIZE_STEP * SIZE_STEP)))
+    return int(max(MIN_SIZE, min(MAX_SIZE, median_short_side(scan) // SIZE_STEP * SIZE_STEP)))
+
+
+def median_short_side(scan: ScanResult) -> float:
+    return statistics.median(min(w, h) for w, h in scan.image_sizes)
 
 
 def looks_like_characters(classes: list[str]) -> bool:
