@@ -19,7 +19,8 @@ log = logging.getLogger("traindeck")
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby")
+            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby",
+            "hosts", "agent", "mirror", "fetch")
 
 
 class CommandError(InputError):
@@ -35,7 +36,14 @@ def cmd_train(args) -> int:
     from trainer.prepare import prepare_run
     from trainer.runner import launch
 
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, args.set + ([f"device.host={args.host}"] if args.host else []))
+    if cfg.device.host:
+        from trainer.remote_cli import remote_train
+
+        return remote_train(cfg, args)
+    if args.detach:
+        raise CommandError("--detach: only for a run on a host (device.host); a run here goes on when the app "
+                           "closes anyway")
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
                             overwrite=args.overwrite, output_log=args.output_log)
     print(f"run directory: {run.path}", flush=True)
@@ -47,6 +55,10 @@ def cmd_resume(args) -> int:
     from trainer.runner import launch
 
     run = RunDir(args.run_dir)
+    if run.is_remote:
+        from trainer.remote_cli import remote_resume
+
+        return remote_resume(run, args.epochs, args.force)
     if not run.config.exists():
         raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
     if run.is_live():
@@ -86,10 +98,23 @@ def _finish(run: RunDir, code: int) -> int:
     return code
 
 
+def on_host(args, argv: list[str]) -> int | None:
+    """With --host: the command's exit code from the host (its output passed through); None without."""
+    if not getattr(args, "host", None):
+        return None
+    from trainer.remote_cli import forward
+
+    return forward(args.host, argv)
+
+
 def cmd_check_data(args) -> int:
     from trainer.manifest import read_manifest
     from trainer.scan import format_report, scan_image_folder
 
+    if args.host:
+        if args.json or args.exclude:
+            raise CommandError("--host: --json and --exclude name files here; scan a host's folder without them")
+        return on_host(args, ["check-data", args.dir])
     if args.exclude and not Path(args.exclude).is_file():
         raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
     result = scan_image_folder(args.dir, manifest=read_manifest(args.exclude) if args.exclude else None)
@@ -291,6 +316,8 @@ def cmd_fetch_weights(args) -> int:
 def cmd_probe_devices(args) -> int:
     """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
     why, which options are refused and why); the app shows these and keeps no rule of its own."""
+    if args.host:
+        return on_host(args, ["probe-devices"])
     from trainer.devices import auto_precision, refusals
     from trainer.machine import machine_facts
     from trainer.queue import busy_gpus, gpu_usage
@@ -314,7 +341,13 @@ def cmd_export(args) -> int:
 
     if args.format in DEPRECATED_EXPORT_FORMATS:
         print(f"note: {DEPRECATED_EXPORT_FORMATS[args.format]}", file=sys.stderr)
-    out = export_run(RunDir(args.run_dir), args.format, Path(args.out), args.checkpoint)
+    run = RunDir(args.run_dir)
+    if run.is_remote:
+        from trainer.remote_cli import remote_export
+
+        out = remote_export(run, args.format, Path(args.out).resolve(), args.checkpoint)
+    else:
+        out = export_run(run, args.format, Path(args.out), args.checkpoint)
     print(f"exported {out} (+ {out.name}.json)")
     return 0
 
@@ -325,6 +358,10 @@ def cmd_predict(args) -> int:
 
     if args.top < 1:
         raise CommandError(f"--top: must be at least 1, got {args.top}")
+    if RunDir(args.model).is_remote:
+        from trainer.remote_cli import fetch_checkpoint
+
+        fetch_checkpoint(RunDir(args.model), args.checkpoint)
     results = predict(Path(args.model), [Path(p) for p in args.images], top=args.top, which=args.checkpoint)
     if args.json:
         print(json.dumps([{"path": r.path, "top": r.top, "error": r.error} for r in results]))
@@ -382,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
     p.add_argument("--output-log", help="the file this command's output is sent to (the app's launch): moved into "
                    "the run directory as output.log once it exists")
+    p.add_argument("--host", help="train on this host (main.py hosts; the same as --set device.host=NAME)")
+    p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
+                   "started there; follow it later with main.py mirror RUN_DIR")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "
@@ -399,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--exclude", help="a data.exclude manifest to honour (images left out or relabelled)")
+    p.add_argument("--host", help="scan the folder on this host (main.py hosts)")
     p.set_defaults(func=cmd_check_data)
 
     p = sub.add_parser("demo-data", help="write the built-in demo dataset (drawn shapes)")
@@ -463,7 +504,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_fetch_weights)
 
     p = sub.add_parser("probe-devices", help="JSON of GPUs and distributed backends available here")
+    p.add_argument("--host", help="probe this host instead (main.py hosts)")
     p.set_defaults(func=cmd_probe_devices)
+
+    from trainer.remote_cli import add_parsers
+
+    add_parsers(sub)
 
     p = sub.add_parser("export", help="export a run's checkpoint for other tools")
     p.add_argument("run_dir")

@@ -194,6 +194,8 @@ class DeviceConfig:
     master_addr: str = opt("127.0.0.1", "address of node 0 (multi-node ddp)")
     master_port: int = opt(0, "rendezvous port (0 = pick a free one, single node only)", ge=0, le=65535)
     timeout_s: int = opt(120, "seconds a rank waits for the others before giving up", ge=5)
+    host: str = opt("", "where to run: empty for this machine, or a host of hosts.yaml (main.py hosts; SSH or SLURM "
+                    "through it); its data paths are paths on that host")
 
 
 @dataclass
@@ -259,7 +261,7 @@ class RunConfig:
     def resolve_paths(self, base: Path) -> RunConfig:
         """Make every file path absolute, relative to `base` (the config file's folder)."""
         def fix(p: str | None) -> str | None:
-            if not p:
+            if not p or self.device.host:  # a host's paths are resolved there
                 return p
             p = os.path.expanduser(p)
             return p if os.path.isabs(p) else str((base / p).resolve())

@@ -109,18 +109,30 @@ class RunDir:
                 f.truncate()
         return status
 
+    @property
+    def is_remote(self) -> bool:
+        """A mirror of a run on a host (trainer/mirror.py)."""
+        return (self.path / "remote.json").exists()
+
+    @staticmethod
+    def _process_alive(status: dict) -> bool:
+        """The trainer's liveness: its pid here, or for a mirror what the host said last (its pid is the host's)."""
+        if "remote" in status:
+            return bool(status["remote"].get("alive"))
+        return pid_alive(status.get("pid"))
+
     def effective_state(self) -> str:
         """The state, with a 'running' run whose process is gone reported as failed."""
         status = self.read_status()
         state = status.get("state", "unknown")
-        if state in LIVE_STATES and not pid_alive(status.get("pid")):
+        if state in LIVE_STATES and not self._process_alive(status):
             return "failed"
         return state
 
     def is_live(self) -> bool:
-        """Whether a process is training in this run directory right now."""
+        """Whether a process is training in this run directory right now (for a mirror: as the host said last)."""
         status = self.read_status()
-        return status.get("state") in LIVE_STATES and pid_alive(status.get("pid"))
+        return status.get("state") in LIVE_STATES and self._process_alive(status)
 
     def holds_a_run(self) -> bool:
         """Whether a run has already trained here (status, events or checkpoints exist)."""
@@ -218,12 +230,17 @@ def new_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
     raise RuntimeError(f"{runs_dir}: could not create a new run directory")
 
 
-def list_runs(runs_dir: str | os.PathLike) -> list[RunDir]:
-    """Run directories under runs_dir, newest first."""
+def list_runs(runs_dir: str | os.PathLike, remote: bool = False) -> list[RunDir]:
+    """Run directories under runs_dir, newest first; with `remote`, the mirrors of runs on hosts too
+    (runs_dir/remote/HOST/NAME, trainer/mirror.py), which the queue never sees."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir():
         return []
-    runs = [RunDir(p) for p in runs_dir.iterdir() if p.is_dir() and (p / "config.yaml").exists()]
+    folders = [runs_dir]
+    if remote and (runs_dir / "remote").is_dir():
+        folders += [p for p in (runs_dir / "remote").iterdir() if p.is_dir()]
+    runs = [RunDir(p) for folder in folders for p in folder.iterdir()
+            if p.is_dir() and ((p / "config.yaml").exists() or (p / "remote.json").exists())]
     return sorted(runs, key=lambda r: r.path.stat().st_mtime, reverse=True)
 
 
