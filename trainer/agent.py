@@ -38,6 +38,7 @@ EVAL_DIR = "eval"
 MAX_WHOLE_BYTES = 16 << 20
 POLL_S = 0.05
 SLOW_POLL_EVERY = 20  # polls between looks at eval/ and at the SLURM job
+JOB_END_WAIT_S = 20  # after the trainer's final state, how long to wait for its SLURM job to be over
 START_WAIT_S = 600  # pre-flight (imports, the data scan) may take this long on a slow file system
 
 
@@ -179,8 +180,13 @@ def submit(config_text: str, runs: str, partition: str, cpus_per_task: int | Non
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raw = folder / f"slurm-{stamp}.submitted.yaml"
     raw.write_text(config_text, encoding="utf-8")
-    cfg = load_config(raw)
-    raw.unlink()
+    try:
+        cfg = load_config(raw)
+    finally:
+        raw.unlink()
+    from trainer.preflight import preflight
+
+    preflight(cfg)  # a missing folder or a bad group is refused now, not after waiting in the queue
     cpus, _ = slurm_cpus_per_task(cfg, cpus_per_task)
     gpus = cfg.device.nproc if cfg.device.type == "cuda" else 0
     slurm.check_request(partition, cfg.device.nnodes, cpus, gpus)
@@ -230,6 +236,7 @@ class Follower:
         self.seen: dict[str, tuple[int, int]] = {}
         self.job, self.job_output = job, job_output
         self.job_state: dict | None = None
+        self.final_seen: float | None = None
 
     def _append_frames(self) -> list[dict]:
         frames = []
@@ -296,6 +303,9 @@ class Follower:
         status = self.run.read_status()
         if not status:
             return False
+        if self.job and status.get("state") in FINAL_STATES:  # the job itself ends moments later: wait for it
+            self.final_seen = self.final_seen or time.time()
+            return time.time() - self.final_seen > JOB_END_WAIT_S
         return status.get("state") in FINAL_STATES or (status.get("state") != "queued" and not self.alive())
 
     def follow(self, beat_s: float = 5.0) -> None:
@@ -319,6 +329,10 @@ class Follower:
                 sys.stdout.flush()
                 last_beat = time.time()
             if slow and self.ended():
+                if self.job:
+                    self.job_state = slurm.job_state(self.job)
+                    emit({"t": "job", **self.job_state})
+                    self.seen.pop("status.json", None)
                 rest = self._append_frames() + self._whole_frames(with_eval=True)
                 for frame in rest:
                     emit(frame)

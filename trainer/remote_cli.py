@@ -182,8 +182,8 @@ def forward(host_name: str, argv: list[str]) -> int:
     host = get_host(host_name)
     ssh.check(host)
     done = ssh.remote_main(host, argv, check=False, timeout=600)
-    sys.stdout.buffer.write(done.stdout)
-    sys.stderr.buffer.write(done.stderr)
+    sys.stdout.write(done.stdout.decode("utf-8", "replace"))
+    sys.stderr.write(done.stderr.decode("utf-8", "replace"))
     return done.returncode
 
 

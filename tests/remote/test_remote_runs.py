@@ -1,0 +1,103 @@
+"""Runs on a host through a real sshd: mirrored byte for byte, a dropped connection costs nothing, Stop checkpoints
+there and the run resumes, Export and Try it bring what they need home."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import REPO, run_main, write_config
+from trainer.events import read_events
+
+pytestmark = pytest.mark.slow
+
+
+def start_remote_train(config: Path, local_runs: Path, host: str = "loop") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(config), "--host", host,
+                             "--runs-dir", str(local_runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_mirror(local_runs: Path, host: str, event: str, proc: subprocess.Popen, timeout: float = 120) -> Path:
+    """The mirror directory, once its events hold an `event`."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for mirror in (local_runs / "remote" / host).glob("*"):
+            events = mirror / "events.jsonl"
+            if events.exists() and any(e.get("event") == event for e in read_events(events)):
+                return mirror
+        assert proc.poll() is None, f"the train command ended early: {proc.communicate()}"
+        time.sleep(0.05)
+    raise AssertionError(f"no {event} event mirrored in {timeout} s")
+
+
+def kill_follow_connections(proc: subprocess.Popen) -> int:
+    """Kill the ssh client that streams the run (what a dropped Wi-Fi or a sleeping laptop does to it)."""
+    killed = 0
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            if "follow" in child.cmdline()[-1]:
+                child.kill()
+                killed += 1
+        except (psutil.Error, IndexError):
+            continue
+    return killed
+
+
+def test_a_host_run_is_mirrored_whole_through_a_dropped_connection_and_exports_home(hosts, shapes_dir, tmp_path):
+    config = write_config(tmp_path, shapes_dir, train={"epochs": 6, "seed": 0}, monitor={"log_every": 1})
+    proc = start_remote_train(config, hosts["local_runs"])
+    mirror = wait_for_mirror(hosts["local_runs"], "loop", "step", proc)
+    assert kill_follow_connections(proc) == 1
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert "run completed" in out
+    assert "connection to loop lost" in err and "reconnected to loop" in err
+
+    remote = hosts["remote_runs"] / mirror.name
+    assert (mirror / "events.jsonl").read_bytes() == (remote / "events.jsonl").read_bytes()  # nothing lost or twice
+    steps = [e["step"] for e in read_events(mirror / "events.jsonl") if e["event"] == "step"]
+    status = json.loads((mirror / "status.json").read_text())
+    assert steps == list(range(1, status["step"] + 1))
+    assert status["state"] == "completed" and status["remote"]["alive"] is False
+    assert (mirror / "eval" / "val" / "metrics.json").read_text() == (remote / "eval" / "val" / "metrics.json").read_text()
+    assert not (mirror / "checkpoints").exists()  # checkpoints stay there until asked for
+
+    onnx = tmp_path / "home" / "model.onnx"
+    done = run_main("export", mirror, "--format", "onnx", "--out", onnx)
+    assert done.returncode == 0, done.stderr
+    assert "fetching exports/model.onnx from loop: 100%" in done.stderr
+    assert onnx.stat().st_size > 1000 and json.loads(onnx.with_name("model.onnx.json").read_text())["classes"]
+
+    image = next(shapes_dir.glob("*/*.png"))
+    for model in (mirror, onnx):  # Try it on the run (its checkpoint fetched) and on the exported file
+        done = run_main("predict", model, image, "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)[0]["top"][0][0] in ("circle", "cross", "square", "triangle")
+    assert (mirror / "checkpoints" / "best.pt").exists()
+
+
+def test_stop_checkpoints_on_the_host_and_the_run_resumes_from_here(hosts, shapes_dir, tmp_path):
+    config = write_config(tmp_path, shapes_dir, train={"epochs": 40, "seed": 0})
+    proc = start_remote_train(config, hosts["local_runs"])
+    mirror = wait_for_mirror(hosts["local_runs"], "loop", "epoch", proc)
+    proc.send_signal(signal.SIGTERM)  # the app's Stop
+    out, err = proc.communicate(timeout=120)
+    assert "run stopped" in out + err
+    remote = hosts["remote_runs"] / mirror.name
+    assert json.loads((mirror / "status.json").read_text())["state"] == "stopped"
+    assert (remote / "checkpoints" / "last.pt").exists()
+    stopped_at = json.loads((mirror / "status.json").read_text())["epoch"]
+    assert 1 <= stopped_at < 40
+
+    done = run_main("resume", mirror, "--epochs", str(stopped_at + 2), timeout=240)
+    assert done.returncode == 0, done.stderr
+    status = json.loads((mirror / "status.json").read_text())
+    assert status["state"] == "completed" and status["epoch"] == stopped_at + 2
+    assert (mirror / "events.jsonl").read_bytes() == (remote / "events.jsonl").read_bytes()
