@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.csvfile import read_dict_rows
+from trainer.mirror import local_copy
 
 
 @dataclass
@@ -70,6 +71,7 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation:
     folder = Path(run_path) / "eval" / name
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
     rows = []
+    remote = (Path(run_path) / "remote.json").exists()  # a mirror: the images are its copies of the host's
     csv_path = folder / "predictions.csv"
     if csv_path.exists():
         with open(csv_path, newline="", encoding="utf-8") as f:
@@ -78,7 +80,7 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation:
                 for part in filter(None, r.get("top_k", "").split(";")):
                     cls, _, p = part.rpartition(":")
                     top.append((cls, float(p)))
-                rows.append(Prediction(r["path"], r["true"], r["predicted"], float(r["confidence"]), float(r["loss"]),
+                rows.append(Prediction(local_copy(run_path, r["path"]) if remote else r["path"], r["true"], r["predicted"], float(r["confidence"]), float(r["loss"]),
                                        top))
     rows.sort(key=lambda p: -p.loss)
     return Evaluation(name, metrics, rows)

@@ -69,8 +69,9 @@ def summarize(run: RunDir) -> dict:
     q = status.get("queue") or {}
     notes = read_notes(run)
     tags = notes["tags"] + ([q["sweep"]] if q.get("sweep") and q["sweep"] not in notes["tags"] else [])
+    host = status.get("remote", {}).get("host") or (run.path.parent.name if run.is_remote else None)
     return {
-        "path": str(run.path), "run": run.name, "status": run.effective_state(),
+        "path": str(run.path), "run": run.name + (f" @{host}" if host else ""), "status": run.effective_state(),
         "model": str(cfg.get("model", {}).get("name", "?")).split("/")[-1],
         "dataset": dataset_label(cfg.get("data", {}).get("train_dir")),
         "best acc": best if isinstance(best, (int, float)) else None,

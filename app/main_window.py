@@ -159,8 +159,12 @@ class MainWindow(QMainWindow):
         self.runs_page.set_runs_dir(self.runs_dir)
         self.queue_page.set_runs_dir(self.runs_dir)
         self.queue_page.changed.connect(self._update_buttons)
+        self.device_page.hostChanged.connect(self.dataset_page.set_host)
+        self.dataset_page.set_host(self.device_page.host)  # a restored config's device.host
+        self.device_page.load_hosts()
         self.device_page.start_probe()
         self.model_page.describe()
+        self.runs.reattach_remote()
         self._restore_settings()
         self.nav.setCurrentRow(0)
         self._update_buttons()

@@ -7,19 +7,23 @@ Command lines come from `trainer.launch`, liveness and resumability from `traine
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.run_model import RunModel
 from app.trainer_process import TrainerProcess
 from trainer.config import RunConfig, save_config
-from trainer.launch import REPO_ROOT, resume_command, train_command
-from trainer.rundir import RESUMABLE_STATES, RunDir, planned_run_dir, run_label
+from trainer.launch import REPO_ROOT, main_command, resume_command, train_command
+from trainer.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
+from trainer.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
 
 log = logging.getLogger(__name__)
 
 PENDING = ".pending"  # under the runs folder: what a started run waits in until the trainer makes its directory
+REMOTE_GRACE_MS = 120_000  # Stop of a run on a host: its follower escalates there itself (trainer/mirror.py)
 
 
 def refusal(output: Path, code: int) -> str:
@@ -48,6 +52,9 @@ class RunController(QObject):
         self.process = TrainerProcess(self)
         self._pending: tuple[Path, Path] | None = None  # a started run's config and output until the trainer takes them
         self.process.ended.connect(self._process_ended)
+        self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
+        self._remote_status.setInterval(500)
+        self._remote_status.timeout.connect(self._show_remote_status)
 
     @property
     def running(self) -> bool:
@@ -62,12 +69,14 @@ class RunController(QObject):
 
         The trainer makes the directory (`trainer.prepare`), after its pre-flight: until then the config and the
         output wait in the runs folder's `.pending/`, and a refused config leaves no run directory behind."""
-        run = planned_run_dir(self.runs_dir, run_label(cfg.model.name))
+        where = mirrors_dir(self.runs_dir, cfg.device.host) if cfg.device.host else self.runs_dir
+        run = planned_run_dir(where, run_label(cfg.model.name))
         pending = self.runs_dir / PENDING
         pending.mkdir(parents=True, exist_ok=True)
         self._pending = (pending / f"{run.name}.yaml", pending / f"{run.name}.output.log")
         save_config(cfg, self._pending[0])
         command = train_command(self._pending[0], run_dir=run.path) + ["--output-log", str(self._pending[1])]
+        self.process.grace_ms = REMOTE_GRACE_MS if cfg.device.host else self.process.default_grace_ms
         self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
         self.watch(run)
         return run
@@ -85,7 +94,7 @@ class RunController(QObject):
         state = run.effective_state()
         if state not in RESUMABLE_STATES:
             return f"{run.name} is {state}: only stopped or failed runs can be resumed."
-        self.process.start(resume_command(run.path), run.output_log, cwd=str(REPO_ROOT))
+        self._start_for(run, resume_command(run.path))
         if self.model is None or self.model.run.path != run.path:
             self.watch(run)
         else:
@@ -101,7 +110,7 @@ class RunController(QObject):
         state = run.effective_state()
         if state not in RESUMABLE_STATES + ("completed",):
             return f"{run.name} is {state}: only a completed, stopped or failed run can be continued."
-        self.process.start(resume_command(run.path, total_epochs), run.output_log, cwd=str(REPO_ROOT))
+        self._start_for(run, resume_command(run.path, total_epochs))
         if self.model is None or self.model.run.path != run.path:
             self.watch(run)
         else:
@@ -109,12 +118,52 @@ class RunController(QObject):
             self.changed.emit()
         return None
 
+    def _start_for(self, run: RunDir, command: list[str]) -> None:
+        """Start a command on an existing run: for a mirror its output goes to mirror.log (output.log is the
+        host's), and Stop waits longer (the follower escalates there)."""
+        remote = run.is_remote
+        self.process.grace_ms = REMOTE_GRACE_MS if remote else self.process.default_grace_ms
+        self.process.start(command, run.path / MIRROR_LOG if remote else run.output_log, cwd=str(REPO_ROOT))
+
     def open(self, run: RunDir) -> None:
-        """Show a past run (replayed from its events), re-attaching when it is still going."""
+        """Show a past run (replayed from its events), re-attaching when it is still going (for a run on a host:
+        to the process following it, started again when none is)."""
         self.watch(run)
-        if run.is_live() and not self.running:
+        if self.running or not run.is_live():
+            return
+        if run.is_remote:
+            pid = mirror_pid(run)
+            if pid is None:
+                self._start_for(run, main_command("mirror", run.path))
+            else:
+                self.process.grace_ms = REMOTE_GRACE_MS
+                self.process.attach(pid)
+        else:
             self.process.attach(run.read_status()["pid"])
-            self.stateText.emit(f"Re-attached to {run.name}")
+        self.stateText.emit(f"Re-attached to {run.name}")
+
+    def reattach_remote(self) -> list[RunDir]:
+        """At start-up: a follower for every run on a host still going that nobody follows (the app was closed,
+        the laptop rebooted), so their mirrors catch up whether or not they are opened."""
+        started = []
+        for run in list_runs(self.runs_dir, remote=True):
+            if run.is_remote and run.is_live() and mirror_pid(run) is None:
+                with open(run.path / MIRROR_LOG, "ab") as out:
+                    subprocess.Popen(main_command("mirror", run.path), stdin=subprocess.DEVNULL, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO_ROOT),
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                started.append(run)
+                log.info("following %s on its host again", run.name)
+        return started
+
+    def _show_remote_status(self) -> None:
+        m = self.model
+        if m is None or m.start_event or m.ended or not m.run.is_remote:
+            self._remote_status.stop()
+            return
+        message = m.run.read_status().get("message")
+        if message:
+            self.stateText.emit(f"{m.run.name}: {message}")
 
     def watch(self, run: RunDir) -> None:
         if self.model is not None:
@@ -129,6 +178,8 @@ class RunController(QObject):
         model.finished.connect(self._finished)
         self.modelChanged.emit(model)
         self.stateText.emit(f"Preparing {run.name}: scanning data, building the model…")
+        if run.is_remote or run.path.parent.parent.name == "remote":
+            self._remote_status.start()
         self.progressed.emit(0.0, 0, None)
         model.watch()
         self.changed.emit()

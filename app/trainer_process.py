@@ -37,7 +37,7 @@ class TrainerProcess(QObject):
 
     def __init__(self, parent: QObject | None = None, grace_ms: int = GRACE_MS):
         super().__init__(parent)
-        self.grace_ms = grace_ms
+        self.grace_ms = self.default_grace_ms = grace_ms
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
         self._tree: dict[int, psutil.Process] = {}  # descendants seen while running (pid -> process)

@@ -10,6 +10,7 @@ Torch-free and quick, so each is one SSH round trip:
     follow RUN [--offset F=N]    stream the run's small files as JSON-line frames until it has ended
     stop RUN [--kill] [--job J]  SIGTERM (or SIGKILL) the trainer's process group; scancel a job
     send RUN FILE                one file of the run: its size on a line, then its bytes
+    pack                         (paths on stdin) those images as a tar stream (the error gallery's images)
 
 A detached trainer is in a session of its own with its output in a file: it survives the SSH connection, the app
 and the laptop's sleep. `follow` frames (`t`): `append` (new complete lines of an append-only file from `offset`),
@@ -224,6 +225,21 @@ def send(run_dir: str, name: str) -> None:
         while chunk := f.read(1 << 20):
             out.write(chunk)
     out.flush()
+
+
+def pack(paths: list[str]) -> None:
+    import tarfile
+
+    from trainer.scan import IMAGE_EXTENSIONS
+
+    with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
+        for path in paths:
+            if path.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(path):
+                try:
+                    tar.add(path, recursive=False)
+                except OSError:
+                    continue
+    sys.stdout.buffer.flush()
 
 
 # ---- following -----------------------------------------------------------------------------------

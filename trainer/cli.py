@@ -278,6 +278,10 @@ def cmd_grad_cam(args) -> int:
     """Grad-CAM of a run's checkpoint on one image: the overlay PNG, and a JSON summary on stdout."""
     from trainer.gradcam import NoSpatialLayer, grad_cam_for_run
 
+    if RunDir(args.run_dir).is_remote:
+        from trainer.remote_cli import fetch_checkpoint
+
+        fetch_checkpoint(RunDir(args.run_dir), args.checkpoint)
     try:
         result = grad_cam_for_run(Path(args.run_dir), Path(args.image), Path(args.out), args.checkpoint, args.cls)
     except NoSpatialLayer as e:

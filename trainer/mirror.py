@@ -145,8 +145,16 @@ class Mirror:
             self._status(status)
         elif kind == "end":
             self._finish()
+            self._fetch_gallery()
             return True
         return False
+
+    def _fetch_gallery(self) -> None:
+        """The images the Results tab's error gallery shows (the worst GALLERY_IMAGES of each evaluation)."""
+        try:
+            fetch_images(self.run, gallery_paths(self.run), out=self.out)
+        except (HostError, OSError) as e:
+            self.note(f"the error gallery's images were not fetched: {e}")
 
     def _status(self, status: dict) -> None:
         status.pop("remote", None)
@@ -295,6 +303,66 @@ class Mirror:
         if isinstance(code, int):
             return code
         return 0 if status.get("state") in ("completed", "stopped") else 1
+
+
+GALLERY_IMAGES = 200  # per evaluation, the highest-loss errors
+FILES = "files"  # under a mirror: copies of the host's images, at their path there
+
+
+def local_copy(run_path: str | os.PathLike, path: str) -> str:
+    """Where this machine has an image of a remote run's predictions (its copy in the mirror), else `path`."""
+    copy = Path(run_path) / FILES / path.lstrip("/")
+    return str(copy) if copy.exists() else path
+
+
+def gallery_paths(run: RunDir) -> list[str]:
+    from trainer.csvfile import read_dict_rows
+
+    paths: list[str] = []
+    for csv_path in sorted((run.path / "eval").glob("*/predictions.csv")):
+        with open(csv_path, newline="", encoding="utf-8") as f:
+            rows = [r for r in read_dict_rows(f) if r["true"] != r["predicted"]]
+        rows.sort(key=lambda r: -float(r["loss"]))
+        paths += [r["path"] for r in rows[:GALLERY_IMAGES]]
+    return list(dict.fromkeys(paths))
+
+
+def fetch_images(run: RunDir, paths: list[str], out=None) -> int:
+    """Copy the host's images at `paths` into the mirror's files/ (one tar stream); how many came."""
+    import tarfile
+
+    from trainer.ssh import command_argv, connect
+
+    paths = [p for p in paths if not (run.path / FILES / p.lstrip("/")).exists()]
+    if not paths:
+        return 0
+    info = remote_info(run)
+    host = get_host(info["host"])
+    connect(host)
+    proc = subprocess.Popen(command_argv(host, ["agent", "pack"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    proc.stdin.write("\n".join(paths).encode() + b"\n")
+    proc.stdin.close()
+    count = 0
+    root = (run.path / FILES).resolve()
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                target = (root / member.name.lstrip("/")).resolve()
+                if not member.isfile() or root not in target.parents:
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                part = target.with_name(target.name + ".part")
+                part.write_bytes(source.read())
+                os.replace(part, target)
+                count += 1
+    except tarfile.TarError as e:
+        raise HostError(f"{host.name}: the gallery images came incomplete ({e})") from None
+    finally:
+        proc.wait()
+    print(f"fetched {count} gallery images from {host.name}", file=out or sys.stderr, flush=True)
+    return count
 
 
 def fetch(run: RunDir, name: str, out=None) -> Path:

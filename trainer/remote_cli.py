@@ -52,6 +52,11 @@ def cmd_hosts(args) -> int:
 
 # ---- the host side -------------------------------------------------------------------------------
 def cmd_agent(args) -> int:
+    if args.host:  # the app's remote folder browser and scan: the same command, there
+        if args.action not in ("ls", "scan"):
+            raise HostError(f"agent {args.action}: --host is for ls and scan; the rest runs there already")
+        sizes = ["--thumbs", str(args.thumbs), "--thumb-size", str(args.thumb_size)] if args.action == "scan" else []
+        return forward(args.host, ["agent", args.action, *args.agent_args, *sizes])
     from trainer import agent
 
     a = args.agent_args
@@ -74,6 +79,8 @@ def cmd_agent(args) -> int:
         print(json.dumps(agent.stop(a[0], args.kill, args.job)))
     elif args.action == "send":
         agent.send(a[0], a[1])
+    elif args.action == "pack":
+        agent.pack([line.strip() for line in sys.stdin if line.strip()])
     return 0
 
 
@@ -202,7 +209,9 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_hosts)
 
     p = sub.add_parser("agent", help="the host side of remote runs (run over SSH by the app; docs/remote.md)")
-    p.add_argument("action", choices=("version", "ls", "scan", "start", "resume", "submit", "follow", "stop", "send"))
+    p.add_argument("action", choices=("version", "ls", "scan", "start", "resume", "submit", "follow", "stop", "send",
+                                       "pack"))
+    p.add_argument("--host", help="ls, scan: on this host (main.py hosts)")
     p.add_argument("agent_args", nargs="*")
     p.add_argument("--runs")
     p.add_argument("--name")

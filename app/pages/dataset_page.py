@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import random
+import subprocess
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -27,6 +30,7 @@ from app.background import run_in_thread
 from app.forms import Binder
 from app.thumbnails import load_thumbnails
 from trainer.config import key_choices
+from trainer.launch import main_command
 from trainer.manifest import Manifest, read_manifest, write_manifest
 from trainer.rundir import RunDir
 from trainer.scan import DataError, ScanResult, scan_image_folder
@@ -51,14 +55,37 @@ def _scan_with_thumbnails(folder: str, manifest_path: str) -> tuple[ScanResult, 
     return result, thumbs, manifest
 
 
+def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QImage]], None]:
+    """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`), with its thumbnails."""
+    done = subprocess.run(main_command("agent", "scan", folder, "--host", host, "--thumbs", THUMBS_PER_CLASS,
+                                       "--thumb-size", THUMB), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")
+    answer = json.loads(done.stdout)
+    raw = answer["result"]
+    for key in ("samples", "bad_files", "image_sizes"):
+        raw[key] = [tuple(item) for item in raw[key]]
+    thumbs = [(name, QImage.fromData(base64.b64decode(data))) for name, data in answer["thumbs"]]
+    return ScanResult(**raw), thumbs, None
+
+
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,
-               file_filter: str | None = None) -> QWidget:
-    """A path field bound to `key` with a Browse… button: a folder dialog, or a file dialog with `file_filter`."""
+               file_filter: str | None = None, host_of=lambda: "") -> QWidget:
+    """A path field bound to `key` with a Browse… button: a folder dialog, or a file dialog with `file_filter`;
+    a folder on the host `host_of()` names, when it names one."""
     edit = binder.line(key, placeholder)
     button = QPushButton("Browse…")
     button.setObjectName(f"browse:{key}")
 
     def browse():
+        if host_of() and not file_filter:
+            from app.remote_browser import RemoteFolderDialog
+
+            dialog = RemoteFolderDialog(host_of(), edit.text(), parent)
+            dialog.chosen.connect(edit.setText)
+            dialog.open()
+            return
         dataset = binder.widgets["data.train_dir"].text() if "data.train_dir" in binder.widgets else ""
         start = edit.text() or (str(Path(dataset).parent) if dataset else str(Path.home()))  # near the dataset
         if file_filter:
@@ -108,13 +135,14 @@ class DatasetPage(QWidget):
         self.manifest: Manifest | None = None
         # where a new manifest goes when data.exclude is not set yet (the window decides: beside the config)
         self.default_manifest = lambda: Path.home() / "traindeck-exclude.yaml"
+        self.host = ""  # device.host: the folders are on that host (browsed and scanned there)
 
         folders = QGroupBox("Folders")
         form = QFormLayout(folders)
         form.addRow("Training images", folder_row(binder, "data.train_dir", "ImageFolder: one sub-folder per class",
-                                                  "Training images", self))
+                                                  "Training images", self, host_of=lambda: self.host))
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
-                                                    "Validation images", self))
+                                                    "Validation images", self, host_of=lambda: self.host))
         form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))
         form.addRow("Manifest", folder_row(binder, "data.exclude", "optional: images left out or relabelled (marked "
                                            "in the Results tab)", "Dataset manifest", self, "Manifests (*.yaml *.yml)"))
@@ -243,6 +271,12 @@ class DatasetPage(QWidget):
     def manifest_path(self) -> str:
         return self.binder.widgets["data.exclude"].text().strip()
 
+    def set_host(self, host: str) -> None:
+        """The folders are on `host` now ("" for this machine): browse and scan there."""
+        if host != self.host:
+            self.host = host
+            self.scan()
+
     def hold(self, why: str) -> None:
         """No scan until `release()` (the folder is still being written, e.g. the demo dataset on first start)."""
         self._held = why
@@ -265,8 +299,9 @@ class DatasetPage(QWidget):
             self.summary.setText("Choose a folder of training images.")
             self.scanned.emit(None)
             return
-        self.summary.setText(f"Scanning {folder} …")
-        run_in_thread(lambda: _scan_with_thumbnails(folder, manifest_path),
+        host = self.host
+        self.summary.setText(f"Scanning {folder} on {host} …" if host else f"Scanning {folder} …")
+        run_in_thread(lambda: remote_scan(host, folder) if host else _scan_with_thumbnails(folder, manifest_path),
                       lambda result: self._show(serial, result), lambda error: self._failed(serial, error), owner=self)
 
     def _failed(self, serial: int, error: str) -> None:

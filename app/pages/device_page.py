@@ -51,6 +51,7 @@ def gpu_line(gpu: dict, usage: dict | None, busy: bool) -> str:
 class DevicePage(QWidget):
     changed = Signal()
     slurmRequested = Signal()
+    hostChanged = Signal(str)  # device.host: "" for this machine
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
@@ -59,6 +60,18 @@ class DevicePage(QWidget):
         self.probe_error = ""
         self._job: CliJob | None = None
 
+        self.run_on = QComboBox()  # device.host: this machine, or a host of hosts.yaml (`main.py hosts list`)
+        self.run_on.setObjectName("runOn")
+        self.run_on.addItem("This machine", "")
+        self.run_on.setToolTip("Train here, on a host over SSH, or through a SLURM login node (main.py hosts add; "
+                               "docs/remote.md)")
+        self.run_on.currentIndexChanged.connect(self._host_changed)
+        self.hosts_note = QLabel("")
+        self.hosts_note.setObjectName("hostsNote")
+        self.hosts_note.setWordWrap(True)
+        self.hosts_note.setStyleSheet("color: #666;")
+        self._wanted_host = ""
+        self._hosts_job: CliJob | None = None
         self.devices = QListWidget()
         self.devices.setObjectName("deviceList")
         self.devices.setMaximumHeight(64)
@@ -78,7 +91,10 @@ class DevicePage(QWidget):
 
         where = QGroupBox("Where")
         wf = QFormLayout(where)
-        wf.addRow("Found here", self.devices)
+        wf.addRow("Run on", self.run_on)
+        wf.addRow("", self.hosts_note)
+        self.found_label = QLabel("Found here")
+        wf.addRow(self.found_label, self.devices)
         wf.addRow("Device", self.type)
         wf.addRow("GPUs", self.gpus)
 
@@ -123,17 +139,63 @@ class DevicePage(QWidget):
         self.type.currentTextChanged.connect(lambda _: self._apply_availability())
         binder.widgets["train.amp"].currentTextChanged.connect(lambda _: self._show_auto_precision())
 
+    # ---- where ---------------------------------------------------------------------------------
+    @property
+    def host(self) -> str:
+        return self.run_on.currentData() or ""
+
+    def load_hosts(self) -> None:
+        job = CliJob(["hosts", "list", "--json"], self)
+        job.done.connect(self._hosts_listed)
+        job.failed.connect(lambda error: self.hosts_note.setText(f"hosts.yaml: {error}"))
+        self._hosts_job = job
+
+    def _hosts_listed(self, hosts: list) -> None:
+        self._hosts_job = None
+        self.run_on.blockSignals(True)
+        while self.run_on.count() > 1:
+            self.run_on.removeItem(1)
+        for h in hosts:
+            self.run_on.addItem(h["label"], h["name"])
+        self.run_on.blockSignals(False)
+        self.hosts_note.setText("" if hosts else "Add a machine to train on with: python main.py hosts add NAME "
+                                "--ssh DESTINATION --command 'PYTHON MAIN.PY' --runs DIR (docs/remote.md)")
+        self._select_host(self._wanted_host)
+
+    def _select_host(self, name: str) -> None:
+        self._wanted_host = name
+        index = self.run_on.findData(name)
+        if index < 0 and name:
+            self.run_on.addItem(f"{name} (not in hosts.yaml)", name)
+            index = self.run_on.count() - 1
+        if index >= 0 and index != self.run_on.currentIndex():
+            self.run_on.setCurrentIndex(index)
+
+    def _host_changed(self, _index: int) -> None:
+        self._wanted_host = self.host
+        self.found_label.setText(f"Found on {self.host}" if self.host else "Found here")
+        self.cancel_jobs(hosts=False)
+        self.probe = None
+        self.start_probe()
+        self.hostChanged.emit(self.host)
+        self.changed.emit()
+
     # ---- probing -----------------------------------------------------------------------------
     def start_probe(self) -> None:
-        job = CliJob(["probe-devices"], self)
+        self.devices.clear()
+        self.devices.addItem(f"probing {self.host}…" if self.host else "probing this machine…")
+        job = CliJob(["probe-devices"] + (["--host", self.host] if self.host else []), self)
         job.done.connect(self._probed)
         job.failed.connect(self._probe_failed)
         self._job = job
 
-    def cancel_jobs(self) -> None:
+    def cancel_jobs(self, hosts: bool = True) -> None:
         if self._job is not None:
             self._job.cancel()
             self._job = None
+        if hosts and self._hosts_job is not None:
+            self._hosts_job.cancel()
+            self._hosts_job = None
 
     def _probed(self, info: dict) -> None:
         self._job = None
@@ -194,6 +256,7 @@ class DevicePage(QWidget):
 
     def load(self, raw: dict) -> None:
         dev = raw.get("device", {})
+        self._select_host(dev.get("host") or "")
         for i, (_, parallel, launcher) in enumerate(MODES):
             if dev.get("parallel") == parallel and (parallel != "ddp" or dev.get("launcher") == launcher):
                 self.mode.blockSignals(True)
@@ -206,6 +269,7 @@ class DevicePage(QWidget):
         dev = raw.setdefault("device", {})
         dev["parallel"] = parallel
         dev["launcher"] = launcher
+        dev["host"] = self.host
 
     def problems(self, raw: dict) -> list[str]:
         """What this machine cannot run in the form's settings (the trainer's rules, on the probe's facts)."""

@@ -581,11 +581,15 @@ def status_signature(runs_dir: Path) -> tuple:
     out = []
     try:
         entries = sorted(os.scandir(runs_dir), key=lambda e: e.name)
+        remote = os.path.join(runs_dir, "remote")
+        if os.path.isdir(remote):  # the mirrors of runs on hosts (trainer/mirror.py)
+            entries += sorted((e for host in os.scandir(remote) if host.is_dir() for e in os.scandir(host.path)),
+                              key=lambda e: e.path)
     except OSError:
         return ()
     for entry in entries:
         try:
-            out.append((entry.name, os.stat(os.path.join(entry.path, "status.json")).st_mtime_ns))
+            out.append((entry.path, os.stat(os.path.join(entry.path, "status.json")).st_mtime_ns))
         except OSError:
             continue
     return tuple(out)
@@ -607,7 +611,7 @@ def with_controls(plot: pg.PlotWidget, *labelled) -> QWidget:
 
 def read_table(runs_dir: Path) -> tuple[list[dict], list[str]]:
     """Every run's row and the hyper-parameters that differ (on the thread pool: the GUI thread only shows them)."""
-    rows = [summarize(r) for r in list_runs(runs_dir)]
+    rows = [summarize(r) for r in list_runs(runs_dir, remote=True)]
     return rows, varying_keys(rows)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from tests.helpers import run_here, write_config
+from helpers import run_here, write_config
 
 
 def test_an_unknown_host_is_named_with_the_hosts_file(hosts, shapes_dir, tmp_path):

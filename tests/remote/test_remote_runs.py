@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import REPO, run_main, write_config
+from helpers import REPO, run_main, write_config
 from trainer.events import read_events
 
 pytestmark = pytest.mark.slow
