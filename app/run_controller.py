@@ -52,6 +52,7 @@ class RunController(QObject):
         self.process = TrainerProcess(self)
         self._pending: tuple[Path, Path] | None = None  # a started run's config and output until the trainer takes them
         self.process.ended.connect(self._process_ended)
+        self._followers: dict[Path, subprocess.Popen] = {}  # started by reattach_remote
         self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
         self._remote_status.setInterval(500)
         self._remote_status.timeout.connect(self._show_remote_status)
@@ -132,7 +133,8 @@ class RunController(QObject):
         if self.running or not run.is_live():
             return
         if run.is_remote:
-            pid = mirror_pid(run)
+            started = self._followers.get(run.path)  # by reattach_remote, perhaps not yet holding the mirror's lock
+            pid = mirror_pid(run) or (started.pid if started is not None and started.poll() is None else None)
             if pid is None:
                 self._start_for(run, main_command("mirror", run.path))
             else:
@@ -149,7 +151,7 @@ class RunController(QObject):
         for run in list_runs(self.runs_dir, remote=True):
             if run.is_remote and run.is_live() and mirror_pid(run) is None:
                 with open(run.path / MIRROR_LOG, "ab") as out:
-                    subprocess.Popen(main_command("mirror", run.path), stdin=subprocess.DEVNULL, stdout=out,
+                    self._followers[run.path] = subprocess.Popen(main_command("mirror", run.path), stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO_ROOT),
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
                 started.append(run)

@@ -19,3 +19,6 @@ def shapes_dir(tmp_path_factory) -> Path:
     from trainer.demo_data import write_demo_dataset
 
     return write_demo_dataset(tmp_path_factory.mktemp("shapes") / "train", per_class=30, size=24, seed=1)
+
+
+from remote_servers import hosts, slurm, sshd  # noqa: E402,F401 - real sshd and SLURM for the remote tests

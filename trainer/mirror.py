@@ -144,8 +144,8 @@ class Mirror:
                               message=f"SLURM job {frame['job']}: {frame['state'].lower()}{reason}")
             self._status(status)
         elif kind == "end":
-            self._finish()
             self._fetch_gallery()
+            self._finish()
             return True
         return False
 
@@ -155,6 +155,9 @@ class Mirror:
             fetch_images(self.run, gallery_paths(self.run), out=self.out)
         except (HostError, OSError) as e:
             self.note(f"the error gallery's images were not fetched: {e}")
+            return
+        for metrics in (self.run.path / "eval").glob("*/metrics.json"):
+            os.utime(metrics)  # a viewer re-reads the evaluation: its images are here now
 
     def _status(self, status: dict) -> None:
         status.pop("remote", None)

@@ -1,4 +1,4 @@
-"""Real servers for the remote tests: an OpenSSH sshd on 127.0.0.1 with a key made here, and a one-node SLURM
+"""Fixtures (imported by tests/conftest.py) with real servers for the remote tests: an OpenSSH sshd on 127.0.0.1 with a key made here, and a one-node SLURM
 (tests/servers/start_slurm.sh). The "remote" TrainDeck is this checkout, its runs folder another directory.
 
 Each is skipped, with the reason, only when it cannot be started (no sshd or slurm installed, not root)."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SSHD = "/usr/sbin/sshd"
 
 

@@ -1,0 +1,77 @@
+"""A run on a host, driven from the app through a real sshd: Run on, the host's folder scanned there, Start, curves
+move; the app closes and the laptop's follower dies mid-run; a new app re-attaches with nothing missing from the
+curves; Stop works there; the results and the error gallery show from the mirror."""
+
+from __future__ import annotations
+
+import signal
+
+import psutil
+import pytest
+
+from helpers import write_config
+from test_main_window import wait_ready
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+pytestmark = pytest.mark.slow
+
+
+def kill_tree(pid: int) -> None:
+    proc = psutil.Process(pid)
+    for p in proc.children(recursive=True) + [proc]:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    psutil.wait_procs([proc], timeout=10)
+
+
+def choose_host(qtbot, window, name: str) -> None:
+    page = window.device_page
+    qtbot.waitUntil(lambda: page.run_on.findData(name) >= 0, timeout=20_000)
+    page.run_on.setCurrentIndex(page.run_on.findData(name))
+
+
+def test_a_run_on_a_host_from_the_app_survives_the_app_and_its_follower(qtbot, make_window, hosts, shapes_dir,
+                                                                        tmp_path):
+    config = write_config(tmp_path, tmp_path / "not-here", train={"epochs": 400}, monitor={"log_every": 1})
+    window = make_window(config, runs_dir=hosts["local_runs"])
+    choose_host(qtbot, window, "loop")
+    assert window.device_page.found_label.text() == "Found on loop"
+    window.binder.widgets["data.train_dir"].setText(str(shapes_dir))  # as the remote folder browser would
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=60_000)
+    assert "4 classes, 120 images" in window.dataset_page.summary.text()
+    assert window.dataset_page.thumbs.count() == 4 * 6  # the host's thumbnails
+    wait_ready(qtbot, window)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: len(window.run_model.step_loss) >= 3, timeout=90_000)  # curves move
+    run = window.run_model.run
+    assert run.is_remote and run.path.parent == hosts["local_runs"] / "remote" / "loop"
+    follower = window.process.pid
+
+    window._leave_running = True  # close the app mid-run, then lose its follower too (a reboot, a crash)
+    window.close()
+    kill_tree(follower)
+    window = make_window(config, runs_dir=hosts["local_runs"])  # reopened: a new follower catches up
+    window.open_run(str(run.path))
+    assert window.process.running
+    qtbot.waitUntil(lambda: window.run_model.epochs_done(window.run_model.last_step or {"epoch": 1}) >= 2,
+                    timeout=90_000)
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=90_000)
+    qtbot.waitUntil(lambda: not window.process.running, timeout=30_000)
+
+    remote = hosts["remote_runs"] / run.name
+    assert run.events.read_bytes() == (remote / "events.jsonl").read_bytes()
+    steps = [e["step"] for e in read_events(remote / "events.jsonl") if e["event"] == "step"]
+    assert list(window.run_model.step_loss.x) == steps  # every step on the curve, once
+    assert RunDir(remote).read_status()["state"] == "stopped" and (remote / "checkpoints" / "last.pt").exists()
+
+    window.dashboard.tabs.setCurrentWidget(window.dashboard.results)
+    tab = window.dashboard.results
+    copies = str(run.path / "files")  # the mirror's copies of the host's images
+    qtbot.waitUntil(lambda: tab.evaluation is not None and tab.evaluation.errors()
+                    and tab.evaluation.errors()[0].path.startswith(copies), timeout=20_000)
+    assert all(p.path.startswith(copies) for p in tab.evaluation.errors()[:5])
+    qtbot.waitUntil(lambda: tab.gallery.count() > 0 and not tab.gallery.item(0).icon().isNull(), timeout=10_000)
