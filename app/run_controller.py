@@ -160,10 +160,10 @@ class RunController(QObject):
 
     def _show_remote_status(self) -> None:
         m = self.model
-        if m is None or m.start_event or m.ended or not m.run.is_remote:
+        if m is None or m.start_event or m.ended:
             self._remote_status.stop()
             return
-        message = m.run.read_status().get("message")
+        message = m.run.read_status().get("message") if m.run.is_remote else None  # None: not submitted yet
         if message:
             self.stateText.emit(f"{m.run.name}: {message}")
 

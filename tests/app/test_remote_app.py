@@ -75,3 +75,27 @@ def test_a_run_on_a_host_from_the_app_survives_the_app_and_its_follower(qtbot, m
                     and tab.evaluation.errors()[0].path.startswith(copies), timeout=20_000)
     assert all(p.path.startswith(copies) for p in tab.evaluation.errors()[:5])
     qtbot.waitUntil(lambda: tab.gallery.count() > 0 and not tab.gallery.item(0).icon().isNull(), timeout=10_000)
+
+
+def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results(qtbot, make_window, slurm, hosts,
+                                                                                 shapes_dir, tmp_path):
+    import os
+    import subprocess
+
+    blocker = subprocess.run(["sbatch", "--parsable", f"--cpus-per-task={os.cpu_count()}", "--output=/dev/null",
+                              "--wrap", "sleep 300"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        window = make_window(write_config(tmp_path, shapes_dir, train={"epochs": 2}), runs_dir=hosts["local_runs"])
+        choose_host(qtbot, window, "cluster")
+        assert window.device_page.run_on.currentText() == "cluster (SLURM through loop)"
+        wait_ready(qtbot, window)
+        window.start_action.trigger()
+        qtbot.waitUntil(lambda: "pending (Resources)" in window.state_label.text(), timeout=60_000)
+        assert "SLURM job" in window.state_label.text()
+    finally:
+        subprocess.run(["scancel", blocker])
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=120_000)
+    qtbot.waitUntil(lambda: not window.process.running, timeout=60_000)
+    window.dashboard.tabs.setCurrentWidget(window.dashboard.results)
+    qtbot.waitUntil(lambda: window.dashboard.results.evaluation is not None, timeout=20_000)
+    assert window.dashboard.results.evaluation.metrics["images"] > 0
