@@ -80,7 +80,8 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation:
                 for part in filter(None, r.get("top_k", "").split(";")):
                     cls, _, p = part.rpartition(":")
                     top.append((cls, float(p)))
-                rows.append(Prediction(local_copy(run_path, r["path"]) if remote else r["path"], r["true"], r["predicted"], float(r["confidence"]), float(r["loss"]),
+                path = local_copy(run_path, r["path"]) if remote else r["path"]
+                rows.append(Prediction(path, r["true"], r["predicted"], float(r["confidence"]), float(r["loss"]),
                                        top))
     rows.sort(key=lambda p: -p.loss)
     return Evaluation(name, metrics, rows)

@@ -151,9 +151,10 @@ class RunController(QObject):
         for run in list_runs(self.runs_dir, remote=True):
             if run.is_remote and run.is_live() and mirror_pid(run) is None:
                 with open(run.path / MIRROR_LOG, "ab") as out:
-                    self._followers[run.path] = subprocess.Popen(main_command("mirror", run.path), stdin=subprocess.DEVNULL, stdout=out,
-                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO_ROOT),
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                    self._followers[run.path] = subprocess.Popen(
+                        main_command("mirror", run.path), stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO_ROOT),
+                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
                 started.append(run)
                 log.info("following %s on its host again", run.name)
         return started

@@ -8,9 +8,9 @@ import signal
 
 import psutil
 import pytest
-
 from helpers import write_config
 from test_main_window import wait_ready
+
 from trainer.events import read_events
 from trainer.rundir import RunDir
 

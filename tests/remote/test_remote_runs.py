@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from helpers import REPO, run_main, write_config
+
 from trainer.events import read_events
 
 pytestmark = pytest.mark.slow

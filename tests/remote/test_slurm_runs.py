@@ -10,8 +10,8 @@ import subprocess
 import time
 
 import pytest
-
 from helpers import run_here, run_main, write_config
+
 from tests.remote.test_remote_runs import start_remote_train, wait_for_mirror
 
 pytestmark = pytest.mark.slow
