@@ -73,6 +73,7 @@ class CliJob(QObject):
 
     done = Signal(object)
     failed = Signal(str)
+    progress = Signal(str)  # each line the command writes to stderr as it goes (a fetch's percentage)
 
     def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True,
                  ok_codes: tuple[int, ...] = (0,)):
@@ -80,7 +81,9 @@ class CliJob(QObject):
         self.parse_json = parse_json
         self.ok_codes = ok_codes
         self.cancelled = False
+        self._stderr = b""
         self.process = QProcess(self)
+        self.process.readyReadStandardError.connect(self._stderr_ready)
         self.process.finished.connect(self._finished)
         self.process.errorOccurred.connect(self._error)
         program, *arguments = main_command(*args)
@@ -91,7 +94,8 @@ class CliJob(QObject):
             self.deleteLater()
             return
         out = bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
-        err = bytes(self.process.readAllStandardError()).decode("utf-8", "replace")
+        self._stderr += bytes(self.process.readAllStandardError())
+        err = self._stderr.decode("utf-8", "replace")
         if code != 0 and not (code in self.ok_codes and out.strip()):
             lines = [line for line in err.splitlines() if line.strip()]
             self.failed.emit(lines[-1].removeprefix("error: ") if lines else f"exit code {code}")
@@ -103,6 +107,13 @@ class CliJob(QObject):
             except json.JSONDecodeError:
                 self.failed.emit(f"unreadable output: {out[:200]!r}")
         self.deleteLater()
+
+    def _stderr_ready(self) -> None:
+        new = bytes(self.process.readAllStandardError())
+        self._stderr += new
+        for line in new.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                self.progress.emit(line.strip())
 
     def _error(self, error) -> None:
         if error == QProcess.ProcessError.FailedToStart:

@@ -11,6 +11,7 @@ held open by it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -36,11 +37,18 @@ def control_dir() -> Path:
     return path
 
 
+def control_path(host: Host) -> Path:
+    """The master connection's socket: one per host entry (ssh's own %C would share one between two aliases of one
+    machine that log in with different keys)."""
+    key = hashlib.sha1(json.dumps([host.ssh, host.ssh_options]).encode()).hexdigest()[:16]
+    return control_dir() / key
+
+
 def ssh_argv(host: Host, *options: str) -> list[str]:
     """`ssh` with TrainDeck's options for `host`, up to (not including) the remote command."""
     return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-            "-o", f"ControlPath={control_dir()}/%C", *options, *host.ssh_options, host.ssh]
+            "-o", f"ControlPath={control_path(host)}", *options, *host.ssh_options, host.ssh]
 
 
 def remote_line(host: Host, args: list[str]) -> str:

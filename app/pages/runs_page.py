@@ -107,6 +107,7 @@ class ExportDialog(QDialog):
         self.result.setText("exporting…")
         self.job = CliJob(["export", self.run_dir, "--format", self.format.currentData(), "--out", self.out.text(),
                            "--checkpoint", self.checkpoint.currentText()], self, parse_json=False)
+        self.job.progress.connect(lambda line: self.result.setText(line) if line.startswith("fetching") else None)
         self.job.done.connect(lambda text: self._finished(f"<span style='color:#2b7a2b'>{text.strip()}</span>"))
         self.job.failed.connect(lambda error: self._finished(f"<span style='color:#c9302c'>{error}</span>"))
 

@@ -76,6 +76,20 @@ def test_a_run_on_a_host_from_the_app_survives_the_app_and_its_follower(qtbot, m
     assert all(p.path.startswith(copies) for p in tab.evaluation.errors()[:5])
     qtbot.waitUntil(lambda: tab.gallery.count() > 0 and not tab.gallery.item(0).icon().isNull(), timeout=10_000)
 
+    from app.pages.runs_page import ExportDialog  # Export brings the ONNX file home, saying how far the fetch is
+
+    dialog = ExportDialog(str(run.path), window)
+    dialog.format.setCurrentIndex(dialog.format.findData("onnx"))
+    home = tmp_path / "home" / "model.onnx"
+    dialog.out.setText(str(home))
+    seen = []
+    dialog.export()
+    dialog.job.progress.connect(seen.append)
+    qtbot.waitUntil(lambda: dialog.job is None, timeout=120_000)
+    assert "exported" in dialog.result.text() and home.stat().st_size > 1000
+    assert any(line.startswith("fetching exports/model.onnx from loop: 100%") for line in seen)
+    dialog.close()
+
 
 def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results(qtbot, make_window, slurm, hosts,
                                                                                  shapes_dir, tmp_path):
