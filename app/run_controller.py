@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.run_model import RunModel
 from app.trainer_process import TrainerProcess
 from trainer.config import RunConfig, save_config
+from trainer.errors import refusals
 from trainer.launch import REPO_ROOT, main_command, resume_command, train_command
 from trainer.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
 from trainer.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
@@ -32,10 +33,9 @@ def refusal(output: Path, code: int) -> str:
         text = output.read_text(encoding="utf-8", errors="replace")
     except OSError:
         text = ""
-    errors = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
     if text.strip():
         log.info("trainer output before it refused:\n%s", text.strip())
-    return "; ".join(errors) or f"the trainer exited with code {code} before the run started"
+    return refusals(text) or f"the trainer exited with code {code} before the run started"
 
 
 class RunController(QObject):
@@ -148,7 +148,9 @@ class RunController(QObject):
         """At start-up: a follower for every run on a host still going that nobody follows (the app was closed,
         the laptop rebooted), so their mirrors catch up whether or not they are opened."""
         started = []
-        for run in list_runs(self.runs_dir, remote=True):
+        remote = self.runs_dir / "remote"  # only the mirrors are read (this runs at start-up, on the GUI thread)
+        hosts = [p for p in remote.iterdir() if p.is_dir()] if remote.is_dir() else []
+        for run in (r for folder in hosts for r in list_runs(folder)):
             if run.is_remote and run.is_live() and mirror_pid(run) is None:
                 with open(run.path / MIRROR_LOG, "ab") as out:
                     self._followers[run.path] = subprocess.Popen(

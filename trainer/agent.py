@@ -116,11 +116,11 @@ def _detached(argv: list[str], output: Path) -> subprocess.Popen:
 
 
 def _refusal(output: Path, code: int) -> str:
+    from trainer.errors import refusals
     from trainer.ssh import last_line
 
     text = output.read_text(encoding="utf-8", errors="replace") if output.exists() else ""
-    errors = [line.removeprefix("error: ") for line in text.splitlines() if line.startswith("error: ")]
-    return "; ".join(errors) or last_line(text) or f"the trainer exited with code {code} before the run started"
+    return refusals(text) or last_line(text) or f"the trainer exited with code {code} before the run started"
 
 
 def start(config_text: str, runs: str, name: str) -> dict:

@@ -98,15 +98,6 @@ def _finish(run: RunDir, code: int) -> int:
     return code
 
 
-def on_host(args, argv: list[str]) -> int | None:
-    """With --host: the command's exit code from the host (its output passed through); None without."""
-    if not getattr(args, "host", None):
-        return None
-    from trainer.remote_cli import forward
-
-    return forward(args.host, argv)
-
-
 def cmd_check_data(args) -> int:
     from trainer.manifest import read_manifest
     from trainer.scan import format_report, scan_image_folder
@@ -114,7 +105,9 @@ def cmd_check_data(args) -> int:
     if args.host:
         if args.json or args.exclude:
             raise CommandError("--host: --json and --exclude name files here; scan a host's folder without them")
-        return on_host(args, ["check-data", args.dir])
+        from trainer.remote_cli import forward
+
+        return forward(args.host, ["check-data", args.dir])
     if args.exclude and not Path(args.exclude).is_file():
         raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
     result = scan_image_folder(args.dir, manifest=read_manifest(args.exclude) if args.exclude else None)
@@ -321,7 +314,9 @@ def cmd_probe_devices(args) -> int:
     """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
     why, which options are refused and why); the app shows these and keeps no rule of its own."""
     if args.host:
-        return on_host(args, ["probe-devices"])
+        from trainer.remote_cli import forward
+
+        return forward(args.host, ["probe-devices"])
     from trainer.devices import auto_precision, refusals
     from trainer.machine import machine_facts
     from trainer.queue import busy_gpus, gpu_usage

@@ -19,5 +19,10 @@ def first_line(e: BaseException, limit: int = 200) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:limit]}" if text else type(e).__name__
 
 
+def refusals(output: str) -> str:
+    """What a `main.py` command's output says it refused: its `error:` lines, joined ("" when it said none)."""
+    return "; ".join(line.removeprefix("error: ") for line in output.splitlines() if line.startswith("error: "))
+
+
 class ModelError(InputError, ValueError):
     """A model that cannot be built or loaded; the message names the key or file."""

@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from trainer.errors import refusals
 from trainer.files import atomic_write_text
 from trainer.hosts import Host, HostError, get_host
 from trainer.rundir import FINAL_STATES, RunDir
@@ -168,11 +169,7 @@ class Mirror:
         self.remote["alive"] = False
         if status.get("state") not in FINAL_STATES:  # ended without saying how: killed, or refused in a job
             slurm_out = self.run.path / "slurm.out"
-            said = ""
-            if slurm_out.exists():
-                errors = [line.removeprefix("error: ") for line in slurm_out.read_text(errors="replace").splitlines()
-                          if line.startswith("error: ")]
-                said = "; ".join(errors)
+            said = refusals(slurm_out.read_text(errors="replace")) if slurm_out.exists() else ""
             job = self.job_state or {}
             status.update(state="failed", message=said or (
                 f"SLURM job {job.get('job')} ended {job.get('state', '').lower()} without a word from the trainer"

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from trainer.cli import _finish  # the same last line as a local train
 from trainer.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
 from trainer.rundir import RunDir, default_runs_dir, planned_run_dir, run_label
 
@@ -112,7 +113,7 @@ def remote_train(cfg, args) -> int:
     print(f"run directory: {local.path} (on {host.name}: {answer['run_dir']})", flush=True)
     if args.detach:
         return 0
-    return _finish_remote(local, Mirror(local).follow())
+    return _finish(local, Mirror(local).follow())
 
 
 def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
@@ -131,7 +132,7 @@ def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
         raise HostError(f"{run.path}: the run already completed; continue it with --epochs TOTAL")
     ssh.remote_json(host, ["agent", "resume", info["run_dir"]] + (["--epochs", str(epochs)] if epochs else []))
     (run.path / REMOTE_FILE).touch()
-    return _finish_remote(run, Mirror(run).follow())
+    return _finish(run, Mirror(run).follow())
 
 
 def cmd_mirror(args) -> int:
@@ -139,13 +140,7 @@ def cmd_mirror(args) -> int:
     from trainer.mirror import Mirror
 
     run = RunDir(args.run_dir)
-    return _finish_remote(run, Mirror(run).follow())
-
-
-def _finish_remote(run: RunDir, code: int) -> int:
-    from trainer.cli import _finish
-
-    return _finish(run, code)
+    return _finish(run, Mirror(run).follow())
 
 
 def cmd_fetch(args) -> int:
