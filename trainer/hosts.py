@@ -50,7 +50,7 @@ class Host:
 
     def describe(self) -> str:
         where = f"SLURM through {self.ssh}" if self.slurm else self.ssh
-        return f"{self.name} ({where})"
+        return self.name if where == self.name else f"{self.name} ({where})"
 
 
 def hosts_file() -> Path:

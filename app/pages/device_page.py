@@ -70,6 +70,7 @@ class DevicePage(QWidget):
         self.hosts_note.setObjectName("hostsNote")
         self.hosts_note.setWordWrap(True)
         self.hosts_note.setStyleSheet("color: #666;")
+        self.hosts_note.hide()  # shown only when it has something to say
         self._wanted_host = ""
         self._hosts_job: CliJob | None = None
         self.devices = QListWidget()
@@ -91,8 +92,12 @@ class DevicePage(QWidget):
 
         where = QGroupBox("Where")
         wf = QFormLayout(where)
-        wf.addRow("Run on", self.run_on)
-        wf.addRow("", self.hosts_note)
+        run_on = QWidget()
+        column = QVBoxLayout(run_on)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.run_on)
+        column.addWidget(self.hosts_note)
+        wf.addRow("Run on", run_on)
         self.found_label = QLabel("Found here")
         wf.addRow(self.found_label, self.devices)
         wf.addRow("Device", self.type)
@@ -147,7 +152,7 @@ class DevicePage(QWidget):
     def load_hosts(self) -> None:
         job = CliJob(["hosts", "list", "--json"], self)
         job.done.connect(self._hosts_listed)
-        job.failed.connect(lambda error: self.hosts_note.setText(f"hosts.yaml: {error}"))
+        job.failed.connect(lambda error: self._hosts_note(f"hosts.yaml: {error}"))
         self._hosts_job = job
 
     def _hosts_listed(self, hosts: list) -> None:
@@ -158,9 +163,13 @@ class DevicePage(QWidget):
         for h in hosts:
             self.run_on.addItem(h["label"], h["name"])
         self.run_on.blockSignals(False)
-        self.hosts_note.setText("" if hosts else "Add a machine to train on with: python main.py hosts add NAME "
+        self._hosts_note("" if hosts else "Add a machine to train on with: python main.py hosts add NAME "
                                 "--ssh DESTINATION --command 'PYTHON MAIN.PY' --runs DIR (docs/remote.md)")
         self._select_host(self._wanted_host)
+
+    def _hosts_note(self, text: str) -> None:
+        self.hosts_note.setText(text)
+        self.hosts_note.setVisible(bool(text))
 
     def _select_host(self, name: str) -> None:
         self._wanted_host = name
@@ -229,7 +238,7 @@ class DevicePage(QWidget):
             item = model.item(i)
             item.setEnabled(reason is None)
             item.setToolTip(reason or "")
-        self.reasons.setText("Not available on this machine:<br>" + "<br>".join(
+        self.reasons.setText(f"Not available on {self.host or 'this machine'}:<br>" + "<br>".join(
             f"• {r}" for r in sorted(set(missing.values()))) if missing else "")
         self._show_auto_precision()
 
