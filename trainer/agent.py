@@ -59,9 +59,11 @@ def version() -> dict:
 def list_folder(path: str) -> dict:
     from trainer.scan import IMAGE_EXTENSIONS
 
+    from trainer.errors import InputError
+
     root = Path(os.path.expanduser(path or "~")).resolve()
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such folder")
+        raise InputError(f"{root}: no such folder")
     entries = []
     for child in sorted(root.iterdir(), key=lambda p: p.name.lower()):
         if child.name.startswith(".") or not child.is_dir():
@@ -214,10 +216,12 @@ def stop(run_dir: str, kill: bool, job: int | None) -> dict:
 
 
 def send(run_dir: str, name: str) -> None:
+    from trainer.errors import InputError
+
     run = RunDir(os.path.expanduser(run_dir)).path.resolve()
     path = (run / name).resolve()
-    if run not in path.parents and not Path(name).is_absolute():
-        raise FileNotFoundError(f"{name}: not a file of {run}")
+    if run not in path.parents or not path.is_file():
+        raise InputError(f"{path}: no such file in the run directory {run}")
     size = path.stat().st_size
     out = sys.stdout.buffer
     out.write(f"{size}\n".encode())
