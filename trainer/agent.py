@@ -57,9 +57,8 @@ def version() -> dict:
 
 
 def list_folder(path: str) -> dict:
-    from trainer.scan import IMAGE_EXTENSIONS
-
     from trainer.errors import InputError
+    from trainer.scan import IMAGE_EXTENSIONS
 
     root = Path(os.path.expanduser(path or "~")).resolve()
     if not root.is_dir():
