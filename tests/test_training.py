@@ -24,12 +24,30 @@ def test_param_groups_get_their_own_lr_and_frozen_groups_stay_put(shapes_dir, tm
     assert [g["name"] for g in start["param_groups"]] == ["fc", "default"]
 
     state = load_weights_only(run.checkpoints / "last.pt")
-    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.2, 0.01]
-    assert [g["weight_decay"] for g in state["optimizer"]["param_groups"]] == [0.0, 5e-4]
+    # each group's biases and norm weights in a no-decay half (optimizer.norm_weight_decay 0)
+    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.2, 0.2, 0.01, 0.01]
+    assert [g["weight_decay"] for g in state["optimizer"]["param_groups"]] == [0.0, 0.0, 5e-4, 0.0]
     initial = build_model(ModelConfig(name="small_cnn"), 4, 16, seed=0)[0].state_dict()
     for key in ("features.0.0.weight", "features.0.1.weight", "features.0.1.bias"):
         assert torch.equal(state["model"][key], initial[key]), f"frozen {key} changed"
     assert not torch.equal(state["model"]["fc.weight"], initial["fc.weight"])
+
+
+@pytest.mark.parametrize("norm_weight_decay", [0.0, None])
+def test_norm_weight_decay_spares_norm_weights_and_biases_only(norm_weight_decay):
+    model = create_model(ModelConfig(name="resnet18"), 3)
+    cfg = OptimizerConfig(name="sgd", lr=0.1, momentum=0.0, weight_decay=0.5, norm_weight_decay=norm_weight_decay)
+    optimizer = build_optimizer(build_param_groups(model, cfg), cfg)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()  # zero gradients: only weight decay moves a parameter, by lr * wd = 5%
+    after = dict(model.named_parameters())
+    for name in ("bn1.weight", "layer1.0.bn2.bias", "fc.bias"):
+        shrink = 1.0 if norm_weight_decay == 0.0 else 0.95
+        assert torch.allclose(after[name], before[name] * shrink), name
+    for name in ("conv1.weight", "fc.weight"):
+        assert torch.allclose(after[name], before[name] * 0.95), name
 
 
 def test_pattern_matching_nothing_is_an_error():
@@ -42,7 +60,7 @@ def test_pattern_matching_nothing_is_an_error():
 
 def test_group_settings_reach_the_torch_optimizer():
     model = create_model(ModelConfig(name="resnet18"), 5)
-    cfg = OptimizerConfig(name="nesterov", lr=0.01, momentum=0.8, groups=[
+    cfg = OptimizerConfig(name="nesterov", lr=0.01, momentum=0.8, norm_weight_decay=None, groups=[
         ParamGroupConfig(pattern="fc", lr=0.5, momentum=0.5), ParamGroupConfig(pattern="layer4.*", weight_decay=0.1)])
     opt = build_optimizer(build_param_groups(model, cfg), cfg)
     fc, layer4, default = opt.param_groups

@@ -135,6 +135,9 @@ class OptimizerConfig:
     lr: float = opt(0.05, "base learning rate", gt=0, le=100)
     momentum: float = opt(0.9, "momentum (sgd, nesterov, rmsprop)", ge=0, lt=1)
     weight_decay: float = opt(5e-4, "L2 weight decay", ge=0)
+    norm_weight_decay: float | None = opt(0.0, "weight decay of normalisation-layer weights and biases (every "
+                                          "one-dimensional parameter), as torchvision's --norm-weight-decay and "
+                                          "timm exclude them; null = weight_decay for them too", ge=0)
     groups: list[ParamGroupConfig] = opt(factory=list, doc="parameter groups with their own settings")
 
 

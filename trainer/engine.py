@@ -23,6 +23,7 @@ from trainer.checkpoint import CheckpointWriteError, TrainState, describe_write_
 from trainer.config import ConfigError, RunConfig, load_config
 from trainer.errors import InputError
 from trainer.loop import Diverged, Loop
+from trainer.optim import merged_groups
 from trainer.parts import Parts, build
 from trainer.reporter import Reporter, reporter_for
 from trainer.rundir import RunDir
@@ -112,6 +113,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     stop.install()
     try:
         cfg = load_config(run.config)
+        if resume:
+            keep_recipe_of_older_runs(cfg, run)
         strategy = make_strategy(cfg)
     except (ConfigError, LaunchError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -183,6 +186,16 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     return code
 
 
+def keep_recipe_of_older_runs(cfg: RunConfig, run: RunDir) -> None:
+    """A run started before optimizer.norm_weight_decay existed decayed every parameter alike (and its optimizer state
+    has no no-decay groups): resumed, it goes on that way."""
+    import yaml
+
+    raw = yaml.safe_load(run.config.read_text(encoding="utf-8")) or {}
+    if "norm_weight_decay" not in (raw.get("optimizer") or {}):
+        cfg.optimizer.norm_weight_decay = None
+
+
 def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Parts, state: TrainState,
              resumed_from: str | None, background_checkpoints: bool) -> None:
     """The run_start event (what the app's dashboard and summary show) and its log line."""
@@ -193,8 +206,7 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
         cache=parts.data.cache, workers=parts.workers, steps_per_epoch=parts.steps_per_epoch,
         precision=parts.precision.amp, precision_reason=parts.precision_reason,
         memory_format=str(parts.memory_format).removeprefix("torch."), compiled=cfg.train.compile,
-        param_groups=[{"name": g["name"], "tensors": len(g["params"]), "params": sum(p.numel() for p in g["params"])}
-                      for g in parts.groups],
+        param_groups=merged_groups(parts.groups),
         parameters=sum(p.numel() for p in net.parameters()),
         trainable=sum(p.numel() for p in net.parameters() if p.requires_grad),
         layers=parts.monitor.names, resumed_from=resumed_from, start_epoch=state.epoch, start_step=state.step,

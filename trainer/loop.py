@@ -19,6 +19,7 @@ from trainer.checkpoint import CheckpointWriter, TrainState, load_latest, save_c
 from trainer.config import EarlyStopConfig, RunConfig
 from trainer.evaluation import Predictions, write_evaluation
 from trainer.inference import LoadedModel, Preprocess
+from trainer.optim import group_lrs
 from trainer.parts import Parts
 from trainer.precision import StepResult
 from trainer.reporter import Reporter
@@ -316,7 +317,7 @@ class Loop:
         return bool(self.strategy.all_reduce_max(flag).item())  # host sync: only at log steps
 
     def lrs(self) -> list[float]:
-        return [g["lr"] for g in self.parts.optimizer.param_groups]
+        return group_lrs(self.parts.optimizer)
 
     def divergence_message(self, step: int, loss: float, layer: str | None = None) -> str:
         layer = layer or self.parts.monitor.first_nonfinite()

@@ -41,12 +41,47 @@ def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
             value = getattr(g, key)
             if value is not None:
                 group[key] = value
-        groups.append(group)
+        groups.extend(split_norm_decay(group, cfg.norm_weight_decay))
     if default:
-        groups.append({"params": default, "name": "default"})
+        groups.extend(split_norm_decay({"params": default, "name": "default"}, cfg.norm_weight_decay))
     if not groups:
         raise ConfigError(["optimizer.groups: every parameter is frozen; nothing would train"])
     return groups
+
+
+def split_norm_decay(group: dict, norm_weight_decay: float | None) -> list[dict]:
+    """`group`, with its one-dimensional parameters (normalisation weights and biases: timm's and torchvision's
+    rule) moved to a second group of the same name at `norm_weight_decay` (None: no split). That group is marked
+    `no_decay`; events and schedules count it with its namesake (same learning rate)."""
+    if norm_weight_decay is None:
+        return [group]
+    flat = [p for p in group["params"] if p.ndim <= 1]
+    rest = [p for p in group["params"] if p.ndim > 1]
+    if not flat:
+        return [group]
+    out = [{**group, "params": rest}] if rest else []
+    out.append({**group, "params": flat, "weight_decay": norm_weight_decay, "no_decay": True})
+    return out
+
+
+def group_lrs(optimizer: torch.optim.Optimizer) -> list[float]:
+    """The learning rate of each configured group (the no-decay halves of `split_norm_decay` not repeated)."""
+    seen, out = set(), []
+    for g in optimizer.param_groups:
+        if g.get("name") not in seen:
+            seen.add(g.get("name"))
+            out.append(g["lr"])
+    return out
+
+
+def merged_groups(groups: list[dict]) -> list[dict]:
+    """{name, tensors, params} per configured group, for the start event (the no-decay halves counted in)."""
+    out: dict[str, dict] = {}
+    for g in groups:
+        row = out.setdefault(g["name"], {"name": g["name"], "tensors": 0, "params": 0})
+        row["tensors"] += len(g["params"])
+        row["params"] += sum(p.numel() for p in g["params"])
+    return list(out.values())
 
 
 def build_optimizer(groups: list[dict], cfg: OptimizerConfig) -> torch.optim.Optimizer:
