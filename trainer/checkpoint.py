@@ -71,7 +71,7 @@ def set_rng_state(state: dict) -> None:
 class TrainState:
     """Where a run is, and the one place that builds and reads the checkpoint layout.
 
-    A checkpoint holds the unwrapped model, optimizer, scheduler and loss-scaler states, this progress, every
+    A checkpoint holds the unwrapped model (with train.ema the averaged one, and the trained one beside it), optimizer, scheduler and loss-scaler states, this progress, every
     random generator, the resolved config, the classes and the preprocessing, under `format` and `version`.
     """
 
@@ -85,10 +85,13 @@ class TrainState:
 
     def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
                       classes: list[str], mean: list[float], std: list[float],
-                      memory_format: torch.memory_format = torch.contiguous_format) -> dict:
+                      memory_format: torch.memory_format = torch.contiguous_format, trained=None) -> dict:
+        """`model`: the network inference loads (with train.ema, the averaged one); `trained`: the network the
+        optimizer trains, when that is another one (kept as `trained_model`, for resume)."""
         data = config["data"]
+        extra = {"trained_model": trained.state_dict()} if trained is not None else {}
         return {
-            "format": FORMAT, "version": VERSION,
+            "format": FORMAT, "version": VERSION, **extra,
             "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "scaler": precision.state_dict(),
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_acc": self.best_acc,
@@ -98,12 +101,16 @@ class TrainState:
             "preprocess": {"image_size": data["image_size"], "mean": mean, "std": std,
                            "resize": "short side to image_size, centre crop",
                            # what inference runs as (trainer.inference), so it predicts as validation did
-                           "precision": precision.amp, "memory_format": str(memory_format).removeprefix("torch.")},
+                           "precision": precision.amp, "memory_format": str(memory_format).removeprefix("torch."),
+                           "tta": bool(config.get("eval", {}).get("tta", False))},
         }
 
-    def restore(self, state: dict, *, model, optimizer, scheduler, precision, aug_generator) -> None:
-        """Continue exactly where `state` was saved: weights, optimizer, schedule, scaler, progress, randomness."""
-        model.load_state_dict(state["model"])
+    def restore(self, state: dict, *, model, optimizer, scheduler, precision, aug_generator, average=None) -> None:
+        """Continue exactly where `state` was saved: weights (the trained ones, and the average into `average`),
+        optimizer, schedule, scaler, progress, randomness."""
+        model.load_state_dict(state.get("trained_model", state["model"]))
+        if average is not None:
+            average.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         precision.load_state_dict(state.get("scaler", {}))

@@ -163,6 +163,9 @@ class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
+    ema: float = opt(0.0, "moving average of the weights: its decay per optimizer step (0.999 averages about the last "
+                     "1000 steps; 0 = off); the averaged weights are validated, checkpointed as the model and "
+                     "exported", ge=0, lt=1)
     seed: int = opt(0, "seed for data order, augmentation and initialisation", ge=0, le=MAX_SEED)
     amp: str = opt("auto", "mixed precision: auto = bf16 autocast where the hardware runs it natively (GPUs with bf16, "
                    "CPUs with AVX512-BF16 or AMX), else fp32; none = fp32; bf16 / fp16 (+ GradScaler) when asked",
@@ -178,6 +181,13 @@ class TrainConfig:
                             choices=("stop", "skip"))
     early_stop: EarlyStopConfig = opt(factory=EarlyStopConfig, doc="end the run (completed) when the validation "
                                       "metric stops improving")
+
+
+@dataclass
+class EvalConfig:
+    tta: bool = opt(False, "test-time augmentation: average the logits of each image and of its mirror image, in "
+                    "validation, the test set, evaluate and predict, and inside exported graphs (ONNX, "
+                    "exported_program, TorchScript)")
 
 
 @dataclass
@@ -234,6 +244,7 @@ class RunConfig:
     optimizer: OptimizerConfig = opt(factory=OptimizerConfig, doc="optimizer and parameter groups")
     scheduler: SchedulerConfig = opt(factory=SchedulerConfig, doc="learning-rate schedule")
     train: TrainConfig = opt(factory=TrainConfig, doc="training loop")
+    eval: EvalConfig = opt(factory=EvalConfig, doc="how the trained network predicts")
     device: DeviceConfig = opt(factory=DeviceConfig, doc="device and parallel mode")
     monitor: MonitorConfig = opt(factory=MonitorConfig, doc="live statistics")
     checkpoint: CheckpointConfig = opt(factory=CheckpointConfig, doc="checkpoints")

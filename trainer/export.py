@@ -18,11 +18,12 @@ import torch
 from trainer.catalog import EXPORT_FORMATS
 from trainer.errors import InputError, first_line
 from trainer.files import atomic_write_text
-from trainer.inference import classify, load_model, load_run_model
+from trainer.inference import FlipAveraged, classify, load_model, load_run_model
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
+GRAPH_FORMATS = ("onnx", "exported_program", "torchscript")  # what carries its computation (eval.tta too)
 ONNX_OPSET = 18  # what the dynamo exporter targets well and onnxruntime >= 1.16 runs
 
 
@@ -41,6 +42,9 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
     check_writable(out.parent)
     model, state, ckpt_path = loaded.net.to(memory_format=torch.contiguous_format), loaded.state, loaded.source
     pre = state["preprocess"]
+    in_graph = fmt in GRAPH_FORMATS
+    if pre.get("tta") and in_graph:
+        model = FlipAveraged(model).eval()
     tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")  # the suffix kept: some writers look at it
     try:
         _write(model, fmt, tmp, torch.zeros(2, 3, pre["image_size"], pre["image_size"]))
@@ -48,6 +52,8 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
                    "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
                    "source_run": str(run.path), "checkpoint": str(ckpt_path), "epoch": state["epoch"],
                    "best_acc": state.get("best_acc")}
+        if pre.get("tta"):  # eval.tta: in the graph, or the caller averages the mirror image's logits
+            sidecar["tta"] = "graph" if in_graph else "caller"
         os.replace(tmp, out)
         atomic_write_text(Path(f"{out}.json"), json.dumps(sidecar, indent=1))
     except OSError as e:

@@ -45,15 +45,18 @@ class Preprocess:
     std: tuple[float, ...]
     precision: str = "fp32"
     memory_format: str = "contiguous_format"
+    tta: bool = False  # eval.tta: the logits averaged with the mirror image's
     _normalise: dict = field(default_factory=dict, compare=False, repr=False)  # device -> Normalise
 
     @classmethod
     def from_record(cls, record: dict, *, exported: bool = False) -> Preprocess:
         """From a checkpoint's `preprocess` (older checkpoints lack precision and memory format: fp32, contiguous)
-        or an export's sidecar (always fp32 and contiguous: an exported graph runs as exported)."""
+        or an export's sidecar (always fp32 and contiguous: an exported graph runs as exported, its flip average
+        inside it; exported weights leave that to the caller: `tta: caller`)."""
+        tta = record.get("tta") == "caller" if exported else bool(record.get("tta", False))
         return cls(int(record["image_size"]), tuple(record["mean"]), tuple(record["std"]),
                    "fp32" if exported else record.get("precision", "fp32"),
-                   "contiguous_format" if exported else record.get("memory_format", "contiguous_format"))
+                   "contiguous_format" if exported else record.get("memory_format", "contiguous_format"), tta)
 
     def decode(self, path: str) -> torch.Tensor:
         return decode_image(path, self.image_size)
@@ -84,7 +87,26 @@ class LoadedModel:
         """float32 logits of a uint8 batch, in inference mode, on `device` (default the CPU)."""
         device = device or torch.device("cpu")
         with torch.inference_mode(), self.preprocess.autocast(device.type):
-            return self.net(self.preprocess.to_input(images, device)).float()
+            x = self.preprocess.to_input(images, device)
+            if self.preprocess.tta:
+                return flip_average(self.net, x)
+            return self.net(x).float()
+
+
+def flip_average(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """eval.tta: the mean of the logits of `x` and of its mirror image (float32)."""
+    return (net(x).float() + net(x.flip(3)).float()) / 2
+
+
+class FlipAveraged(torch.nn.Module):
+    """A network with eval.tta built in, for exported graphs."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return flip_average(self.net, images)
 
 
 def load_run_model(run: RunDir, which: str = "best") -> LoadedModel:

@@ -48,14 +48,16 @@ class Loop:
         self._zero_frac = None
         self._val_logits: torch.Tensor | None = None
         # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
-        self.inference = LoadedModel(parts.net, parts.classes, Preprocess(
+        self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
             cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
-            str(parts.memory_format).removeprefix("torch.")))
+            str(parts.memory_format).removeprefix("torch."), cfg.eval.tta))
         reporter.epochs = cfg.train.epochs
 
     def fit(self) -> str:
         """Train the remaining epochs; 'completed', or 'stopped' when asked to stop (after checkpointing)."""
         cfg, st = self.cfg, self.state
+        if self.parts.average is not None and st.step == 0:
+            self.parts.average.reset()  # a fresh run: every rank's network holds rank 0's weights by now
         while st.epoch < cfg.train.epochs:
             start = time.time()
             result = self.train_one_epoch()
@@ -184,6 +186,8 @@ class Loop:
         else:
             parts.scheduler.step()
             st.step += 1
+            if parts.average is not None:
+                parts.average.update(st.step)
         return loss.detach().float(), logits.detach(), result
 
     def log_step(self, window: torch.Tensor, result: StepResult, batches: int, images_done: int,
@@ -245,7 +249,7 @@ class Loop:
         batch (no activations are kept for a backward pass, so they fit where training's did)."""
         cfg, s, parts = self.cfg, self.strategy, self.parts
         n = len(parts.classes)
-        parts.net.eval()  # unwrapped: evaluation needs no gradient sync
+        parts.eval_net.eval()  # unwrapped: evaluation needs no gradient sync
         loss_sum = torch.zeros((), device=s.device)
         top5 = torch.zeros((), device=s.device)
         confusion = torch.zeros(n * n, device=s.device)
@@ -330,7 +334,8 @@ class Loop:
         """Rank 0 writes the checkpoint; every rank waits so none runs ahead into the next collective."""
         if self.strategy.is_main:
             st, parts = self.state, self.parts
-            state = st.to_checkpoint(model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
+            state = st.to_checkpoint(model=parts.eval_net, trained=parts.net if parts.average else None,
+                                     optimizer=parts.optimizer, scheduler=parts.scheduler,
                                      precision=parts.precision, aug_generator=parts.aug_generator,
                                      config=self.cfg.to_dict(), classes=parts.classes, mean=parts.mean, std=parts.std,
                                      memory_format=parts.memory_format)
@@ -353,7 +358,8 @@ class Loop:
                              f"{self.parts.classes}")
         parts = self.parts
         self.state.restore(state, model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
-                           precision=parts.precision, aug_generator=parts.aug_generator)
+                           precision=parts.precision, aug_generator=parts.aug_generator,
+                           average=parts.average.module if parts.average else None)
         st = self.state
         log.info("resumed from %s at epoch %d, batch %d, step %d", path, st.epoch + 1, st.batch_in_epoch, st.step)
         return str(path)

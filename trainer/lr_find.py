@@ -31,6 +31,7 @@ class LrFindError(InputError, ValueError):
 def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0) -> dict:
     """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr."""
     cfg.device.parallel = "none"
+    cfg.train.ema = 0.0  # a throw-away sweep: no average to keep
     strategy = Strategy(cfg.device)
     seed_everything(cfg.train.seed)
     parts = build(cfg, strategy, Reporter(NullEventWriter(), is_main=False))

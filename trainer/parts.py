@@ -14,6 +14,7 @@ from torch import nn
 
 from trainer import data as data_mod
 from trainer.config import RunConfig
+from trainer.ema import WeightAverage
 from trainer.groups import is_head_parameter, pattern_matches
 from trainer.machine import fast_gpu_math
 from trainer.models import ModelError, build_model, choose_memory_format, head_name
@@ -54,6 +55,7 @@ class Parts:
     backbone: list[nn.Parameter]  # every parameter outside the head
     backbone_norms: list[nn.Module]  # the backbone's BatchNorm layers (statistics frozen while it is)
     linear_probe: bool = False  # the backbone never trains (its parameters do not even take gradients)
+    average: WeightAverage | None = None  # train.ema: the averaged weights
     unfreeze_at_epoch: int = 0  # gradual unfreezing: the backbone trains from this epoch (0-based) on
 
     def backbone_frozen(self, epoch: int) -> bool:
@@ -79,6 +81,11 @@ class Parts:
         if self.backbone_frozen(epoch):
             for norm in self.backbone_norms:
                 norm.eval()
+
+    @property
+    def eval_net(self) -> nn.Module:
+        """What is validated, checkpointed as the model and exported: the averaged weights with train.ema."""
+        return self.average.module if self.average is not None else self.net
 
     @property
     def classes(self) -> list[str]:
@@ -139,6 +146,7 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
     steps_per_epoch = math.ceil(len(batches) / cfg.train.grad_accum_steps)
     scheduler = build_scheduler(optimizer, steps_per_epoch, cfg.train.epochs, cfg.scheduler)
     precision_name, precision_reason = choose_precision(cfg.train.amp, strategy.device)
+    average = WeightAverage(net, cfg.train.ema) if cfg.train.ema else None
     if cfg.train.compile:
         log.info("compiling the model (torch.compile); the first steps are slow")
         wrapped.compile()
@@ -158,4 +166,4 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         histogram_layers=chosen or ([names[0], names[-1]] if len(names) > 1 else names),
         steps_per_epoch=steps_per_epoch, mean=mean, std=std, normalisation_source=source, weights=weights,
         head=head, backbone=backbone, backbone_norms=backbone_norms, linear_probe=cfg.model.freeze_backbone,
-        unfreeze_at_epoch=cfg.model.unfreeze_at_epoch)
+        unfreeze_at_epoch=cfg.model.unfreeze_at_epoch, average=average)

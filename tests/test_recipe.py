@@ -1,0 +1,158 @@
+"""The recipe ingredients (issue #24): what each one changes, and that a run resumed with it ends exactly where an
+uninterrupted one does."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from helpers import run_here, write_config
+
+from trainer.checkpoint import load_weights_only, numbered_checkpoints
+from trainer.ema import WeightAverage, warmed_decay
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+
+def test_the_average_moves_towards_the_weights_by_one_minus_the_warmed_decay():
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    average = WeightAverage(net, decay=0.99)
+    start = {k: v.clone() for k, v in net.state_dict().items()}
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)
+    net[1].running_mean.add_(2.0)
+    net[1].num_batches_tracked.add_(5)
+    average.update(step=1)
+    d = warmed_decay(0.99, 1)
+    assert d == pytest.approx(2 / 11)  # the warm-up: early steps count for more
+    got = average.module.state_dict()
+    torch.testing.assert_close(got["0.weight"], start["0.weight"] + (1 - d) * 1.0)
+    torch.testing.assert_close(got["1.running_mean"], start["1.running_mean"] + (1 - d) * 2.0)
+    assert got["1.num_batches_tracked"] == 5  # integer buffers are copied
+    assert warmed_decay(0.99, 10_000) == 0.99
+    assert not any(p.requires_grad for p in average.module.parameters())
+
+
+def test_with_ema_the_averaged_weights_are_validated_checkpointed_and_evaluated(shapes_dir, tmp_path):
+    import csv
+
+    from trainer.inference import load_run_model
+
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2, "ema": 0.9})
+    run_dir = tmp_path / "run"
+    result = run_here("train", cfg, "--run-dir", run_dir)
+    assert result.returncode == 0, result.stderr[-2000:]
+    state = load_weights_only(run_dir / "checkpoints" / "best.pt")
+    assert set(state["trained_model"]) == set(state["model"])
+    assert not torch.equal(state["trained_model"]["fc.weight"], state["model"]["fc.weight"])
+    # the best epoch's validation predictions (written by the trainer) are the averaged network's, which is
+    # what the checkpoint holds as its model (and so what evaluate, predict and export load)
+    rows = list(csv.DictReader((run_dir / "eval" / "val" / "predictions.csv").open()))
+    loaded = load_run_model(RunDir(run_dir), "best")
+    images = torch.stack([loaded.preprocess.decode(r["path"]) for r in rows])
+    averaged = loaded.logits(images).softmax(1).max(1).values
+    torch.testing.assert_close(averaged, torch.tensor([float(r["confidence"]) for r in rows]), atol=1e-4, rtol=0)
+    loaded.net.load_state_dict(state["trained_model"])
+    trained = loaded.logits(images).softmax(1).max(1).values
+    assert (trained - averaged).abs().max() > 1e-3
+
+
+def resume_from_the_middle(straight: RunDir, copy_to) -> RunDir:
+    """A copy of a finished run as it was at its first mid-epoch checkpoint of epoch 2, marked stopped: what a
+    stopped run looks like, without the race of a signal."""
+    shutil.copytree(straight.path, copy_to)
+    run = RunDir(copy_to)
+    checkpoints = numbered_checkpoints(run.checkpoints)[::-1]  # oldest first
+    middle = next(p for p in checkpoints if load_weights_only(p)["epoch"] == 1 and load_weights_only(p)["batch_in_epoch"])
+    for p in checkpoints[checkpoints.index(middle) + 1:]:
+        p.unlink()
+    for name in ("last.pt", "best.pt"):
+        (run.checkpoints / name).unlink(missing_ok=True)
+    shutil.copy(middle, run.checkpoints / "last.pt")
+    run.write_status(state="stopped", message="")
+    return run
+
+
+INGREDIENTS = {
+    "ema": {"train": {"ema": 0.8}},
+    "norm_weight_decay": {"optimizer": {"norm_weight_decay": 0.0, "weight_decay": 0.01}},
+    "label_smoothing": {"loss": {"label_smoothing": 0.1}},
+    "onecycle": {"scheduler": {"name": "onecycle"}},
+}
+
+
+@pytest.mark.parametrize("ingredient", INGREDIENTS)
+def test_a_run_resumed_with_each_ingredient_ends_as_an_uninterrupted_one(shapes_dir, tmp_path, ingredient):
+    sections = {"train": {"epochs": 2, "seed": 3}, "checkpoint": {"every_steps": 2, "keep_last": 50},
+                "data": {"batch_size": 12}}
+    for section, values in INGREDIENTS[ingredient].items():
+        sections.setdefault(section, {}).update(values)
+    cfg = write_config(tmp_path, shapes_dir, **sections)
+    assert run_here("train", cfg, "--run-dir", tmp_path / "straight").returncode == 0
+    straight = RunDir(tmp_path / "straight")
+    resumed = resume_from_the_middle(straight, tmp_path / "resumed")
+    result = run_here("resume", resumed.path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    a = load_weights_only(straight.checkpoints / "last.pt")
+    b = load_weights_only(resumed.checkpoints / "last.pt")
+    assert a["step"] == b["step"]
+    for part in ("model", "trained_model"):
+        for key, value in a.get(part, {}).items():
+            torch.testing.assert_close(b[part][key], value, rtol=1e-5, atol=1e-6, msg=f"{part} {key}")
+
+
+def test_with_tta_a_mirrored_image_gets_the_same_prediction_in_validation_the_checkpoint_and_onnx(shapes_dir,
+                                                                                                 tmp_path):
+    import csv
+
+    from trainer.inference import flip_average, load_model, load_run_model
+
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1}, eval={"tta": True})
+    run_dir = tmp_path / "run"
+    assert run_here("train", cfg, "--run-dir", run_dir).returncode == 0
+    loaded = load_run_model(RunDir(run_dir), "best")
+    assert loaded.preprocess.tta
+    rows = list(csv.DictReader((run_dir / "eval" / "val" / "predictions.csv").open()))
+    images = torch.stack([loaded.preprocess.decode(r["path"]) for r in rows])
+    with_tta = loaded.logits(images)
+    torch.testing.assert_close(loaded.logits(images.flip(3)), with_tta, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(with_tta.softmax(1).max(1).values,
+                               torch.tensor([float(r["confidence"]) for r in rows]), atol=1e-4, rtol=0)
+    with torch.no_grad():
+        plain = loaded.net(loaded.preprocess.to_input(images))
+    assert (plain - with_tta).abs().max() > 1e-2, "the flip average is not the plain network"
+
+    out = tmp_path / "model.onnx"
+    assert run_here("export", run_dir, "--format", "onnx", "--out", out).returncode == 0
+    assert json.loads(out.with_name("model.onnx.json").read_text())["tta"] == "graph"
+    exported = load_model(out)
+    assert not exported.preprocess.tta  # the graph averages; the caller does nothing more
+    with torch.no_grad():  # an export runs in fp32 (the run may have validated in bf16)
+        fp32 = flip_average(loaded.net, loaded.preprocess.to_input(images))
+    torch.testing.assert_close(exported.logits(images), fp32, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(exported.logits(images.flip(3)), fp32, atol=1e-4, rtol=1e-4)
+
+
+def test_label_smoothing_gives_a_confident_right_answer_a_loss_above_zero():
+    from trainer.config import LossConfig
+    from trainer.optim import build_loss
+
+    logits, labels = torch.tensor([[20.0, 0.0, 0.0]]), torch.tensor([0])
+    assert build_loss(LossConfig(), 3)(logits, labels).item() < 1e-6
+    smoothed = build_loss(LossConfig(label_smoothing=0.3), 3)(logits, labels).item()
+    # 0.3 of the target spread over the 3 classes: the two wrong ones get 0.1 each, at about -20 log-probability
+    assert smoothed == pytest.approx(0.1 * 20 * 2, rel=0.01)
+
+
+def test_the_one_cycle_schedule_warms_up_over_30_percent_then_anneals_to_a_thousandth():
+    from trainer.config import SchedulerConfig
+    from trainer.schedule import lr_factor
+
+    cfg = SchedulerConfig(name="onecycle")
+    factors = [lr_factor(step, 10, 1000, cfg) for step in range(1000)]
+    peak = max(range(1000), key=factors.__getitem__)
+    assert 295 <= peak <= 300 and factors[peak] == pytest.approx(1.0, abs=0.01)
+    assert factors[0] < 0.01 and factors[-1] == pytest.approx(1e-3, abs=1e-4)
+    assert all(a <= b for a, b in zip(factors[:peak], factors[1:peak + 1]))
+    assert all(a >= b for a, b in zip(factors[peak:], factors[peak + 1:]))
