@@ -10,7 +10,6 @@ from helpers import run_here, write_config
 
 from trainer.checkpoint import load_weights_only, numbered_checkpoints
 from trainer.ema import WeightAverage, warmed_decay
-from trainer.events import read_events
 from trainer.rundir import RunDir
 
 

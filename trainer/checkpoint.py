@@ -71,8 +71,9 @@ def set_rng_state(state: dict) -> None:
 class TrainState:
     """Where a run is, and the one place that builds and reads the checkpoint layout.
 
-    A checkpoint holds the unwrapped model (with train.ema the averaged one, and the trained one beside it), optimizer, scheduler and loss-scaler states, this progress, every
-    random generator, the resolved config, the classes and the preprocessing, under `format` and `version`.
+    A checkpoint holds the unwrapped model (with train.ema: the averaged one, the trained one beside it), the
+    optimizer, scheduler and loss-scaler states, this progress, every random generator, the resolved config, the
+    classes and the preprocessing, under `format` and `version`.
     """
 
     epoch: int = 0  # epoch in progress (0-based)
