@@ -78,13 +78,14 @@ INGREDIENTS = {
     "norm_weight_decay": {"optimizer": {"norm_weight_decay": 0.0, "weight_decay": 0.01}},
     "label_smoothing": {"loss": {"label_smoothing": 0.1}},
     "onecycle": {"scheduler": {"name": "onecycle"}},
+    "progressive_resize": {"train": {"epochs": 3, "progressive_resize": 0.5}, "data": {"image_size": 32}},
 }
 
 
 @pytest.mark.parametrize("ingredient", INGREDIENTS)
 def test_a_run_resumed_with_each_ingredient_ends_as_an_uninterrupted_one(shapes_dir, tmp_path, ingredient):
     sections = {"train": {"epochs": 2, "seed": 3}, "checkpoint": {"every_steps": 2, "keep_last": 50},
-                "data": {"batch_size": 12}}
+                "data": {"batch_size": 12}}  # resumed in the middle of the second epoch
     for section, values in INGREDIENTS[ingredient].items():
         sections.setdefault(section, {}).update(values)
     cfg = write_config(tmp_path, shapes_dir, **sections)
@@ -155,3 +156,17 @@ def test_the_one_cycle_schedule_warms_up_over_30_percent_then_anneals_to_a_thous
     assert factors[0] < 0.01 and factors[-1] == pytest.approx(1e-3, abs=1e-4)
     assert all(a <= b for a, b in zip(factors[:peak], factors[1:peak + 1]))
     assert all(a >= b for a, b in zip(factors[peak:], factors[peak + 1:]))
+
+
+def test_progressive_resizing_trains_small_then_full_size_and_validates_at_full_size(shapes_dir, tmp_path):
+    from trainer.events import read_events
+    from trainer.schedule import progressive_size
+
+    assert [progressive_size(224, 0.5, e, 8) for e in range(8)] == [112, 128, 144, 168, 184, 200, 224, 224]
+    assert [progressive_size(224, 0.0, e, 8) for e in range(8)] == [224] * 8
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3, "progressive_resize": 0.5}, data={"image_size": 32})
+    run_dir = tmp_path / "run"
+    assert run_here("train", cfg, "--run-dir", run_dir).returncode == 0
+    epochs = [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "epoch"]
+    assert [e["image_size"] for e in epochs] == [16, 24, 32]
+    assert load_weights_only(run_dir / "checkpoints" / "last.pt")["preprocess"]["image_size"] == 32

@@ -163,6 +163,9 @@ class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
+    progressive_resize: float = opt(0.0, "progressive resizing: train the first epochs at this fraction of "
+                                    "data.image_size, growing to the full size by 3/4 of the epochs (cheaper early "
+                                    "epochs; validation always at the full size; 0 = off)", ge=0, lt=1)
     ema: float = opt(0.0, "moving average of the weights: its decay per optimizer step (0.999 averages about the last "
                      "1000 steps; 0 = off); the averaged weights are validated, checkpointed as the model and "
                      "exported", ge=0, lt=1)

@@ -22,6 +22,7 @@ from trainer.inference import LoadedModel, Preprocess
 from trainer.optim import group_lrs
 from trainer.parts import Parts
 from trainer.precision import StepResult
+from trainer.schedule import progressive_size
 from trainer.reporter import Reporter
 from trainer.rundir import RunDir
 from trainer.stats import LAYER_STATS, histogram
@@ -72,7 +73,8 @@ class Loop:
                 self.write_val_predictions(st.epoch + 1)
             self.reporter.emit("epoch", epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
                                train_loss=train_loss, train_acc=train_acc, seconds=round(seconds, 3),
-                               images_per_s=images / max(seconds, 1e-9), lr=self.lrs(), **metrics)
+                               images_per_s=images / max(seconds, 1e-9), lr=self.lrs(),
+                               image_size=self.image_size(st.epoch), **metrics)
             self.reporter.epoch_line(st.epoch + 1, train_loss, metrics, seconds)
             if self.strategy.is_main:
                 self.run.write_status(epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
@@ -95,6 +97,11 @@ class Loop:
                 return "stopped"
         return "completed"
 
+    def image_size(self, epoch: int) -> int:
+        """The training image size of `epoch` (train.progressive_resize; validation is always at data.image_size)."""
+        return progressive_size(self.cfg.data.image_size, self.cfg.train.progressive_resize, epoch,
+                                self.cfg.train.epochs)
+
     def end_reason(self) -> dict:
         """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
         return {"reason": "early_stop", "early_stop_epoch": self.state.epoch} if self.state.early_stopped else {}
@@ -103,6 +110,7 @@ class Loop:
         """(mean loss, accuracy, images) of the epoch; None when stopped part-way (after checkpointing)."""
         cfg, st, s, parts = self.cfg, self.state, self.strategy, self.parts
         batches = parts.epoch_batches(cfg, s, st.epoch)
+        size = self.image_size(st.epoch)
         if st.batch_in_epoch == 0:
             parts.aug_generator.manual_seed(cfg.train.seed * 1_000_003 + st.epoch * 1009 + s.rank)
         parts.train_mode(st.epoch)
@@ -116,6 +124,8 @@ class Loop:
             last_micro = (index + 1) % cfg.train.grad_accum_steps == 0 or index + 1 == len(batches)
             log_now = last_micro and (st.step + 1) % cfg.monitor.log_every == 0
             x = parts.augment(images, parts.aug_generator)
+            if size != cfg.data.image_size:
+                x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
             y = labels.to(s.device, non_blocking=True)
             loss, logits, result = self.train_step(x, y, last_micro=last_micro, log_now=log_now)
             finite = torch.isfinite(loss)

@@ -38,6 +38,23 @@ def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerC
     raise ConfigError([f"scheduler.name: unknown schedule {cfg.name!r}"])
 
 
+PROGRESSIVE_STEP = 8  # progressive sizes are multiples of this
+PROGRESSIVE_RAMP = 0.75  # the full size is reached at this share of the epochs (FFCV's ResNet recipes: ~0.85)
+
+
+def progressive_size(full: int, fraction: float, epoch: int, epochs: int) -> int:
+    """The training image size of `epoch` (0-based) under train.progressive_resize `fraction` (0: always `full`):
+    from fraction x full, linearly, to full at PROGRESSIVE_RAMP of the epochs, in multiples of PROGRESSIVE_STEP."""
+    if not fraction:
+        return full
+    low = max(PROGRESSIVE_STEP, round(full * fraction / PROGRESSIVE_STEP) * PROGRESSIVE_STEP)
+    ramp = max(1, int(PROGRESSIVE_RAMP * epochs))
+    if epoch >= ramp or low >= full:
+        return full
+    size = low + (full - low) * epoch / ramp
+    return int(size // PROGRESSIVE_STEP * PROGRESSIVE_STEP)
+
+
 def describe_extension(cfg: SchedulerConfig, base_lr: float, epochs_done: int, total_epochs: int,
                        steps_per_epoch: int) -> str:
     """What the learning rate does when a run that trained `epochs_done` epochs is extended to `total_epochs`."""
