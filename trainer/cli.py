@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from trainer.catalog import DEFAULT_EXPORT_FORMAT, DEPRECATED_EXPORT_FORMATS, EXPORT_FORMATS, RUN_CHECKPOINTS
@@ -19,7 +20,7 @@ log = logging.getLogger("traindeck")
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby",
+            "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby",
             "hosts", "agent", "mirror", "fetch")
 
 
@@ -44,10 +45,52 @@ def cmd_train(args) -> int:
     if args.detach:
         raise CommandError("--detach: only for a run on a host (device.host); a run here goes on when the app "
                            "closes anyway")
+    choices = read_choices(args.auto_choices) if args.auto_choices else None
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
-                            overwrite=args.overwrite, output_log=args.output_log)
+                            overwrite=args.overwrite, output_log=args.output_log, choices=choices)
     print(f"run directory: {run.path}", flush=True)
     return _finish(run, launch(run, cfg, lock=lock))
+
+
+def read_choices(path: str) -> list[dict]:
+    """--auto-choices: Auto's choices (the JSON of `main.py auto --plan-only`, or its `choices` list)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise CommandError(f"--auto-choices: {path}: cannot be read as JSON ({e})") from e
+    choices = data.get("choices") if isinstance(data, dict) else data
+    if not isinstance(choices, list):
+        raise CommandError(f"--auto-choices: {path}: no list of choices in it")
+    return choices
+
+
+def cmd_auto(args) -> int:
+    from trainer.auto import plan
+    from trainer.prepare import prepare_run
+    from trainer.runner import launch
+
+    started = time.time()
+    result = plan(args.folder, args.minutes, started=started, overrides=args.set,
+                  progress=lambda text: print(f"auto: {text}", file=sys.stderr, flush=True))
+    if args.plan_only:
+        print(json.dumps(result.to_json()), flush=True)
+        return 0
+    width = max(len(c.key) for c in result.choices)
+    for c in result.choices:
+        print(f"{c.key:<{width}}  {c.value!s:<14}  {c.why}", flush=True)
+    cfg = result.config
+    run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
+                            label=f"auto-{cfg.model.name}", output_log=args.output_log, checked=False,
+                            choices=result.to_json()["choices"])
+    print(f"run directory: {run.path}", flush=True)
+    code = _finish(run, launch(run, cfg, lock=lock))
+    for path in sorted((run.path / "exports").glob("model.*")):
+        if path.suffix == ".json":
+            continue
+        print(f"exported: {path}", flush=True)
+    print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
+          f"included)", flush=True)
+    return code
 
 
 def cmd_resume(args) -> int:
@@ -422,6 +465,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
                    "started there; follow it later with main.py mirror RUN_DIR")
     p.set_defaults(func=cmd_train)
+
+    p.add_argument("--auto-choices", help="Auto's choices for this config (the JSON of `main.py auto --plan-only`), "
+                   "kept in the run as auto.json")
+
+    p = sub.add_parser("auto", help="from an ImageFolder and a time budget to a trained, evaluated and exported model, "
+                       "every choice printed with its reason")
+    p.add_argument("folder", help="an ImageFolder (one sub-folder per class), or a folder with train/ and test/ "
+                   "(or val/) in it")
+    p.add_argument("--minutes", type=float, required=True, help="the whole budget, planning included; the test set "
+                   "and the export come after it")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override what Auto chose")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", help="use this run directory")
+    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
+    p.add_argument("--plan-only", action="store_true", help="print the plan as JSON (config, choices, probes) "
+                   "without training; the app starts it as a run")
+    p.add_argument("--output-log", help="as for train")
+    p.set_defaults(func=cmd_auto)
 
     p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "
                        "(JSON: argv, output); the app keeps one ready so Start is quicker")

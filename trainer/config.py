@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from trainer.catalog import EXPORT_FORMATS
 from trainer.errors import InputError
 from trainer.files import atomic_write_text
 
@@ -73,6 +74,9 @@ class DataConfig:
     train_dir: str = opt("", "ImageFolder directory: one sub-folder per class")
     val_dir: str | None = opt(None, "optional validation ImageFolder; else val_split of train is held out")
     test_dir: str | None = opt(None, "optional test ImageFolder: evaluated once at the end with best.pt (eval/test/)")
+    test_split: float = opt(0.0, "without data.test_dir: fraction of train held out as the test set (stratified, "
+                            "seeded; never trained or validated on; evaluated once at the end with best.pt, "
+                            "eval/test/); the files stay where they are (0 = none)", ge=0, lt=1)
     val_split: float = opt(0.2, "fraction of train held out for validation (stratified, seeded)", gt=0, lt=1)
     image_size: int = opt(32, "side of the square images fed to the model, in pixels", ge=8, le=1024)
     batch_size: int = opt(64, "images per step per process", ge=1, le=65536)
@@ -161,6 +165,10 @@ class EarlyStopConfig:
 @dataclass
 class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
+    budget: float = opt(0.0, "time budget in minutes from the trainer's start (preparing the data included; each "
+                        "launch anew): no epoch is begun that would end past it, judged by the last epoch's time, and "
+                        "at the first log step past it the epoch is cut short, validated and the run ends completed; "
+                        "the test set and exports come after it (0 = none)", ge=0)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
     progressive_resize: float = opt(0.0, "progressive resizing: train the first epochs at this fraction of "
@@ -191,6 +199,13 @@ class EvalConfig:
     tta: bool = opt(False, "test-time augmentation: average the logits of each image and of its mirror image, in "
                     "validation, the test set, evaluate and predict, and inside exported graphs (ONNX, "
                     "exported_program, TorchScript)")
+
+
+@dataclass
+class ExportConfig:
+    formats: list[str] = opt(factory=list, doc="export best.pt in these formats when the run completes, into "
+                             "RUN_DIR/exports/model.EXT with its .json sidecar (onnx, safetensors, state_dict, "
+                             "exported_program, torchscript)", choices=tuple(EXPORT_FORMATS))
 
 
 @dataclass
@@ -248,6 +263,7 @@ class RunConfig:
     scheduler: SchedulerConfig = opt(factory=SchedulerConfig, doc="learning-rate schedule")
     train: TrainConfig = opt(factory=TrainConfig, doc="training loop")
     eval: EvalConfig = opt(factory=EvalConfig, doc="how the trained network predicts")
+    export: ExportConfig = opt(factory=ExportConfig, doc="files written for other tools at the end of a run")
     device: DeviceConfig = opt(factory=DeviceConfig, doc="device and parallel mode")
     monitor: MonitorConfig = opt(factory=MonitorConfig, doc="live statistics")
     checkpoint: CheckpointConfig = opt(factory=CheckpointConfig, doc="checkpoints")
@@ -428,8 +444,9 @@ def _check_range(path: str, value: Any, meta: dict, problems: list[str]) -> None
     if value is None:
         return
     choices = meta.get("choices")
-    if choices and value not in choices:
-        problems.append(f"{path}: must be one of {', '.join(choices)}; got {value!r}")
+    for item in value if isinstance(value, list) else [value]:
+        if choices and item not in choices:
+            problems.append(f"{path}: must be one of {', '.join(choices)}; got {item!r}")
     values = value if isinstance(value, list) else [value]
     for v in values:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -474,6 +491,11 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if isinstance(d.std, str) and d.std != "auto" or isinstance(d.std, list) and (
             len(d.std) != 3 or any(s <= 0 for s in d.std)):
         problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {d.std!r}")
+    if d.test_split and d.test_dir:
+        problems.append("data.test_split: set it or data.test_dir, not both (the test set is one or the other)")
+    if d.test_split + (0 if d.val_dir else d.val_split) >= 0.9:
+        problems.append(f"data.test_split: with data.val_split {d.val_split:g} it leaves under 10% of the images to "
+                        f"train on; lower one of them")
     if cfg.loss.class_weights != "none" and cfg.loss.name == "mse":
         problems.append("loss.class_weights: needs a loss that weights classes (cross_entropy, nll or multi_margin), "
                         "not mse")

@@ -14,7 +14,7 @@ import math
 import os
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from trainer.scan import DataError, ScanResult, check_same_classes, scan_image_f
 log = logging.getLogger(__name__)
 
 ORIENTATION_TAG = 0x0112  # EXIF
+TEST_SPLIT_SEED = 7_919  # data.test_split draws with train.seed + this: another draw than validation's
 MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in this share of free RAM
 
 
@@ -103,6 +104,7 @@ class DataBundle:
     skipped: list[tuple[str, str]]
     cache: str
     manifest: dict | None = None  # {file, excluded, relabelled} when data.exclude is set
+    test: list[tuple[str, int]] = field(default_factory=list)  # data.test_split: held out of train, never trained on
 
     def train_counts(self) -> list[int]:
         """Training images per class, in label order."""
@@ -182,6 +184,9 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
             skipped += store.bad
             folders[name].samples = [s for s in folders[name].samples if s[0] in store.rows]
     samples = folders["train"].samples
+    test_s: list[tuple[str, int]] = []
+    if cfg.test_split and not cfg.test_dir:  # before validation is split off, with a seed of its own
+        samples, test_s = stratified_split(samples, cfg.test_split, seed + TEST_SPLIT_SEED)
     if cfg.val_dir:
         train_s, val_s = samples, folders["val"].samples
     else:
@@ -190,7 +195,7 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
         raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
     if not val_s:
         raise DataError(f"data.val_split: no validation images left from {cfg.train_dir}; add images or set data.val_dir")
-    bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache)
+    bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache, test=test_s)
     if manifest is not None:
         bundle.manifest = {"file": str(manifest.path), "excluded": sum(f.excluded for f in folders.values()),
                            "relabelled": sum(f.relabelled for f in folders.values())}

@@ -107,6 +107,7 @@ def describe_failure(exc: BaseException, run: RunDir) -> str:
 
 def run_worker(run_dir: str, resume: bool = False) -> int:
     """Train the run in `run_dir` on this rank; returns the process exit code."""
+    started = time.time()  # train.budget counts from here
     run = RunDir(run_dir)
     # torchrun, spawn and horovodrun workers must not outlive their launcher
     stop = StopRequest(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
@@ -130,15 +131,21 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         seed_everything(cfg.train.seed + strategy.rank)
         parts = build(cfg, strategy, reporter, should_stop=lambda: stop.requested)
         loop = Loop(run, cfg, strategy, parts, reporter, stop)
+        loop.started = started
         resumed_from = loop.resume() if resume else None
         strategy.broadcast_initial_state(parts.net, parts.optimizer)
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
-        if state == "completed" and cfg.data.test_dir and strategy.is_main:
-            evaluate_test_set(run, reporter)
+        if state == "completed" and strategy.is_main:
+            if cfg.data.test_dir or parts.data.test:
+                evaluate_test_set(run, reporter, parts.data.test, cfg.data)
+            export_formats(run, reporter, cfg.export.formats)
         code = EXIT_OK
         message = "stopped by request; resume to continue" if state == "stopped" else ""
+        if loop.out_of_budget:
+            message = (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
+                       f"with `main.py resume RUN_DIR --epochs N`)")
         if loop.state.early_stopped:
             message = (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving "
                        f"(continue it with `main.py resume RUN_DIR --epochs N`)")
@@ -226,14 +233,33 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
                  strategy.description, parts.precision.amp, parts.precision_reason, parts.data.cache, parts.workers)
 
 
-def evaluate_test_set(run: RunDir, reporter: Reporter) -> None:
-    """data.test_dir, once, with best.pt: eval/test/ and a `test` event (what the run summary shows)."""
-    from trainer.evaluation import evaluate_run, summary
+def evaluate_test_set(run: RunDir, reporter: Reporter, held_out: list[tuple[str, int]], data) -> None:
+    """data.test_dir (or the images data.test_split held out), once, with best.pt: eval/test/ and a `test` event
+    (what the run summary shows)."""
+    from trainer.evaluation import evaluate_run, evaluate_samples, summary
+    from trainer.inference import load_run_model
 
     reporter.prepare("test", "evaluating the test set with best.pt")
-    folder, metrics = evaluate_run(run.path, None, "best", overwrite=True)  # an extended run evaluates it again
+    if data.test_dir:
+        folder, metrics = evaluate_run(run.path, None, "best", overwrite=True)  # an extended run evaluates it again
+    else:
+        where = f"{data.train_dir} (data.test_split {data.test_split:g}: {len(held_out)} images held out)"
+        metrics = evaluate_samples(run.path, load_run_model(run, "best"), held_out, "test", where)
+        folder = run.path / "eval" / "test"
     reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
     log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
+
+
+def export_formats(run: RunDir, reporter: Reporter, formats: list[str]) -> None:
+    """export.formats: best.pt into RUN_DIR/exports/model.EXT (+ sidecar), each with an `export` event."""
+    from trainer.catalog import EXPORT_FORMATS
+    from trainer.export import export_run
+
+    for fmt in formats:
+        reporter.prepare("export", f"exporting best.pt as {fmt}")
+        path = export_run(run, fmt, run.path / "exports" / f"model{EXPORT_FORMATS[fmt]}")
+        reporter.emit("export", format=fmt, path=str(path), bytes=path.stat().st_size)
+        log.info("exported best.pt as %s: %s (%.1f MB)", fmt, path, path.stat().st_size / 1e6)
 
 
 def _emit_safely(reporter: Reporter, event: str, **fields) -> None:

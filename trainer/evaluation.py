@@ -147,7 +147,7 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing, into
     RUN_DIR/eval/NAME (`evaluation_name`); the eval folder written and its metrics. DataError when the folder's
     classes differ from the run's, or the name would replace an evaluation without `overwrite`."""
-    from trainer.inference import classify, load_run_model
+    from trainer.inference import load_run_model
     from trainer.manifest import read_manifest
     from trainer.rundir import RunDir
     from trainer.scan import DataError, scan_image_folder
@@ -174,14 +174,23 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
                         f"{', '.join(missing) or '-'})")
     for path, reason in scan.bad_files:
         log.warning("skipping %s: %s", path, reason)
-    result = classify(model, [path for path, _ in scan.samples])
-    preds = Predictions(result.paths, torch.tensor([scan.samples[i][1] for i in result.kept], dtype=torch.long),
-                        result.logits)
-    skipped = scan.bad_files + [(scan.samples[i][0], reason) for i, reason in result.errors.items()]
-    metrics = write_evaluation(run.path, name, preds, classes, extra={
-        "folder": str(Path(folder).resolve()), "checkpoint": str(model.source), "epoch": state["epoch"],
-        "skipped": [{"path": p, "reason": r} for p, r in skipped]})
+    metrics = evaluate_samples(run.path, model, scan.samples, name, str(Path(folder).resolve()), scan.bad_files)
     return run.path / "eval" / name, metrics
+
+
+def evaluate_samples(run_path: Path, model, samples: list[tuple[str, int]], name: str, folder: str,
+                     skipped: list[tuple[str, str]] = ()) -> dict:
+    """Classify `samples` (path, label) with a loaded run model, written as RUN_DIR/eval/NAME; the metrics.
+    `folder` says where they come from (a folder, or the part of one held out by data.test_split)."""
+    from trainer.inference import classify
+
+    result = classify(model, [path for path, _ in samples])
+    preds = Predictions(result.paths, torch.tensor([samples[i][1] for i in result.kept], dtype=torch.long),
+                        result.logits)
+    skipped = list(skipped) + [(samples[i][0], reason) for i, reason in result.errors.items()]
+    return write_evaluation(run_path, name, preds, model.classes, extra={
+        "folder": folder, "checkpoint": str(model.source), "epoch": model.state["epoch"],
+        "skipped": [{"path": p, "reason": r} for p, r in skipped]})
 
 
 def summary(metrics: dict) -> dict:

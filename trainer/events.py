@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "checkpoint", "test", "system", "warning",
-               "error", "run_end")
+EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "checkpoint", "test", "export", "system",
+               "warning", "error", "run_end")
 
 log = logging.getLogger(__name__)
 

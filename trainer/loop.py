@@ -22,9 +22,9 @@ from trainer.inference import LoadedModel, Preprocess
 from trainer.optim import group_lrs
 from trainer.parts import Parts
 from trainer.precision import StepResult
-from trainer.schedule import progressive_size
 from trainer.reporter import Reporter
 from trainer.rundir import RunDir
+from trainer.schedule import progressive_size
 from trainer.stats import LAYER_STATS, histogram
 from trainer.strategy import Strategy
 
@@ -48,6 +48,8 @@ class Loop:
         self._grad_histograms: dict = {}
         self._zero_frac = None
         self._val_logits: torch.Tensor | None = None
+        self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
+        self.out_of_budget = False  # the run ended because train.budget was spent
         # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
         self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
             cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
@@ -59,14 +61,20 @@ class Loop:
         cfg, st = self.cfg, self.state
         if self.parts.average is not None and st.step == 0:
             self.parts.average.reset()  # a fresh run: every rank's network holds rank 0's weights by now
+        last_seconds = None
         while st.epoch < cfg.train.epochs:
+            if last_seconds is not None and self.budget_left() < last_seconds:
+                log.info("train.budget: %.1f min left, less than an epoch (%.0f s): the run ends here",
+                         self.budget_left() / 60, last_seconds)
+                self.out_of_budget = True
+                return "completed"
             start = time.time()
             result = self.train_one_epoch()
             if result is None:
                 return "stopped"
             train_loss, train_acc, images = result
             metrics = self.evaluate()
-            seconds = time.time() - start
+            seconds = last_seconds = time.time() - start
             is_best = metrics["val_acc"] > st.best_acc
             st.best_acc = max(st.best_acc, metrics["val_acc"])
             if is_best and self.strategy.is_main:  # written before the epoch event: the app reads it on that event
@@ -83,13 +91,17 @@ class Loop:
             st.batch_in_epoch = 0
             st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics)  # before the save records it
             saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
-                     or st.early_stopped)
+                     or st.early_stopped or self.out_of_budget)
             if saved:
                 self.save(is_best=is_best)
             if st.early_stopped:
                 es = cfg.train.early_stop
                 log.info("early stop at epoch %d: %s has not improved by more than %g for %d epochs", st.epoch,
                          es.metric, es.min_delta, es.patience)
+                return "completed"
+            if self.out_of_budget:
+                log.info("train.budget: %g min spent during epoch %d, which was cut short, validated and saved",
+                         cfg.train.budget, st.epoch)
                 return "completed"
             if st.epoch < cfg.train.epochs and self.stop_requested():
                 if not saved:
@@ -102,9 +114,19 @@ class Loop:
         return progressive_size(self.cfg.data.image_size, self.cfg.train.progressive_resize, epoch,
                                 self.cfg.train.epochs)
 
+    def budget_left(self) -> float:
+        """Seconds of train.budget left (infinite without one)."""
+        if not self.cfg.train.budget:
+            return math.inf
+        return self.cfg.train.budget * 60 - (time.time() - self.started)
+
     def end_reason(self) -> dict:
         """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
-        return {"reason": "early_stop", "early_stop_epoch": self.state.epoch} if self.state.early_stopped else {}
+        if self.state.early_stopped:
+            return {"reason": "early_stop", "early_stop_epoch": self.state.epoch}
+        if self.out_of_budget:
+            return {"reason": "budget", "budget_epoch": self.state.epoch}
+        return {}
 
     def train_one_epoch(self) -> tuple[float, float, int] | None:
         """(mean loss, accuracy, images) of the epoch; None when stopped part-way (after checkpointing)."""
@@ -142,6 +164,9 @@ class Loop:
                 continue
             if log_now:
                 last_log, stop = self.log_step(window, result, len(batches), images_done, last_log)
+                if stop and cfg.train.budget and not self.stop.requested:  # agreed: every rank breaks here
+                    self.out_of_budget = True  # the epoch so far is validated and saved; the run ends
+                    break
                 if stop:
                     self.save(is_best=False)
                     return None
@@ -211,7 +236,7 @@ class Loop:
         # requests; so every rank takes the same divergence and stop decisions.
         zero = torch.zeros((), device=s.device)
         nonfinite = result.nonfinite if result.nonfinite is not None else zero
-        stop = zero + (1.0 if self.stop.requested else 0.0)
+        stop = zero + (1.0 if self.stop.requested or self.budget_left() <= 0 else 0.0)
         shared = s.all_reduce_sum(torch.cat([window, torch.stack([nonfinite, stop])]))
         parts_out = [shared]
         if result.total_norm is not None:

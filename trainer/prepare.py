@@ -7,22 +7,25 @@ refused input leaves no directory whoever asked, and every run keeps the manifes
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from trainer.config import ConfigError, RunConfig, save_config
+from trainer.files import atomic_write_text
 from trainer.rundir import RunDir, RunDirUsed, new_run_dir, run_label
 
 
 def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, run_dir: str | os.PathLike | None = None,
                 label: str | None = None, overwrite: bool = False, checked: bool = False,
-                output_log: str | os.PathLike | None = None):
+                output_log: str | os.PathLike | None = None, choices: list[dict] | None = None):
     """(run, lock): a run directory ready to launch `cfg`, its lock held (close it, or hand it to `launch`).
 
     `run_dir` names the directory (it may exist: an empty one, or with `overwrite` one holding a run, which is
     cleared); else a new one is made under `runs_dir` with `label` (default: the model's). `checked`: the caller
     has already run the pre-flight on `cfg` (a sweep checks all its trials before queueing any). `output_log` is
     the file this process's output already goes to (the app's launch): it is moved in as the run's output.log.
+    `choices`: what Auto chose and why, kept as the run's auto.json.
     Raises the input error (exit 2) before anything is made.
     """
     from trainer.manifest import read_manifest, write_manifest
@@ -46,6 +49,8 @@ def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, ru
         if manifest is not None:  # the run keeps the manifest it trained with: later edits do not change it
             cfg.data.exclude = str(write_manifest(manifest, run.manifest))
         save_config(cfg, run.config)
+        if choices is not None:
+            atomic_write_text(run.auto_choices, json.dumps({"choices": choices}, indent=1))
     except BaseException:
         lock.close()
         raise

@@ -51,6 +51,11 @@ class RunDir:
         return self.path / "config.yaml"
 
     @property
+    def auto_choices(self) -> Path:
+        """What Auto chose for this run and why (`main.py auto`; JSON: {"choices": [{key, value, why}]})."""
+        return self.path / "auto.json"
+
+    @property
     def manifest(self) -> Path:
         """The run's own copy of the data.exclude manifest it trained with."""
         return self.path / "exclude.yaml"

@@ -1,0 +1,152 @@
+"""Auto (issue #24): from a folder and a time budget to a completed, evaluated and exported run, every choice with
+its reason; and the pieces it stands on (train.budget, data.test_split, export.formats)."""
+
+import csv
+import json
+import os
+import time
+
+import pytest
+from helpers import run_here, write_config
+
+from trainer.config import RunConfig, load_config
+from trainer.events import read_events
+from trainer.rundir import RunDir
+
+
+def tree_state(folder):
+    return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+@pytest.fixture
+def empty_torch_home(tmp_path, monkeypatch):
+    home = tmp_path / "torch_home"
+    (home / "hub" / "checkpoints").mkdir(parents=True)
+    monkeypatch.setenv("TORCH_HOME", str(home))
+    return home
+
+
+def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_explained(
+        shapes_dir, tmp_path, empty_torch_home):
+    before = tree_state(shapes_dir)
+    started = time.time()
+    result = run_here("auto", shapes_dir, "--minutes", "0.5", "--runs-dir", tmp_path / "runs")
+    wall = time.time() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert wall < 30 + 15, f"{wall:.0f} s for a 30 s budget (+ test set and export)"
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    run = RunDir(run_dir)
+    status = run.read_status()
+    assert status["state"] == "completed"
+    cfg = load_config(run.config)
+    choices = json.loads(run.auto_choices.read_text())["choices"]
+    assert {"model.name", "data.image_size", "data.batch_size", "optimizer.lr", "train.epochs", "train.budget",
+            "train.amp", "data.test_split"} <= {c["key"] for c in choices}
+    raw = cfg.to_dict()
+    for c in choices:
+        assert c["why"].strip(), c["key"]
+        node = raw
+        for part in c["key"].split("."):
+            node = node[part]
+        assert node == c["value"], f"{c['key']}: the run trained with {node!r}, auto.json says {c['value']!r}"
+    assert "model.name" in result.stdout and "optimizer.lr" in result.stdout  # the choices, printed
+    # a stratified test set held out of the folder, never validated on; the folder untouched
+    test_rows = list(csv.DictReader((run_dir / "eval" / "test" / "predictions.csv").open()))
+    val_rows = list(csv.DictReader((run_dir / "eval" / "val" / "predictions.csv").open()))
+    assert {r["true"] for r in test_rows} == {"circle", "cross", "square", "triangle"}
+    assert len(test_rows) == round(0.15 * 30) * 4
+    assert not {r["path"] for r in test_rows} & {r["path"] for r in val_rows}
+    start = next(e for e in read_events(run.events) if e["event"] == "run_start")
+    assert start["train_size"] + start["val_size"] + len(test_rows) == 120
+    assert tree_state(shapes_dir) == before
+    # the ONNX file, and what it predicts is what the run's checkpoint predicts
+    export = next(e for e in read_events(run.events) if e["event"] == "export")
+    assert export["format"] == "onnx" and os.path.getsize(export["path"]) == export["bytes"] > 0
+    assert run_here("predict", export["path"], shapes_dir / "circle", "--json").returncode == 0
+    # an ordinary config: it trains again as it stands
+    assert RunConfig.from_dict(raw).train.budget == cfg.train.budget > 0
+
+
+def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, monkeypatch):
+    import torch
+    import torchvision
+
+    from trainer.demo_data import write_demo_dataset
+
+    home = tmp_path / "torch_home"
+    (home / "hub" / "checkpoints").mkdir(parents=True)
+    monkeypatch.setenv("TORCH_HOME", str(home))
+    torch.save(torchvision.models.resnet18(num_classes=1000).state_dict(),
+               home / "hub" / "checkpoints" / "resnet18-f37072fd.pth")  # torchvision's own file name
+    write_demo_dataset(tmp_path / "data" / "train", per_class=12, size=24, seed=1)
+    write_demo_dataset(tmp_path / "data" / "test", per_class=3, size=24, seed=2)
+    result = run_here("auto", tmp_path / "data", "--minutes", "2", "--plan-only")
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = json.loads(result.stdout)
+    by_key = {c["key"]: c for c in plan["choices"]}
+    assert by_key["model.name"]["value"] == "resnet18" and by_key["model.weights"]["value"] == "DEFAULT"
+    assert "resnet18" in by_key["model.name"]["why"] and "cache" in by_key["model.name"]["why"]
+    assert plan["config"]["data"]["test_dir"] == str(tmp_path / "data" / "test")
+    assert plan["config"]["data"]["train_dir"] == str(tmp_path / "data" / "train")
+    assert plan["config"]["data"]["test_split"] == 0
+    assert plan["probes"] and all(p["train_images_per_s"] > 0 for p in plan["probes"])
+    assert plan["config"]["train"]["budget"] == pytest.approx(2 - plan["planning_s"] / 60, abs=0.02)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["{missing}", "--minutes", "1"], "no such folder"),
+    (["{one_class}", "--minutes", "1"], "only one class folder"),
+    (["{data}", "--minutes", "0"], "--minutes: give at least 0.5 minute"),
+])
+def test_auto_refuses_bad_input_in_one_line_before_making_anything(shapes_dir, tmp_path, args, expected):
+    (tmp_path / "one" / "cat").mkdir(parents=True)
+    (shapes_dir / "circle").iterdir()
+    import shutil
+
+    shutil.copy(next((shapes_dir / "circle").iterdir()), tmp_path / "one" / "cat" / "a.png")
+    names = {"missing": tmp_path / "nowhere", "one_class": tmp_path / "one", "data": shapes_dir}
+    argv = [a.format(**names) for a in args]
+    result = run_here("auto", *argv, "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and expected in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_budget_ends_a_long_run_in_time_and_keeps_a_model(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 100000, "budget": 0.1})  # 6 s
+    started = time.time()
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert time.time() - started < 6 + 5
+    run = RunDir(tmp_path / "run")
+    status = run.read_status()
+    assert status["state"] == "completed" and status["reason"] == "budget" and "train.budget" in status["message"]
+    end = read_events(run.events)[-1]
+    assert end["event"] == "run_end" and end["reason"] == "budget" and end["budget_epoch"] == status["epoch"] > 1
+    assert (run.checkpoints / "best.pt").exists()
+
+
+def test_a_budget_spent_inside_the_first_epoch_cuts_it_short_and_still_validates_it(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3, "budget": 0.01},  # 0.6 s of 96 steps an epoch
+                       data={"batch_size": 1}, monitor={"log_every": 5})
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = RunDir(tmp_path / "run")
+    epochs = [e for e in read_events(run.events) if e["event"] == "epoch"]
+    steps = [e for e in read_events(run.events) if e["event"] == "step"]
+    assert len(epochs) == 1 and epochs[0]["step"] == steps[-1]["step"] < 96, "cut at a log step of epoch 1"
+    assert epochs[0]["step"] % 5 == 0 and "val_acc" in epochs[0]
+    assert run.read_status()["reason"] == "budget" and (run.checkpoints / "best.pt").exists()
+
+
+def test_export_formats_are_written_at_the_end_of_a_completed_run(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1}, export={"formats": ["safetensors", "onnx"]})
+    assert run_here("train", cfg, "--run-dir", tmp_path / "run").returncode == 0
+    run = RunDir(tmp_path / "run")
+    exports = [e for e in read_events(run.events) if e["event"] == "export"]
+    assert [e["format"] for e in exports] == ["safetensors", "onnx"]
+    for e in exports:
+        assert os.path.getsize(e["path"]) == e["bytes"] and os.path.exists(e["path"] + ".json")
+    assert read_events(run.events)[-1]["event"] == "run_end"

@@ -1,0 +1,363 @@
+"""Auto (`main.py auto FOLDER --minutes N`, the Dataset page's Auto button): from a folder and a time budget to an
+ordinary config, every choice with its reason.
+
+What it looks at: the folder (classes, counts, balance, image sizes, a train/val/test layout), the machine (a GPU, the
+precision the trainer's own rule picks), the pretrained weights already in the torch hub cache (Auto never downloads),
+and a speed probe: a few real training and validation steps of each candidate network at each candidate size, at the
+run's batch, precision and memory format. The first candidate, best first, that trains enough epochs in the budget
+wins; the epochs are what the measured speed allows. Then a short learning-rate sweep (`trainer.lr_find`), which also
+decodes the images into the cache the run reads. The rest is the recipe: AdamW with a one-cycle schedule, weight decay
+off normalisation weights and biases, label smoothing, a weight average, flip test-time augmentation, class weights
+for unbalanced classes, early stopping, a test set (the folder's own, or a seeded stratified part of the training
+images held out without touching a file), and an ONNX export.
+
+The budget is the whole: this planning time is subtracted, and the rest becomes `train.budget`, which the trainer
+enforces. The result is a config like any other; `auto.json` in the run keeps the choices and their reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainer.config import RunConfig
+from trainer.errors import InputError
+from trainer.scan import DataError, ScanResult, scan_image_folder
+from trainer.suggest import looks_like_characters, median_short_side, suggested_image_size
+
+log = logging.getLogger(__name__)
+
+# Pretrained networks, best first (ImageNet top-1 of their DEFAULT weights), considered when their file is cached.
+PRETRAINED = ("convnext_tiny", "efficientnet_b0", "resnet50", "mobilenet_v3_large", "resnet18", "mobilenet_v3_small")
+SCRATCH = ("resnet18", "small_cnn")  # without cached weights: resnet18 where the images are large enough
+SCRATCH_RESNET_MIN_SIZE = 96  # below this resnet18's stem leaves too little of the image; small_cnn instead
+SIZES = (224, 192, 160, 128, 112, 96, 64, 48, 32)
+MIN_EPOCHS = {"pretrained": 5, "scratch": 12}  # fewer than this and a smaller candidate does better
+MAX_EPOCHS = 200
+PLAN_SHARE = 0.25  # planning (probe + LR sweep) may take at most this share of the budget
+LR_STEPS = (30, 100)  # the learning-rate sweep's steps: at least, at most
+STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, the model built)
+EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
+VAL_SPLIT = TEST_SPLIT = 0.15
+MIN_MINUTES = 0.5
+
+
+class AutoError(InputError, ValueError):
+    pass
+
+
+@dataclass
+class Choice:
+    key: str  # a config key, or a word for what is not one (the probe)
+    value: object
+    why: str
+
+
+@dataclass
+class Measured:
+    model: str
+    weights: str | None
+    size: int
+    batch: int
+    train_images_per_s: float
+    eval_images_per_s: float
+    epoch_s: float = 0.0
+    epochs: int = 0
+
+
+@dataclass
+class Plan:
+    config: RunConfig
+    choices: list[Choice]
+    probes: list[Measured] = field(default_factory=list)
+    seconds: float = 0.0  # the planning's own time, taken from the budget
+
+    def to_json(self) -> dict:
+        return {"config": self.config.to_dict(), "choices": [asdict(c) for c in self.choices],
+                "probes": [asdict(p) for p in self.probes], "planning_s": round(self.seconds, 1)}
+
+
+def find_layout(folder: Path) -> dict:
+    """{train_dir, val_dir, test_dir}: FOLDER/train (+ val, test) when it is laid out that way, else FOLDER."""
+    subs = {p.name.lower(): p for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else {}
+    if "train" in subs and ("test" in subs or "val" in subs or "valid" in subs):
+        return {"train_dir": str(subs["train"]), "val_dir": str(subs.get("val") or subs.get("valid") or "") or None,
+                "test_dir": str(subs["test"]) if "test" in subs else None}
+    return {"train_dir": str(folder), "val_dir": None, "test_dir": None}
+
+
+def cached_weights() -> list[str]:
+    """The PRETRAINED networks whose DEFAULT weights are in the torch hub cache (no network call)."""
+    from trainer.weights import resolve
+
+    return [name for name in PRETRAINED if resolve(name, "DEFAULT").cached]
+
+
+def candidate_sizes(scan: ScanResult, pretrained: bool) -> list[int]:
+    """Training sizes to try, largest first: up to the images' own (median short side), at least 64 px for
+    pretrained networks (ImageNet features need some room)."""
+    native = suggested_image_size(scan) or 64
+    top = max(native, 64) if pretrained else native
+    low = 64 if pretrained else max(32, native // 2)
+    return [s for s in SIZES if low <= s <= top] or [top]
+
+
+def batch_for(size: int, cuda: bool) -> int:
+    if cuda:
+        return 128 if size <= 160 else 64
+    return 64 if size <= 96 else 32
+
+
+def measure(model_name: str, weights: str | None, size: int, batch: int, classes: int, device: torch.device,
+            precision: str, reject_below: float = 0.0, steps: int = 2) -> Measured:
+    """Images per second of training steps (forward, backward, AdamW) and of validation batches of `model_name` at
+    `size`, at the run's precision and memory format. Content does not change the speed: random images. After the
+    warm-up step, a candidate slower than `reject_below` images/s is not measured further."""
+    from trainer.config import ModelConfig
+    from trainer.models import choose_memory_format, create_model
+    from trainer.precision import autocast
+
+    torch.manual_seed(0)
+    net = create_model(ModelConfig(name=model_name), classes).to(device)
+    memory_format = choose_memory_format("auto", model_name, net, device)
+    net = net.to(memory_format=memory_format).train()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    x = torch.randn(batch, 3, size, size, device=device).to(memory_format=memory_format)
+    y = torch.randint(0, classes, (batch,), device=device)
+
+    def train_step() -> float:
+        start = time.perf_counter()
+        with autocast(precision, device.type):
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.item()  # the step is done when its loss is read (a GPU runs ahead otherwise)
+        return time.perf_counter() - start
+
+    first = train_step()
+    if reject_below and batch / first < reject_below / 3:  # the warm-up step is slower, but not 3x
+        return Measured(model_name, weights, size, batch, batch / first, batch / first)
+    train_s = statistics.median(train_step() for _ in range(steps))
+    net.eval()
+    with torch.inference_mode(), autocast(precision, device.type):
+        net(x)
+        start = time.perf_counter()
+        net(x).float().sum().item()
+        eval_s = time.perf_counter() - start
+    return Measured(model_name, weights, size, batch, batch / train_s, batch / eval_s)
+
+
+def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) -> float:
+    return train_images / m.train_images_per_s + val_images * (2 if tta else 1) / m.eval_images_per_s + 0.5
+
+
+def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,
+         started: float | None = None, overrides: list[str] | None = None) -> Plan:
+    """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why."""
+    started = started or time.time()
+    say = progress or (lambda text: None)
+    if not minutes or minutes < MIN_MINUTES:
+        raise AutoError(f"--minutes: give at least {MIN_MINUTES:g} minute, got {minutes:g}")
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise AutoError(f"{root}: no such folder (give an ImageFolder: one sub-folder of images per class)")
+    layout = find_layout(root)
+    say(f"scanning {layout['train_dir']}")
+    try:
+        scan = scan_image_folder(layout["train_dir"], full=False)
+    except DataError as e:
+        raise AutoError(str(e)) from e
+    problems = scan.problems()
+    if problems:
+        raise AutoError(problems[0])
+    choices: list[Choice] = []
+
+    def choose(key: str, value, why: str) -> None:
+        choices.append(Choice(key, value, why))
+
+    counts = scan.counts
+    n = len(scan.samples)
+    budget_s = minutes * 60
+    choose("data.train_dir", layout["train_dir"], f"{len(scan.classes)} classes, {n} images"
+           + (" (the folder's own train/ split)" if layout["train_dir"] != str(root) else ""))
+    if layout["test_dir"]:
+        choose("data.test_dir", layout["test_dir"], "the folder has a test/ split: evaluated once at the end")
+        test_share = 0.0
+    else:
+        test_share = TEST_SPLIT
+        choose("data.test_split", TEST_SPLIT, f"no test folder: {TEST_SPLIT:.0%} of each class is held out "
+                                              f"(seeded; the files stay where they are) and evaluated once at the end")
+    if layout["val_dir"]:
+        choose("data.val_dir", layout["val_dir"], "the folder has a val/ split")
+        train_images, val_images = int(n * (1 - test_share)), None
+    else:
+        choose("data.val_split", VAL_SPLIT, f"{VAL_SPLIT:.0%} of the rest validates each epoch (stratified)")
+        train_images = int(n * (1 - test_share) * (1 - VAL_SPLIT))
+        val_images = int(n * (1 - test_share) * VAL_SPLIT)
+    if val_images is None:
+        val_images = len(scan_image_folder(layout["val_dir"], full=False).samples)
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        choose("device.type", "cuda", f"{props.name} ({props.total_memory / 2**30:.0f} GB); one GPU")
+    else:
+        from trainer.data import usable_cpus
+
+        choose("device.type", "cpu", f"no CUDA GPU here; {usable_cpus()} CPU cores")
+    from trainer.precision import choose_precision
+
+    precision, precision_why = choose_precision("auto", device)
+    choose("train.amp", "auto", f"{precision}: {precision_why.removeprefix('auto: ')}")
+
+    cached = cached_weights()
+    kind = "pretrained" if cached else "scratch"
+    characters = looks_like_characters(scan.classes)
+    tta = not characters
+    if cached:
+        candidates = [(name, "DEFAULT") for name in cached]
+        why_kind = f"ImageNet weights in the cache for {', '.join(cached)}"
+    else:
+        big = (suggested_image_size(scan) or 32) >= SCRATCH_RESNET_MIN_SIZE
+        candidates = [(name, None) for name in SCRATCH if big or name != "resnet18"]
+        why_kind = "no pretrained weights in the torch hub cache (Auto does not download): from scratch"
+    sizes = candidate_sizes(scan, bool(cached))
+    need = MIN_EPOCHS[kind]
+    train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
+    probes: list[Measured] = []
+    chosen: Measured | None = None
+    for name, weights in candidates:
+        for size in sizes:
+            if time.time() - started > budget_s * PLAN_SHARE * 0.6:
+                break  # the probe has used its share; the fastest measured so far wins below
+            batch = batch_for(size, cuda)
+            # the slowest speed that still trains `need` epochs
+            floor = train_images * need / max(train_s, 1.0)
+            say(f"measuring {name} at {size} px")
+            m = measure(name, weights, size, batch, len(scan.classes), device, precision, reject_below=floor)
+            m.epoch_s = epoch_seconds(m, train_images, val_images, tta)
+            m.epochs = int(train_s * EPOCH_MARGIN // m.epoch_s)
+            probes.append(m)
+            log.info("auto probe: %s at %d px, batch %d: %.0f images/s training, %.0f validating -> %d epochs",
+                     name, size, batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
+            if m.epochs >= need:
+                chosen = m
+                break
+        if chosen is not None:
+            break
+    if chosen is None:  # nothing trains enough epochs: the fastest measured
+        chosen = max(probes, key=lambda p: p.epochs)
+    reason = (f"{why_kind}; the first of {', '.join(n for n, _ in candidates)} (best first) that trains at least "
+              f"{need} epochs in the budget: {chosen.train_images_per_s:.0f} images/s measured at {chosen.size} px")
+    if chosen.epochs < need:
+        reason = (f"{why_kind}; none of {', '.join(n for n, _ in candidates)} trains {need} epochs in the budget: "
+                  f"the fastest measured ({chosen.train_images_per_s:.0f} images/s at {chosen.size} px)")
+    choose("model.name", chosen.model, reason)
+    if chosen.weights:
+        choose("model.weights", chosen.weights, f"{chosen.model}'s ImageNet weights, found in the cache")
+    median = median_short_side(scan) if scan.image_sizes else 0
+    choose("data.image_size", chosen.size, f"images' median short side {median:.0f} px; the largest size of "
+                                           f"{', '.join(map(str, sizes))} at which {chosen.model} fits the budget")
+    choose("data.batch_size", chosen.batch, "what this device trains well at this size" + ("" if cuda else
+                                                                                             " on a CPU"))
+    raw = {
+        "data": {**{k: v for k, v in layout.items() if v}, "image_size": chosen.size, "batch_size": chosen.batch,
+                 "augment": {"hflip": not characters, "random_resized_crop": True,
+                             "crop_scale_min": 0.35 if cached else 0.5, "color_jitter": 0.0}},
+        "model": {"name": chosen.model, "weights": chosen.weights},
+        "loss": {"label_smoothing": 0.1, "class_weights": "auto" if scan.unbalanced else "none"},
+        "optimizer": {"name": "adamw", "weight_decay": 0.05, "norm_weight_decay": 0.0},
+        "scheduler": {"name": "onecycle"},
+        "train": {"amp": "auto", "seed": 0},
+        "eval": {"tta": tta},
+        "export": {"formats": ["onnx"]},
+        "device": {"type": device.type, "gpus": [0]},
+    }
+    if not layout["test_dir"]:
+        raw["data"]["test_split"] = TEST_SPLIT
+    if not layout["val_dir"]:
+        raw["data"]["val_split"] = VAL_SPLIT
+    choose("data.augment.hflip", not characters, "the classes look like characters: mirrored they are other symbols"
+           if characters else "mirror images are the same class")
+    choose("data.augment.crop_scale_min", raw["data"]["augment"]["crop_scale_min"],
+           "random crops of at least this share of the image: milder than ImageNet's 0.08 for a short run")
+    smallest, largest = min(counts.values()), max(counts.values())
+    choose("loss.class_weights", raw["loss"]["class_weights"],
+           f"classes from {smallest} to {largest} images: " + ("rarer classes weigh more" if scan.unbalanced
+                                                              else "balanced enough"))
+    choose("loss.label_smoothing", 0.1, "torchvision's and timm's recipes: less over-confident, better calibrated")
+    choose("optimizer.name", "adamw", "one optimizer that suits every candidate network, with a one-cycle schedule")
+    choose("optimizer.norm_weight_decay", 0.0, "no weight decay on normalisation weights and biases (torchvision, "
+                                               "timm)")
+    choose("scheduler.name", "onecycle", "warm-up over 30% of the steps, then cosine annealing: fastai's "
+                                         "fit_one_cycle; fits a fixed number of epochs")
+    choose("eval.tta", tta, "flip test-time augmentation: the mean of the image's and its mirror's logits"
+           if tta else "no mirror images for characters")
+
+    cfg = RunConfig.from_dict(raw, source="auto")
+    if overrides:
+        cfg = cfg.with_overrides(overrides)
+    # the learning rate: a short sweep, which also decodes the images into the cache the run will read
+    sweep_s = max(0.0, budget_s * PLAN_SHARE - (time.time() - started))
+    step_s = chosen.batch / chosen.train_images_per_s
+    steps = int(min(LR_STEPS[1], sweep_s / max(step_s, 1e-3) * 0.5))
+    lr, why_lr = 1e-3, "AdamW's usual 1e-3 (no time for a learning-rate sweep in this budget)"
+    if steps >= LR_STEPS[0]:
+        say(f"finding the learning rate ({steps} steps)")
+        lr, why_lr = sweep_lr(cfg, steps)
+    cfg.optimizer.lr = lr
+    choose("optimizer.lr", float(f"{lr:.3g}"), why_lr)
+
+    spent = time.time() - started
+    left_s = budget_s - spent
+    epochs = max(1, min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // chosen.epoch_s)))
+    cfg.train.epochs = epochs
+    choose("train.epochs", epochs, f"{left_s / 60:.1f} min left after planning, {chosen.epoch_s:.1f} s per epoch "
+                                   f"measured ({train_images} training images at {chosen.train_images_per_s:.0f}/s, "
+                                   f"{val_images} validation images{' twice (flip)' if tta else ''})")
+    cfg.train.budget = round(left_s / 60, 2)
+    choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
+                                             f"stops there whatever happens (the test set and export come after)")
+    steps_total = epochs * math.ceil(train_images / chosen.batch)
+    if steps_total >= 100:
+        cfg.train.ema = round(min(0.9998, max(0.9, 1 - 10 / steps_total)), 4)
+        choose("train.ema", cfg.train.ema, f"a weight average over about the last {steps_total // 10} of the "
+                                           f"{steps_total} steps; validated, checkpointed and exported")
+    else:
+        choose("train.ema", 0.0, f"only {steps_total} steps: too few to average")
+    patience = max(3, epochs // 3)
+    cfg.train.early_stop.metric, cfg.train.early_stop.patience = "val_acc", patience
+    choose("train.early_stop.patience", patience, f"stop when validation accuracy has not improved for {patience} "
+                                                  f"epochs (a third of the run)")
+    choose("train.progressive_resize", 0.0, "off: with few epochs, a changing size makes each epoch's time less "
+                                            "predictable, and the budget is the rule")
+    choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
+    return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, time.time() - started)
+
+
+def sweep_lr(cfg: RunConfig, steps: int) -> tuple[float, str]:
+    """(lr, why) from `trainer.lr_find` on a copy of `cfg`, clamped to what AdamW tolerates."""
+    from trainer.lr_find import LrFindError, find_lr
+    from trainer.rundir import RunDir
+
+    probe = RunConfig.from_dict(cfg.to_dict())
+    with tempfile.TemporaryDirectory(prefix="traindeck-auto-") as tmp:
+        try:
+            found = find_lr(probe, RunDir(tmp), steps=steps, start=1e-6, end=1.0)
+        except LrFindError as e:
+            return 1e-3, f"AdamW's usual 1e-3 (the sweep could not suggest one: {e})"
+    lr = min(3e-3, max(1e-5, found["suggested_lr"]))
+    clamp = "" if lr == found["suggested_lr"] else f", kept within 1e-5..3e-3 (suggested {found['suggested_lr']:.3g})"
+    return lr, (f"learning-rate sweep of {len(found['lrs'])} steps: lowest loss at {found['min_loss_lr']:.3g}, a tenth "
+                f"of it{clamp}")
