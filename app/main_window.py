@@ -133,6 +133,8 @@ class MainWindow(QMainWindow):
         self.model_page.described.connect(self._model_described)
         self.binder.widgets["model.freeze_backbone"].toggled.connect(lambda _: self.model_page.show_frozen())
         self.optimizer_page.lrFindRequested.connect(self.find_lr)
+        self.dataset_page.auto.requested.connect(self.auto_plan)
+        self.auto_job: CliJob | None = None
         self.device_page.slurmRequested.connect(self._save_slurm_dialog)
         self.lr_finder = LrFinder(self.runs_dir, self)
         self.lr_finder.done.connect(self._lr_found)
@@ -342,6 +344,52 @@ class MainWindow(QMainWindow):
     def _lr_failed(self, error: str) -> None:
         self._lr_sweep_over()
         QMessageBox.warning(self, "Learning-rate finder", error)
+
+    def auto_plan(self, minutes: float) -> CliJob | None:
+        """Auto (issue #24): plan in a subprocess (`main.py auto --plan-only`), then load the plan into the forms,
+        show every choice and start it as a run."""
+        panel = self.dataset_page.auto
+        folder = self.dataset_page.train_dir
+        if self.auto_job is not None or self.runs.running:
+            panel.failed("a run is going; stop it first" if self.runs.running else "already planning")
+            return None
+        if not folder:
+            panel.failed("choose a folder of training images first")
+            return None
+        if self.device_page.host:
+            panel.failed("Auto measures and plans on this machine; choose 'This machine' under Run on")
+            return None
+        exclude = self.binder.widgets["data.exclude"].text().strip()
+        args = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"]
+        if exclude:
+            args += ["--set", f"data.exclude={exclude}"]
+        self.auto_job = job = CliJob(args, self)
+        panel.planning("starting")
+        job.progress.connect(lambda line: panel.planning(line.removeprefix("auto: ").strip())
+                             if line.startswith("auto: ") else None)
+        job.done.connect(self._auto_planned)
+        job.failed.connect(self._auto_failed)
+        return job
+
+    def _auto_failed(self, error: str) -> None:
+        self.auto_job = None
+        self.dataset_page.auto.failed(error)
+
+    def _auto_planned(self, plan: dict) -> None:
+        self.auto_job = None
+        try:
+            cfg = RunConfig.from_dict(plan["config"])
+        except (ConfigError, KeyError, TypeError) as e:
+            self._auto_failed(f"the plan is not a config this app reads ({e})")
+            return
+        self.config_path = None
+        self.load_config(cfg)
+        self.dataset_page.auto.show_choices(plan["choices"], plan.get("planning_s", 0))
+        if self.validate() or self.runs.running:
+            self.dataset_page.auto.failed("the plan is loaded, but the form has problems (see the status bar)")
+            return
+        self.runs.start(cfg, choices=plan["choices"])
+        self.nav.setCurrentRow(PAGES.index("Training"))
 
     def copy_command(self) -> None:
         text = self.command_text()

@@ -6,6 +6,7 @@ Command lines come from `trainer.launch`, liveness and resumability from `traine
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -17,6 +18,7 @@ from app.run_model import RunModel
 from app.trainer_process import TrainerProcess
 from trainer.config import RunConfig, save_config
 from trainer.errors import refusals
+from trainer.files import atomic_write_text
 from trainer.launch import REPO_ROOT, main_command, resume_command, train_command
 from trainer.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
 from trainer.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
@@ -50,7 +52,8 @@ class RunController(QObject):
         self.runs_dir = Path(runs_dir)
         self.model: RunModel | None = None
         self.process = TrainerProcess(self)
-        self._pending: tuple[Path, Path] | None = None  # a started run's config and output until the trainer takes them
+        # a started run's config, output (and Auto's choices) until the trainer takes them
+        self._pending: tuple[Path, Path, Path] | None = None
         self.process.ended.connect(self._process_ended)
         self._followers: dict[Path, subprocess.Popen] = {}  # started by reattach_remote
         self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
@@ -65,8 +68,9 @@ class RunController(QObject):
         return (not self.running and self.model is not None
                 and self.model.run.effective_state() in RESUMABLE_STATES)
 
-    def start(self, cfg: RunConfig) -> RunDir:
-        """A new run of `cfg` in a new run directory under the runs folder.
+    def start(self, cfg: RunConfig, choices: list[dict] | None = None) -> RunDir:
+        """A new run of `cfg` in a new run directory under the runs folder; `choices`: what Auto chose and why (kept
+        in the run as auto.json).
 
         The trainer makes the directory (`trainer.prepare`), after its pre-flight: until then the config and the
         output wait in the runs folder's `.pending/`, and a refused config leaves no run directory behind."""
@@ -74,9 +78,13 @@ class RunController(QObject):
         run = planned_run_dir(where, run_label(cfg.model.name))
         pending = self.runs_dir / PENDING
         pending.mkdir(parents=True, exist_ok=True)
-        self._pending = (pending / f"{run.name}.yaml", pending / f"{run.name}.output.log")
+        self._pending = (pending / f"{run.name}.yaml", pending / f"{run.name}.output.log",
+                         pending / f"{run.name}.choices.json")
         save_config(cfg, self._pending[0])
         command = train_command(self._pending[0], run_dir=run.path) + ["--output-log", str(self._pending[1])]
+        if choices is not None:
+            atomic_write_text(self._pending[2], json.dumps({"choices": choices}))
+            command += ["--auto-choices", str(self._pending[2])]
         self.process.grace_ms = REMOTE_GRACE_MS if cfg.device.host else self.process.default_grace_ms
         self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
         self.watch(run)
@@ -203,7 +211,7 @@ class RunController(QObject):
             self._pending[0].unlink(missing_ok=True)
 
     def _process_ended(self, code: int) -> None:
-        config, output = self._pending or (None, None)
+        config, output, choices = self._pending or (None, None, None)
         self._pending = None
         if self.model is not None:
             self.model.poll()
@@ -211,7 +219,7 @@ class RunController(QObject):
                 message = refusal(output, code)
                 self.model.finish("failed", message)
                 self.model.finished.emit("failed", message)
-        for path in (config, output):
+        for path in (config, output, choices):
             if path is not None:
                 path.unlink(missing_ok=True)
         self.changed.emit()

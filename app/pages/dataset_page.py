@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.auto_panel import AutoPanel
 from app.background import run_in_thread
 from app.forms import Binder
 from app.thumbnails import load_thumbnails
@@ -168,9 +169,10 @@ class DatasetPage(QWidget):
         af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, 1.0, 0.05))
         af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.0, 1.0, 0.05))
 
+        self.auto = AutoPanel()
         left = QWidget()
         ll = QVBoxLayout(left)
-        for box in (folders, loading, augment):
+        for box in (self.auto, folders, loading, augment):
             ll.addWidget(box)
         ll.addStretch(1)
 

@@ -1,0 +1,91 @@
+"""The Dataset page's Auto box: a time budget, one button, and then every choice Auto made with its reason.
+
+Auto itself runs in the trainer (`main.py auto FOLDER --minutes N --plan-only`, a subprocess); this box only asks
+and shows what it answered. The main window loads the plan into the forms and starts it as a run.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QDoubleSpinBox,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+)
+
+
+def shown_value(value) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else str(value)
+
+
+class AutoPanel(QGroupBox):
+    requested = Signal(float)  # minutes
+
+    def __init__(self, parent=None):
+        super().__init__("Auto", parent)
+        self.setObjectName("autoPanel")
+        self.minutes = QDoubleSpinBox()
+        self.minutes.setObjectName("autoMinutes")
+        self.minutes.setRange(0.5, 24 * 60)
+        self.minutes.setDecimals(1)
+        self.minutes.setValue(10)
+        self.minutes.setSuffix(" min")
+        self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")
+        self.button = QPushButton("Auto: train the best model in this time")
+        self.button.setObjectName("autoStart")
+        self.button.clicked.connect(lambda: self.requested.emit(self.minutes.value()))
+        self.status = QLabel("Chooses the network, image size, batch, learning rate and epochs for this folder and "
+                             "this machine from a measured speed probe, trains, tests and exports to ONNX.")
+        self.status.setObjectName("autoStatus")
+        self.status.setWordWrap(True)
+        self.choices = QTableWidget(0, 3)
+        self.choices.setObjectName("autoChoices")
+        self.choices.setHorizontalHeaderLabels(["Setting", "Value", "Why"])
+        self.choices.verticalHeader().hide()
+        self.choices.setWordWrap(True)
+        self.choices.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        header = self.choices.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.choices.setMinimumHeight(180)
+        self.choices.hide()
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Budget"))
+        row.addWidget(self.minutes)
+        row.addWidget(self.button, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addWidget(self.status)
+        layout.addWidget(self.choices)
+
+    def planning(self, text: str) -> None:
+        self.button.setEnabled(False)
+        self.status.setText(f"Planning: {text}…")
+
+    def failed(self, text: str) -> None:
+        self.button.setEnabled(True)
+        self.status.setText(f"Auto could not plan: {text}")
+
+    def show_choices(self, choices: list[dict], seconds: float) -> None:
+        self.button.setEnabled(True)
+        self.status.setText(f"Planned in {seconds:.0f} s; the run is on the Training page. These are ordinary "
+                            f"settings: change any and press Start to train again.")
+        self.choices.setRowCount(len(choices))
+        for i, c in enumerate(choices):
+            for j, text in enumerate((c["key"], shown_value(c["value"]), c["why"])):
+                item = QTableWidgetItem(text)
+                item.setToolTip(text)
+                self.choices.setItem(i, j, item)
+        self.choices.resizeRowsToContents()
+        self.choices.show()

@@ -1,0 +1,58 @@
+"""The Auto button (issue #24): one click plans in a subprocess, shows every choice, loads it into the forms and
+trains it; the run ends within the budget with its test set evaluated and its ONNX export."""
+
+import json
+import time
+
+import pytest
+from helpers import write_config
+
+from trainer.events import read_events
+
+
+@pytest.mark.slow
+def test_the_auto_button_plans_shows_every_choice_and_trains_within_the_budget(qtbot, make_window, shapes_dir,
+                                                                               tmp_path, monkeypatch):
+    home = tmp_path / "torch_home"
+    (home / "hub" / "checkpoints").mkdir(parents=True)
+    monkeypatch.setenv("TORCH_HOME", str(home))  # no pretrained weights: from scratch, quick to probe
+    window = make_window(write_config(tmp_path, shapes_dir))
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
+    panel = window.dataset_page.auto
+    panel.minutes.setValue(0.5)
+    clicked = time.time()
+    panel.button.click()
+    assert not panel.button.isEnabled() and panel.status.text().startswith("Planning")
+    qtbot.waitUntil(lambda: not panel.choices.isHidden() or panel.button.isEnabled(), timeout=60_000)
+    assert not panel.choices.isHidden(), panel.status.text()
+    shown = {panel.choices.item(i, 0).text(): (panel.choices.item(i, 1).text(), panel.choices.item(i, 2).text())
+             for i in range(panel.choices.rowCount())}
+    assert {"model.name", "data.image_size", "optimizer.lr", "train.epochs", "train.budget"} <= shown.keys()
+    assert all(why for _, why in shown.values())
+    # the forms hold what Auto chose: an ordinary config to edit and start again
+    assert str(window.binder.widgets["data.image_size"].value()) == shown["data.image_size"][0]
+    assert window.binder.widgets["model.name"].currentText() == shown["model.name"][0]
+    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.run.path.exists(), timeout=30_000)
+    run = window.run_model.run
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=90_000)
+    assert time.time() - clicked < 30 + 20, "the budget holds (with the test set, the export and the app's polling)"
+    assert len(window.run_model.step_loss) > 0
+    choices = json.loads(run.auto_choices.read_text())["choices"]
+    assert {c["key"]: str(c["value"]) for c in choices}["model.name"] == shown["model.name"][0]
+    kinds = {e["event"] for e in read_events(run.events)}
+    assert {"test", "export"} <= kinds
+    assert (run.path / "exports" / "model.onnx").stat().st_size > 0
+    assert (run.path / "eval" / "test" / "metrics.json").exists()
+    assert panel.button.isEnabled()
+
+
+def test_auto_refuses_without_a_folder_or_on_a_host_and_says_why(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    window.binder.widgets["data.train_dir"].setText("")
+    assert window.auto_plan(1.0) is None
+    assert "choose a folder" in window.dataset_page.auto.status.text()
+    window.binder.widgets["data.train_dir"].setText(str(tmp_path / "nowhere"))
+    job = window.auto_plan(1.0)
+    qtbot.waitUntil(lambda: window.auto_job is None, timeout=30_000)
+    assert job is not None and "no such folder" in window.dataset_page.auto.status.text()
+    assert window.dataset_page.auto.button.isEnabled() and not (tmp_path / "runs").exists()
