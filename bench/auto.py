@@ -1,0 +1,193 @@
+"""Auto against the tools a user would pick instead, at equal wall-clock budgets (issue #24).
+
+    python bench/auto.py --budgets 2 5 --repeats 1 --peers-python /path/to/venv/bin/python
+
+Two folders of real images, each laid out train/ val/ test/ (the same files for every tool; every tool validates
+on val/ and is scored on test/, which none of them trains or selects on):
+- digits: scikit-learn's 1,797 handwritten digit scans (8x8 grey, written as 32 px RGB PNGs), 10 classes;
+  test 20%, val 15% of the rest, stratified.
+- photos: crops of six real photographs (scikit-image's astronaut, chelsea, coffee, rocket; scikit-learn's china and
+  flower), 56-96 px squares saved at 96 px, one class per photograph; train crops (120 a class) come from the left
+  55% of each photograph, val (30) from the next 17%, test (50) from the right 28%, so no pixel is in two splits.
+
+The tools, each run as its users run it, from scratch (no pretrained weights can be fetched here):
+- auto: `main.py auto FOLDER --minutes M` (planning included in the budget).
+- fastai: `vision_learner(resnet18, pretrained=False)`, `lr_find().valley`, `fit_one_cycle(E)`, aug_transforms.
+- ultralytics: `YOLO("yolo11n-cls.yaml").train(time=M/60, ...)`: its own time budget, which re-plans its epochs.
+- torchvision: the reference recipe's defaults (references/classification/train.py: resnet18, SGD lr 0.1 momentum 0.9
+  weight decay 1e-4, StepLR 30/0.1, RandomResizedCrop + flip, batch 32), re-written in bench/peers/.
+fastai and torchvision take epochs, not minutes: a one-epoch calibration (not counted in their budget) gives the
+epochs that fill 90% of it, as a user would pick. Each tool reports test top-1 of its final weights and of the
+weights its validation picked as best; Auto's best is its best.pt, its final its last.pt.
+
+The peers need fastai, ultralytics and scikit-image; install them in a separate environment (with torch 2.14.1 and
+torchvision 0.29.1): `pip install fastai ultralytics scikit-image scikit-learn`, and pass its python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import REPO, machine, save_result
+
+DATA = REPO / "bench" / ".data"
+PEERS = ("fastai", "ultralytics", "torchvision")
+SIZES = {"digits": 32, "photos": 96}
+TRAINDECK_PYTHON = sys.executable  # what the peers train at (Auto chooses its own)
+
+
+def split_write(root: Path, images: list, labels: list[int], classes: list[str], seed: int = 0) -> None:
+    """Stratified test 20%, val 15% of the rest; PNG files under root/{train,val,test}/CLASS/."""
+    rng = random.Random(seed)
+    by_class: dict[int, list[int]] = {}
+    for i, y in enumerate(labels):
+        by_class.setdefault(y, []).append(i)
+    for y, idx in by_class.items():
+        rng.shuffle(idx)
+        n_test = round(0.2 * len(idx))
+        n_val = round(0.15 * (len(idx) - n_test))
+        for split, part in (("test", idx[:n_test]), ("val", idx[n_test:n_test + n_val]), ("train", idx[n_test + n_val:])):
+            folder = root / split / classes[y]
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in part:
+                images[i].save(folder / f"{i:05d}.png")
+
+
+def digits(root: Path) -> Path:
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    if (root / ".done").exists():
+        return root
+    d = load_digits()
+    images = [Image.fromarray((img * 255 / 16).astype("uint8")).convert("RGB").resize((32, 32), Image.BILINEAR)
+              for img in d.images]
+    split_write(root, images, list(map(int, d.target)), [str(c) for c in range(10)])
+    (root / ".done").write_text("")
+    return root
+
+
+def photographs() -> dict:
+    import numpy as np
+    from skimage import data as sk
+    from sklearn.datasets import load_sample_image
+
+    out = {name: getattr(sk, name)() for name in ("astronaut", "chelsea", "coffee", "rocket")}
+    for name in ("china", "flower"):
+        out[name] = load_sample_image(f"{name}.jpg")
+    return {k: np.asarray(v)[..., :3] for k, v in out.items()}
+
+
+def photos(root: Path, per_class=(120, 30, 50), seed: int = 0) -> Path:
+    """Crops of real photographs, one class per photograph, the splits from separate vertical bands."""
+    from PIL import Image
+
+    if (root / ".done").exists():
+        return root
+    rng = random.Random(seed)
+    bands = {"train": (0.0, 0.55), "val": (0.55, 0.72), "test": (0.72, 1.0)}
+    for name, pixels in photographs().items():
+        h, w = pixels.shape[:2]
+        photo = Image.fromarray(pixels)
+        for (split, (lo, hi)), count in zip(bands.items(), per_class):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            x0, x1 = int(lo * w), int(hi * w)
+            for i in range(count):
+                side = rng.randint(56, min(96, x1 - x0, h))
+                x = rng.randint(x0, x1 - side)
+                y = rng.randint(0, h - side)
+                crop = photo.crop((x, y, x + side, y + side)).resize((96, 96), Image.BILINEAR)
+                crop.save(folder / f"{i:04d}.jpg", quality=92)
+    (root / ".done").write_text("")
+    return root
+
+
+def run_auto(folder: Path, minutes: float, work: Path) -> dict:
+    start = time.time()
+    done = subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "auto", str(folder), "--minutes", str(minutes),
+                           "--runs-dir", str(work)], capture_output=True, text=True, cwd=REPO)
+    wall = time.time() - start
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    (run,) = [p for p in work.iterdir() if p.is_dir()]
+    best = json.loads((run / "eval" / "test" / "metrics.json").read_text())["accuracy"]
+    subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "evaluate", str(run), "--checkpoint", "last", "--data",
+                    str(folder / "test"), "--name", "final"], capture_output=True, cwd=REPO, check=True)
+    final = json.loads((run / "eval" / "final" / "metrics.json").read_text())["accuracy"]
+    status = json.loads((run / "status.json").read_text())
+    choices = {c["key"]: c["value"] for c in json.loads((run / "auto.json").read_text())["choices"]}
+    events = [json.loads(line) for line in (run / "events.jsonl").open()]
+    end = next(e for e in events if e["event"] == "run_end")
+    return {"best_acc": best, "final_acc": final, "wall_s": wall, "train_s": end["time"] - events[0]["time"],
+            "epochs": status.get("epoch"), "model": choices.get("model.name"), "size": choices.get("data.image_size"),
+            "planned_epochs": choices.get("train.epochs")}
+
+
+def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, work: Path) -> dict:
+    out = work / "result.json"
+    start = time.time()
+    done = subprocess.run([python, str(REPO / "bench" / "peers" / f"{tool}_peer.py"), "--data", str(folder),
+                           "--minutes", str(minutes), "--size", str(size), "--work", str(work), "--out", str(out)],
+                          capture_output=True, text=True, cwd=work, timeout=minutes * 60 * 3 + 600)
+    if done.returncode != 0 or not out.exists():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"error": " | ".join(tail) or f"exit {done.returncode}"}
+    return {**json.loads(out.read_text()), "wall_s": time.time() - start}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--budgets", type=float, nargs="+", default=[2, 5, 10])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--datasets", nargs="+", default=["digits", "photos"])
+    parser.add_argument("--tools", nargs="+", default=["auto", *PEERS])
+    parser.add_argument("--peers-python", default=sys.executable)
+    args = parser.parse_args()
+    folders = {"digits": digits(DATA / "auto-digits"), "photos": photos(DATA / "auto-photos")}
+    results = []
+    for repeat in range(args.repeats):
+        for minutes in args.budgets:
+            for name in args.datasets:
+                tools = args.tools[repeat % len(args.tools):] + args.tools[:repeat % len(args.tools)]  # interleaved
+                for tool in tools:
+                    with tempfile.TemporaryDirectory(prefix=f"bench-auto-{tool}-") as tmp:
+                        print(f"repeat {repeat + 1}, {minutes:g} min, {name}, {tool} ...", flush=True)
+                        if tool == "auto":
+                            r = run_auto(folders[name], minutes, Path(tmp))
+                        else:
+                            r = run_peer(args.peers_python, tool, folders[name], minutes, SIZES[name], Path(tmp))
+                    r.update(tool=tool, dataset=name, minutes=minutes, repeat=repeat)
+                    print("   ", json.dumps(r), flush=True)
+                    results.append(r)
+                    save_result("auto", {"machine": machine(), "results": results})
+    print(f"\n{machine()}")
+    print("| data | budget | tool | test top-1 best / final | wall time | epochs | model @ size |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.datasets:
+        for minutes in args.budgets:
+            for tool in args.tools:
+                rows = [r for r in results if r["dataset"] == name and r["minutes"] == minutes and r["tool"] == tool]
+                ok = [r for r in rows if "error" not in r]
+                if not ok:
+                    print(f"| {name} | {minutes:g} min | {tool} | failed: {rows[0].get('error') if rows else '-'} |")
+                    continue
+                best = statistics.median(r["best_acc"] for r in ok)
+                final = statistics.median(r["final_acc"] for r in ok)
+                wall = statistics.median(r["wall_s"] for r in ok)
+                epochs = statistics.median(r.get("epochs") or 0 for r in ok)
+                model = f"{ok[0].get('model', '')} @ {ok[0].get('size', '')}"
+                print(f"| {name} | {minutes:g} min | {tool} | {100 * best:.1f} / {100 * final:.1f} | {wall / 60:.1f} "
+                      f"min | {epochs:g} | {model} |")
+
+
+if __name__ == "__main__":
+    main()
