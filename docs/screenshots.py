@@ -62,7 +62,7 @@ def main() -> int:
         steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
                       ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
                       ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("sweep", "Runs"),
-                      ("queue", "Queue"), ("runs", "Runs")])
+                      ("queue", "Queue"), ("runs", "Runs"), ("auto", "Dataset")])
         next_shot()
 
     def choose_resnet18() -> None:
@@ -114,6 +114,12 @@ def main() -> int:
                 shoot(name, page)
                 QTimer.singleShot(700, next_shot)
             when(runs_ready, show_runs)
+            return
+        if name == "auto":  # Auto's plan for the demo data, its choices on the Dataset page (the run it starts is stopped)
+            when(lambda: not window.runs.running,
+                 lambda: window.auto_plan(0.5))
+            when(lambda: not window.dataset_page.auto.choices.isHidden(),
+                 lambda: (window.stop_run(), shoot(name, page), QTimer.singleShot(700, next_shot)))
             return
         if name in tabs:
             window.dashboard.tabs.setCurrentIndex(tabs[name])

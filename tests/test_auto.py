@@ -33,9 +33,12 @@ def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_e
     result = run_here("auto", shapes_dir, "--minutes", "0.5", "--runs-dir", tmp_path / "runs")
     wall = time.time() - started
     assert result.returncode == 0, result.stderr[-3000:]
-    assert wall < 30 + 15, f"{wall:.0f} s for a 30 s budget (+ test set and export)"
     (run_dir,) = (tmp_path / "runs").iterdir()
     run = RunDir(run_dir)
+    events = read_events(run.events)
+    end = next(e for e in events if e["event"] == "run_end")
+    assert end["time"] - started < 30 + 3, "planning and training within the 30 s budget"
+    assert wall < 30 + 30, f"{wall:.0f} s for a 30 s budget, with the test set and the export after it"
     status = run.read_status()
     assert status["state"] == "completed"
     cfg = load_config(run.config)
@@ -116,11 +119,11 @@ def test_auto_refuses_bad_input_in_one_line_before_making_anything(shapes_dir, t
 
 def test_train_budget_ends_a_long_run_in_time_and_keeps_a_model(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 100000, "budget": 0.1})  # 6 s
-    started = time.time()
     result = run_here("train", cfg, "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stderr[-2000:]
-    assert time.time() - started < 6 + 5
     run = RunDir(tmp_path / "run")
+    events = read_events(run.events)
+    assert events[-1]["time"] - events[0]["time"] < 6 + 3, "the budget counts from the trainer's start"
     status = run.read_status()
     assert status["state"] == "completed" and status["reason"] == "budget" and "train.budget" in status["message"]
     end = read_events(run.events)[-1]
@@ -129,15 +132,15 @@ def test_train_budget_ends_a_long_run_in_time_and_keeps_a_model(shapes_dir, tmp_
 
 
 def test_a_budget_spent_inside_the_first_epoch_cuts_it_short_and_still_validates_it(shapes_dir, tmp_path):
-    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3, "budget": 0.01},  # 0.6 s of 96 steps an epoch
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3, "budget": 0.001},  # 60 ms: spent while preparing
                        data={"batch_size": 1}, monitor={"log_every": 5})
     result = run_here("train", cfg, "--run-dir", tmp_path / "run")
     assert result.returncode == 0, result.stderr[-2000:]
     run = RunDir(tmp_path / "run")
     epochs = [e for e in read_events(run.events) if e["event"] == "epoch"]
     steps = [e for e in read_events(run.events) if e["event"] == "step"]
-    assert len(epochs) == 1 and epochs[0]["step"] == steps[-1]["step"] < 96, "cut at a log step of epoch 1"
-    assert epochs[0]["step"] % 5 == 0 and "val_acc" in epochs[0]
+    assert len(epochs) == 1 and epochs[0]["step"] == steps[0]["step"] == 5, "cut at the first log step (of 96)"
+    assert "val_acc" in epochs[0]
     assert run.read_status()["reason"] == "budget" and (run.checkpoints / "best.pt").exists()
 
 

@@ -88,10 +88,10 @@ class Plan:
 
 def find_layout(folder: Path) -> dict:
     """{train_dir, val_dir, test_dir}: FOLDER/train (+ val, test) when it is laid out that way, else FOLDER."""
-    subs = {p.name.lower(): p for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else {}
-    if "train" in subs and ("test" in subs or "val" in subs or "valid" in subs):
-        return {"train_dir": str(subs["train"]), "val_dir": str(subs.get("val") or subs.get("valid") or "") or None,
-                "test_dir": str(subs["test"]) if "test" in subs else None}
+    subs = {p.name.lower(): str(p) for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else {}
+    val = subs.get("val") or subs.get("valid")
+    if "train" in subs and (val or "test" in subs):
+        return {"train_dir": subs["train"], "val_dir": val, "test_dir": subs.get("test")}
     return {"train_dir": str(folder), "val_dir": None, "test_dir": None}
 
 
@@ -306,8 +306,6 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
            if tta else "no mirror images for characters")
 
     cfg = RunConfig.from_dict(raw, source="auto")
-    if overrides:
-        cfg = cfg.with_overrides(overrides)
     # the learning rate: a short sweep, which also decodes the images into the cache the run will read
     sweep_s = max(0.0, budget_s * PLAN_SHARE - (time.time() - started))
     step_s = chosen.batch / chosen.train_images_per_s
@@ -343,6 +341,15 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("train.progressive_resize", 0.0, "off: with few epochs, a changing size makes each epoch's time less "
                                             "predictable, and the budget is the rule")
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
+    if overrides:  # the user's word is last
+        cfg = cfg.with_overrides(overrides)
+        for item in overrides:
+            key, _, _ = item.partition("=")
+            node = cfg.to_dict()
+            for part in key.strip().split("."):
+                node = node[part]
+            choices = [c for c in choices if c.key != key.strip()]
+            choices.append(Choice(key.strip(), node, "set by you (--set)"))
     return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, time.time() - started)
 
 
