@@ -6,7 +6,7 @@ and shows what it answered. The main window loads the plan into the forms and st
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QGroupBox,
@@ -56,10 +56,12 @@ class AutoPanel(QGroupBox):
         self.choices.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         header = self.choices.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)  # a long path must not squeeze the reasons
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.choices.setMinimumHeight(180)
-        self.choices.hide()
+        self.choices.setColumnWidth(1, 130)
+        self.choices.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.choices.setMinimumHeight(220)
+        self.choices.hide()  # the Dataset page places it where there is width for the reasons
         row = QHBoxLayout()
         row.addWidget(QLabel("Budget"))
         row.addWidget(self.minutes)
@@ -67,7 +69,6 @@ class AutoPanel(QGroupBox):
         layout = QVBoxLayout(self)
         layout.addLayout(row)
         layout.addWidget(self.status)
-        layout.addWidget(self.choices)
 
     def planning(self, text: str) -> None:
         self.button.setEnabled(False)

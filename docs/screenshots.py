@@ -116,10 +116,12 @@ def main() -> int:
             when(runs_ready, show_runs)
             return
         if name == "auto":  # Auto's plan for the demo data, its choices on the Dataset page (the run it starts is stopped)
+            window.dataset_page.auto.minutes.setValue(0.5)
             when(lambda: not window.runs.running,
                  lambda: window.auto_plan(0.5))
             when(lambda: not window.dataset_page.auto.choices.isHidden(),
-                 lambda: (window.stop_run(), shoot(name, page), QTimer.singleShot(700, next_shot)))
+                 lambda: (shoot(name, page), QTimer.singleShot(800, window.stop_run),
+                          QTimer.singleShot(1500, next_shot)))
             return
         if name in tabs:
             window.dashboard.tabs.setCurrentIndex(tabs[name])

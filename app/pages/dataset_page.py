@@ -236,6 +236,7 @@ class DatasetPage(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.addWidget(self.summary)
+        rl.addWidget(self.auto.choices, 3)  # Auto's choices, once planned: the wide column has room for the reasons
         rl.addWidget(self.imbalance_fixes)
         rl.addWidget(self.suggestion)
         rl.addWidget(QLabel("<b>Images per class</b>"))
