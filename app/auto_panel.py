@@ -41,7 +41,7 @@ class AutoPanel(QGroupBox):
         self.minutes.setValue(10)
         self.minutes.setSuffix(" min")
         self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")
-        self.button = QPushButton("Auto: train the best model in this time")
+        self.button = QPushButton("Train the best model in this time")
         self.button.setObjectName("autoStart")
         self.button.clicked.connect(lambda: self.requested.emit(self.minutes.value()))
         self.status = QLabel("Chooses the network, image size, batch, learning rate and epochs for this folder and "
@@ -55,19 +55,19 @@ class AutoPanel(QGroupBox):
         self.choices.setWordWrap(True)
         self.choices.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         header = self.choices.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)  # a long path must not squeeze the reasons
+        for column, width in ((0, 150), (1, 110)):  # fixed: a long key or path must not squeeze the reasons
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
+            self.choices.setColumnWidth(column, width)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.choices.setColumnWidth(1, 130)
         self.choices.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.choices.setMinimumHeight(220)
         self.choices.hide()  # the Dataset page places it where there is width for the reasons
-        row = QHBoxLayout()
+        row = QHBoxLayout()  # the button on a row of its own: the left column stays as narrow as the folders need
         row.addWidget(QLabel("Budget"))
-        row.addWidget(self.minutes)
-        row.addWidget(self.button, 1)
+        row.addWidget(self.minutes, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(row)
+        layout.addWidget(self.button)
         layout.addWidget(self.status)
 
     def planning(self, text: str) -> None:

@@ -26,6 +26,11 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
     assert hint.width() <= 1024 and hint.height() <= 700, hint
     window.resize(*size)
     qtbot.waitUntil(lambda: window.size().width() == size[0], timeout=5_000)
+    # the Dataset page with a plan of Auto's on show: long paths and reasons wrap or elide, never widen it
+    window.dataset_page.auto.show_choices([
+        {"key": "data.train_dir", "value": str(tmp_path / "a-long-folder-name" / "of-training-images" / "train"),
+         "why": "10 classes, 1797 images (the folder's own train/ split)"},
+        {"key": "optimizer.norm_weight_decay", "value": 0.0, "why": "no weight decay on normalisation " * 6}], 5.0)
     for index, name in enumerate(PAGES):
         window.nav.setCurrentRow(index)
         qtbot.wait(50)
