@@ -21,4 +21,14 @@ def shapes_dir(tmp_path_factory) -> Path:
     return write_demo_dataset(tmp_path_factory.mktemp("shapes") / "train", per_class=30, size=24, seed=1)
 
 
+@pytest.fixture
+def torch_home(tmp_path, monkeypatch):
+    """An empty torch hub cache (TORCH_HOME) for this test: pretrained weights are only what the test seeds there,
+    under torchvision's own file names."""
+    home = tmp_path / "torch_home"
+    (home / "hub" / "checkpoints").mkdir(parents=True)
+    monkeypatch.setenv("TORCH_HOME", str(home))
+    return home
+
+
 from remote_servers import hosts, slurm, sshd  # noqa: E402,F401 - real sshd and SLURM for the remote tests

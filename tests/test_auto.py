@@ -18,16 +18,8 @@ def tree_state(folder):
     return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
 
 
-@pytest.fixture
-def empty_torch_home(tmp_path, monkeypatch):
-    home = tmp_path / "torch_home"
-    (home / "hub" / "checkpoints").mkdir(parents=True)
-    monkeypatch.setenv("TORCH_HOME", str(home))
-    return home
-
-
 def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_explained(
-        shapes_dir, tmp_path, empty_torch_home):
+        shapes_dir, tmp_path, torch_home):
     before = tree_state(shapes_dir)
     started = time.time()
     result = run_here("auto", shapes_dir, "--minutes", "0.5", "--runs-dir", tmp_path / "runs")
@@ -70,17 +62,12 @@ def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_e
     assert RunConfig.from_dict(raw).train.budget == cfg.train.budget > 0
 
 
-def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, monkeypatch):
-    import torch
-    import torchvision
+def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, torch_home):
+    from test_pretrained import seed_resnet18
 
     from trainer.demo_data import write_demo_dataset
 
-    home = tmp_path / "torch_home"
-    (home / "hub" / "checkpoints").mkdir(parents=True)
-    monkeypatch.setenv("TORCH_HOME", str(home))
-    torch.save(torchvision.models.resnet18(num_classes=1000).state_dict(),
-               home / "hub" / "checkpoints" / "resnet18-f37072fd.pth")  # torchvision's own file name
+    seed_resnet18(torch_home)  # under torchvision's own file name
     write_demo_dataset(tmp_path / "data" / "train", per_class=12, size=24, seed=1)
     write_demo_dataset(tmp_path / "data" / "test", per_class=3, size=24, seed=2)
     result = run_here("auto", tmp_path / "data", "--minutes", "2", "--plan-only")

@@ -22,14 +22,6 @@ RESNET18_FILE = "resnet18-f37072fd.pth"  # torchvision's name for ResNet18_Weigh
 
 
 @pytest.fixture
-def torch_home(tmp_path, monkeypatch):
-    home = tmp_path / "torch_home"
-    (home / "hub" / "checkpoints").mkdir(parents=True)
-    monkeypatch.setenv("TORCH_HOME", str(home))
-    return home
-
-
-@pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a network connection fails the test (and looks like an offline machine to the code)."""
     attempts = []

@@ -12,10 +12,8 @@ from trainer.events import read_events
 
 @pytest.mark.slow
 def test_the_auto_button_plans_shows_every_choice_and_trains_within_the_budget(qtbot, make_window, shapes_dir,
-                                                                               tmp_path, monkeypatch):
-    home = tmp_path / "torch_home"
-    (home / "hub" / "checkpoints").mkdir(parents=True)
-    monkeypatch.setenv("TORCH_HOME", str(home))  # no pretrained weights: from scratch, quick to probe
+                                                                               tmp_path, torch_home):
+    # torch_home: no pretrained weights, so from scratch, quick to probe
     window = make_window(write_config(tmp_path, shapes_dir))
     qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
     panel = window.dataset_page.auto
