@@ -10,7 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.catalog import DEFAULT_EXPORT_FORMAT, DEPRECATED_EXPORT_FORMATS, EXPORT_FORMATS, RUN_CHECKPOINTS
+from trainer.catalog import (
+    CALIBRATION_IMAGES,
+    DEFAULT_EXPORT_FORMAT,
+    DEPRECATED_EXPORT_FORMATS,
+    EXPORT_FORMATS,
+    INT8_METHODS,
+    RUN_CHECKPOINTS,
+)
 from trainer.config import load_config
 from trainer.errors import InputError
 from trainer.rundir import RunDir, default_runs_dir, user_log_dir
@@ -379,18 +386,26 @@ def cmd_probe_devices(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from trainer.export import export_run
+    from trainer.model_card import read_card, summary
 
     if args.format in DEPRECATED_EXPORT_FORMATS:
         print(f"note: {DEPRECATED_EXPORT_FORMATS[args.format]}", file=sys.stderr)
     run = RunDir(args.run_dir)
+    options = ["--int8", args.int8, "--calibration-images", str(args.calibration_images)] + (
+        ["--calibration", args.calibration] if args.calibration else [])
     if run.is_remote:
         from trainer.remote_cli import remote_export
 
-        out = remote_export(run, args.format, Path(args.out).resolve(), args.checkpoint)
+        out = remote_export(run, args.format, Path(args.out).resolve(), args.checkpoint, options)
     else:
-        out = export_run(run, args.format, Path(args.out), args.checkpoint)
-    print(f"exported {out} (+ {out.name}.json)")
+        from trainer.export import ExportOptions, export_run
+
+        out = export_run(run, args.format, Path(args.out), args.checkpoint, ExportOptions(
+            args.int8, Path(args.calibration) if args.calibration else None, args.calibration_images))
+    print(f"exported {out} (+ {out.name}.json and {out.name}.md, its model card)")
+    card = read_card(out)
+    if card:
+        print(summary(card))
     return 0
 
 
@@ -577,6 +592,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"default {DEFAULT_EXPORT_FORMAT} (torch.export); torchscript is deprecated")
     p.add_argument("--out", required=True)
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.add_argument("--int8", default="auto", choices=INT8_METHODS,
+                   help="onnx_int8: static (calibrated; auto picks it for networks with convolutions) or dynamic")
+    p.add_argument("--calibration", metavar="FOLDER", help="onnx_int8: calibrate on the images in this folder (any "
+                   "depth; on the host for a remote run) instead of a sample of the run's training split")
+    p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES, metavar="N",
+                   help=f"onnx_int8: how many images to calibrate on, chosen with the run's seed (default "
+                   f"{CALIBRATION_IMAGES})")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")

@@ -198,14 +198,15 @@ class TrainConfig:
 class EvalConfig:
     tta: bool = opt(False, "test-time augmentation: average the logits of each image and of its mirror image, in "
                     "validation, the test set, evaluate and predict, and inside exported graphs (ONNX, "
-                    "exported_program, TorchScript)")
+                    "exported_program, TorchScript, ExecuTorch, Core ML)")
 
 
 @dataclass
 class ExportConfig:
     formats: list[str] = opt(factory=list, doc="export best.pt in these formats when the run completes, into "
-                             "RUN_DIR/exports/model.EXT with its .json sidecar (onnx, safetensors, state_dict, "
-                             "exported_program, torchscript)", choices=tuple(EXPORT_FORMATS))
+                             "RUN_DIR/exports/model.EXT with its model card (.json and .md) and measured "
+                             "accuracy, size and speed (" + ", ".join(EXPORT_FORMATS) + ")",
+                             choices=tuple(EXPORT_FORMATS))
 
 
 @dataclass

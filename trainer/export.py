@@ -1,29 +1,39 @@
-"""Exporting a run's checkpoint in formats other tools load, and predicting with any of them.
+"""Exporting a run's checkpoint in formats other tools load, measuring what each file is worth, and predicting with
+any of them.
 
-Each export writes `<out>.json` beside it: model name, classes, image size, mean/std, source run and
-checkpoint, so `predict` (or any other program) can preprocess images the same way training did.
+Each export writes its model card beside it: `<out>.json` (model name, classes, image size, mean/std, source run and
+checkpoint, so `predict` or any other program can preprocess images as training did; plus the measured numbers, the
+training config and data counts, and how to load the file) and `<out>.md` (the same for people). Everything is
+written into a temporary folder beside `out` and renamed into place only once the file has been loaded back and
+measured: a failure, or a converter's crash, leaves nothing half-written.
 """
 
 from __future__ import annotations
 
+import datetime
+import importlib.util
 import json
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from trainer.catalog import EXPORT_FORMATS
+from trainer import __version__
+from trainer.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_FORMATS, INT8_METHODS
 from trainer.errors import InputError, first_line
 from trainer.files import atomic_write_text
-from trainer.inference import FlipAveraged, classify, load_model, load_run_model
+from trainer.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
-GRAPH_FORMATS = ("onnx", "exported_program", "torchscript")  # what carries its computation (eval.tta too)
+# what carries its computation (eval.tta too): every format but the weight files
+GRAPH_FORMATS = ("onnx", "onnx_int8", "onnx_fp16", "exported_program", "torchscript", "executorch", "coreml")
+ONE_IMAGE_FORMATS = ("executorch", "coreml")  # take batch 1, as apps call them
 ONNX_OPSET = 18  # what the dynamo exporter targets well and onnxruntime >= 1.16 runs
 
 
@@ -31,37 +41,74 @@ class ExportError(InputError, ValueError):
     pass
 
 
-def export_run(run: RunDir, fmt: str, out: Path, which: str = "best") -> Path:
-    """Export a run's checkpoint as `fmt` to `out`, with its `.json` sidecar. The file is written beside `out`
-    under a temporary name and renamed into place, so a failure leaves nothing half-written."""
+@dataclass
+class ExportOptions:
+    """How onnx_int8 is made: --int8, and the images static quantization is calibrated on."""
+    int8: str = "auto"
+    calibration: Path | None = None  # a folder of images; None: a sample of the run's training split
+    calibration_images: int = CALIBRATION_IMAGES
+
+
+def check_format(fmt: str, out: Path, options: ExportOptions) -> None:
+    """Refuse, before anything is loaded or written, a format that is unknown or whose converter is missing."""
     if fmt not in EXPORT_FORMATS:
         raise ExportError(f"--format: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
-    if out.is_dir():
+    if fmt in EXPORT_CONVERTERS:
+        module, install = EXPORT_CONVERTERS[fmt]
+        if importlib.util.find_spec(module) is None:
+            raise ExportError(f"--format {fmt}: needs {module}, which is not installed here ({install})")
+    if options.int8 not in INT8_METHODS:
+        raise ExportError(f"--int8: {options.int8!r} is not one of {', '.join(INT8_METHODS)}")
+    if out.is_dir() and not (fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]):
         raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
+
+
+def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: ExportOptions | None = None) -> Path:
+    """Export a run's checkpoint as `fmt` to `out`, load it back, measure it, and write its model card beside it."""
+    options = options or ExportOptions()
+    check_format(fmt, out, options)
     loaded = load_run_model(run, which)
     check_writable(out.parent)
-    model, state, ckpt_path = loaded.net.to(memory_format=torch.contiguous_format), loaded.state, loaded.source
-    pre = state["preprocess"]
+    state, pre = loaded.state, loaded.state["preprocess"]
     in_graph = fmt in GRAPH_FORMATS
+    net = loaded.net.to(memory_format=torch.contiguous_format)
     if pre.get("tta") and in_graph:
-        model = FlipAveraged(model).eval()
-    tmp = out.with_name(f".{out.stem}.tmp-{os.getpid()}{out.suffix}")  # the suffix kept: some writers look at it
+        net = FlipAveraged(net).eval()
+    # the network as exported, preprocessed as the export will be: the reference of every measurement
+    reference = LoadedModel(net, list(state["classes"]), Preprocess(pre["image_size"], tuple(pre["mean"]),
+                            tuple(pre["std"]), tta=bool(pre.get("tta")) and not in_graph), loaded.source, state)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        _write(model, fmt, tmp, torch.zeros(2, 3, pre["image_size"], pre["image_size"]))
+        target = work / out.name
+        conversion = _write(net, fmt, target, reference, run, options, work)
         sidecar = {"format": fmt, "model_name": state["model_name"], "classes": state["classes"],
                    "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
-                   "source_run": str(run.path), "checkpoint": str(ckpt_path), "epoch": state["epoch"],
+                   "source_run": str(run.path), "checkpoint": str(loaded.source), "epoch": state["epoch"],
                    "best_acc": state.get("best_acc")}
         if pre.get("tta"):  # eval.tta: in the graph, or the caller averages the mirror image's logits
             sidecar["tta"] = "graph" if in_graph else "caller"
-        os.replace(tmp, out)
-        atomic_write_text(Path(f"{out}.json"), json.dumps(sidecar, indent=1))
+        atomic_write_text(Path(f"{target}.json"), json.dumps(sidecar))
+        card = _card(run, fmt, target, out.name, sidecar, reference, conversion)
+        atomic_write_text(Path(f"{target}.json"), json.dumps(card, indent=1))
+        from trainer.model_card import markdown
+
+        atomic_write_text(Path(f"{target}.md"), markdown(card))
+        _move_into_place(target, out, work)
     except OSError as e:
         raise ExportError(f"--out: {out}: cannot be written ({e.strerror or first_line(e)})") from e
     finally:
-        tmp.unlink(missing_ok=True)
-    log.info("exported %s as %s to %s", ckpt_path, fmt, out)
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("exported %s as %s to %s", loaded.source, fmt, out)
     return out
+
+
+def _move_into_place(target: Path, out: Path, work: Path) -> None:
+    """The file (or Core ML's folder), then its cards, renamed over whatever was there."""
+    if out.is_dir():  # an earlier .mlpackage: renamed aside (into `work`, removed with it), then replaced
+        os.replace(out, work / "replaced")
+    os.replace(target, out)
+    for suffix in (".json", ".md"):
+        os.replace(f"{target}{suffix}", f"{out}{suffix}")
 
 
 def check_writable(folder: Path) -> None:
@@ -74,7 +121,11 @@ def check_writable(folder: Path) -> None:
         raise ExportError(f"--out: {folder}: cannot write there ({e.strerror or first_line(e)})") from e
 
 
-def _write(model: torch.nn.Module, fmt: str, path: Path, example: torch.Tensor) -> None:
+def _write(model: torch.nn.Module, fmt: str, path: Path, reference: LoadedModel, run: RunDir, options: ExportOptions,
+           work: Path) -> dict | None:
+    """Write `model` as `fmt` to `path`; for the converted formats, what the conversion did."""
+    size = reference.preprocess.image_size
+    example = torch.zeros(2, 3, size, size)
     if fmt == "state_dict":
         torch.save(model.state_dict(), path)
     elif fmt == "safetensors":
@@ -96,6 +147,131 @@ def _write(model: torch.nn.Module, fmt: str, path: Path, example: torch.Tensor) 
         torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
                           dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=ONNX_OPSET,
                           dynamo=False)
+    elif fmt in ("onnx_int8", "onnx_fp16"):
+        from trainer import quantize
+
+        fp32 = work / "fp32.onnx"
+        _write(model, "onnx", fp32, reference, run, options, work)
+        if fmt == "onnx_fp16":
+            return quantize.fp16_onnx(fp32, path)
+        method, why = quantize.int8_method(fp32, options.int8)
+        batches, where = _calibration(run, reference, options) if method == "static" else (None, None)
+        done = quantize.int8_onnx(fp32, path, method, batches, work)
+        return {**done, "why": why, **({"calibrated_on": where} if where else {})}
+    elif fmt == "executorch":
+        from trainer.mobile import write_executorch
+
+        write_executorch(model, path, size)
+    elif fmt == "coreml":
+        from trainer.mobile import write_coreml
+
+        write_coreml(model, path, size, reference.classes)
+    return None
+
+
+def _calibration(run: RunDir, reference: LoadedModel, options: ExportOptions) -> tuple[list, str]:
+    """The calibration images, decoded and normalised as the export's input, in batches; where they come from."""
+    import numpy as np
+
+    from trainer.export_data import CalibrationError, calibration_images
+    from trainer.quantize import CALIBRATION_BATCH
+
+    config = reference.state["config"]
+    paths, where = calibration_images(run, config, options.calibration, options.calibration_images,
+                                      int(config.get("train", {}).get("seed", 0)))
+    found = classify_inputs(reference.preprocess, paths)
+    if not len(found):
+        raise CalibrationError(f"--calibration: none of the {len(paths)} images chosen could be read ({where})")
+    batches = [np.ascontiguousarray(found[i:i + CALIBRATION_BATCH].numpy())
+               for i in range(0, len(found), CALIBRATION_BATCH)]
+    return batches, where.replace(f"{len(paths)} images", f"{len(found)} images", 1)
+
+
+def classify_inputs(pre: Preprocess, paths: list[str]) -> torch.Tensor:
+    """The network's float32 input for each readable image (unreadable ones logged and left out)."""
+    images = []
+    for path in paths:
+        try:
+            images.append(pre.decode(path))
+        except Exception as e:  # noqa: BLE001 - one bad file among the sample is not a reason to stop
+            log.warning("%s: skipped (%s)", path, first_line(e))
+    if not images:
+        return torch.zeros(0)
+    return pre.to_input(torch.stack(images))
+
+
+def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, reference: LoadedModel,
+          conversion: dict | None) -> dict:
+    """The model card's content: the sidecar, the file, what was measured (or why not), the training, the snippets."""
+    from trainer import export_measure as measure
+    from trainer.export_data import measure_set
+    from trainer.mobile import check_coreml, runs_here
+    from trainer.model_card import CARD_VERSION, load_snippets
+
+    state, classes = reference.state, reference.classes
+    size = sidecar["image_size"]
+    card = {**sidecar, "card_version": CARD_VERSION, "traindeck": __version__,
+            "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "description": None, "file": {"name": name, "bytes": _bytes(target)}}
+    if conversion:
+        card["conversion"] = conversion
+    not_measured = {}
+    if runs_here(fmt):
+        try:
+            exported = load_model(target)
+        except InputError as e:
+            raise ExportError(f"{name}: the {fmt} file written does not load back ({e})") from e
+        card["checked"] = f"loaded back with {measure.runtime(fmt)} and measured"
+        images, why = measure_set(run, classes, int(state["config"].get("train", {}).get("seed", 0)))
+        if images is None:
+            not_measured["accuracy"] = why
+        else:
+            try:
+                card["metrics"] = measure.accuracy(exported, reference, images)
+            except ValueError as e:
+                not_measured["accuracy"] = str(e)
+        sample = measure.sample_images(images, size, reference.preprocess.decode)
+        one = fmt in ONE_IMAGE_FORMATS
+        card["speed"] = {**measure.speed(exported, sample, one_at_a_time=one), "runtime": measure.runtime(fmt),
+                         "machine": measure.machine(),
+                         "checkpoint": measure.speed(reference, sample, one_at_a_time=one)}
+    else:
+        try:
+            check_coreml(target, size, len(classes))
+        except Exception as e:  # noqa: BLE001 - whatever coremltools says about a package it cannot read
+            raise ExportError(f"{name}: the Core ML package written does not load back ({first_line(e)})") from e
+        card["checked"] = "loaded back with coremltools; its input (images, 1 x 3 x S x S) and output checked"
+        not_measured["accuracy and speed"] = "Core ML runs on macOS and iOS only"
+    if not_measured:
+        card["not_measured"] = not_measured
+    from trainer.catalog import EXPORT_DESCRIPTIONS
+
+    card["description"] = EXPORT_DESCRIPTIONS[fmt]
+    card["training"] = training_facts(run, state)
+    card["load"] = load_snippets(fmt, name, state["model_name"], len(classes), size)
+    return card
+
+
+def _bytes(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
+def training_facts(run: RunDir, state: dict) -> dict:
+    """The run behind a checkpoint: its config, data counts, weights and precision (from its `run_start` event)."""
+    from trainer.events import read_events
+
+    events = read_events(run.events) if run.events.exists() else []
+    start = next((e for e in reversed(events) if e["event"] == "run_start"), {})
+    test = next((e for e in reversed(events) if e["event"] == "test"), {})
+    weights = start.get("weights") or None
+    data = {"train_images": start.get("train_size"), "val_images": start.get("val_size")}
+    if test.get("images"):
+        data["test_images"] = test["images"]
+    return {"run": run.path.name, "epochs_trained": state["epoch"], "config": state["config"], "data": data,
+            "weights": weights.get("name") or weights.get("file") if weights else None,
+            "precision": start.get("precision")}
 
 
 def _arg_name(model: torch.nn.Module) -> str:
@@ -122,15 +298,11 @@ class Prediction:
 
 def expand_images(paths: list[Path]) -> list[Path]:
     """The images to classify: files as given; folders replaced by the image files under them (sorted)."""
-    from trainer.scan import IMAGE_EXTENSIONS
+    from trainer.export_data import image_files
 
     out = []
     for p in paths:
-        if p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS
-                          and not any(part.startswith(".") for part in f.relative_to(p).parts))
-        else:
-            out.append(p)
+        out += [Path(f) for f in image_files(p)] if p.is_dir() else [p]
     return out
 
 

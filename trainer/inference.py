@@ -3,7 +3,7 @@
 `main.py evaluate`, `main.py predict` (and so the app's Try it), Grad-CAM and the trainer's own best-epoch
 validation predictions all go through here, so they agree: the same decoding (`data.decode_image`), the same
 normalisation arithmetic as the training batches (`Preprocess.to_input`), eval mode, and for a run's checkpoint
-the run's own precision and memory format. An exported file runs as it was exported (fp32).
+the run's own precision and memory format. An exported file runs as it was exported (fp32, or the int8/fp16 of its conversion).
 """
 
 from __future__ import annotations
@@ -128,11 +128,12 @@ def load_run_model(run: RunDir, which: str = "best") -> LoadedModel:
 
 
 def load_model(source: Path, which: str = "best") -> LoadedModel:
-    """A run directory (its `which` checkpoint) or an exported model file with its `.json` sidecar."""
-    if source.is_dir():
-        return load_run_model(RunDir(source), which)
+    """A run directory (its `which` checkpoint) or an exported model file (or Core ML's package folder) with its
+    `.json` sidecar."""
     sidecar_path = Path(f"{source}.json")
-    if not source.is_file():
+    if source.is_dir() and not sidecar_path.is_file():
+        return load_run_model(RunDir(source), which)
+    if not source.exists():
         raise ModelFileError(f"{source}: no such model file or run directory")
     if not sidecar_path.exists():
         raise ModelFileError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
@@ -176,11 +177,22 @@ def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor],
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
             return torch.jit.load(str(export))
-    if fmt == "onnx":
+    if fmt in ("onnx", "onnx_int8", "onnx_fp16"):
         import onnxruntime
 
         session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
-        return lambda x: torch.from_numpy(session.run(None, {"images": x.numpy()})[0])
+        return lambda x: torch.from_numpy(session.run(None, {"images": x.contiguous().numpy()})[0])
+    if fmt in ("executorch", "coreml"):
+        from trainer import mobile
+
+        try:
+            return mobile.load_executorch(export) if fmt == "executorch" else mobile.load_coreml(export)
+        except ImportError as e:
+            raise ModelFileError(f"{export}: needs {e.name}, which is not installed here (pip install {e.name})") from e
+        except RuntimeError as e:
+            if fmt == "coreml":
+                raise ModelFileError(f"{export}: {e}") from e
+            raise
     raise ModelFileError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
 
 

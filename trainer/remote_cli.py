@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from trainer.cli import _finish  # the same last line as a local train
+from trainer.errors import InputError
 from trainer.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
 from trainer.rundir import RunDir, default_runs_dir, planned_run_dir, run_label
 
@@ -159,21 +160,26 @@ def fetch_checkpoint(run: RunDir, which: str) -> None:
         fetch(run, name)
 
 
-def remote_export(run: RunDir, fmt: str, out: Path, checkpoint: str) -> Path:
-    """Export on the host (where the model's code and checkpoint are), then bring the file and its sidecar home."""
+def remote_export(run: RunDir, fmt: str, out: Path, checkpoint: str, options: list[str]) -> Path:
+    """Export on the host (where the model's code, checkpoint and images are), then bring the file and its model
+    card home. `options`: export's own (--int8, --calibration ...), passed on as they are."""
     from trainer import ssh
+    from trainer.catalog import EXPORT_FORMATS
     from trainer.mirror import fetch, remote_info
 
+    if fmt == "coreml":  # a folder, which the file fetch does not carry
+        raise InputError(f"--format coreml: a Core ML package is a folder; export it on the host (main.py export "
+                          f"there) and copy the {EXPORT_FORMATS['coreml']} folder")
     info = remote_info(run)
     host = get_host(info["host"])
     ssh.check(host)
     name = f"exports/{out.name}"
     ssh.remote_main(host, ["export", info["run_dir"], "--format", fmt, "--out", f"{info['run_dir']}/{name}",
-                           "--checkpoint", checkpoint], timeout=1800)
+                           "--checkpoint", checkpoint, *options], timeout=1800)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for remote_name, target in ((name, out), (name + ".json", out.with_name(out.name + ".json"))):
-        fetched = fetch(run, remote_name)
-        os.replace(fetched, target)
+    for suffix in (".json", ".md", ""):  # the file last: a file here always has its card
+        fetched = fetch(run, name + suffix)
+        os.replace(fetched, f"{out}{suffix}")
     return out
 
 
