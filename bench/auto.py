@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine, save_result
+from common import REPO, machine, photos, save_result
 
 DATA = REPO / "bench" / ".data"
 PEERS = ("fastai", "ultralytics", "torchvision")
@@ -71,42 +71,6 @@ def digits(root: Path) -> Path:
     images = [Image.fromarray((img * 255 / 16).astype("uint8")).convert("RGB").resize((32, 32), Image.BILINEAR)
               for img in d.images]
     split_write(root, images, list(map(int, d.target)), [str(c) for c in range(10)])
-    (root / ".done").write_text("")
-    return root
-
-
-def photographs() -> dict:
-    import numpy as np
-    from skimage import data as sk
-    from sklearn.datasets import load_sample_image
-
-    out = {name: getattr(sk, name)() for name in ("astronaut", "chelsea", "coffee", "rocket")}
-    for name in ("china", "flower"):
-        out[name] = load_sample_image(f"{name}.jpg")
-    return {k: np.asarray(v)[..., :3] for k, v in out.items()}
-
-
-def photos(root: Path, per_class=(120, 30, 50), seed: int = 0) -> Path:
-    """Crops of real photographs, one class per photograph, the splits from separate vertical bands."""
-    from PIL import Image
-
-    if (root / ".done").exists():
-        return root
-    rng = random.Random(seed)
-    bands = {"train": (0.0, 0.55), "val": (0.55, 0.72), "test": (0.72, 1.0)}
-    for name, pixels in photographs().items():
-        h, w = pixels.shape[:2]
-        photo = Image.fromarray(pixels)
-        for (split, (lo, hi)), count in zip(bands.items(), per_class):
-            folder = root / split / name
-            folder.mkdir(parents=True, exist_ok=True)
-            x0, x1 = int(lo * w), int(hi * w)
-            for i in range(count):
-                side = rng.randint(56, min(96, x1 - x0, h))
-                x = rng.randint(x0, x1 - side)
-                y = rng.randint(0, h - side)
-                crop = photo.crop((x, y, x + side, y + side)).resize((96, 96), Image.BILINEAR)
-                crop.save(folder / f"{i:04d}.jpg", quality=92)
     (root / ".done").write_text("")
     return root
 

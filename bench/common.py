@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -143,3 +144,48 @@ def trainer_loop(raw: dict, prefix: str):
     seed_everything(cfg.train.seed)
     parts = build(cfg, strategy, reporter, should_stop=lambda: False)
     return cfg, parts, Loop(run, cfg, strategy, parts, reporter, StopRequest())
+
+
+SCIKIT_IMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")  # shipped in scikit-image's wheel
+SCIKIT_LEARN_PHOTOS = ("china", "flower")
+
+
+def photographs(names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> dict:
+    """Real photographs that come with scikit-image and scikit-learn (no download), as RGB arrays."""
+    from skimage import data as sk
+
+    out = {}
+    for name in names:
+        if name in SCIKIT_LEARN_PHOTOS:
+            from sklearn.datasets import load_sample_image
+
+            out[name] = load_sample_image(f"{name}.jpg")
+        else:
+            out[name] = getattr(sk, name)()
+    return {k: np.asarray(v)[..., :3] for k, v in out.items()}
+
+
+def photos(root: Path, per_class=(120, 30, 50), seed: int = 0, names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> Path:
+    """Crops of real photographs, one class per photograph, the splits (train, val, test folders) from separate
+    vertical bands of each photograph, so the test images are regions never trained on."""
+    from PIL import Image
+
+    if (root / ".done").exists():
+        return root
+    rng = random.Random(seed)
+    bands = {"train": (0.0, 0.55), "val": (0.55, 0.72), "test": (0.72, 1.0)}
+    for name, pixels in photographs(names).items():
+        h, w = pixels.shape[:2]
+        photo = Image.fromarray(pixels)
+        for (split, (lo, hi)), count in zip(bands.items(), per_class):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            x0, x1 = int(lo * w), int(hi * w)
+            for i in range(count):
+                side = rng.randint(56, min(96, x1 - x0, h))
+                x = rng.randint(x0, x1 - side)
+                y = rng.randint(0, h - side)
+                crop = photo.crop((x, y, x + side, y + side)).resize((96, 96), Image.BILINEAR)
+                crop.save(folder / f"{i:04d}.jpg", quality=92)
+    (root / ".done").write_text("")
+    return root

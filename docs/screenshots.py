@@ -61,7 +61,8 @@ def main() -> int:
         nonlocal steps
         steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
                       ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
-                      ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("sweep", "Runs"),
+                      ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("export", "Runs"),
+                      ("sweep", "Runs"),
                       ("queue", "Queue"), ("runs", "Runs"), ("auto", "Dataset")])
         next_shot()
 
@@ -159,6 +160,26 @@ def main() -> int:
                                                 for r, x in enumerate(dialog.results) if not x["error"]),
                  lambda: QTimer.singleShot(300, lambda: (dialog.grab().save(str(out / "try_it.png")), dialog.close(),
                                                          QTimer.singleShot(300, next_shot))))
+            return
+        if name == "export":  # the demo run as ONNX, then int8 and ExecuTorch: measured side by side
+            from app.export_dialog import ExportDialog
+
+            dialog = ExportDialog(str(window.run_model.run.path), window)
+            dialog.resize(min(900, width - 40), 500)
+            dialog.show()
+            formats = iter(["onnx", "onnx_int8", "executorch"])
+
+            def export_next():
+                fmt = next(formats, None)
+                if fmt is None:
+                    dialog.table.selectRow(1)
+                    QTimer.singleShot(300, lambda: (dialog.grab().save(str(out / "export.png")), dialog.close(),
+                                                    QTimer.singleShot(300, next_shot)))
+                    return
+                dialog.format.setCurrentIndex(dialog.format.findData(fmt))
+                dialog.export()
+                when(lambda: dialog.job is None, export_next)
+            export_next()
             return
         if name == "recipes":
             window.optimizer_page.groups.set_groups([])

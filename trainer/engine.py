@@ -251,15 +251,18 @@ def evaluate_test_set(run: RunDir, reporter: Reporter, held_out: list[tuple[str,
 
 
 def export_formats(run: RunDir, reporter: Reporter, formats: list[str]) -> None:
-    """export.formats: best.pt into RUN_DIR/exports/model.EXT (+ sidecar), each with an `export` event."""
+    """export.formats: best.pt into RUN_DIR/exports/model.EXT (+ its model card), each with an `export` event."""
     from trainer.catalog import EXPORT_FORMATS
     from trainer.export import export_run
+    from trainer.model_card import read_card, summary
 
     for fmt in formats:
         reporter.prepare("export", f"exporting best.pt as {fmt}")
         path = export_run(run, fmt, run.path / "exports" / f"model{EXPORT_FORMATS[fmt]}")
-        reporter.emit("export", format=fmt, path=str(path), bytes=path.stat().st_size)
-        log.info("exported best.pt as %s: %s (%.1f MB)", fmt, path, path.stat().st_size / 1e6)
+        card = read_card(path) or {}
+        reporter.emit("export", format=fmt, path=str(path), bytes=card.get("file", {}).get("bytes"),
+                      top1=(card.get("metrics") or {}).get("top1"), batch1_ms=(card.get("speed") or {}).get("batch1_ms"))
+        log.info("exported best.pt as %s: %s (%s)", fmt, path, summary(card) if card else "no model card")
 
 
 def _emit_safely(reporter: Reporter, event: str, **fields) -> None:

@@ -86,11 +86,11 @@ def load_snippets(fmt: str, name: str, model_name: str, classes: int, size: int)
 
 def summary(card: dict) -> str:
     """One line: size, top-1 with its split, agreement, speed (or why they were not measured)."""
-    parts = [_size(card["file"]["bytes"])]
+    parts = [format_size(card["file"]["bytes"])]
     m, s = card.get("metrics"), card.get("speed")
     if m:
-        parts.append(f"top-1 {_pct(m['top1'])} on the {m['split']} split ({m['images']} images; the checkpoint "
-                     f"{_pct(m['checkpoint_top1'])}, agreement {_pct(m['agreement'])})")
+        parts.append(f"top-1 {format_percent(m['top1'])} on the {m['split']} split ({m['images']} images; the checkpoint "
+                     f"{format_percent(m['checkpoint_top1'])}, agreement {format_percent(m['agreement'])})")
     if s:
         parts.append(f"{s['batch1_ms']:.2f} ms per image, {s['images_per_s']:.0f} images/s at batch {s['batch']} "
                      f"({s['runtime']})")
@@ -98,12 +98,12 @@ def summary(card: dict) -> str:
     return "; ".join(parts)
 
 
-def _pct(value: float | None) -> str:
+def format_percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
 
-def _size(n: int) -> str:
-    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+def format_size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def markdown(card: dict) -> str:
@@ -118,8 +118,9 @@ def markdown(card: dict) -> str:
     throughput = f"{s['images_per_s']:.0f} images/s at batch {s['batch']}" if s else "—"
     lines += ["| file size | top-1 | checkpoint top-1 | agreement | latency, batch 1 | throughput |",
               "|---|---|---|---|---|---|",
-              f"| {_size(card['file']['bytes'])} | {_pct(m.get('top1'))} | {_pct(m.get('checkpoint_top1'))} "
-              f"| {_pct(m.get('agreement'))} | {latency} | {throughput} |", ""]
+              f"| {format_size(card['file']['bytes'])} | {format_percent(m.get('top1'))} "
+              f"| {format_percent(m.get('checkpoint_top1'))} "
+              f"| {format_percent(m.get('agreement'))} | {latency} | {throughput} |", ""]
     if m:
         lines += [f"Top-1 on the run's {m['split']} split ({m['images']} images"
                   + (f" of {m['of']}" if m["of"] > m["images"] else "") + f", listed in `{m['source']}`); "
@@ -155,7 +156,8 @@ def markdown(card: dict) -> str:
         lines += [f"{consumer}:", "", f"```{lang}", code, "```", ""]
     t = card["training"]
     lines += ["## Training", "", f"- run: `{t['run']}`, {t['epochs_trained']} epochs trained"
-              + (f", best validation accuracy {_pct(card.get('best_acc'))}" if card.get("best_acc") is not None else ""),
+              + (f", best validation accuracy {format_percent(card['best_acc'])}" if card.get("best_acc") is not None
+                 else ""),
               f"- data: `{t['config']['data']['train_dir']}`: {t['data'].get('train_images', '?')} training, "
               f"{t['data'].get('val_images', '?')} validation"
               + (f", {t['data']['test_images']} test" if t["data"].get("test_images") else "") + " images",

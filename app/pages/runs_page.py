@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
@@ -34,11 +33,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob, run_in_thread
+from app.background import run_in_thread
 from app.experiments import column_title, format_duration, read_notes, summarize, varying_keys, write_notes
+from app.export_dialog import ExportDialog
 from app.grad_views import elide_middle
 from app.pages.plots import COLORS, make_plot, with_log_toggle
-from trainer.catalog import DEFAULT_EXPORT_FORMAT, DEPRECATED_EXPORT_FORMATS, EXPORT_FORMATS, RUN_CHECKPOINTS
 from trainer.events import read_events
 from trainer.rundir import RunDir, list_runs
 from trainer.schedule import describe_extension
@@ -52,74 +51,6 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
         epochs = [(e["epoch"], e["val_acc"]) for e in events if e["event"] == "epoch"]
         out.append((Path(path).name, {"steps": steps, "epochs": epochs}))
     return out
-
-
-class ExportDialog(QDialog):
-    """Export a run's checkpoint with `main.py export` (in a subprocess)."""
-
-    def __init__(self, run_dir: str, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setWindowTitle(f"Export {Path(run_dir).name}")
-        self.setMinimumWidth(620)  # the result line (the exported file's path) wraps instead of being cut off
-        self.run_dir = run_dir
-        self.format = QComboBox()
-        for fmt in EXPORT_FORMATS:  # the trainer's list, its default first; deprecated ones say so
-            self.format.addItem(fmt + (" (deprecated)" if fmt in DEPRECATED_EXPORT_FORMATS else ""), fmt)
-            if fmt in DEPRECATED_EXPORT_FORMATS:
-                self.format.setItemData(self.format.count() - 1, DEPRECATED_EXPORT_FORMATS[fmt],
-                                        Qt.ItemDataRole.ToolTipRole)
-        self.format.setCurrentIndex(self.format.findData(DEFAULT_EXPORT_FORMAT))
-        self.checkpoint = QComboBox()
-        self.checkpoint.addItems(list(RUN_CHECKPOINTS))
-        self.out = QLineEdit(str(Path(run_dir) / "export" / ("model" + EXPORT_FORMATS[DEFAULT_EXPORT_FORMAT])))
-        self.format.currentIndexChanged.connect(lambda _: self._suffix(self.format.currentData()))
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        row = QHBoxLayout()
-        row.addWidget(self.out, 1)
-        row.addWidget(browse)
-        self.result = QLabel("")
-        self.result.setWordWrap(True)
-        form = QFormLayout(self)
-        form.addRow("Format", self.format)
-        form.addRow("Checkpoint", self.checkpoint)
-        form.addRow("Write to", row)
-        form.addRow(self.result)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        self.export_button = self.buttons.addButton("Export", QDialogButtonBox.ButtonRole.ActionRole)
-        self.export_button.clicked.connect(self.export)
-        self.buttons.rejected.connect(self.reject)
-        form.addRow(self.buttons)
-        self.job: CliJob | None = None
-
-    def _suffix(self, fmt: str) -> None:
-        suffix = EXPORT_FORMATS[fmt]
-        path = Path(self.out.text())
-        self.out.setText(str(path.parent / ("model" + suffix)))
-
-    def _browse(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export to", self.out.text())
-        if path:
-            self.out.setText(path)
-
-    def export(self) -> None:
-        self.export_button.setEnabled(False)
-        self.result.setText("exporting…")
-        self.job = CliJob(["export", self.run_dir, "--format", self.format.currentData(), "--out", self.out.text(),
-                           "--checkpoint", self.checkpoint.currentText()], self, parse_json=False)
-        self.job.progress.connect(lambda line: self.result.setText(line) if line.startswith("fetching") else None)
-        self.job.done.connect(lambda text: self._finished(f"<span style='color:#2b7a2b'>{text.strip()}</span>"))
-        self.job.failed.connect(lambda error: self._finished(f"<span style='color:#c9302c'>{error}</span>"))
-
-    def _finished(self, html: str) -> None:
-        self.job = None
-        self.result.setText(html)
-        self.export_button.setEnabled(True)
-
-    def reject(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-        super().reject()
 
 
 BASE_COLUMNS = ["run", "status", "model", "dataset"]

@@ -76,7 +76,7 @@ def test_a_run_on_a_host_from_the_app_survives_the_app_and_its_follower(qtbot, m
     assert all(p.path.startswith(copies) for p in tab.evaluation.errors()[:5])
     qtbot.waitUntil(lambda: tab.gallery.count() > 0 and not tab.gallery.item(0).icon().isNull(), timeout=10_000)
 
-    from app.pages.runs_page import ExportDialog  # Export brings the ONNX file home, saying how far the fetch is
+    from app.export_dialog import ExportDialog  # Export brings the ONNX file home, saying how far the fetch is
 
     dialog = ExportDialog(str(run.path), window)
     dialog.format.setCurrentIndex(dialog.format.findData("onnx"))

@@ -1,0 +1,171 @@
+"""Deploy: int8 and fp16 ONNX, ExecuTorch and Core ML exports, each measured and described by a model card; the
+refusals of bad input leave nothing behind."""
+
+import csv
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import REPO, train_here, write_config
+
+from trainer import cli
+from trainer.catalog import EXPORT_FORMATS
+from trainer.checkpoint import read_checkpoint
+from trainer.events import read_events
+from trainer.export_data import calibration_images
+from trainer.rundir import RunDir
+
+
+def _bench_common():
+    spec = importlib.util.spec_from_file_location("bench_common", REPO / "bench" / "common.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def photo_run(tmp_path_factory):
+    """resnet18 trained on crops of four real photographs (scikit-image's), tested on regions it never saw."""
+    common = _bench_common()
+    tmp = tmp_path_factory.mktemp("photos")
+    folder = common.photos(tmp / "photos", per_class=(60, 20, 40), names=common.SCIKIT_IMAGE_PHOTOS)
+    cfg = write_config(tmp, folder / "train", data={"val_dir": str(folder / "val"), "test_dir": str(folder / "test"),
+                                                    "image_size": 64, "batch_size": 32},
+                       model={"name": "resnet18"}, optimizer={"name": "adamw", "lr": 0.002},
+                       scheduler={"name": "onecycle"}, train={"epochs": 4, "seed": 0})
+    run, code = train_here(cfg, tmp / "runs")
+    assert code == 0
+    return run, folder
+
+
+def export(run: RunDir, fmt: str, out: Path, *extra: str) -> dict:
+    assert cli.main(["export", str(run.path), "--format", fmt, "--out", str(out), *extra]) == 0
+    return json.loads(Path(f"{out}.json").read_text())
+
+
+def test_int8_onnx_keeps_top1_within_a_point_at_under_30_percent_of_the_size(photo_run, tmp_path, capsys):
+    run, folder = photo_run
+    fp32 = export(run, "onnx", tmp_path / "model.onnx")
+    int8 = export(run, "onnx_int8", tmp_path / "model.int8.onnx")
+    printed = capsys.readouterr().out
+    assert f"exported {tmp_path / 'model.int8.onnx'} (+ model.int8.onnx.json and model.int8.onnx.md" in printed
+    assert abs(int8["metrics"]["top1"] - fp32["metrics"]["top1"]) <= 0.01, (int8["metrics"], fp32["metrics"])
+    assert fp32["metrics"]["top1"] > 0.5, "the run learned the photographs (else the comparison says nothing)"
+    assert int8["file"]["bytes"] == (tmp_path / "model.int8.onnx").stat().st_size
+    assert int8["file"]["bytes"] < 0.3 * fp32["file"]["bytes"]
+    for card in (fp32, int8):  # latency and throughput, each with the checkpoint's beside it
+        assert card["speed"]["batch1_ms"] > 0 and card["speed"]["images_per_s"] > 0 and card["speed"]["batch"] == 32
+        assert card["speed"]["checkpoint"]["batch1_ms"] > 0 and "ONNX Runtime" in card["speed"]["runtime"]
+    assert fp32["metrics"]["agreement"] == 1.0 and int8["metrics"]["agreement"] >= 0.95
+    conversion = int8["conversion"]
+    assert conversion["method"] == "static" and conversion["calibration_images"] == 200
+    assert "training split" in conversion["calibrated_on"] and "seed 0" in conversion["calibrated_on"]
+    assert f"top-1 {100 * int8['metrics']['top1']:.1f}% on the test split" in printed
+
+    # the card's facts are the run's
+    state = read_checkpoint(run.checkpoints / "best.pt")
+    start = next(e for e in read_events(run.events) if e["event"] == "run_start")
+    with open(run.path / "eval" / "test" / "predictions.csv", newline="") as f:
+        tested = list(csv.DictReader(f))
+    for card in (fp32, int8):
+        assert card["classes"] == state["classes"] == sorted(p.name for p in (folder / "train").iterdir())
+        assert (card["image_size"], card["mean"], card["std"]) == (64, state["preprocess"]["mean"],
+                                                                   state["preprocess"]["std"])
+        assert card["source_run"] == str(run.path) and card["epoch"] == state["epoch"] == 4
+        m = card["metrics"]
+        assert m["split"] == "test" and m["images"] == len(tested) == 4 * 40 and m["skipped"] == 0
+        right = sum(r["true"] == r["predicted"] for r in tested) / len(tested)  # the run's own test evaluation
+        assert abs(m["checkpoint_top1"] - right) <= 2 / len(tested), "the same images, the same network"
+        assert card["training"]["data"] == {"train_images": start["train_size"], "val_images": start["val_size"],
+                                            "test_images": 160}
+        assert card["training"]["config"] == state["config"] and card["training"]["epochs_trained"] == 4
+    md = (tmp_path / "model.int8.onnx.md").read_text()
+    assert f"| {int8['file']['bytes'] / 1e6:.1f} MB | {100 * int8['metrics']['top1']:.1f}% |" in md
+    assert "0. astronaut" in md and "## Load it" in md and 'InferenceSession("model.int8.onnx")' in md
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary left"
+
+
+def test_calibration_images_are_a_seeded_sample_of_the_training_split_only(photo_run, tmp_path):
+    run, folder = photo_run
+    config = read_checkpoint(run.checkpoints / "best.pt")["config"]
+    first, where = calibration_images(run, config, None, 50, seed=0)
+    assert first == calibration_images(run, config, None, 50, seed=0)[0] != calibration_images(run, config, None, 50, 1)[0]
+    assert len(first) == 50 and all(Path(p).is_relative_to(folder / "train") for p in first)
+    # a run that validates on part of its training folder: those images are not calibrated on
+    (tmp_path / "mixed").symlink_to(folder / "train")
+    config = {**config, "data": {**config["data"], "train_dir": str(tmp_path / "mixed")}}
+    (run.path / "eval" / "val" / "predictions.csv").rename(tmp_path / "kept.csv")
+    try:
+        held = [str(tmp_path / "mixed" / "astronaut" / f"{i:04d}.jpg") for i in range(55)]
+        (run.path / "eval" / "val" / "predictions.csv").write_text("path,true\n" + "".join(f"{p},astronaut\n" for p in held))
+        chosen, _ = calibration_images(run, config, None, 1000, seed=0)
+        assert not set(held) & set(chosen) and len(chosen) == 240 - 55
+    finally:
+        (tmp_path / "kept.csv").rename(run.path / "eval" / "val" / "predictions.csv")
+
+
+def test_fp16_and_executorch_are_measured_and_core_ml_is_checked(photo_run, tmp_path, capsys):
+    run, _ = photo_run
+    fp16 = export(run, "onnx_fp16", tmp_path / "model.fp16.onnx")
+    assert fp16["conversion"]["weights"] == "fp16" and fp16["metrics"]["agreement"] >= 0.98
+    pte = export(run, "executorch", tmp_path / "model.pte")
+    assert pte["metrics"]["agreement"] == 1.0 and pte["speed"]["batch"] == 1 and "ExecuTorch" in pte["speed"]["runtime"]
+    assert "ExecuTorch (Android, Kotlin)" in pte["load"]
+    image = next((run.path.parent.parent / "photos" / "test" / "coffee").glob("*.jpg"))
+    assert cli.main(["predict", str(tmp_path / "model.pte"), str(image)]) == 0
+    coreml = export(run, "coreml", tmp_path / "model.mlpackage")
+    assert (tmp_path / "model.mlpackage").is_dir() and "metrics" not in coreml
+    assert coreml["not_measured"] == {"accuracy and speed": "Core ML runs on macOS and iOS only"}
+    assert "input (images, 1 x 3 x S x S) and output checked" in coreml["checked"] and "Core ML (Swift)" in coreml["load"]
+    capsys.readouterr()
+    assert cli.main(["predict", str(tmp_path / "model.mlpackage"), str(image)]) == 2
+    assert "Core ML models run on macOS and iOS only" in capsys.readouterr().err
+    export(run, "coreml", tmp_path / "model.mlpackage")  # again, over the first: replaced, nothing left aside
+    assert sorted(p.name for p in tmp_path.iterdir() if "mlpackage" in p.name) == [
+        "model.mlpackage", "model.mlpackage.json", "model.mlpackage.md"]
+
+
+def refused(argv: list[str], capsys) -> str:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err, err
+    return err
+
+
+def test_bad_input_is_one_line_and_leaves_nothing(photo_run, tmp_path, capsys, monkeypatch):
+    run, _ = photo_run
+    out = tmp_path / "out"
+    out.mkdir()
+    empty = tmp_path / "no-images"
+    (empty / "sub").mkdir(parents=True)
+    (empty / "sub" / "notes.txt").write_text("not an image")
+    err = refused(["export", str(run.path), "--format", "onnx_int8", "--out", str(out / "m.int8.onnx"),
+                   "--calibration", str(empty)], capsys)
+    assert f"--calibration: {empty}: no images in it" in err
+    err = refused(["export", str(run.path), "--format", "onnx_int8", "--out", str(out / "m.int8.onnx"),
+                   "--calibration", str(tmp_path / "missing")], capsys)
+    assert "no such folder" in err
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "coremltools"
+                        else real_find_spec(name, *a))
+    err = refused(["export", str(run.path), "--format", "coreml", "--out", str(out / "m.mlpackage")], capsys)
+    assert err == "error: --format coreml: needs coremltools, which is not installed here (pip install coremltools)"
+    monkeypatch.undo()
+    read_only = Path("/sys/fs") if os.geteuid() == 0 else tmp_path / "ro"  # root writes anywhere a mode forbids
+    if read_only != Path("/sys/fs"):
+        read_only.mkdir(mode=0o555)
+    err = refused(["export", str(run.path), "--format", "onnx_int8", "--out", str(read_only / "m.int8.onnx")], capsys)
+    assert err.startswith(f"error: --out: {read_only}: cannot write there")
+
+    from trainer import quantize
+
+    def crash(*args):  # the converter failing half-way, after the fp32 file was written
+        raise RuntimeError("converter crashed")
+
+    monkeypatch.setattr(quantize, "int8_onnx", crash)
+    assert cli.main(["export", str(run.path), "--format", "onnx_int8", "--out", str(out / "m.int8.onnx")]) == 1
+    assert "RuntimeError: converter crashed" in capsys.readouterr().err
+    assert list(out.iterdir()) == [], "nothing half-written, no temporary left"
+    assert EXPORT_FORMATS["onnx_int8"] == ".int8.onnx"
