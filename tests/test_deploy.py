@@ -93,6 +93,9 @@ def test_calibration_images_are_a_seeded_sample_of_the_training_split_only(photo
     first, where = calibration_images(run, config, None, 50, seed=0)
     assert first == calibration_images(run, config, None, 50, seed=0)[0] != calibration_images(run, config, None, 50, 1)[0]
     assert len(first) == 50 and all(Path(p).is_relative_to(folder / "train") for p in first)
+    gone = {**config, "data": {**config["data"], "train_dir": str(tmp_path / "moved")}}
+    with pytest.raises(ValueError, match=r"data.train_dir: .*moved: the run's training folder is gone; give images"):
+        calibration_images(run, gone, None, 50, seed=0)
     # a run that validates on part of its training folder: those images are not calibrated on
     (tmp_path / "mixed").symlink_to(folder / "train")
     config = {**config, "data": {**config["data"], "train_dir": str(tmp_path / "mixed")}}
