@@ -23,10 +23,11 @@ from pathlib import Path
 import torch
 
 from trainer import __version__
-from trainer.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_FORMATS, INT8_METHODS
+from trainer.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_DESCRIPTIONS, EXPORT_FORMATS, INT8_METHODS
 from trainer.errors import InputError, first_line
 from trainer.files import atomic_write_text
 from trainer.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
+from trainer.model_card import markdown
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,6 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
         atomic_write_text(Path(f"{target}.json"), json.dumps(sidecar))
         card = _card(run, fmt, target, out.name, sidecar, reference, conversion)
         atomic_write_text(Path(f"{target}.json"), json.dumps(card, indent=1))
-        from trainer.model_card import markdown
-
         atomic_write_text(Path(f"{target}.md"), markdown(card))
         _move_into_place(target, out, work)
     except OSError as e:
@@ -179,7 +178,7 @@ def _calibration(run: RunDir, reference: LoadedModel, options: ExportOptions) ->
     config = reference.state["config"]
     paths, where = calibration_images(run, config, options.calibration, options.calibration_images,
                                       int(config.get("train", {}).get("seed", 0)))
-    found = classify_inputs(reference.preprocess, paths)
+    found = _network_inputs(reference.preprocess, paths)
     if not len(found):
         raise CalibrationError(f"--calibration: none of the {len(paths)} images chosen could be read ({where})")
     batches = [np.ascontiguousarray(found[i:i + CALIBRATION_BATCH].numpy())
@@ -187,7 +186,7 @@ def _calibration(run: RunDir, reference: LoadedModel, options: ExportOptions) ->
     return batches, where.replace(f"{len(paths)} images", f"{len(found)} images", 1)
 
 
-def classify_inputs(pre: Preprocess, paths: list[str]) -> torch.Tensor:
+def _network_inputs(pre: Preprocess, paths: list[str]) -> torch.Tensor:
     """The network's float32 input for each readable image (unreadable ones logged and left out)."""
     images = []
     for path in paths:
@@ -212,7 +211,7 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
     size = sidecar["image_size"]
     card = {**sidecar, "card_version": CARD_VERSION, "traindeck": __version__,
             "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "description": None, "file": {"name": name, "bytes": _bytes(target)}}
+            "description": EXPORT_DESCRIPTIONS[fmt], "file": {"name": name, "bytes": _bytes(target)}}
     if conversion:
         card["conversion"] = conversion
     not_measured = {}
@@ -244,9 +243,6 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
         not_measured["accuracy and speed"] = "Core ML runs on macOS and iOS only"
     if not_measured:
         card["not_measured"] = not_measured
-    from trainer.catalog import EXPORT_DESCRIPTIONS
-
-    card["description"] = EXPORT_DESCRIPTIONS[fmt]
     card["training"] = training_facts(run, state)
     card["load"] = load_snippets(fmt, name, state["model_name"], len(classes), size)
     return card
