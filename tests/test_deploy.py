@@ -172,3 +172,28 @@ def test_bad_input_is_one_line_and_leaves_nothing(photo_run, tmp_path, capsys, m
     assert "RuntimeError: converter crashed" in capsys.readouterr().err
     assert list(out.iterdir()) == [], "nothing half-written, no temporary left"
     assert EXPORT_FORMATS["onnx_int8"] == ".int8.onnx"
+
+
+def test_static_int8_ranges_come_from_every_calibration_image(tmp_path):
+    """The input's quantization range covers the largest value of any calibration batch, the first included (ONNX
+    Runtime 1.32's CalibMaxIntermediateOutputs drops the batches before each flush: not used)."""
+    import numpy as np
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    from trainer import quantize
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    net(torch.zeros(1, 3, 8, 8))
+    torch.onnx.export(net.eval(), (torch.zeros(16, 3, 8, 8),), str(tmp_path / "fp32.onnx"), input_names=["images"],
+                      dynamo=False)
+    rng = np.random.default_rng(0)
+    batches = [rng.uniform(-40, 40, (16, 3, 8, 8)).astype(np.float32)]  # the first batch spans -40..40
+    batches += [rng.uniform(-1, 1, (16, 3, 8, 8)).astype(np.float32) for _ in range(20)]
+    done = quantize.int8_onnx(tmp_path / "fp32.onnx", tmp_path / "int8.onnx", "static", batches, tmp_path)
+    assert done["calibration_images"] == 21 * 16
+    graph = onnx.load(str(tmp_path / "int8.onnx")).graph
+    (node,) = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "images"]
+    scale = {i.name: numpy_helper.to_array(i) for i in graph.initializer}[node.input[1]]
+    assert float(scale) * 255 >= 79, f"the input's range is {float(scale) * 255:.1f} wide, not the 80 it spans"
