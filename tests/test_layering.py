@@ -10,7 +10,7 @@ TORCH_FREE = {"trainer.config", "trainer.events", "trainer.rundir", "trainer.sca
               "trainer.launch", "trainer.demo_data", "trainer.catalog", "trainer.devices", "trainer.manifest",
               "trainer.queue", "trainer.schedule", "trainer.sweep", "trainer.standby", "trainer.errors",
               "trainer.files", "trainer.system", "trainer.recipes",
-              "trainer.csvfile", "trainer.suggest", "trainer.hosts", "trainer.mirror", "trainer.ssh"}
+              "trainer.csvfile", "trainer.suggest", "trainer.hosts", "trainer.mirror", "trainer.ssh", "trainer.model_card"}
 
 
 def imports(path):
