@@ -113,6 +113,7 @@ def test_fp16_and_executorch_are_measured_and_core_ml_is_checked(photo_run, tmp_
     run, _ = photo_run
     fp16 = export(run, "onnx_fp16", tmp_path / "model.fp16.onnx")
     assert fp16["conversion"]["weights"] == "fp16" and fp16["metrics"]["agreement"] >= 0.98
+    assert "no CUDA provider" in fp16["not_measured"]["GPU speed"], "its CPU speed is not passed off as its point"
     pte = export(run, "executorch", tmp_path / "model.pte")
     assert pte["metrics"]["agreement"] == 1.0 and pte["speed"]["batch"] == 1 and "ExecuTorch" in pte["speed"]["runtime"]
     assert "ExecuTorch (Android, Kotlin)" in pte["load"]

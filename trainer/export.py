@@ -241,6 +241,12 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
             raise ExportError(f"{name}: the Core ML package written does not load back ({first_line(e)})") from e
         card["checked"] = "loaded back with coremltools; its input (images, 1 x 3 x S x S) and output checked"
         not_measured["accuracy and speed"] = "Core ML runs on macOS and iOS only"
+    if fmt == "onnx_fp16":
+        import onnxruntime
+
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            not_measured["GPU speed"] = ("fp16 is for GPUs; this ONNX Runtime has no CUDA provider (pip install "
+                                         "onnxruntime-gpu where there is one), so its speed here is the CPU's")
     if not_measured:
         card["not_measured"] = not_measured
     card["training"] = training_facts(run, state)

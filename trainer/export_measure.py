@@ -23,9 +23,8 @@ from trainer.inference import BATCH, LoadedModel
 log = logging.getLogger(__name__)
 
 LARGE_BATCH = 32  # the throughput batch
-LATENCY_RUNS, LATENCY_SECONDS = 30, 2.0  # batch-1 timings: this many runs, or fewer when they take longer than this
-THROUGHPUT_RUNS, THROUGHPUT_SECONDS = 5, 3.0
-WARM_UP = 3
+LATENCY_RUNS, LATENCY_SECONDS = 30, 1.0  # batch-1 timings: this many runs, or fewer (3 at least) past this time
+THROUGHPUT_RUNS, THROUGHPUT_SECONDS = 5, 1.5
 
 
 def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
@@ -71,8 +70,8 @@ def sample_images(images: MeasureSet | None, image_size: int, decode: Callable[[
     return torch.stack(found)
 
 
-def _timings(fn: Callable[[], object], runs: int, seconds: float) -> list[float]:
-    for _ in range(WARM_UP):
+def _timings(fn: Callable[[], object], runs: int, seconds: float, warm_up: int) -> list[float]:
+    for _ in range(warm_up):
         fn()
     out, deadline = [], time.perf_counter() + seconds
     while len(out) < runs and (len(out) < 3 or time.perf_counter() < deadline):
@@ -87,9 +86,10 @@ def speed(model: LoadedModel, images: torch.Tensor, one_at_a_time: bool = False)
     take one), timing the network alone on already normalised input."""
     x = model.preprocess.to_input(images)
     with torch.inference_mode():
-        one = _timings(lambda: model.net(x[:1]), LATENCY_RUNS, LATENCY_SECONDS)
+        one = _timings(lambda: model.net(x[:1]), LATENCY_RUNS, LATENCY_SECONDS, warm_up=3)
         batch = 1 if one_at_a_time else LARGE_BATCH
-        many = _timings(lambda: model.net(x[:batch]), THROUGHPUT_RUNS, THROUGHPUT_SECONDS) if batch > 1 else one
+        many = _timings(lambda: model.net(x[:batch]), THROUGHPUT_RUNS, THROUGHPUT_SECONDS, warm_up=1) \
+            if batch > 1 else one
     return {"batch1_ms": 1000 * statistics.median(one), "batch1_runs": len(one), "batch": batch,
             "batch_ms": 1000 * statistics.median(many), "images_per_s": batch / statistics.median(many)}
 
