@@ -60,6 +60,8 @@ def check_format(fmt: str, out: Path, options: ExportOptions) -> None:
             raise ExportError(f"--format {fmt}: needs {module}, which is not installed here ({install})")
     if options.int8 not in INT8_METHODS:
         raise ExportError(f"--int8: {options.int8!r} is not one of {', '.join(INT8_METHODS)}")
+    if options.calibration_images < 1:
+        raise ExportError(f"--calibration-images: must be at least 1, got {options.calibration_images}")
     if out.is_dir() and not (fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]):
         raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
 
@@ -69,8 +71,12 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
     options = options or ExportOptions()
     check_format(fmt, out, options)
     loaded = load_run_model(run, which)
-    check_writable(out.parent)
     state, pre = loaded.state, loaded.state["preprocess"]
+    if fmt == "onnx_int8" and options.calibration is not None:  # a folder given: refused before anything is made
+        from trainer.export_data import calibration_images
+
+        calibration_images(run, state["config"], options.calibration, options.calibration_images, 0)
+    check_writable(out.parent)
     in_graph = fmt in GRAPH_FORMATS
     net = loaded.net.to(memory_format=torch.contiguous_format)
     if pre.get("tta") and in_graph:
