@@ -83,7 +83,8 @@ class ExportDialog(QDialog):
         self.about.setWordWrap(True)
         self.checkpoint = QComboBox()
         self.checkpoint.addItems(list(RUN_CHECKPOINTS))
-        self.out = QLineEdit(str(Path(run_dir) / "exports" / ("model" + EXPORT_FORMATS[DEFAULT_EXPORT_FORMAT])))  # as export.formats
+        # RUN_DIR/exports: where export.formats writes too
+        self.out = QLineEdit(str(Path(run_dir) / "exports" / ("model" + EXPORT_FORMATS[DEFAULT_EXPORT_FORMAT])))
         self.format.currentIndexChanged.connect(lambda _: self._format_changed(self.format.currentData()))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)

@@ -184,25 +184,16 @@ def _calibration(run: RunDir, reference: LoadedModel, options: ExportOptions) ->
     config = reference.state["config"]
     paths, where = calibration_images(run, config, options.calibration, options.calibration_images,
                                       int(config.get("train", {}).get("seed", 0)))
-    found = _network_inputs(reference.preprocess, paths)
-    if not len(found):
+    from trainer.export_measure import readable_images
+
+    pre = reference.preprocess
+    images = readable_images(paths, pre.decode)
+    if not images:
         raise CalibrationError(f"--calibration: none of the {len(paths)} images chosen could be read ({where})")
+    found = pre.to_input(torch.stack(images))
     batches = [np.ascontiguousarray(found[i:i + CALIBRATION_BATCH].numpy())
                for i in range(0, len(found), CALIBRATION_BATCH)]
     return batches, where.replace(f"{len(paths)} images", f"{len(found)} images", 1)
-
-
-def _network_inputs(pre: Preprocess, paths: list[str]) -> torch.Tensor:
-    """The network's float32 input for each readable image (unreadable ones logged and left out)."""
-    images = []
-    for path in paths:
-        try:
-            images.append(pre.decode(path))
-        except Exception as e:  # noqa: BLE001 - one bad file among the sample is not a reason to stop
-            log.warning("%s: skipped (%s)", path, first_line(e))
-    if not images:
-        return torch.zeros(0)
-    return pre.to_input(torch.stack(images))
 
 
 def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, reference: LoadedModel,

@@ -54,16 +54,22 @@ def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) ->
             "top1": right / seen, "checkpoint_top1": reference_right / seen, "agreement": agree / seen}
 
 
-def sample_images(images: MeasureSet | None, image_size: int, decode: Callable[[str], torch.Tensor]) -> torch.Tensor:
-    """LARGE_BATCH uint8 images to time with: the split's first readable ones, else seeded noise."""
+def readable_images(paths: list[str], decode: Callable[[str], torch.Tensor], limit: int | None = None) -> list:
+    """The decoded images of the files that can be read (at most `limit`); the others logged and left out."""
     found = []
-    for path, _ in (images.samples if images else []):
+    for path in paths:
         try:
             found.append(decode(path))
-        except Exception:  # noqa: BLE001
-            continue
-        if len(found) == LARGE_BATCH:
+        except Exception as e:  # noqa: BLE001 - one bad file among a sample is not a reason to stop
+            log.warning("%s: skipped (%s)", path, e)
+        if limit is not None and len(found) == limit:
             break
+    return found
+
+
+def sample_images(images: MeasureSet | None, image_size: int, decode: Callable[[str], torch.Tensor]) -> torch.Tensor:
+    """LARGE_BATCH uint8 images to time with: the split's first readable ones, else seeded noise."""
+    found = readable_images([path for path, _ in images.samples] if images else [], decode, LARGE_BATCH)
     while len(found) < LARGE_BATCH:  # too few images: noise takes as long to classify
         found.append(torch.randint(0, 256, (3, image_size, image_size), dtype=torch.uint8,
                                    generator=torch.Generator().manual_seed(len(found))))
