@@ -12,10 +12,8 @@ this few steps, which would make any two precisions look "equal").
 import argparse
 import json
 import statistics
-import tempfile
-from pathlib import Path
 
-from common import bench_config, bench_datasets, machine, save_result, train_cli
+from common import bench_config, bench_datasets, machine, save_result, scratch, train_cli
 
 
 def main():
@@ -25,7 +23,7 @@ def main():
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="td-amp-"))
+    work = scratch("td-amp-")
     results = {}
     for label, (data, size) in bench_datasets().items():
         cfg = bench_config(work / f"{size}.yaml", data, size, args.model, args.batch, args.epochs)

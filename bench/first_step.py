@@ -15,12 +15,11 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
-from common import REPO, machine, save_result, small_dataset
+from common import REPO, machine, save_result, scratch, small_dataset
 
 PHASES = ("imports", "scan and cache", "model and optimizer", "first step")
 
@@ -70,7 +69,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--models", nargs="+", default=["small_cnn", "resnet18"])
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="td-first-step-"))
+    work = scratch("td-first-step-")
     data = small_dataset(REPO / "bench" / ".data" / "shapes")
     configs = {}
     for model in args.models:

@@ -11,12 +11,11 @@ python bench/fp16_cpu.py [--seeds 1] [--epochs 4]     (needs scikit-learn for th
 
 import argparse
 import statistics
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import yaml
-from common import REPO, machine, save_result, train_cli
+from common import REPO, machine, save_result, scratch, train_cli
 
 SGD = {"name": "sgd", "lr": 0.05, "momentum": 0.9}
 
@@ -44,7 +43,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=4)
     args = parser.parse_args()
     data = digits_folder(REPO / "bench" / ".data" / "digits")
-    work = Path(tempfile.mkdtemp(prefix="td-fp16-"))
+    work = scratch("td-fp16-")
     config = work / "cfg.yaml"
     config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": 32, "batch_size": 64},
                                       "model": {"name": "resnet18"}, "optimizer": SGD,

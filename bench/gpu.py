@@ -13,11 +13,10 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, bench_config, machine, photo_dataset, run_json, train_cli
+from common import REPO, bench_config, machine, photo_dataset, run_json, scratch, train_cli
 
 # NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, "Training performance results" (pytorch-21.03 NGC container,
 # 1 GPU, mixed precision, batch 256, DALI): images/s. No H100/H200 figure is published there; on those, the A100
@@ -53,7 +52,7 @@ def main():
         model, size, batch, epochs, per_class, photo = "resnet50", 32, 4, 2, 4, (64, 48)
     else:
         model, size, batch, epochs, per_class, photo = "resnet50", 224, 256, 5, 500, (400, 300)
-    work = Path(tempfile.mkdtemp(prefix="td-gpu-"))
+    work = scratch("td-gpu-")
     data_root = (work if args.smoke else REPO / "bench" / ".data") / f"gpu-photos-{per_class}"
     started = time.perf_counter()
     data = photo_dataset(data_root, per_class=per_class, size=photo)

@@ -13,7 +13,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil  # noqa: E402
-from common import machine, save_result  # noqa: E402
+from common import machine, save_result, scratch  # noqa: E402
 
 WRITER = r"""
 import json, math, random, sys, time
@@ -66,7 +65,7 @@ def main():
     from trainer.rundir import RunDir
 
     app = QApplication([])
-    run = RunDir(Path(tempfile.mkdtemp(prefix="td-gui-"))).create()
+    run = RunDir(scratch("td-gui-")).create()
     run.write_status(state="running", pid=os.getpid())
     dashboard = Dashboard()
     dashboard.resize(1280, 800)

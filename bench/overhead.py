@@ -11,11 +11,9 @@ them, the whole process (start to exit, all epochs with validation and checkpoin
 import argparse
 import json
 import statistics
-import tempfile
-from pathlib import Path
 
 import yaml
-from common import BENCH_OPTIMIZER, REPO, machine, median_spread, run_json, save_result, small_dataset, train_cli
+from common import BENCH_OPTIMIZER, REPO, machine, median_spread, run_json, save_result, scratch, small_dataset, train_cli
 
 VARIANTS = {
     "b": ("trainer, stats off", ["monitor.grad_stats=false", "monitor.log_every=10"]),
@@ -33,7 +31,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--save-as", default="overhead", help="name of the raw-numbers file in bench/results")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="td-overhead-"))
+    work = scratch("td-overhead-")
     data = small_dataset(REPO / "bench" / ".data" / "shapes")
     config = work / "cfg.yaml"
     config.write_text(yaml.safe_dump({"data": {"train_dir": str(data), "image_size": args.size,

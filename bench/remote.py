@@ -20,7 +20,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from common import scratch  # noqa: E402
 from servers.loopback_sshd import start_loopback_sshd, stop_loopback_sshd  # noqa: E402
 
 from trainer.demo_data import write_demo_dataset  # noqa: E402
@@ -86,7 +86,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=8)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="traindeck-bench-remote-"))
+    tmp = scratch("traindeck-bench-remote-")
     server = start_loopback_sshd(tmp)
     data = write_demo_dataset(tmp / "data", per_class=100, size=32, seed=0)
     hosts = tmp / "hosts.yaml"

@@ -10,12 +10,11 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-from common import machine, save_result  # noqa: E402
+from common import machine, save_result, scratch  # noqa: E402
 
 
 def fake_runs(runs_dir: Path, n: int) -> None:
@@ -49,7 +48,7 @@ def main() -> int:
     from app.pages.runs_page import RunsPage, read_table
 
     app = QApplication.instance() or QApplication([])
-    runs_dir = Path(tempfile.mkdtemp()) / "runs"
+    runs_dir = scratch("td-runs-table-") / "runs"
     fake_runs(runs_dir, args.runs)
     page = RunsPage()
     page.resize(1280, 700)

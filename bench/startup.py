@@ -15,11 +15,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from common import machine, save_result
+from common import machine, save_result, scratch
 
 REPO = Path(__file__).resolve().parent.parent
 SHOWN = r"""
@@ -83,7 +82,7 @@ def main():
     args = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("QT_QPA_PLATFORM", "offscreen")
-    runs = tempfile.mkdtemp(prefix="td-startup-runs-")
+    runs = str(scratch("td-startup-runs-"))
     times, torch_loaded = [], []
     variants = {(think, standby): [] for think in (0, args.think) for standby in ("1", "0")}
     for _ in range(args.repeats):

@@ -16,11 +16,9 @@ ToTensor, 2 loader workers, one validation pass at the end), while (b) still val
 import argparse
 import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-from common import REPO, bench_config, bench_datasets, machine, median_spread, run_json, save_result, train_cli
+from common import REPO, bench_config, bench_datasets, machine, median_spread, run_json, save_result, scratch, train_cli
 
 
 def main():
@@ -37,7 +35,7 @@ def main():
     plain_flags = ["--no-augment"] if args.no_augment else []
     sets = (["data.augment.hflip=false", "data.augment.random_resized_crop=false", "scheduler.name=none"]
             if args.no_augment else [])
-    work = Path(tempfile.mkdtemp(prefix="td-throughput-"))
+    work = scratch("td-throughput-")
     table = {}
     for label, (data, size) in bench_datasets().items():
         if args.only and not label.startswith(args.only):

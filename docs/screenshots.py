@@ -5,7 +5,9 @@ Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots.py [OUT_DIR] 
 window is made for)
 """
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +35,8 @@ def main() -> int:
     ensure_demo_dataset(REPO / "demo_data")
     app = QApplication([])
     app.setStyleSheet(load_style())
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(tempfile.mkdtemp(prefix="traindeck-screenshots-"))
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     window = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat), tmp / "runs")
     window.resize(width, height)
     window.show()

@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,7 +10,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 # The decoded-image cache of every run started by the tests (in-process or as subprocesses) goes here, not ~/.cache.
-os.environ["XDG_CACHE_HOME"] = os.path.join(__import__("tempfile").mkdtemp(prefix="traindeck-test-cache-"))
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="traindeck-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

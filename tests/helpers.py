@@ -1,7 +1,9 @@
 """Helpers shared by the tests: configs, running main.py, in-process training, process checks."""
 
+import atexit
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -193,6 +195,7 @@ def build_parts(config_path: Path, overrides=None):
 
     cfg = load_config(config_path, overrides)
     run = RunDir(Path(tempfile.mkdtemp(prefix="traindeck-parts-"))).create()
+    atexit.register(shutil.rmtree, run.path, ignore_errors=True)
     strategy = make_strategy(cfg)
     seed_everything(cfg.train.seed)
     return cfg, build(cfg, strategy, reporter_for(run.events, True, cfg.monitor.system_every_s), lambda: False)

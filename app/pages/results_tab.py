@@ -133,7 +133,7 @@ class ResultsTab(QWidget):
         self._eval_serial = 0
         self._thumb_serial = 0
         self._cam_job: CliJob | None = None
-        self._cam_dir = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
+        self._cam_dir: tempfile.TemporaryDirectory | None = None  # made at the first Grad-CAM
 
         # ---- matrix ----
         self.eval_choice = QComboBox()
@@ -512,6 +512,8 @@ class ResultsTab(QWidget):
         p = self.selected
         if p is None or self.model is None:
             return
+        if self._cam_dir is None:
+            self._cam_dir = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
         out = Path(self._cam_dir.name) / f"cam-{abs(hash(p.path))}.png"
         self.cam_button.setEnabled(False)
         self.cam_button.setText("Computing…")
@@ -576,5 +578,6 @@ class ResultsTab(QWidget):
             header.resizeSection(col, max(self.zoom.value(), metrics.horizontalAdvance(label) + 14))
 
     def closeEvent(self, event) -> None:  # noqa: N802
-        self._cam_dir.cleanup()
+        if self._cam_dir is not None:
+            self._cam_dir.cleanup()
         super().closeEvent(event)
