@@ -25,8 +25,8 @@ sys.path.insert(0, str(REPO))
 
 
 def scratch(prefix: str) -> Path:
-    """A temporary folder for one benchmark's runs and data, removed when the benchmark exits (a GPU smoke run
-    alone leaves 1.6 GB of checkpoints behind)."""
+    """A temporary folder for one benchmark's runs and data, removed when the benchmark exits (the GPU smoke run's
+    checkpoints alone are 1.6 GB)."""
     work = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
     return work
