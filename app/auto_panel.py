@@ -80,8 +80,9 @@ class AutoPanel(QGroupBox):
 
     def show_choices(self, choices: list[dict], seconds: float) -> None:
         self.button.setEnabled(True)
-        self.status.setText(f"Planned in {seconds:.0f} s; the run is on the Training page. These are ordinary "
-                            f"settings: change any and press Start to train again.")
+        self.status.setText(f"Planned in {seconds:.0f} s; the run is on the Training page. The forms keep the plan, "
+                            f"but not its time budget (that was the run's): Start trains with no budget unless you "
+                            f"set one (Advanced page, train.budget). New (Ctrl+N) starts from the defaults.")
         self.choices.setRowCount(len(choices))
         for i, c in enumerate(choices):
             for j, text in enumerate((c["key"], shown_value(c["value"]), c["why"])):

@@ -87,10 +87,18 @@ class Series:
         return self._y[: self._n]
 
     def clear(self) -> None:
-        self._n = 0
+        self.truncate(-np.inf)
+
+    def truncate(self, last_x: float) -> None:
+        """Drop the points after `last_x` (a resumed run's superseded steps): derived views see a thinning that kept
+        the points before."""
+        n = int(np.searchsorted(self._x[: self._n], last_x, side="right"))
+        if n == self._n:
+            return
+        self._n = n
         self.version += 1
         self.decimations += 1
-        self.kept = np.empty(0, dtype=np.int64)
+        self.kept = np.arange(n, dtype=np.int64)
 
 
 class Matrix:
@@ -126,6 +134,13 @@ class Matrix:
         self._steps[self._n] = step
         self._n += 1
         self.version += 1
+
+    def truncate(self, last_step: float) -> None:
+        """Drop the columns after `last_step`."""
+        n = int(np.searchsorted(self._steps[: self._n], last_step, side="right"))
+        if n != self._n:
+            self._n = n
+            self.version += 1
 
     @property
     def data(self) -> np.ndarray:

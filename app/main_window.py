@@ -30,8 +30,9 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob, run_in_thread
 from app.experiments import extension_facts
-from app.forms import Binder
+from app.forms import Binder, get_path, set_path
 from app.lr_finder import LrFinder
+from app.pages.advanced_page import AdvancedPage, value_text
 from app.pages.dashboard import Dashboard
 from app.pages.dataset_page import DatasetPage
 from app.pages.device_page import DevicePage
@@ -49,7 +50,9 @@ from trainer.rundir import RunDir, list_runs
 
 log = logging.getLogger(__name__)
 
-PAGES = ["Dataset", "Model", "Optimizer", "Device", "Training", "Runs", "Queue"]
+PAGES = ["Dataset", "Model", "Optimizer", "Device", "Advanced", "Training", "Runs", "Queue"]
+# keys with a home on a page other than through the binder (the Advanced page lists every other key)
+PAGE_KEYS = {"optimizer.groups", "device.parallel", "device.launcher", "device.host"}
 DEMO_CONFIG = REPO_ROOT / "resources" / "demo.yaml"
 STYLE = (REPO_ROOT / "resources" / "style.qss")
 
@@ -74,6 +77,7 @@ class MainWindow(QMainWindow):
         self.model_page = ModelPage(self.binder)
         self.optimizer_page = OptimizerPage(self.binder)
         self.device_page = DevicePage(self.binder)
+        self.advanced_page = AdvancedPage(set(self.binder.widgets) | PAGE_KEYS)
         self.dashboard = Dashboard()
         self.runs_page = RunsPage()
         self.queue_page = QueuePage()
@@ -83,7 +87,8 @@ class MainWindow(QMainWindow):
         self.nav.addItems(PAGES)
         self.nav.setFixedWidth(110)
         self.stack = QStackedWidget()
-        for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.dashboard,
+        for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.advanced_page,
+                     self.dashboard,
                      self.runs_page, self.queue_page):
             # a laptop screen: a page that needs more room than the window has scrolls instead of widening it
             scroll = QScrollArea()
@@ -110,8 +115,12 @@ class MainWindow(QMainWindow):
         self.progress.setMaximumWidth(260)
         self.progress.setFormat("epoch %v/%m")
         self.eta_label = QLabel("")
+        self.budget_label = QLabel("")
+        self.budget_label.setObjectName("budgetLabel")
+        self.budget_label.setStyleSheet("font-weight: bold;")
         self.statusBar().addWidget(self.state_label)
         self.statusBar().addWidget(self.problem_label, 1)
+        self.statusBar().addPermanentWidget(self.budget_label)
         self.statusBar().addPermanentWidget(self.eta_label)
         self.statusBar().addPermanentWidget(self.progress)
 
@@ -125,6 +134,7 @@ class MainWindow(QMainWindow):
         self._validate_timer.setInterval(150)
         self._validate_timer.timeout.connect(self.validate)
         self.binder.changed.connect(self._validate_timer.start)
+        self.advanced_page.changed.connect(self._validate_timer.start)
         self.optimizer_page.groups.changed.connect(self._validate_timer.start)
         self.device_page.mode.currentIndexChanged.connect(lambda _: self._validate_timer.start())
         self.dataset_page.scanned.connect(self._scanned)
@@ -190,6 +200,8 @@ class MainWindow(QMainWindow):
             bar.addAction(a)
             return a
 
+        self.new_action = action("New", sp.SP_FileIcon, self.new_config, "Ctrl+N")
+        self.new_action.setToolTip("Every setting back to its default, on the same dataset")
         self.open_action = action("Open config…", sp.SP_DialogOpenButton, self._open_config_dialog, "Ctrl+O")
         self.save_action = action("Save config…", sp.SP_DialogSaveButton, self._save_config_dialog, "Ctrl+S")
         self.copy_action = action("Copy command", sp.SP_FileDialogDetailedView, self.copy_command)
@@ -215,12 +227,14 @@ class MainWindow(QMainWindow):
             self._remember_recent(str(self.config_path))
         return True
 
-    def load_config(self, cfg: RunConfig) -> None:
+    def load_config(self, cfg: RunConfig, set_by: str = "") -> None:
+        """Show `cfg` in the forms; `set_by` names who chose its values (the Advanced page marks them so)."""
         raw = cfg.to_dict()
-        self.loaded_raw = raw  # keys without a widget keep their loaded values
+        self.loaded_raw = raw
         self.binder.load(raw)
         self.optimizer_page.load(raw)
         self.device_page.load(raw)
+        self.advanced_page.load(raw, set_by)
         self.dataset_page.scan()
         self.validate()
 
@@ -229,6 +243,7 @@ class MainWindow(QMainWindow):
         self.binder.dump(raw)
         self.optimizer_page.dump(raw)
         self.device_page.dump(raw)
+        self.advanced_page.dump(raw)
         return raw
 
     def current_config(self) -> RunConfig | None:
@@ -252,11 +267,45 @@ class MainWindow(QMainWindow):
         self.config_problems = problems
         self.binder.mark_errors(problems)
         self.optimizer_page.groups.mark_errors(problems)
+        self.advanced_page.mark_errors(problems)
+        self._show_hidden_settings()
         self.problem_label.setText(problems[0] + (f"  (+{len(problems) - 1} more)" if len(problems) > 1 else "")
                                    if problems else "")
         self.problem_label.setToolTip("\n".join(problems))
         self._update_buttons()
         return problems
+
+    def _show_hidden_settings(self) -> None:
+        """Before Start: its tooltip names every setting with no form of its own that differs from its default (the
+        Advanced page lists them), and a time budget shows in the status bar."""
+        differing = self.advanced_page.differing()
+        budget = differing.get("train.budget")
+        budget = budget if isinstance(budget, (int, float)) and budget > 0 else None
+        tip = "Start a run with the settings on the pages"
+        if differing:
+            tip += ", including these from the Advanced page:\n" + "\n".join(
+                f"{key} = {value_text(value)}" for key, value in differing.items())
+        if budget:
+            tip = f"The run ends after its time budget of {budget:g} min (train.budget).\n" + tip
+        self.start_action.setToolTip(tip)
+        self.queue_action.setToolTip(tip.replace("Start a run", "Queue a run"))
+        self.budget_label.setText(f"budget {budget:g} min" if budget else "")
+        self.budget_label.setToolTip("train.budget, on the Advanced page: the run ends when it is spent" if budget
+                                     else "")
+
+    def new_config(self) -> None:
+        """The defaults on the form's dataset: a fresh start, whatever a plan or an opened run had set."""
+        current = self.current_raw()
+        raw = RunConfig().to_dict()
+        for key in ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude"):
+            set_path(raw, key, get_path(current, key))
+        try:
+            cfg = RunConfig.from_dict(raw)
+        except ConfigError:
+            cfg = RunConfig()
+        self.config_path = None
+        self.load_config(cfg)
+        self.statusBar().showMessage("New config: every setting at its default, on the same dataset", 5000)
 
     def _model_described(self, info: dict) -> None:
         """The chosen model's head (for the recipes) and the normalisation its weights mean (Dataset page)."""
@@ -383,12 +432,15 @@ class MainWindow(QMainWindow):
             self._auto_failed(f"the plan is not a config this app reads ({e})")
             return
         self.config_path = None
-        self.load_config(cfg)
+        self.load_config(cfg, set_by="Auto's plan")
         self.dataset_page.auto.show_choices(plan["choices"], plan.get("planning_s", 0))
         if self.validate() or self.runs.running:
             self.dataset_page.auto.failed("the plan is loaded, but the form has problems (see the status bar)")
             return
         self.runs.start(cfg, choices=plan["choices"])
+        # The budget was that run's: the form keeps Auto's other choices (marked on the Advanced page), not its clock.
+        self.advanced_page.set_value("train.budget", 0.0)
+        self.validate()
         self.nav.setCurrentRow(PAGES.index("Training"))
 
     def copy_command(self) -> None:
@@ -565,7 +617,7 @@ class MainWindow(QMainWindow):
     def _update_buttons(self) -> None:
         running = self.runs.running
         self.start_action.setEnabled(not running and not self.config_problems)
-        self.stop_action.setEnabled(running)
+        self.stop_action.setEnabled(running and not self.runs.finishing)
         self.resume_action.setEnabled(self.runs.can_resume())
 
     # ---- settings and closing ----------------------------------------------------------------
@@ -602,7 +654,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if self.runs.running and not (self._close_after_stop or self._leave_running):
+        # a run that has ended (its run_end is read) may still have a process tidying up: it needs no answer
+        if self.runs.running and not self.runs.finishing and not (self._close_after_stop or self._leave_running):
             event.ignore()
             self._ask_how_to_close()
             return

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -26,6 +27,7 @@ from trainer.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir,
 log = logging.getLogger(__name__)
 
 PENDING = ".pending"  # under the runs folder: what a started run waits in until the trainer makes its directory
+CATCH_UP_POLLS = 50  # when the trainer ends: polls (10 ms each at most) to read its last events
 REMOTE_GRACE_MS = 120_000  # Stop of a run on a host: its follower escalates there itself (trainer/mirror.py)
 
 
@@ -64,6 +66,11 @@ class RunController(QObject):
     def running(self) -> bool:
         return self.process.running
 
+    @property
+    def finishing(self) -> bool:
+        """The run on show has ended (its run_end is read) while its process is still exiting."""
+        return self.running and self.model is not None and self.model.ended
+
     def can_resume(self) -> bool:
         return (not self.running and self.model is not None
                 and self.model.run.effective_state() in RESUMABLE_STATES)
@@ -92,7 +99,8 @@ class RunController(QObject):
 
     def stop(self) -> None:
         if self.running:
-            self.process.stop()
+            floor_s = self.process.grace_ms / 1000
+            self.process.stop(int(1000 * (self.model.stop_grace_s(floor_s) if self.model is not None else floor_s)))
             self.stateText.emit("Stopping: saving a checkpoint…")
             self.changed.emit()
 
@@ -103,12 +111,9 @@ class RunController(QObject):
         state = run.effective_state()
         if state not in RESUMABLE_STATES:
             return f"{run.name} is {state}: only stopped or failed runs can be resumed."
+        launched = time.time()
         self._start_for(run, resume_command(run.path))
-        if self.model is None or self.model.run.path != run.path:
-            self.watch(run)
-        else:
-            self.model.watch()
-            self.changed.emit()
+        self._follow_segment(run, launched)
         return None
 
     def extend(self, run: RunDir, total_epochs: int) -> str | None:
@@ -119,13 +124,21 @@ class RunController(QObject):
         state = run.effective_state()
         if state not in RESUMABLE_STATES + ("completed",):
             return f"{run.name} is {state}: only a completed, stopped or failed run can be continued."
+        launched = time.time()
         self._start_for(run, resume_command(run.path, total_epochs))
+        self._follow_segment(run, launched)
+        return None
+
+    def _follow_segment(self, run: RunDir, launched: float) -> None:
+        """Follow the segment just launched on `run` to its end: on the dashboard already, or opened now (its
+        earlier segments replayed without ending it here)."""
         if self.model is None or self.model.run.path != run.path:
-            self.watch(run)
+            self.watch(run, segment_since=launched)
         else:
+            self.model.expect_segment(launched)
             self.model.watch()
             self.changed.emit()
-        return None
+        self.stateText.emit(f"Resuming {run.name}: loading its last checkpoint…")
 
     def _start_for(self, run: RunDir, command: list[str]) -> None:
         """Start a command on an existing run: for a mirror its output goes to mirror.log (output.log is the
@@ -178,14 +191,17 @@ class RunController(QObject):
         if message:
             self.stateText.emit(f"{m.run.name}: {message}")
 
-    def watch(self, run: RunDir) -> None:
+    def watch(self, run: RunDir, segment_since: float | None = None) -> None:
+        """Show `run` on the dashboard and follow it; `segment_since`: a new segment of it was launched then."""
         if self.model is not None:
             self.model.close()
             self.model.deleteLater()
         model = self.model = RunModel(run, self)
+        if segment_since is not None:
+            model.expect_segment(segment_since)
         model.stepLogged.connect(self._progress)
         model.epochEnded.connect(self._progress)
-        model.runStarted.connect(lambda e: self.stateText.emit(f"Running {run.name}"))
+        model.runStarted.connect(self._started)
         model.runStarted.connect(lambda e: self._drop_pending_config())  # in the run directory now
         model.preparing.connect(lambda e: self.stateText.emit(f"Preparing {run.name}: {e['message']}…"))
         model.finished.connect(self._finished)
@@ -196,6 +212,19 @@ class RunController(QObject):
         self.progressed.emit(0.0, 0, None)
         model.watch()
         self.changed.emit()
+
+    def _started(self, e: dict) -> None:
+        """The status line at a segment's start: a resumed one says where it starts from."""
+        name = self.model.run.name
+        if self.model.awaiting_start:  # an earlier segment's start, replayed
+            return
+        if self.model.segments <= 1 and not e.get("start_step"):
+            self.stateText.emit(f"Running {name}")
+        elif e.get("resumed_from"):
+            self.stateText.emit(f"Running {name}: resumed from epoch {e.get('start_epoch', 0)}, step "
+                                f"{e.get('start_step', 0)} ({Path(e['resumed_from']).name})")
+        else:
+            self.stateText.emit(f"Running {name}: from the start (no checkpoint had been saved)")
 
     def _progress(self, e: dict) -> None:
         m = self.model
@@ -214,12 +243,24 @@ class RunController(QObject):
         config, output, choices = self._pending or (None, None, None)
         self._pending = None
         if self.model is not None:
-            self.model.poll()
+            for _ in range(CATCH_UP_POLLS):  # the events the process wrote last (small: its end)
+                self.model.poll()
+                if not self.model.catching_up:
+                    break
             if output is not None and not self.model.run.path.exists():  # refused before a directory was made
                 message = refusal(output, code)
                 self.model.finish("failed", message)
                 self.model.finished.emit("failed", message)
-        for path in (config, output, choices):
+                self._drop_pending(config, output, choices)
+                return
+            if self.process.forced and not self.model.ended:  # killed after Stop's grace: stopped, not crashed
+                self.model.run.record_forced_stop(self.process.last_grace_ms / 1000)
+            if self.model.launch_ended(code) or self.model.check_process():  # ended here without a run_end
+                self.model.finished.emit(self.model.state, self.model.message)
+        self._drop_pending(config, output, choices)
+
+    def _drop_pending(self, *paths: Path | None) -> None:
+        for path in paths:
             if path is not None:
                 path.unlink(missing_ok=True)
         self.changed.emit()

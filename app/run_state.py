@@ -12,6 +12,9 @@ import time
 from app.buffers import Matrix, Series
 from trainer.rundir import FINAL_STATES, RunDir
 
+STOP_GRACE_STEPS = 5  # Stop waits this many measured steps beyond its floor: the step in flight, the ranks'
+STOP_GRACE_CAP_S = 600  # agreement to stop and the checkpoint's write, on this machine as it runs now
+CLOCK_SLACK_S = 5.0  # a host's clock may run a little behind this machine's
 HISTOGRAMS_KEPT = 2000  # per (layer, kind); a longer history keeps every other one
 
 
@@ -21,12 +24,18 @@ class RunState:
         self.state = "starting"
         self.message = ""
         self.ended = False
+        self.awaiting_start = False  # a new segment (resume, continue) was launched and has not started yet
+        self._awaiting_since = 0.0  # when it was launched: a run_start from before is an earlier segment's
+        self._held_end: dict = {}  # a run_end read while awaiting (an earlier segment's, or a refused launch's)
+        self.segments = 0  # run_start events seen: a resumed or continued run has several
+        self.epoch_events: list[dict] = []  # of the segments kept (a superseded attempt's are dropped)
         self.start_event: dict = {}
         self.last_prepare: dict = {}
         self.last_epoch: dict = {}
         self.best_epoch: dict = {}
         self.test_event: dict = {}  # data.test_dir evaluated at the end
         self.last_step: dict = {}
+        self.seconds_per_step: float | None = None  # measured between the last two step events
         self.layer_table: dict = {}
         self.layers: list[str] = []
         self.group_names: list[str] = []
@@ -58,8 +67,13 @@ class RunState:
             self.last_prepare = e
             return "preparing"
         if kind == "run_start":
+            if self.awaiting_start and e.get("time", 0) >= self._awaiting_since - CLOCK_SLACK_S:
+                self.awaiting_start = False
             self.ended = False
-            self.state = "running"
+            self.state, self.message = ("starting" if self.awaiting_start else "running"), ""
+            self.segments += 1
+            if self.segments > 1:
+                self._drop_superseded(e.get("start_step") or 0, e.get("start_epoch") or 0)
             self.start_event = e
             self.group_names = [g["name"] for g in e.get("param_groups", [])]
             while len(self.lr) < len(self.group_names):
@@ -71,6 +85,9 @@ class RunState:
             return "runStarted"
         if kind == "step":
             step = e["step"]
+            before = self.last_step
+            if before and step > before.get("step", step) and e.get("time") and before.get("time"):
+                self.seconds_per_step = (e["time"] - before["time"]) / (step - before["step"])
             self.last_step = e
             self.step_loss.append(step, e.get("loss"))
             self.images_per_s.append(step, e.get("images_per_s"))
@@ -93,6 +110,7 @@ class RunState:
             return None
         if kind == "epoch":
             self.last_epoch = e
+            self.epoch_events.append(e)
             if not self.best_epoch or (e.get("val_acc") or 0) > (self.best_epoch.get("val_acc") or 0):
                 self.best_epoch = e
             self.train_loss.append(e["epoch"], e.get("train_loss"))
@@ -115,9 +133,58 @@ class RunState:
             self.errors.append(e)
             return "errorRaised"
         if kind == "run_end":
+            if self.awaiting_start:  # not the launch being followed: it has not started yet
+                self._held_end = e
+                return None
             self.finish(e.get("status", "failed"), e.get("message", ""))
             return "finished"
         return None
+
+    def stop_grace_s(self, floor_s: float) -> float:
+        """How long Stop waits before it kills: the floor plus a few of this run's steps as measured now (a DDP
+        step on a busy machine can take many seconds), capped."""
+        return min(STOP_GRACE_CAP_S, floor_s + STOP_GRACE_STEPS * (self.seconds_per_step or 0.0))
+
+    def expect_segment(self, since: float | None = None) -> None:
+        """A resume or continue of this run was launched (at `since`): follow it; its run_start is the first one
+        written after the launch, and the run_end of an earlier segment read before it does not end the run here."""
+        self.ended, self.awaiting_start = False, True
+        self._awaiting_since = time.time() if since is None else since
+        self._held_end = {}
+        self.state, self.message = "starting", ""
+        self.eta_s = None
+
+    def launch_ended(self, code: int) -> bool:
+        """The process of a launched segment ended; when it never started the segment, end it here with the
+        trainer's word (its run_end, or its status). True when that ended the run here."""
+        if not self.awaiting_start:
+            return False
+        self.awaiting_start = False
+        end = self._held_end
+        if end and end.get("time", 0) >= self._awaiting_since - CLOCK_SLACK_S:
+            self.finish(end.get("status", "failed"), end.get("message", ""))
+            return True
+        if self.check_process():
+            return True
+        self.finish("failed", f"the trainer exited with code {code} before the run started again (see train.log)")
+        return True
+
+    def _drop_superseded(self, step: int, epoch: int) -> None:
+        """A segment restarts from its checkpoint at (step, epoch): what an earlier attempt logged after that point
+        was discarded by the trainer, and goes from the curves, the counters and the best epoch here too."""
+        for series in (self.step_loss, self.grad_norm, self.images_per_s, *self.lr):
+            series.truncate(step)
+        for series in (self.train_loss, self.val_loss, self.val_acc):
+            series.truncate(epoch)
+        if self.layer_grad is not None:
+            self.layer_grad.truncate(step)
+        for key, events in self.histograms.items():
+            self.histograms[key] = [h for h in events if h.get("step", 0) <= step]
+        self.epoch_events = [e for e in self.epoch_events if e["epoch"] <= epoch]
+        self.last_epoch = self.epoch_events[-1] if self.epoch_events else {}
+        self.best_epoch = max(self.epoch_events, key=lambda e: e.get("val_acc") or 0, default={})
+        self.last_step = {}
+        self.test_event = {}
 
     def finish(self, state: str, message: str) -> None:
         self.ended = True
@@ -146,7 +213,7 @@ class RunState:
     def check_process(self) -> bool:
         """For a run with no run_end event: notice from status.json and its pid that the trainer is gone.
         True when that ended the run here."""
-        if self.ended:
+        if self.ended or self.awaiting_start:
             return False
         state = self.run.effective_state()
         if state not in FINAL_STATES:

@@ -37,7 +37,7 @@ class TrainerProcess(QObject):
 
     def __init__(self, parent: QObject | None = None, grace_ms: int = GRACE_MS):
         super().__init__(parent)
-        self.grace_ms = self.default_grace_ms = grace_ms
+        self.grace_ms = self.default_grace_ms = self.last_grace_ms = grace_ms
         self.popen: subprocess.Popen | None = None
         self.pid: int | None = None
         self._tree: dict[int, psutil.Process] = {}  # descendants seen while running (pid -> process)
@@ -47,6 +47,7 @@ class TrainerProcess(QObject):
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self.kill)
+        self.forced = False  # the last process was killed after Stop's grace period
         self.standby: subprocess.Popen | None = None
         self._standby_cwd: str | None = None
 
@@ -62,6 +63,7 @@ class TrainerProcess(QObject):
             finally:
                 output.close()
         self.pid = self.popen.pid
+        self.forced = False
         self._tree.clear()
         log.info("started trainer pid %d: %s", self.pid, " ".join(command))
         self._poll.start()
@@ -117,6 +119,7 @@ class TrainerProcess(QObject):
         """Follow a trainer started by an earlier app session (not our child: liveness by pid)."""
         self.popen = None
         self.pid = pid
+        self.forced = False
         self._poll.start()
 
     def detach(self) -> None:
@@ -128,16 +131,19 @@ class TrainerProcess(QObject):
     def running(self) -> bool:
         return self._poll.isActive()
 
-    def stop(self) -> None:
-        """Graceful stop of the whole process group, forced after the grace period."""
+    def stop(self, grace_ms: int | None = None) -> None:
+        """Graceful stop of the whole process group, forced after the grace period (`grace_ms`, else the default
+        for this kind of run)."""
         if not self.running:
             return
         self._signal(signal.SIGTERM)
-        self._kill_timer.start(self.grace_ms)
+        self.last_grace_ms = grace_ms or self.grace_ms
+        self._kill_timer.start(self.last_grace_ms)
 
     def kill(self) -> None:
         if self.running:
             log.warning("trainer pid %s did not stop in time: killing its processes", self.pid)
+            self.forced = True
             self._signal(signal.SIGKILL)
             self._kill_tree()
 

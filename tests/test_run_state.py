@@ -121,3 +121,86 @@ def test_the_runs_page_names_a_dataset_people_recognise():
     from app.experiments import dataset_label
 
     assert dataset_label("/data/photos/train") == "photos/train" and dataset_label(None) == "?"
+
+
+def attempt(epochs, steps_per_epoch, from_step, from_epoch, time0, status="completed", until_step=None):
+    """One segment of a run: a run_start that resumes at (from_step, from_epoch), its steps and epochs, its run_end."""
+    yield {"event": "run_start", "config": {"train": {"epochs": epochs}}, "classes": ["a", "b"],
+           "param_groups": [{"name": "default"}], "layers": ["fc.weight"], "start_step": from_step,
+           "start_epoch": from_epoch, "resumed_from": "checkpoints/last.pt" if from_step else None, "time": time0}
+    step = from_step
+    for epoch in range(from_epoch + 1, epochs + 1):
+        for batch in range(1, steps_per_epoch + 1):
+            step += 1
+            if until_step is not None and step > until_step:
+                yield {"event": "run_end", "status": status, "message": "", "time": time0 + step}
+                return
+            yield {"event": "step", "step": step, "epoch": epoch, "batch": batch, "batches": steps_per_epoch,
+                   "loss": 1.0 / step, "lr": [0.1], "time": time0 + step}
+        yield {"event": "epoch", "epoch": epoch, "val_acc": 0.1 * epoch, "time": time0 + step}
+    yield {"event": "run_end", "status": status, "message": "", "time": time0 + step + 1}
+
+
+def test_a_resumed_run_drops_the_superseded_steps_and_counts_from_its_latest_segment(tmp_path):
+    """An attempt that crashed at step 7 after a checkpoint at step 4 (end of epoch 1), resumed from there and
+    continued to 3 epochs: one run, no zig-zag, counters from the last segment."""
+    state = RunState(RunDir(tmp_path))
+    crashed = [e for e in attempt(2, 4, 0, 0, 1000.0, status="failed", until_step=7)]
+    crashed.insert(-1, {"event": "epoch", "epoch": 2, "val_acc": 0.99, "time": 1006.5})  # a superseded best epoch
+    resumed = list(attempt(3, 4, 4, 1, 2000.0))
+    for e in crashed + resumed:
+        state.apply(e)
+    assert list(state.step_loss.x) == list(range(1, 13)), "steps 5-7 of the crashed attempt are gone"
+    assert list(state.val_acc.x) == [1, 2, 3] and state.val_acc.y[1] == pytest.approx(0.2)
+    assert state.best_epoch["epoch"] == 3 and state.last_epoch["epoch"] == 3
+    assert state.epochs == 3 and state.segments == 2 and state.state == "completed"
+
+
+def test_a_launched_segment_is_followed_past_the_earlier_segment_s_end(tmp_path):
+    run = RunDir(tmp_path).create()
+    state = RunState(run)
+    first = list(attempt(1, 2, 0, 0, 1000.0))
+    for e in first:
+        state.apply(e)
+    assert state.ended
+    state.expect_segment(since=2000.0)
+    assert not state.ended and state.state == "starting"
+    replay = RunState(run)  # the same launch seen by a dashboard opened on it now: the replay does not end it
+    replay.expect_segment(since=2000.0)
+    kinds = [replay.apply(e) for e in first]
+    assert "finished" not in kinds and not replay.ended and replay.awaiting_start
+    run.write_status(state="completed")  # the earlier segment's word, still in status.json
+    assert not replay.check_process(), "no liveness verdict before the new segment starts"
+    for s in (state, replay):
+        for e in attempt(2, 2, 2, 1, 2000.5):
+            s.apply(e)
+        assert s.ended and s.state == "completed" and list(s.step_loss.x) == [1, 2, 3, 4]
+
+
+def test_a_launch_that_never_starts_ends_with_its_own_word(tmp_path):
+    run = RunDir(tmp_path).create()
+    state = RunState(run)
+    for e in attempt(1, 2, 0, 0, 1000.0):
+        state.apply(e)
+    state.expect_segment(since=2000.0)
+    state.apply({"event": "run_end", "status": "failed", "message": "checkpoints/last.pt is damaged", "time": 2001.0})
+    assert not state.ended
+    assert state.launch_ended(1) and state.state == "failed" and "damaged" in state.message
+
+
+def test_stop_waits_for_a_few_of_this_run_s_steps(tmp_path):
+    state = RunState(RunDir(tmp_path))
+    assert state.stop_grace_s(15) == 15
+    state.apply({"event": "step", "step": 10, "epoch": 1, "time": 100.0})
+    state.apply({"event": "step", "step": 20, "epoch": 1, "time": 140.0})  # 4 s a step: a busy machine
+    assert state.stop_grace_s(15) == pytest.approx(15 + 5 * 4.0)
+
+
+def test_a_trainer_killed_after_stop_is_recorded_stopped_not_crashed(tmp_path):
+    run = RunDir(tmp_path).create()
+    run.write_status(state="running", pid=2**22 + 12345)  # gone
+    assert run.effective_state() == "failed"
+    assert run.record_forced_stop(20.0)
+    status = run.read_status()
+    assert run.effective_state() == "stopped" and status["reason"] == "forced" and "20 s" in status["message"]
+    assert not run.record_forced_stop(20.0), "an end the trainer recorded itself is kept"

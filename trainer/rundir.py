@@ -134,6 +134,16 @@ class RunDir:
             return "failed"
         return state
 
+    def record_forced_stop(self, grace_s: float) -> bool:
+        """After Stop, the trainer did not end within `grace_s` and was killed: the run is stopped (forced), not
+        crashed. False when the trainer had recorded an end of its own."""
+        if self.read_status().get("state") not in LIVE_STATES:
+            return False
+        self.write_status(state="stopped", reason="forced", ended=time.time(),
+                          message=f"stopped (forced): the trainer did not stop within {grace_s:.0f} s of Stop and was "
+                                  f"killed; resume continues from the last checkpoint")
+        return True
+
     def is_live(self) -> bool:
         """Whether a process is training in this run directory right now (for a mirror: as the host said last)."""
         status = self.read_status()

@@ -78,9 +78,12 @@ def _finalise(run: RunDir, code: int) -> int:
     return EXIT_FAILED
 
 
-def _forward_signals(pids) -> None:
-    """Stop requests to this launcher go to its workers' launcher (torchrun) or the spawned ranks, once."""
+def _forward_signals(pids, stopping: threading.Event | None = None) -> None:
+    """Stop requests to this launcher go to its workers' launcher (torchrun) or the spawned ranks, once; `stopping`
+    is set when one came."""
     def forward(signum, frame):
+        if stopping is not None:
+            stopping.set()
         for pid in pids():
             signal_process(pid)
 
@@ -103,12 +106,16 @@ def _run_launcher(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     # (forwarded below); it then stops the workers, which it starts in sessions of their own.
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
                             start_new_session=True)
-    _forward_signals(lambda: [proc.pid])
+    stopping = threading.Event()
+    _forward_signals(lambda: [proc.pid], stopping)
     tail: collections.deque[str] = collections.deque(maxlen=300)
 
     def pump():
         for line in proc.stderr:
-            sys.stderr.write(line)
+            if stopping.is_set():  # torchrun's own SignalException traceback: the stop the user asked for, not an error
+                log.debug("launcher after stop: %s", line.rstrip())
+            else:
+                sys.stderr.write(line)
             tail.append(line)
 
     reader = threading.Thread(target=pump, daemon=True)

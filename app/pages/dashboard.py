@@ -7,6 +7,8 @@ Views hold no training state: they read the RunModel's buffers on a 10 Hz timer 
 
 from __future__ import annotations
 
+import html
+
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -111,6 +113,7 @@ class Dashboard(QWidget):
         self.log_view.clear()
         self.warnings.clear()
         self.system.setText("")
+        self._facts = f"<b>{model.run.name}</b>"  # what the summary says of the run, once it has started
         self.summary.setText(f"{model.run.name}<br>preparing: starting the trainer…")
         self.progress.hide()
         model.preparing.connect(self._preparing)
@@ -121,7 +124,7 @@ class Dashboard(QWidget):
         model.logAppended.connect(self._log)
         model.tested.connect(self._tested)
         model.epochEnded.connect(lambda e: self.results.redraw())
-        model.finished.connect(lambda state, message: self.redraw())  # every plot final, not only its round-robin turn
+        model.finished.connect(self._finished)
         self._timer.start()
         self.redraw()
 
@@ -129,6 +132,9 @@ class Dashboard(QWidget):
         self._timer.stop()
 
     def _preparing(self, e: dict) -> None:
+        if self.model.start_event and not self.model.awaiting_start:  # the test set and exports, after training
+            self.summary.setText(f"{self._facts}<br>finishing: {e.get('message', '')}")
+            return
         self.summary.setText(f"{self.model.run.name}<br>preparing: {e.get('message', '')}")
         if e.get("total"):
             self.progress.setRange(0, e["total"])
@@ -139,7 +145,8 @@ class Dashboard(QWidget):
     def _run_started(self, e: dict) -> None:
         self.progress.hide()
         cfg = e.get("config", {})
-        self.summary.setText(
+        budget = cfg.get("train", {}).get("budget") or 0
+        self._facts = (
             f"<b>{self.model.run.name}</b><br>{cfg.get('model', {}).get('name')} on {len(e['classes'])} classes"
             f"<br>{e['train_size']} train / {e['val_size']} val images<br>{e['device']}, cache {e['cache']}"
             f"<br>{e.get('precision', 'fp32')}, {e.get('memory_format', 'contiguous_format')}"
@@ -149,13 +156,22 @@ class Dashboard(QWidget):
             + ("<br>linear probe: backbone frozen" if e.get("frozen", {}).get("backbone") else "")
             + (f"<br>backbone frozen until epoch {e['frozen']['until_epoch']}"
                if e.get("frozen", {}).get("until_epoch") else "")
-            + (f"<br>resumed from {Path(e['resumed_from']).name}" if e.get("resumed_from") else ""))
+            + (f"<br>resumed from {Path(e['resumed_from']).name} at epoch {e.get('start_epoch', 0)}, step "
+               f"{e.get('start_step', 0)}" if e.get("resumed_from") else "")
+            + (f"<br><b>time budget {budget:g} min</b> (train.budget)" if budget else ""))
+        self.summary.setText(self._facts)
         self.curves.add_group_curves()
 
     def _tested(self, e: dict) -> None:
         top5 = f", top-5 {100 * e['top5_accuracy']:.1f}%" if e.get("top5_accuracy") is not None else ""
-        self.summary.setText(self.summary.text() + f"<br><b>test set: {100 * e['accuracy']:.1f}%</b> on "
-                             f"{e['images']} images{top5}")
+        self._facts += f"<br><b>test set: {100 * e['accuracy']:.1f}%</b> on {e['images']} images{top5}"
+        self.summary.setText(self._facts)
+
+    def _finished(self, state: str, message: str) -> None:
+        """The run's end in the summary, in place of whatever it was doing last (no stale "preparing")."""
+        self.summary.setText(f"{self._facts}<br><b>{state}</b>" + (f": {html.escape(message)}" if message else ""))
+        self.progress.hide()
+        self.redraw()  # every plot final, not only its round-robin turn
 
     def _warning(self, e: dict) -> None:
         self.warnings.addItem(f"⚠ {e.get('message', '')}")

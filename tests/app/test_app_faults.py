@@ -32,11 +32,9 @@ def test_stop_is_forced_for_the_whole_tree_after_the_grace_period(qtbot, tmp_pat
     qtbot.waitUntil(lambda: run.output_log.read_text().strip() != "", timeout=10_000)
     child = int(run.output_log.read_text().split()[0])
     qtbot.waitUntil(lambda: child in proc._tree, timeout=5_000)
-    timer = QElapsedTimer()
-    timer.start()
     with qtbot.waitSignal(proc.ended, timeout=10_000):
         proc.stop()
-    assert 900 <= timer.elapsed() < 5000
+    assert proc.forced, "it ignored SIGTERM: the grace period ran out and it was killed"
     qtbot.waitUntil(lambda: not pid_alive(child) and not pid_alive(proc.pid), timeout=5_000)
 
 

@@ -106,14 +106,20 @@ def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, mak
     run, code = train_here(cfg, tmp_path / "runs")
     assert code == 0
     window = make_window(cfg, runs_dir=tmp_path / "runs")
+    window.open_run(str(run.path))  # on the dashboard, ended: Continue must make it follow again
+    qtbot.waitUntil(lambda: window.run_model.ended, timeout=10_000)
     window.extend_run(str(run.path))
     qtbot.waitUntil(lambda: getattr(window, "extend_dialog", None) is not None, timeout=20_000)
     dialog = window.extend_dialog
     dialog.more.setValue(2)
     assert "cosine schedule recomputed for 3 epochs and continued at epoch 2" in dialog.rule.text()
     dialog.accept()
-    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.state == "completed"
-                    and RunDir(run.path).read_status().get("epoch") == 3, timeout=120_000)
+    qtbot.waitUntil(lambda: window.run_model.segments == 2 and window.run_model.state == "completed", timeout=120_000)
+    model = window.run_model
+    assert RunDir(run.path).read_status().get("epoch") == 3
+    assert [e["epoch"] for e in model.epoch_events] == [1, 2, 3] and model.epochs == 3
+    assert np.all(np.diff(model.step_loss.x) > 0)
+    assert window.progress.value() == window.progress.maximum() == 3, "the counter counts the run's 3 epochs"
 
 
 def test_the_runs_and_queue_pages_follow_status_changes_by_themselves(qtbot, tmp_path):

@@ -170,10 +170,11 @@ def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_run_from_the_app_plots_and_stops_every_rank(qtbot, make_window, shapes_dir, tmp_path):
+def test_ddp_run_from_the_app_plots_stops_every_rank_and_resumes_from_its_checkpoint(qtbot, make_window, shapes_dir,
+                                                                                   tmp_path):
     import psutil
 
-    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 50}, monitor={"log_every": 1})
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 2}, monitor={"log_every": 1})
     window = make_window(cfg)
     wait_ready(qtbot, window)
     window.device_page.mode.setCurrentText("DDP via torchrun")
@@ -186,9 +187,29 @@ def test_ddp_run_from_the_app_plots_and_stops_every_rank(qtbot, make_window, sha
     workers = [p for p in psutil.Process(pid).children(recursive=True) if "RANK" in p.environ()]
     assert len(workers) == 2
     window.stop_action.trigger()
-    qtbot.waitUntil(lambda: not window.process.running, timeout=60_000)
+    qtbot.waitUntil(lambda: not window.process.running, timeout=120_000)
     qtbot.waitUntil(lambda: window.run_model.state == "stopped", timeout=10_000)
     qtbot.waitUntil(lambda: process_tree_gone(pid, workers), timeout=10_000)
+    # stopped by the trainer itself, mid-epoch, with a checkpoint: not a crash, not a forced kill
+    run = window.run_model.run
+    status = run.read_status()
+    assert status["state"] == "stopped" and status.get("reason") != "forced" and not window.process.forced
+    saved = [e for e in read_events(run.events) if e["event"] == "checkpoint"]
+    assert saved and saved[-1]["mid_epoch"] and (run.checkpoints / "last.pt").exists()
+    assert "Traceback" not in run.output_log.read_text(errors="replace"), "torchrun's stop is not an error"
+    stopped_at = saved[-1]["step"]
+
+    # Resume: the dashboard follows the new segment to its end and says where it started from
+    said = []
+    window.runs.stateText.connect(said.append)
+    assert window.resume_action.isEnabled()
+    window.resume_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=180_000)
+    assert any(f"resumed from epoch 0, step {stopped_at}" in line for line in said), said
+    steps = window.run_model.step_loss.x
+    assert np.all(np.diff(steps) > 0), "the stopped attempt's steps after its checkpoint are not drawn twice"
+    assert window.progress.value() == window.progress.maximum() == 2
+    assert "completed" in window.state_label.text() and not window.stop_action.isEnabled()
 
 
 @pytest.mark.slow
