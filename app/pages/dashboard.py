@@ -8,7 +8,6 @@ Views hold no training state: they read the RunModel's buffers on a 10 Hz timer 
 from __future__ import annotations
 
 import html
-
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
