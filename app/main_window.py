@@ -47,6 +47,7 @@ from app.try_it import TryItDialog
 from trainer.config import ConfigError, RunConfig, load_config, save_config
 from trainer.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
 from trainer.rundir import RunDir, list_runs
+from trainer.scan import find_layout
 
 log = logging.getLogger(__name__)
 
@@ -554,7 +555,18 @@ class MainWindow(QMainWindow):
         return self.runs_dir / "configs" / f"{name}-{hashlib.sha1(real.encode()).hexdigest()[:8]}.exclude.yaml"
 
     def _dataset_changed(self) -> None:
-        """A manifest TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
+        """A folder laid out as train/ val/ test/ is used as those splits (the scan's rule, as Auto does); a manifest
+        TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
+        folder = self.binder.widgets["data.train_dir"].text().strip()
+        layout = find_layout(folder) if folder else None
+        if layout and os.path.normpath(layout["train_dir"]) != os.path.normpath(folder):
+            self.binder.widgets["data.val_dir"].setText(layout["val_dir"] or "")
+            self.advanced_page.set_value("data.test_dir", layout["test_dir"])
+            self.binder.widgets["data.train_dir"].setText(layout["train_dir"])  # scans it, and comes back here
+            splits = ", ".join(f"{s}/" for s in ("train", "val", "test") if layout[f"{s}_dir"])
+            self.statusBar().showMessage(f"{folder} holds {splits}: they are used as the training, validation and "
+                                         f"test sets", 10000)
+            return
         exclude = self.binder.widgets["data.exclude"]
         current = exclude.text().strip()
         made_here = not current or Path(current).parent == self.runs_dir / "configs"

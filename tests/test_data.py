@@ -147,3 +147,20 @@ def test_the_memory_cache_moves_to_the_gpu_only_when_it_fits(shapes_dir, tmp_pat
     monkeypatch.setattr(torch.Tensor, "to", lambda self, device, *a, **k: moved.append(device) or self)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * need, 10 * need))
     assert keep_on_device(bundle, gpu) and moved == [gpu]
+
+
+def test_a_folder_s_own_splits_are_found_from_the_folder_or_from_its_train(tmp_path):
+    """One rule for the Dataset page and Auto: picking the parent or its train/ gives the same splits (a second
+    Auto on the train/ the first one put in the form kept the folder's val/ and test/)."""
+    from trainer.scan import find_layout
+
+    for split in ("train", "valid", "test"):
+        (tmp_path / "ds" / split / "cat").mkdir(parents=True)
+    want = {"train_dir": str(tmp_path / "ds" / "train"), "val_dir": str(tmp_path / "ds" / "valid"),
+            "test_dir": str(tmp_path / "ds" / "test")}
+    assert find_layout(tmp_path / "ds") == want
+    assert find_layout(tmp_path / "ds" / "train") == want
+    (tmp_path / "flat" / "cat").mkdir(parents=True)
+    (tmp_path / "flat" / "dog").mkdir()
+    assert find_layout(tmp_path / "flat") == {"train_dir": str(tmp_path / "flat"), "val_dir": None, "test_dir": None}
+    assert find_layout(tmp_path / "flat" / "cat")["train_dir"] == str(tmp_path / "flat" / "cat")

@@ -31,7 +31,7 @@ import torch
 
 from trainer.config import RunConfig
 from trainer.errors import InputError
-from trainer.scan import DataError, ScanResult, scan_image_folder
+from trainer.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.suggest import looks_like_characters, median_short_side, suggested_image_size
 
 log = logging.getLogger(__name__)
@@ -84,15 +84,6 @@ class Plan:
     def to_json(self) -> dict:
         return {"config": self.config.to_dict(), "choices": [asdict(c) for c in self.choices],
                 "probes": [asdict(p) for p in self.probes], "planning_s": round(self.seconds, 1)}
-
-
-def find_layout(folder: Path) -> dict:
-    """{train_dir, val_dir, test_dir}: FOLDER/train (+ val, test) when it is laid out that way, else FOLDER."""
-    subs = {p.name.lower(): str(p) for p in folder.iterdir() if p.is_dir()} if folder.is_dir() else {}
-    val = subs.get("val") or subs.get("valid")
-    if "train" in subs and (val or "test" in subs):
-        return {"train_dir": subs["train"], "val_dir": val, "test_dir": subs.get("test")}
-    return {"train_dir": str(folder), "val_dir": None, "test_dir": None}
 
 
 def cached_weights() -> list[str]:
@@ -189,7 +180,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     n = len(scan.samples)
     budget_s = minutes * 60
     choose("data.train_dir", layout["train_dir"], f"{len(scan.classes)} classes, {n} images"
-           + (" (the folder's own train/ split)" if layout["train_dir"] != str(root) else ""))
+           + (" (the folder's own train/ split)" if layout["val_dir"] or layout["test_dir"] else ""))
     if layout["test_dir"]:
         choose("data.test_dir", layout["test_dir"], "the folder has a test/ split: evaluated once at the end")
         test_share = 0.0

@@ -209,6 +209,26 @@ def check_same_classes(train: list[str], other: list[str], folder: str, key: str
                         f"(only in train: {only_train or '-'}; only in {what}: {only_other or '-'})")
 
 
+SPLIT_NAMES = {"train": ("train",), "val": ("val", "valid", "validation"), "test": ("test",)}
+
+
+def find_layout(folder: str | os.PathLike) -> dict:
+    """{train_dir, val_dir, test_dir}: a dataset folder's own splits, when it is laid out as FOLDER/train with val/
+    and/or test/ beside it, else FOLDER alone. Given the train/ of such a folder, its parent's splits: the same
+    dataset is split the same way whichever of the two the user picked. (The one rule: the Dataset page and Auto
+    ask it.)"""
+    folder = Path(folder)
+    for root in (folder, folder.parent):
+        try:
+            subs = {p.name.lower(): str(p) for p in root.iterdir() if p.is_dir()}
+        except OSError:
+            continue
+        found = {split: next((subs[n] for n in names if n in subs), None) for split, names in SPLIT_NAMES.items()}
+        if found["train"] and (found["val"] or found["test"]) and (root == folder or Path(found["train"]) == folder):
+            return {"train_dir": found["train"], "val_dir": found["val"], "test_dir": found["test"]}
+    return {"train_dir": str(folder), "val_dir": None, "test_dir": None}
+
+
 def quick_layout(root: str | os.PathLike) -> list[str]:
     """The class folders of `root`, checked without decoding anything (pre-flight before a run starts).
 

@@ -349,3 +349,21 @@ def test_fine_tuning_recipes_set_their_keys(qtbot, make_window, shapes_dir, tmp_
     page.recipe_buttons["scratch"].click()
     cfg = window.current_config()
     assert cfg.model.unfreeze_at_epoch == 0 and not cfg.optimizer.groups and cfg.optimizer.lr == 0.02
+
+
+def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, shapes_dir, tmp_path):
+    from trainer.demo_data import write_demo_dataset
+
+    dataset = tmp_path / "digits"
+    for split in ("train", "val", "test"):
+        write_demo_dataset(dataset / split, per_class=4, size=16, seed=len(split))
+    window = make_window(write_config(tmp_path, shapes_dir))
+    window.binder.widgets["data.train_dir"].setText(str(dataset))  # the parent, as a user picks it
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None
+                    and window.dataset_page.scan_result.root.endswith("train"), timeout=30_000)
+    scan = window.dataset_page.scan_result
+    assert sorted(scan.classes) == sorted(p.name for p in (dataset / "train").iterdir()), "not train, val, test"
+    cfg = window.current_config()
+    assert (cfg.data.train_dir, cfg.data.val_dir, cfg.data.test_dir) == (
+        str(dataset / "train"), str(dataset / "val"), str(dataset / "test"))
+    assert "train/, val/, test/" in window.statusBar().currentMessage()
