@@ -34,3 +34,32 @@ def test_the_size_rule_and_what_counts_as_characters():
     assert suggested_image_size(ScanResult("x")) is None
     assert looks_like_characters(["A", "B", "7"]) and looks_like_characters(["one", "two"])
     assert not looks_like_characters(["cat", "dog"]) and not looks_like_characters(["a"])
+
+
+def test_class_names_that_share_a_prefix_are_still_seen_as_characters():
+    assert looks_like_characters([f"digit_{i}" for i in range(10)])
+    assert looks_like_characters(["char-A", "char-B", "char-C"]) and looks_like_characters(["d0", "d1", "d2"])
+    assert not looks_like_characters(["cat", "car", "cab"]), "a shared 'ca' is not a prefix to set aside"
+
+
+def test_flips_stay_off_where_a_mirrored_class_looks_like_another(tmp_path, shapes_dir):
+    """Judged from the images, not the names: arrows pointing left and right are each other's mirror images."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    from trainer.scan import scan_image_folder
+    from trainer.suggest import flip_rule
+
+    rng = np.random.default_rng(0)
+    arrows = {"go_left": [(4, 16), (20, 6), (20, 26)], "go_right": [(28, 16), (12, 6), (12, 26)],
+              "stop": [(8, 8), (24, 8), (24, 24), (8, 24)]}
+    for name, polygon in arrows.items():
+        (tmp_path / name).mkdir()
+        for i in range(40):
+            image = Image.new("L", (32, 32), 255)
+            dx, dy = rng.integers(-2, 3, size=2)
+            ImageDraw.Draw(image).polygon([(x + dx, y + dy) for x, y in polygon], fill=int(rng.integers(0, 80)))
+            image.save(tmp_path / name / f"{i}.png")
+    safe, why = flip_rule(scan_image_folder(tmp_path, full=False))
+    assert not safe and "go_left -> go_right" in why
+    assert flip_rule(scan_image_folder(shapes_dir, full=False))[0], "shapes drawn anywhere: flips are fine"

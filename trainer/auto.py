@@ -32,7 +32,7 @@ import torch
 from trainer.config import RunConfig
 from trainer.errors import InputError
 from trainer.scan import DataError, ScanResult, find_layout, scan_image_folder
-from trainer.suggest import looks_like_characters, median_short_side, suggested_image_size
+from trainer.suggest import flip_rule, median_short_side, suggested_image_size
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
 
     cached = cached_weights()
     kind = "pretrained" if cached else "scratch"
-    characters = looks_like_characters(scan.classes)
-    tta = not characters
+    flips, why_flips = flip_rule(scan)
+    tta = flips
     if cached:
         candidates = [(name, "DEFAULT") for name in cached]
         why_kind = f"ImageNet weights in the cache for {', '.join(cached)}"
@@ -264,7 +264,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                                                                              " on a CPU"))
     raw = {
         "data": {**{k: v for k, v in layout.items() if v}, "image_size": chosen.size, "batch_size": chosen.batch,
-                 "augment": {"hflip": not characters, "random_resized_crop": True,
+                 "augment": {"hflip": flips, "random_resized_crop": True,
                              "crop_scale_min": 0.35 if cached else 0.5, "color_jitter": 0.0}},
         "model": {"name": chosen.model, "weights": chosen.weights},
         "loss": {"label_smoothing": 0.1, "class_weights": "auto" if scan.unbalanced else "none"},
@@ -279,8 +279,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         raw["data"]["test_split"] = TEST_SPLIT
     if not layout["val_dir"]:
         raw["data"]["val_split"] = VAL_SPLIT
-    choose("data.augment.hflip", not characters, "the classes look like characters: mirrored they are other symbols"
-           if characters else "mirror images are the same class")
+    choose("data.augment.hflip", flips, why_flips)
     choose("data.augment.crop_scale_min", raw["data"]["augment"]["crop_scale_min"],
            "random crops of at least this share of the image: milder than ImageNet's 0.08 for a short run")
     smallest, largest = min(counts.values()), max(counts.values())
@@ -294,7 +293,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("scheduler.name", "onecycle", "warm-up over 30% of the steps, then cosine annealing: fastai's "
                                          "fit_one_cycle; fits a fixed number of epochs")
     choose("eval.tta", tta, "flip test-time augmentation: the mean of the image's and its mirror's logits"
-           if tta else "no mirror images for characters")
+           if tta else f"no mirror images: {why_flips}")
 
     cfg = RunConfig.from_dict(raw, source="auto")
     # the learning rate: a short sweep, which also decodes the images into the cache the run will read

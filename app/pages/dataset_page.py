@@ -35,7 +35,7 @@ from trainer.launch import main_command
 from trainer.manifest import Manifest, read_manifest, write_manifest
 from trainer.rundir import RunDir
 from trainer.scan import DataError, ScanResult, scan_image_folder
-from trainer.suggest import suggest
+from trainer.suggest import flip_rule, suggest
 
 THUMB = 56
 THUMBS_PER_CLASS = 6
@@ -53,7 +53,7 @@ def _scan_with_thumbnails(folder: str, manifest_path: str) -> tuple[ScanResult, 
         for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
             if not image.isNull():
                 thumbs.append((name, image))
-    return result, thumbs, manifest
+    return result, thumbs, manifest, flip_rule(result)  # decodes a sample: here, off the GUI thread
 
 
 def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QImage]], None]:
@@ -68,7 +68,7 @@ def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QIm
     for key in ("samples", "bad_files", "image_sizes"):
         raw[key] = [tuple(item) for item in raw[key]]
     thumbs = [(name, QImage.fromData(base64.b64decode(data))) for name, data in answer["thumbs"]]
-    return ScanResult(**raw), thumbs, None
+    return ScanResult(**raw), thumbs, None, None  # flips judged by the class names alone
 
 
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,
@@ -295,6 +295,7 @@ class DatasetPage(QWidget):
         self._scan_serial += 1
         serial = self._scan_serial
         self.scan_result = None
+        self.flips: tuple[bool, str] | None = None
         if getattr(self, "_held", None):
             self.summary.setText(self._held)
             return
@@ -320,7 +321,7 @@ class DatasetPage(QWidget):
     def _show(self, serial: int, payload) -> None:
         if serial != self._scan_serial:
             return  # a newer scan is under way
-        result, thumbs, manifest = payload
+        result, thumbs, manifest, self.flips = payload
         self.scan_result = result
         self._show_manifest(manifest)
         self.scan_error = ""
@@ -355,7 +356,7 @@ class DatasetPage(QWidget):
     def _show_suggestions(self) -> None:
         raw: dict = {}
         self.binder.dump(raw)
-        self.suggestions = suggest(self.scan_result, raw) if self.scan_result is not None else []
+        self.suggestions = suggest(self.scan_result, raw, self.flips) if self.scan_result is not None else []
         self.suggestion_text.setText("Suggested for this folder: " + "; ".join(
             f"<b>{s.key} {s.value}</b> ({s.why})" for s in self.suggestions))
         self.suggestion.setVisible(bool(self.suggestions))
