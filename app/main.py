@@ -25,6 +25,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+# What Qt's xcb platform plugin loads (Debian/Ubuntu package: library). Qt's own message names only the first it
+# misses, and not always the right one (libxcb-cursor0 is loaded at run time).
+XCB_LIBRARIES = {"libxcb-icccm4": "libxcb-icccm.so.4", "libxcb-keysyms1": "libxcb-keysyms.so.1",
+                 "libxcb-cursor0": "libxcb-cursor.so.0", "libxcb-image0": "libxcb-image.so.0",
+                 "libxcb-render-util0": "libxcb-render-util.so.0", "libxcb-shape0": "libxcb-shape.so.0",
+                 "libxcb-randr0": "libxcb-randr.so.0", "libxcb-xkb1": "libxcb-xkb.so.1",
+                 "libxkbcommon-x11-0": "libxkbcommon-x11.so.0", "libegl1": "libEGL.so.1"}
+
+
+def missing_gui_packages() -> list[str]:
+    """The Debian/Ubuntu packages whose libraries Qt's xcb plugin needs and cannot load here (Linux on X11 only)."""
+    import ctypes
+
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM", "xcb").split(":")[0] != "xcb":
+        return []
+    missing = []
+    for package, library in XCB_LIBRARIES.items():
+        try:
+            ctypes.CDLL(library)
+        except OSError:
+            missing.append(package)
+    return missing
+
+
 def quiet_garbage_collector() -> None:
     """Exempt everything built at start-up (Qt wrappers, pyqtgraph, modules) from Python's cyclic garbage
     collector: a full collection over them took ~80 ms, a visible stall, every time one ran during a run."""
@@ -34,13 +58,19 @@ def quiet_garbage_collector() -> None:
 
 def run_app(argv: list[str]) -> int:
     args = parse_args(argv)
+    missing = missing_gui_packages()
+    if missing:
+        print(f"error: the window cannot open: Qt needs libraries this system lacks. Install them with:\n"
+              f"  sudo apt-get install {' '.join(missing)}\n(headless use needs none: python main.py --help)",
+              file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.background import run_in_thread
     from app.main_window import MainWindow, app_icon, load_style
-    from trainer.demo_data import ensure_demo_dataset
+    from trainer.demo_data import demo_dataset_dir, ensure_demo_dataset
     from trainer.launch import REPO_ROOT
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -48,7 +78,7 @@ def run_app(argv: list[str]) -> int:
     app.setApplicationName("TrainDeck")
     app.setWindowIcon(app_icon())
     app.setStyleSheet(load_style())
-    demo = REPO_ROOT / "demo_data"
+    demo = demo_dataset_dir()
     writing_demo = not (demo / ".complete").exists()
     window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config,
                         hold_scan="Writing the demo dataset…" if writing_demo else None)

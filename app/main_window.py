@@ -45,6 +45,7 @@ from app.run_model import RunModel
 from app.sweep_dialog import SweepDialog
 from app.try_it import TryItDialog
 from trainer.config import ConfigError, RunConfig, load_config, save_config
+from trainer.demo_data import demo_dataset_dir
 from trainer.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
 from trainer.rundir import RunDir, list_runs
 from trainer.scan import find_layout
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 PAGES = ["Dataset", "Model", "Optimizer", "Device", "Advanced", "Training", "Runs", "Queue"]
 # keys with a home on a page other than through the binder (the Advanced page lists every other key)
 PAGE_KEYS = {"optimizer.groups", "device.parallel", "device.launcher", "device.host"}
+PREFERRED_SIZE = (1280, 800)
+FRAME_ALLOWANCE = (16, 40)  # px, width and height: the borders and the title bar a window manager adds
 DEMO_CONFIG = REPO_ROOT / "resources" / "demo.yaml"
 STYLE = (REPO_ROOT / "resources" / "style.qss")
 
@@ -71,7 +74,7 @@ class MainWindow(QMainWindow):
         self._close_after_stop = False
         self._leave_running = False
         self.setWindowTitle("TrainDeck")
-        self.resize(1280, 800)
+        self._fit_to_screen()
 
         self.binder = Binder(self)
         self.dataset_page = DatasetPage(self.binder)
@@ -182,6 +185,20 @@ class MainWindow(QMainWindow):
         self.nav.setCurrentRow(0)
         self._update_buttons()
 
+    def _fit_to_screen(self) -> None:
+        """Open at the preferred size, but inside the screen's available area (a 1280x720 laptop keeps its status bar
+        on screen): centred there, never larger than it."""
+        width, height = PREFERRED_SIZE
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            self.resize(width, height)
+            return
+        area = screen.availableGeometry()
+        frame_w, frame_h = FRAME_ALLOWANCE
+        self.resize(min(width, area.width() - frame_w), min(height, area.height() - frame_h))
+        self.move(area.x() + (area.width() - self.width() - frame_w) // 2,
+                  area.y() + (area.height() - self.height() - frame_h) // 2)
+
     # ---- toolbar -----------------------------------------------------------------------------
     def _build_toolbar(self) -> None:
         bar = QToolBar("Main")
@@ -223,6 +240,8 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Cannot load config", str(e))
             return False
         self.config_path = Path(path) if Path(path) != DEMO_CONFIG else None
+        if self.config_path is None:  # the app's demo dataset lives in the user's data folder
+            cfg.data.train_dir = str(demo_dataset_dir())
         self.load_config(cfg)
         if self.config_path:
             self._remember_recent(str(self.config_path))

@@ -30,9 +30,9 @@ def main() -> int:
     out = Path(args[0] if args else REPO / "docs" / "images")
     out.mkdir(parents=True, exist_ok=True)
     from app.main_window import PAGES, MainWindow, load_style
-    from trainer.demo_data import ensure_demo_dataset
+    from trainer.demo_data import demo_dataset_dir, ensure_demo_dataset
 
-    ensure_demo_dataset(REPO / "demo_data")
+    ensure_demo_dataset(demo_dataset_dir())
     app = QApplication([])
     app.setStyleSheet(load_style())
     tmp = Path(tempfile.mkdtemp(prefix="traindeck-screenshots-"))
@@ -62,7 +62,7 @@ def main() -> int:
 
     def run_steps():
         nonlocal steps
-        steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
+        steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"), ("advanced", "Advanced"),
                       ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
                       ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("export", "Runs"),
                       ("sweep", "Runs"),
@@ -157,7 +157,7 @@ def main() -> int:
         if name == "try_it":
             dialog = window.try_it()
             dialog.resize(900, 560)
-            images = sorted((REPO / "demo_data").glob("*/*.png"))[::97][:8]
+            images = sorted(demo_dataset_dir().glob("*/*.png"))[::97][:8]
             dialog.classify([str(p) for p in images] + [str(REPO / "README.md")])
             when(lambda: dialog.results and all(not dialog.table.item(r, 0).icon().isNull()
                                                 for r, x in enumerate(dialog.results) if not x["error"]),

@@ -67,6 +67,13 @@ def write_demo_dataset(root: str | os.PathLike, per_class: int = 250, size: int 
     return root
 
 
+def demo_dataset_dir() -> Path:
+    """Where the app keeps its demo dataset: the user's data folder ($XDG_DATA_HOME/traindeck, by default
+    ~/.local/share/traindeck), never the project's folder."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "traindeck" / "demo_data"
+
+
 def ensure_demo_dataset(root: str | os.PathLike) -> Path:
     """The demo dataset at root, written on first use."""
     root = Path(root)

@@ -153,3 +153,13 @@ def test_the_grad_cam_button_keeps_its_width_while_computing(qtbot):
         return max(button.minimumWidth(), button.sizeHint().width())
 
     assert width("Grad-CAM") == width("Computing…"), "the layout does not jump when the label changes"
+
+
+def test_the_window_opens_inside_the_screen_s_available_area(qtbot, make_window, shapes_dir, tmp_path):
+    """It opened at 1280x800 whatever the screen: on a 1280x720 laptop the status bar was off-screen. The offscreen
+    screen here is smaller than that size in at least one direction."""
+    window = make_window(write_config(tmp_path, shapes_dir))
+    area = window.screen().availableGeometry()
+    assert area.width() < 1280 or area.height() < 800, area
+    assert area.contains(window.geometry()), (area, window.geometry())
+    assert on_screen(window, window.statusBar())

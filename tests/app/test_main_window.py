@@ -367,3 +367,18 @@ def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, 
     assert (cfg.data.train_dir, cfg.data.val_dir, cfg.data.test_dir) == (
         str(dataset / "train"), str(dataset / "val"), str(dataset / "test"))
     assert "train/, val/, test/" in window.statusBar().currentMessage()
+
+
+def test_a_missing_qt_library_is_named_with_its_package_and_no_window_is_tried(monkeypatch, capsys):
+    from app import main as app_main
+
+    monkeypatch.delenv("QT_QPA_PLATFORM", raising=False)
+    monkeypatch.setattr(app_main, "XCB_LIBRARIES", {"libxcb-icccm4": "libxcb-icccm.so.4",
+                                                    "libtraindeck-missing0": "libtraindeck-missing.so.0"})
+    monkeypatch.setattr(app_main.sys, "platform", "linux")
+    assert "libtraindeck-missing0" in app_main.missing_gui_packages()
+    assert app_main.run_app([]) == 2
+    err = capsys.readouterr().err
+    assert "apt-get install" in err and "libtraindeck-missing0" in err and "Traceback" not in err
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    assert app_main.missing_gui_packages() == [], "offscreen needs no X11 library"
