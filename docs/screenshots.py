@@ -62,8 +62,8 @@ def main() -> int:
 
     def run_steps():
         nonlocal steps
-        steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"), ("advanced", "Advanced"),
-                      ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
+        steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
+                      ("advanced", "Advanced"), ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
                       ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("export", "Runs"),
                       ("sweep", "Runs"),
                       ("queue", "Queue"), ("runs", "Runs"), ("auto", "Dataset")])
