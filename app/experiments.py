@@ -25,15 +25,43 @@ SHORT = {"optimizer.lr": "lr", "data.batch_size": "batch", "model.name": "model"
 
 
 def flatten(raw: dict, prefix: str = "") -> dict:
-    """{'optimizer': {'lr': 0.1}} -> {'optimizer.lr': 0.1}; lists become their text (groups, augment lists)."""
+    """{'optimizer': {'lr': 0.1}} -> {'optimizer.lr': 0.1}; parameter groups as people say them, other lists as
+    their text."""
     out = {}
     for key, value in raw.items():
         path = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if path == "optimizer.groups" and isinstance(value, list):
+            out[path] = groups_text(value) or "none"
+        elif isinstance(value, dict):
             out.update(flatten(value, path + "."))
         else:
             out[path] = value if isinstance(value, (int, float, str, bool)) or value is None else json.dumps(value)
     return out
+
+
+def groups_text(groups: list) -> str:
+    """Parameter groups as people say them: `fc 1e-3, layer4.* 1e-4 wd 0, features.* frozen`."""
+    parts = []
+    for g in groups:
+        if not isinstance(g, dict):
+            continue
+        words = [str(g.get("pattern") or "?")]
+        if g.get("freeze"):
+            words.append("frozen")
+        else:
+            words += [f"{g['lr']:g}" if isinstance(g.get("lr"), (int, float)) else "lr"]
+            words += [f"{name} {g[key]:g}" for key, name in (("weight_decay", "wd"), ("momentum", "momentum"))
+                      if isinstance(g.get(key), (int, float))]
+        parts.append(" ".join(words))
+    return ", ".join(parts)
+
+
+def test_accuracy(run: RunDir) -> float | None:
+    try:
+        value = json.loads((run.path / "eval" / "test" / "metrics.json").read_text(encoding="utf-8")).get("accuracy")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, (int, float)) else None
 
 
 def dataset_label(train_dir: str | None) -> str:
@@ -65,7 +93,9 @@ def summarize(run: RunDir) -> dict:
         cfg = {}
     started = status.get("started") or run.path.stat().st_mtime
     ended = status.get("ended") if status.get("state") not in ("running", "starting", "queued") else None
-    best, final = status.get("best_acc"), status.get("val_acc")
+    best, final, test = status.get("best_acc"), status.get("val_acc"), status.get("test_acc")
+    if test is None and (run.path / "eval" / "test" / "metrics.json").exists():  # runs from before test_acc
+        test = test_accuracy(run)
     q = status.get("queue") or {}
     notes = read_notes(run)
     tags = notes["tags"] + ([q["sweep"]] if q.get("sweep") and q["sweep"] not in notes["tags"] else [])
@@ -74,12 +104,13 @@ def summarize(run: RunDir) -> dict:
         "path": str(run.path), "run": run.name + (f" @{host}" if host else ""), "status": run.effective_state(),
         "model": str(cfg.get("model", {}).get("name", "?")).split("/")[-1],
         "dataset": dataset_label(cfg.get("data", {}).get("train_dir")),
-        "best acc": best if isinstance(best, (int, float)) else None,
-        "final acc": final if isinstance(final, (int, float)) else None,
+        "test acc": test if isinstance(test, (int, float)) else None,
+        "best val acc": best if isinstance(best, (int, float)) else None,
+        "last val acc": final if isinstance(final, (int, float)) else None,
         "trained": f"{status.get('epoch', 0)}/{cfg.get('train', {}).get('epochs', '?')} epochs",
-        "duration": (ended - started) if ended and started else None,
-        "started": dt.datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M"),
-        "started_ts": started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],
+        "duration": (status.get("earlier_s") or 0) + (ended - started) if ended and started else None,
+        "started": dt.datetime.fromtimestamp(status.get("first_started") or started).strftime("%Y-%m-%d %H:%M"),
+        "started_ts": status.get("first_started") or started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],
         "params": flatten(cfg), "pid": status.get("pid"), "reason": status.get("reason"),
     }
 

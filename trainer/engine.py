@@ -247,6 +247,7 @@ def evaluate_test_set(run: RunDir, reporter: Reporter, held_out: list[tuple[str,
         metrics = evaluate_samples(run.path, load_run_model(run, "best"), held_out, "test", where)
         folder = run.path / "eval" / "test"
     reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
+    run.write_status(test_acc=metrics["accuracy"])  # the runs table's test column
     log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
 
 

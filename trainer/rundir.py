@@ -31,6 +31,16 @@ LIVE_STATES = ("starting", "running")
 RESUMABLE_STATES = ("stopped", "failed")
 
 
+# status.json's `reason` for how a run ended, in words (the Runs and Queue pages show them beside the state)
+ENDINGS = {"budget": "train.budget spent", "early_stop": "early stop", "pruned": "pruned by the sweep",
+           "forced": "forced"}
+
+
+def state_text(state: str, reason: str | None) -> str:
+    """`completed (train.budget spent)`, `stopped (forced)`, or the state alone."""
+    return f"{state} ({ENDINGS.get(reason, str(reason).replace('_', ' '))})" if reason else state
+
+
 class RunDirInUse(InputError, RuntimeError):
     """Another process is training in this run directory."""
 

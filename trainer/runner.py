@@ -40,7 +40,11 @@ def launch(run: RunDir, cfg: RunConfig, resume: bool = False, lock=None) -> int:
 
 def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     run.clear_rank_errors()
-    run.write_status(state="starting", pid=os.getpid(), pgid=process_group(), started=time.time(), message="", exit_code=None,
+    before = run.read_status()
+    now = time.time()
+    run.write_status(state="starting", pid=os.getpid(), pgid=process_group(), started=now, message="", exit_code=None,
+                     first_started=before.get("first_started") or before.get("started") or now,
+                     earlier_s=earlier_seconds(before),
                      model=cfg.model.name, dataset=cfg.data.train_dir, parallel=cfg.device.parallel)
     dev = cfg.device
     if dev.parallel != "ddp":
@@ -50,6 +54,18 @@ def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     else:
         code = _run_launcher(run, cfg, resume)
     return _finalise(run, code)
+
+
+def earlier_seconds(status: dict) -> float:
+    """The time the run's earlier segments trained (a resumed or continued run's duration counts them all): the
+    previous ones' and the last one's, from its start to its end (or its last status update, when it was killed)."""
+    earlier = float(status.get("earlier_s") or 0.0)
+    started, ended = status.get("started"), status.get("ended")
+    if not ended or (started and ended < started):  # killed: no end of its own recorded
+        ended = status.get("updated")
+    if status.get("state") not in ("queued", None) and started and ended and ended > started:
+        earlier += ended - started
+    return earlier
 
 
 def _finalise(run: RunDir, code: int) -> int:

@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
 import trainer.queue as queue
 from app.background import run_in_thread
 from trainer.launch import main_command
-from trainer.rundir import RunDir, list_runs
+from trainer.rundir import ENDINGS, RunDir, list_runs
 
-COLUMNS = ["#", "run", "state", "progress", "best acc", "model", "sweep", "values", "GPUs", "added"]
+COLUMNS = ["#", "run", "state", "progress", "best val acc", "model", "sweep", "values", "GPUs", "added"]
 REFRESH_MS = 1500
 RECENT = 30  # finished queue runs shown under the waiting ones
 
@@ -60,8 +60,10 @@ def _row(run: RunDir, status: dict, position: str) -> dict:
     added = dt.datetime.fromtimestamp(q.get("added") or run.path.stat().st_mtime).strftime("%m-%d %H:%M")
     epoch, epochs, best = status.get("epoch"), status.get("epochs"), status.get("best_acc")
     progress = f"epoch {epoch}/{epochs}" if epoch is not None and epochs else ""
+    if status.get("reason") and state not in ("queued", "held", "starting", "running"):
+        progress = f"{progress} ({ENDINGS.get(status['reason'], status['reason'])})".strip()
     return {"path": str(run.path), "#": position, "run": run.name, "state": state, "progress": progress,
-            "best acc": f"{100 * best:.1f}%" if isinstance(best, (int, float)) and best >= 0 else "",
+            "best val acc": f"{100 * best:.1f}%" if isinstance(best, (int, float)) and best >= 0 else "",
             "model": str(status.get("model", "?")).split("/")[-1], "sweep": q.get("sweep") or "", "values": values,
             "GPUs": ",".join(map(str, q.get("gpus") or [])), "added": added,
             "message": status.get("message", "")}

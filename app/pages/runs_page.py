@@ -39,7 +39,7 @@ from app.export_dialog import ExportDialog
 from app.grad_views import elide_middle
 from app.pages.plots import COLORS, make_plot, with_log_toggle
 from trainer.events import read_events
-from trainer.rundir import RunDir, list_runs
+from trainer.rundir import RunDir, list_runs, state_text
 from trainer.schedule import describe_extension
 
 
@@ -54,17 +54,19 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
 
 
 BASE_COLUMNS = ["run", "status", "model", "dataset"]
-METRIC_COLUMNS = ["best acc", "final acc", "trained", "duration", "started", "tags"]
+METRIC_COLUMNS = ["test acc", "best val acc", "last val acc", "trained", "duration", "started", "tags"]
 # the hyper-parameter first plotted against the metric, when it differs between the runs: what sweeps vary most
 PREFERRED_X = ("optimizer.lr", "optimizer.weight_decay", "data.batch_size", "model.name")
 LOG_AXIS_RATIO = 10  # a positive axis spanning this factor or more is drawn on a log scale (0.02..0.2 included)
 FOLLOW_MS = 2000  # while the Runs page is shown, how often it looks for status changes
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
 PARALLEL_COLOURS = 8  # parallel-coordinates lines are drawn in this many colour bands, one plot item each
+LEGEND_CHARS = 24  # a compared run's legend entry
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
 STATUS_COLORS = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
                  "running": "#1f77b4", "queued": "#777777"}
-METRICS = {"best acc": "best validation accuracy", "final acc": "final validation accuracy"}
+METRICS = {"test acc": "test-set accuracy (of best.pt, where a test set was evaluated)",
+           "best val acc": "best validation accuracy", "last val acc": "final validation accuracy"}
 
 
 class ExperimentModel(QAbstractTableModel):
@@ -111,8 +113,8 @@ class ExperimentModel(QAbstractTableModel):
                 return "—" if value is None else f"{100 * value:.1f}%"
             if column == "duration":
                 return format_duration(value)
-            if column == "status" and row.get("reason"):
-                return f"{value} ({row['reason'].replace('_', ' ')})"
+            if column == "status":
+                return state_text(value, row.get("reason"))
             text = "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
             return elide_middle(text, LONGEST_CELL)
         if role == self.SORT_ROLE:  # compared by Qt itself (no Python per comparison): numbers, else text
@@ -280,6 +282,7 @@ class RunsPage(QWidget):
         self.scatter_y = QComboBox()
         self.scatter_y.setObjectName("scatterY")
         self.scatter_y.addItems(list(METRICS))
+        self.scatter_y.setCurrentText("best val acc")  # every run has one; a test set only some
         self.scatter_plot = make_plot("Metric against a hyper-parameter (runs shown)", "accuracy", "")
         self.scatter_x.currentTextChanged.connect(lambda _: self.draw_scatter())
         self.scatter_y.currentTextChanged.connect(lambda _: self.draw_scatter())
@@ -416,7 +419,7 @@ class RunsPage(QWidget):
         keys = varying_keys(rows)
         if not rows or not keys:
             return
-        axes = keys + ["best acc"]
+        axes = keys + ["best val acc"]
         columns = [axis_values([r["params"].get(k) if k in r["params"] else r.get(k) for r in rows])[0] for k in axes]
         scaled = []
         for values in columns:
@@ -427,7 +430,7 @@ class RunsPage(QWidget):
             lo, hi = f(low), f(high)
             scaled.append([0.5 if v is None or hi == lo else (f(v) - lo) / (hi - lo) for v in values])
         plot.getAxis("bottom").setTicks([[(i, column_title(k) if k in keys else k) for i, k in enumerate(axes)]])
-        accs = [r["best acc"] or 0 for r in rows]
+        accs = [r["best val acc"] or 0 for r in rows]
         lo, hi = min(accs), max(accs)
         cmap = pg.colormap.get("CET-L12")
         xs = list(range(len(axes))) + [float("nan")]
@@ -468,6 +471,7 @@ class RunsPage(QWidget):
         for plot in (self.compare_loss, self.compare_acc):
             plot.clear()
             plot.addLegend(offset=(-10, 10))
+            plot.setToolTip(self.compare_tooltip([name for name, _ in curves]))
         for i, (name, data) in enumerate(curves):
             name = self.legend_label(name)
             pen = pg.mkPen(COLORS[i % len(COLORS)], width=2)
@@ -479,13 +483,18 @@ class RunsPage(QWidget):
                 self.compare_acc.plot(xs, ys, pen=pen, name=name, symbol="o", symbolSize=5)
 
     def legend_label(self, run_name: str) -> str:
-        """A short legend for a compared run: what differs between the runs shown (lr=0.02, batch=32), else its
-        name without the date stamp (the whole name sat over the curves)."""
-        row = next((r for r in self.model.rows if r["run"] == run_name), None)
-        keys = self.model.params[:3]
-        if row is not None and keys:
-            return ", ".join(f"{column_title(k)}={row['params'].get(k)}" for k in keys)
-        return re.sub(r"^\d{8}-\d{6}-", "", run_name)
+        """A compared run's legend: its short name (its start time without the day, at most LEGEND_CHARS); what differs
+        between the runs shown goes into the plots' tooltip (`compare_tooltip`), where it has room."""
+        return elide_middle(re.sub(r"^\d{8}-(\d\d)(\d\d)(\d\d)-", r"\1:\2:\3 ", run_name), LEGEND_CHARS)
+
+    def compare_tooltip(self, run_names: list[str]) -> str:
+        """One line per compared run: its legend and the hyper-parameters that differ between the runs shown."""
+        lines = []
+        for name in run_names:
+            row = next((r for r in self.model.rows if r["run"] == name), None)
+            values = ", ".join(f"{column_title(k)}={row['params'].get(k)}" for k in self.model.params) if row else ""
+            lines.append(f"{self.legend_label(name)}: {values or name}")
+        return "\n".join(lines)
 
     def _export(self) -> None:
         for path in self.selected()[:1]:

@@ -46,12 +46,12 @@ def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_pa
     headers = [page.model.headerData(c, Qt.Orientation.Horizontal) for c in range(page.model.columnCount())]
     assert "lr" in headers and "batch" in headers and "model" in headers
     assert page.model.params == ["data.batch_size", "optimizer.lr"]  # only what differs (not the model: all resnet18)
-    assert "duration" in headers and "best acc" in headers and "tags" in headers
+    assert "duration" in headers and "best val acc" in headers and "tags" in headers
     page.filter.setText("lr=0.01")
     assert page.proxy.rowCount() == 1 and page.shown_rows()[0]["params"]["optimizer.lr"] == 0.01
     page.filter.setText("")
-    page.table.sortByColumn(headers.index("best acc"), Qt.SortOrder.DescendingOrder)
-    assert [r["best acc"] for r in page.shown_rows()] == [0.92, 0.88, 0.81, 0.55]
+    page.table.sortByColumn(headers.index("best val acc"), Qt.SortOrder.DescendingOrder)
+    assert [r["best val acc"] for r in page.shown_rows()] == [0.92, 0.88, 0.81, 0.55]
     assert page.proxy.index(0, headers.index("duration")).data() == "1m35s"
     assert page.scatter_x.currentText() == "optimizer.lr", "the swept key first, not the first column"
     assert page.scatter_log_x, "learning rates 0.001..0.1 on a log axis"
@@ -146,7 +146,7 @@ def test_the_runs_and_queue_pages_follow_status_changes_by_themselves(qtbot, tmp
     queue_page.show()
     qtbot.waitUntil(lambda: bool(queue_page.rows), timeout=10_000)
     row = queue_page.rows[0]
-    assert row["progress"] == "epoch 2/10" and row["best acc"] == "62.5%"
+    assert row["progress"] == "epoch 2/10" and row["best val acc"] == "62.5%"
     with qtbot.waitSignal(queue_page.openRequested, timeout=2_000) as asked:
         queue_page.table.cellDoubleClicked.emit(0, 1)
     assert asked.args == [str(run.path)]
@@ -163,5 +163,34 @@ def test_compared_runs_are_labelled_by_what_differs_not_by_their_long_names(qtbo
     qtbot.addWidget(page)
     page.set_runs_dir(runs_dir)
     qtbot.waitUntil(lambda: len(page.rows) == 2, timeout=10_000)
-    assert page.legend_label(a.name) == "lr=0.01" and page.legend_label(b.name) == "lr=0.1"
-    assert page.legend_label("20261201-101500-resnet18") == "resnet18", "an unknown run: its name without the date"
+    assert page.legend_label("20261201-101500-resnet18") == "10:15:00 resnet18", "short: the day goes"
+    assert page.legend_label(a.name) != page.legend_label(b.name)
+    tip = page.compare_tooltip([a.name, b.name]).splitlines()
+    assert tip == [f"{page.legend_label(a.name)}: lr=0.01", f"{page.legend_label(b.name)}: lr=0.1"]
+
+
+def test_the_runs_table_leads_with_test_accuracy_readable_groups_and_the_whole_duration(tmp_path):
+    """Test accuracy where evaluated, parameter groups as people say them, duration over every segment from the
+    first start (a resumed run showed its last segment only)."""
+    from app.experiments import summarize
+    from app.pages.runs_page import RunsPage
+    from trainer.runner import earlier_seconds
+
+    runs_dir = tmp_path / "runs"
+    run = fake_run(runs_dir, 0.01, 32, 0.9)
+    raw = yaml.safe_load(run.config.read_text())
+    raw["optimizer"]["groups"] = [{"pattern": "fc", "lr": 1e-3}, {"pattern": "layer4.*", "lr": 1e-4, "weight_decay": 0},
+                                  {"pattern": "conv1", "freeze": True}]
+    run.config.write_text(yaml.safe_dump(raw))
+    first = run.read_status()
+    # a second launch (resume) as the runner records it: the first segment's time carried, the first start kept
+    earlier = earlier_seconds(first)
+    assert earlier == pytest.approx(95, abs=1)
+    run.write_status(first_started=first["started"], earlier_s=earlier, started=first["ended"] + 600,
+                     ended=first["ended"] + 660, test_acc=0.875)
+    row = summarize(run)
+    assert row["test acc"] == 0.875
+    assert row["params"]["optimizer.groups"] == "fc 0.001, layer4.* 0.0001 wd 0, conv1 frozen"
+    assert row["duration"] == pytest.approx(95 + 60, abs=1), "both segments, not the idle time between them"
+    assert row["started_ts"] == first["started"]
+    assert RunsPage.legend_label(None, "20261202-101500-resnet18-a-very-long-name-indeed") == "10:15:00 re…-name-indeed"
