@@ -18,9 +18,11 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
+    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
@@ -35,6 +37,7 @@ from trainer.catalog import (
 )
 from trainer.model_card import card_path, format_percent, format_size, read_card
 
+ABOUT_LINES = 3  # the format's description: the longest wraps to this many lines at the dialog's width
 COLUMNS = ["file", "format", "size", "top-1", "checkpoint", "agreement", "batch 1", "throughput", "measured on"]
 HEADER_TIPS = {"top-1": "the exported file's top-1 accuracy on the run's test split (else its validation split)",
                "checkpoint": "the checkpoint's top-1 (the exported network in fp32) on the same images",
@@ -81,6 +84,10 @@ class ExportDialog(QDialog):
         self.format.setCurrentIndex(self.format.findData(DEFAULT_EXPORT_FORMAT))
         self.about = QLabel(EXPORT_DESCRIPTIONS[DEFAULT_EXPORT_FORMAT])
         self.about.setWordWrap(True)
+        self.about.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # room for the longest description: the rows below (and the list under the mouse) stay where they are
+        self.about.setMinimumHeight(self.about.fontMetrics().lineSpacing() * ABOUT_LINES)
+        self.format.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.checkpoint = QComboBox()
         self.checkpoint.addItems(list(RUN_CHECKPOINTS))
         # RUN_DIR/exports: where export.formats writes too
@@ -143,7 +150,7 @@ class ExportDialog(QDialog):
         path = Path(self.out.text())
         self.out.setText(str(path.parent / ("model" + EXPORT_FORMATS[fmt])))
         self.about.setText(DEPRECATED_EXPORT_FORMATS.get(fmt, EXPORT_DESCRIPTIONS[fmt]))
-        self.form.setRowVisible(self.calibration_row, fmt == "onnx_int8")
+        self.calibration_row.setEnabled(fmt == "onnx_int8")  # greyed, not hidden: the form keeps its shape
         self.refresh()
 
     def _browse(self) -> None:
@@ -174,12 +181,31 @@ class ExportDialog(QDialog):
                               if found else f"No exports in {folder} yet.")
         self.card_button.setEnabled(bool(found))
 
-    def open_card(self) -> None:
+    def open_card(self) -> CardDialog | None:
+        """The selected export's model card, shown here (a system may have no viewer for Markdown)."""
         row = self.table.currentRow()
-        if 0 <= row < len(self.exports):
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(card_path(self.exports[row]))))
+        if not 0 <= row < len(self.exports):
+            return None
+        self.card_dialog = CardDialog(card_path(self.exports[row]), self)
+        self.card_dialog.open()
+        return self.card_dialog
 
     def export(self) -> None:
+        """Export, after asking before an existing file is replaced."""
+        out = Path(self.out.text())
+        if out.exists():
+            box = QMessageBox(QMessageBox.Icon.Question, "Replace the export?",
+                              f"{out} exists. Replace it (and its model card) with a new export?", parent=self)
+            box.setObjectName("replaceExport")
+            box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel)
+            box.button(QMessageBox.StandardButton.Yes).setText("Replace")
+            box.finished.connect(lambda answer: answer == QMessageBox.StandardButton.Yes and self._start_export())
+            self.replace_box = box
+            box.open()
+            return
+        self._start_export()
+
+    def _start_export(self) -> None:
         self.export_button.setEnabled(False)
         self.result.setText("exporting, then measuring the file on the run's images…")
         args = ["export", self.run_dir, "--format", self.format.currentData(), "--out", self.out.text(),
@@ -205,6 +231,30 @@ class ExportDialog(QDialog):
         if self.job is not None:
             self.job.cancel()
         super().reject()
+
+
+class CardDialog(QDialog):
+    """A model card (its Markdown, rendered), with a button to open the file in the system's viewer."""
+
+    def __init__(self, path: Path, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle(f"Model card: {path.name}")
+        self.resize(720, 560)
+        self.path = path
+        self.view = QTextBrowser()
+        self.view.setObjectName("cardView")
+        self.view.setOpenLinks(False)  # a card is read, not followed: nothing in it is opened by a click
+        try:
+            self.view.setMarkdown(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            self.view.setPlainText(f"{path}: cannot be read ({e})")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        elsewhere = buttons.addButton("Open in another app", QDialogButtonBox.ButtonRole.ActionRole)
+        elsewhere.clicked.connect(lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(buttons)
 
 
 def _html(text: str) -> str:

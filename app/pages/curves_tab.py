@@ -31,6 +31,9 @@ class CurvesTab(QWidget):
         self.val_epoch = curve(self.epoch_plot, COLORS[1], "validation", symbol="o")
         self.acc_plot = make_plot("Validation accuracy", "accuracy", "epoch")
         self.acc_curve = curve(self.acc_plot, COLORS[2], "val acc", symbol="o")
+        self.acc_plot.setYRange(0, 1, padding=0.02)  # an accuracy is a fraction: the axis never runs past 1
+        self.acc_plot.getViewBox().setLimits(yMin=-0.02, yMax=1.02)
+        self.acc_plot.enableAutoRange(axis="y", enable=False)
         self.lr_plot = make_plot("Learning rate per group", "lr")
         self.lr_curves: list = []
         self.speed_plot = make_plot("Throughput", "images/s")

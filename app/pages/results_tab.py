@@ -323,6 +323,7 @@ class ResultsTab(QWidget):
         self.marked = marked
         if self.selected is not None:
             self._show_details(self.selected)  # the text only: a Grad-CAM being computed goes on
+        self._enable_undo()
 
     def redraw(self, force: bool = False) -> None:
         """Re-read the chosen evaluation when its files changed (a new best epoch, a finished test set)."""
@@ -500,8 +501,13 @@ class ResultsTab(QWidget):
             self.preview.setPixmap(QPixmap.fromImage(image))
 
     def _enable_actions(self, on: bool) -> None:
-        for w in (self.cam_button, self.exclude_button, self.relabel_button, self.relabel_choice, self.undo_button):
+        for w in (self.cam_button, self.exclude_button, self.relabel_button, self.relabel_choice):
             w.setEnabled(on)
+        self._enable_undo()
+
+    def _enable_undo(self) -> None:
+        """Undo only for an image the manifest holds (there is nothing to undo otherwise)."""
+        self.undo_button.setEnabled(self.selected is not None and bool(self._mark_state(self.selected.path)))
 
     def _mark(self, new_class: str | None) -> None:
         if self.selected is not None:

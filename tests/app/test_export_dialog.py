@@ -6,6 +6,7 @@ import json
 import pytest
 from helpers import train_here, write_config
 from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QPushButton
 
 from app.export_dialog import COLUMNS, ExportDialog
 
@@ -32,11 +33,13 @@ def test_exports_are_compared_side_by_side_with_their_cards_numbers(qtbot, finis
     dialog.out.setText(str(tmp_path / "exports" / "model.pt2"))
     dialog.refresh()
     assert dialog.table.rowCount() == 0 and "No exports" in dialog.compared.text()
-    assert not dialog.calibration_row.isVisible(), "calibration is int8's alone"
+    assert not dialog.calibration_row.isEnabled(), "calibration is int8's alone"
+    format_at = dialog.format.mapToGlobal(dialog.format.rect().topLeft())
     export(qtbot, dialog, "onnx")
     assert "exported" in dialog.result.text() and "top-1" in dialog.result.text()
     dialog.format.setCurrentIndex(dialog.format.findData("onnx_int8"))
-    assert dialog.calibration_row.isVisible() and dialog.out.text().endswith("model.int8.onnx")
+    assert dialog.calibration_row.isEnabled() and dialog.out.text().endswith("model.int8.onnx")
+    assert dialog.format.mapToGlobal(dialog.format.rect().topLeft()) == format_at, "the format list stays put"
     assert "int8" in dialog.about.text()
     export(qtbot, dialog, "onnx_int8")
     rows = {dialog.table.item(r, 0).text(): [dialog.table.item(r, c).text() for c in range(len(COLUMNS))]
@@ -53,8 +56,23 @@ def test_exports_are_compared_side_by_side_with_their_cards_numbers(qtbot, finis
     assert dialog.table.item(dialog.table.currentRow(), 0).text() == "model.int8.onnx", "the new export selected"
     opened = []
     monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toLocalFile()))
-    dialog.card_button.click()
+    dialog.card_button.click()  # shown here: a system may have no viewer for .md
+    card = dialog.card_dialog
+    assert card.isVisible() and "model.int8.onnx" in card.windowTitle() and "int8" in card.view.toPlainText()
+    assert opened == []
+    next(b for b in card.findChildren(QPushButton) if b.text() == "Open in another app").click()
     assert opened == [str(tmp_path / "exports" / "model.int8.onnx.md")]
+    card.close()
+
+    # an export that exists is replaced only when the user says so
+    dialog.format.setCurrentIndex(dialog.format.findData("onnx"))
+    dialog.out.setText(str(tmp_path / "exports" / "model.onnx"))
+    before = (tmp_path / "exports" / "model.onnx").stat().st_mtime_ns
+    dialog.export()
+    assert dialog.job is None and dialog.replace_box.isVisible(), "asked first"
+    dialog.replace_box.reject()
+    assert dialog.job is None and (tmp_path / "exports" / "model.onnx").stat().st_mtime_ns == before
+    dialog.format.setCurrentIndex(dialog.format.findData("onnx_int8"))
 
     empty = tmp_path / "empty"
     empty.mkdir()
