@@ -50,6 +50,16 @@ def group_problems(param_names: list[str], patterns: list[str], head: str | None
     return out
 
 
+def next_pattern(param_names: list[str], patterns: list[str], head: str | None = None) -> str:
+    """What a new group should start with: the head, else the first top-level module, whose parameters no group has
+    yet (a pattern that would receive parameters); "" when every module has a group."""
+    assignment = assign_groups(param_names, patterns)
+    free = [name for name, index in zip(param_names, assignment) if index is None]
+    if head and any(is_head_parameter(head, name) for name in free):
+        return head
+    return free[0].split(".")[0] if free else ""
+
+
 def assign_groups(param_names: list[str], patterns: list[str]) -> list[int | None]:
     """For each parameter, the index of the first group whose pattern matches it, or None."""
     out: list[int | None] = []

@@ -12,7 +12,8 @@ FINE_TUNE_BACKBONE_SHARE = 0.1  # the backbone's learning rate as a share of the
 
 # key -> (label, what it does)
 RECIPES = {
-    "scratch": ("Every layer alike", "all parameters train at the optimizer's learning rate"),
+    "scratch": ("Every layer alike", "all parameters train at the optimizer's learning rate (parameter groups "
+                                     "removed)"),
     "linear_probe": ("Linear probe", "only the classifier head trains; the backbone's weights and BatchNorm "
                                      "statistics stay as loaded (model.freeze_backbone)"),
     "fine_tune": ("Fine-tune", f"the backbone trains at {FINE_TUNE_BACKBONE_SHARE:g}x the head's learning rate, "
@@ -38,10 +39,9 @@ def apply_recipe(key: str, raw: dict, head: str | None) -> dict:
     others = [g for g in groups if not head or g.get("pattern") != head]
     if key == "scratch":
         model["freeze_backbone"], model["unfreeze_at_epoch"] = False, 0
-        if head_groups:  # undo fine-tune: the head's rate becomes everyone's
-            optimizer["groups"] = others
-            if head_groups[0].get("lr"):
-                optimizer["lr"] = head_groups[0]["lr"]
+        optimizer["groups"] = []  # every layer alike: no group of any kind
+        if head_groups and head_groups[0].get("lr"):  # undo fine-tune: the head's rate becomes everyone's
+            optimizer["lr"] = head_groups[0]["lr"]
     elif key == "linear_probe":
         model["freeze_backbone"], model["unfreeze_at_epoch"] = True, 0
     elif key == "gradual":

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from app.pages.model_page import human
 from trainer.config import key_choices, parse_float
-from trainer.groups import assign_groups, group_problems
+from trainer.groups import assign_groups, group_problems, next_pattern
 from trainer.recipes import RECIPES, RecipeError, apply_recipe
 
 GROUP_COLUMNS = ["pattern", "lr", "weight decay", "momentum", "freeze", "matches"]
@@ -39,6 +39,7 @@ class GroupsEditor(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.parameters: list[tuple[str, int]] = []
+        self.head: str | None = None  # the model's classifier head (the page sets it when the model is described)
         self.table = QTableWidget(0, len(GROUP_COLUMNS))
         self.table.setObjectName("groupsTable")
         self.table.setHorizontalHeaderLabels(GROUP_COLUMNS)
@@ -48,7 +49,8 @@ class GroupsEditor(QWidget):
         self.table.itemChanged.connect(self._edited)
         add = QPushButton("Add group")
         add.setObjectName("addGroup")
-        add.clicked.connect(lambda: self.add_group({"pattern": "fc"}))
+        add.clicked.connect(lambda: self.add_group({"pattern": next_pattern(
+            [n for n, _ in self.parameters], [g["pattern"] for g in self.groups()], self.head)}))
         remove = QPushButton("Remove group")
         remove.clicked.connect(self.remove_selected)
         buttons = QHBoxLayout()
@@ -57,7 +59,13 @@ class GroupsEditor(QWidget):
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        self.problem = QLabel("")  # why Start is greyed, where the groups are (not only in the status bar)
+        self.problem.setObjectName("groupsProblem")
+        self.problem.setWordWrap(True)
+        self.problem.setStyleSheet("color: #c9302c;")
+        self.problem.hide()
         layout.addWidget(self.table)
+        layout.addWidget(self.problem)
         layout.addLayout(buttons)
         self._loading = False
 
@@ -140,6 +148,8 @@ class GroupsEditor(QWidget):
         mine = [p for p in problems if p.startswith("optimizer.groups")]
         self.table.setStyleSheet(ERROR_STYLE if mine else "")
         self.table.setToolTip("\n".join(mine))
+        self.problem.setText("\n".join(mine))
+        self.problem.setVisible(bool(mine))
 
 
 class LrFindDialog(QDialog):
@@ -176,7 +186,6 @@ class OptimizerPage(QWidget):
         super().__init__(parent)
         b = binder
         self.binder = binder
-        self.head: str | None = None  # the model's classifier head (from the Model page's describe-model)
         opt = QGroupBox("Optimizer")
         of = QFormLayout(opt)
         of.addRow("Algorithm", b.combo("optimizer.name", key_choices("optimizer.name")))
@@ -260,6 +269,15 @@ class OptimizerPage(QWidget):
         grid.addWidget(loop, 3, 0)
         grid.addWidget(mon, 3, 1)
         grid.setRowStretch(2, 1)
+
+    @property
+    def head(self) -> str | None:
+        """The model's classifier head (from the Model page's describe-model); the groups editor's too."""
+        return self.groups.head
+
+    @head.setter
+    def head(self, name: str | None) -> None:
+        self.groups.head = name
 
     def apply_recipe(self, key: str) -> None:
         """Set the config keys of a fine-tuning recipe (`trainer.recipes`); what it did is said beside the buttons."""

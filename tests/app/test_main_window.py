@@ -10,6 +10,7 @@ import yaml
 from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QPushButton
 
 from trainer.config import load_config
 from trainer.events import read_events
@@ -346,9 +347,22 @@ def test_fine_tuning_recipes_set_their_keys(qtbot, make_window, shapes_dir, tmp_
     page.recipe_buttons["gradual"].click()
     cfg = window.current_config()
     assert not cfg.model.freeze_backbone and cfg.model.unfreeze_at_epoch == 1
+    # Add group offers a pattern that would receive parameters: the head first, then a module no group has
+    page.groups.set_groups([])
+    page.groups.set_groups([{"pattern": "fc", "lr": 0.02}])
+    window.findChild(QPushButton, "addGroup").click()
+    window.validate()
+    assert [g["pattern"] for g in page.groups.groups()] == ["fc", "conv1"], "not a duplicate fc"
+    assert not [p for p in window.config_problems if p.startswith("optimizer.groups")]
+    page.groups.set_groups([{"pattern": "fc"}, {"pattern": "fc"}])  # a group no parameter reaches
+    window.validate()
+    assert not window.start_action.isEnabled() and not page.groups.problem.isHidden()
+    assert "optimizer.groups[1].pattern" in page.groups.problem.text(), "the reason beside the groups"
     page.recipe_buttons["scratch"].click()
+    window.validate()
     cfg = window.current_config()
-    assert cfg.model.unfreeze_at_epoch == 0 and not cfg.optimizer.groups and cfg.optimizer.lr == 0.02
+    assert cfg.model.unfreeze_at_epoch == 0 and not cfg.optimizer.groups, "every layer alike: the user's groups too"
+    assert page.groups.problem.isHidden()
 
 
 def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, shapes_dir, tmp_path):
