@@ -59,7 +59,7 @@ class AutoPanel(QGroupBox):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             self.choices.setColumnWidth(column, width)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.choices.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.choices.setTextElideMode(Qt.TextElideMode.ElideNone)  # reasons wrap, whole; never cut mid-sentence
         self.choices.setMinimumHeight(220)
         self.choices.hide()  # the Dataset page places it where there is width for the reasons
         row = QHBoxLayout()  # the button on a row of its own: the left column stays as narrow as the folders need

@@ -396,3 +396,27 @@ def test_a_missing_qt_library_is_named_with_its_package_and_no_window_is_tried(m
     assert "apt-get install" in err and "libtraindeck-missing0" in err and "Traceback" not in err
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     assert app_main.missing_gui_packages() == [], "offscreen needs no X11 library"
+
+
+@pytest.mark.slow
+def test_closing_right_after_a_run_completes_asks_nothing(qtbot, make_window, shapes_dir, tmp_path):
+    """The dashboard said completed and Stop was grey, yet closing asked to stop "a run in progress": the trainer
+    process was still exiting after its run_end."""
+    from PySide6.QtWidgets import QMessageBox
+
+    window = make_window(write_config(tmp_path, shapes_dir, train={"epochs": 1}))
+    wait_ready(qtbot, window)
+    window.start_action.trigger()
+    closed_while = []
+
+    def close_at_once(state, message):
+        closed_while.append((state, window.runs.running))
+        window.close()
+
+    qtbot.waitUntil(lambda: window.run_model is not None, timeout=10_000)
+    window.run_model.finished.connect(close_at_once)
+    qtbot.waitUntil(lambda: bool(closed_while), timeout=90_000)
+    assert closed_while == [("completed", True)], "closed while its process was still exiting"
+    assert not window.isVisible(), "closed, with no question"
+    assert not [box for box in window.findChildren(QMessageBox) if box.isVisible()]
+    qtbot.waitUntil(lambda: window.run_model.run.read_status().get("exit_code") == 0, timeout=30_000)
