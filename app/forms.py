@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QSize, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
@@ -50,6 +50,16 @@ def scrolling(page: QWidget, content: QWidget) -> None:
     outer = QVBoxLayout(page)
     outer.setContentsMargins(0, 0, 0, 0)
     outer.addWidget(scroll)
+
+
+class FullHeight(QWidget):
+    """A column never shorter than its contents need: the scroll area around it scrolls rather than squash its rows
+    (a form of spin boxes and wrapped labels was squeezed below their own minimum at 1024x700)."""
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        hint = super().minimumSizeHint()
+        layout = self.layout()
+        return QSize(hint.width(), max(hint.height(), layout.sizeHint().height())) if layout else hint
 
 
 class Binder(QObject):

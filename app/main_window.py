@@ -220,9 +220,13 @@ class MainWindow(QMainWindow):
 
         self.new_action = action("New", sp.SP_FileIcon, self.new_config, "Ctrl+N")
         self.new_action.setToolTip("Every setting back to its default, on the same dataset")
-        self.open_action = action("Open config…", sp.SP_DialogOpenButton, self._open_config_dialog, "Ctrl+O")
-        self.save_action = action("Save config…", sp.SP_DialogSaveButton, self._save_config_dialog, "Ctrl+S")
-        self.copy_action = action("Copy command", sp.SP_FileDialogDetailedView, self.copy_command)
+        # short labels: the whole toolbar fits 1024 px (Try it was behind the overflow arrow); tooltips say more
+        self.open_action = action("Open…", sp.SP_DialogOpenButton, self._open_config_dialog, "Ctrl+O")
+        self.open_action.setToolTip("Open a config file (YAML)")
+        self.save_action = action("Save…", sp.SP_DialogSaveButton, self._save_config_dialog, "Ctrl+S")
+        self.save_action.setToolTip("Save the form as a config file (YAML)")
+        self.copy_action = action("Command", sp.SP_FileDialogDetailedView, self.copy_command)
+        self.copy_action.setToolTip("Copy the headless command for this run (main.py train ...)")
         bar.addSeparator()
         self.start_action = action("Start", sp.SP_MediaPlay, self.start_run, "Ctrl+R")
         self.queue_action = action("Add to queue", sp.SP_FileDialogListView, self.add_to_queue, "Ctrl+Shift+R")

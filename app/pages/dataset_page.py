@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.auto_panel import AutoPanel
 from app.background import run_in_thread
-from app.forms import Binder
+from app.forms import Binder, FullHeight
 from app.thumbnails import load_thumbnails
 from trainer.config import key_choices
 from trainer.launch import main_command
@@ -170,7 +170,7 @@ class DatasetPage(QWidget):
         af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.0, 1.0, 0.05))
 
         self.auto = AutoPanel()
-        left = QWidget()
+        left = FullHeight()  # on a 700 px screen the page scrolls instead of squashing the spin boxes
         ll = QVBoxLayout(left)
         for box in (self.auto, folders, loading, augment):
             ll.addWidget(box)

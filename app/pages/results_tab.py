@@ -570,18 +570,29 @@ class ResultsTab(QWidget):
     def _fit_zoom(self) -> None:
         """Cells as large as the room allows (within the zoom's range): a few classes fill the space, many scroll."""
         n = max(self.matrix_model.rowCount(), 1)
-        room = min(self.matrix.width() - self.matrix.verticalHeader().sizeHint().width(),
-                   self.matrix.height() - self.matrix.horizontalHeader().sizeHint().height()) - 4
-        self.zoom.setValue(max(self.zoom.minimum(), min(self.zoom.maximum(), room // n)))
+        width = self.matrix.width() - self.matrix.verticalHeader().sizeHint().width() - 4
+        height = self.matrix.height() - self.matrix.horizontalHeader().sizeHint().height() - 4
+        labels = self._label_widths()
+        size = self.zoom.minimum()
+        for candidate in range(self.zoom.maximum(), self.zoom.minimum() - 1, -1):
+            # every column whole (a column is widened to its class name), every row too
+            if sum(max(candidate, w) for w in labels) <= width and candidate * n <= height:
+                size = candidate
+                break
+        self.zoom.setValue(size)
         self._size_columns()
+
+    def _label_widths(self) -> list[int]:
+        """Each column's class name, in pixels with its margin."""
+        metrics = self.matrix.horizontalHeader().fontMetrics()
+        return [metrics.horizontalAdvance(self.matrix_model.headerData(col, Qt.Orientation.Horizontal) or "") + 14
+                for col in range(self.matrix_model.columnCount())]
 
     def _size_columns(self) -> None:
         """Square cells at the zoom's size, widened where a class name is shown above its column."""
         header = self.matrix.horizontalHeader()
-        metrics = header.fontMetrics()
-        for col in range(self.matrix_model.columnCount()):
-            label = self.matrix_model.headerData(col, Qt.Orientation.Horizontal) or ""
-            header.resizeSection(col, max(self.zoom.value(), metrics.horizontalAdvance(label) + 14))
+        for col, width in enumerate(self._label_widths()):
+            header.resizeSection(col, max(self.zoom.value(), width))
 
     def closeEvent(self, event) -> None:  # noqa: N802
         if self._cam_dir is not None:

@@ -53,8 +53,9 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
     return out
 
 
-BASE_COLUMNS = ["run", "status", "model", "dataset"]
-METRIC_COLUMNS = ["test acc", "best val acc", "last val acc", "trained", "duration", "started", "tags"]
+# what matters first (the accuracies were off-screen at 1024 px behind the hyper-parameters), then what was run
+BASE_COLUMNS = ["run", "status", "test acc", "best val acc", "last val acc", "model", "dataset"]
+METRIC_COLUMNS = ["trained", "duration", "started", "tags"]
 # the hyper-parameter first plotted against the metric, when it differs between the runs: what sweeps vary most
 PREFERRED_X = ("optimizer.lr", "optimizer.weight_decay", "data.batch_size", "model.name")
 LOG_AXIS_RATIO = 10  # a positive axis spanning this factor or more is drawn on a log scale (0.02..0.2 included)
@@ -249,7 +250,7 @@ class RunsPage(QWidget):
         self.table.setObjectName("runsTable")
         self.table.setModel(self.proxy)
         self.table.setSortingEnabled(True)
-        self.table.sortByColumn(len(BASE_COLUMNS), Qt.SortOrder.DescendingOrder)
+        self.table.sortByColumn(BASE_COLUMNS.index("best val acc"), Qt.SortOrder.DescendingOrder)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
