@@ -59,6 +59,8 @@ class AutoPanel(QGroupBox):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Interactive)
             self.choices.setColumnWidth(column, width)
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        # rows as tall as their wrapped reasons at the width they have now (a page resize rewraps them)
+        self.choices.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.choices.setTextElideMode(Qt.TextElideMode.ElideNone)  # reasons wrap, whole; never cut mid-sentence
         self.choices.setMinimumHeight(220)
         self.choices.hide()  # the Dataset page places it where there is width for the reasons

@@ -29,16 +29,16 @@ class CurvesTab(QWidget):
         self.epoch_plot = make_plot("Loss per epoch", "loss", "epoch")
         self.train_epoch = curve(self.epoch_plot, COLORS[0], "train", symbol="o")
         self.val_epoch = curve(self.epoch_plot, COLORS[1], "validation", symbol="o")
-        self.acc_plot = make_plot("Validation accuracy", "accuracy", "epoch")
+        self.acc_plot = make_plot("Val accuracy", "accuracy", "epoch")
         self.acc_curve = curve(self.acc_plot, COLORS[2], "val acc", symbol="o")
         self.acc_plot.setYRange(0, 1, padding=0.02)  # an accuracy is a fraction: the axis never runs past 1
         self.acc_plot.getViewBox().setLimits(yMin=-0.02, yMax=1.02)
         self.acc_plot.enableAutoRange(axis="y", enable=False)
-        self.lr_plot = make_plot("Learning rate per group", "lr")
+        self.lr_plot = make_plot("Learning rates", "lr per group")
         self.lr_curves: list = []
         self.speed_plot = make_plot("Throughput", "images/s")
         self.speed_curve = curve(self.speed_plot, COLORS[4])
-        self.norm_plot = make_plot("Gradient norm (global)", "L2 norm, before clipping")
+        self.norm_plot = make_plot("Gradient norm", "global L2, before clipping")
         self.norm_curve = curve(self.norm_plot, COLORS[3])
         self._warning_lines: list = []
         self._step_turn = 0  # the step plot whose turn is next

@@ -273,8 +273,8 @@ class RunsPage(QWidget):
             b.clicked.connect(slot)
             buttons.addWidget(b)
 
-        self.compare_loss = make_plot("Training loss (selected runs)", "loss")
-        self.compare_acc = make_plot("Validation accuracy (selected runs)", "accuracy", "epoch")
+        self.compare_loss = make_plot("Training loss", "loss")
+        self.compare_acc = make_plot("Validation accuracy", "accuracy", "epoch")
         compare = QSplitter()
         compare.addWidget(with_log_toggle(self.compare_loss))
         compare.addWidget(with_log_toggle(self.compare_acc))
