@@ -86,7 +86,9 @@ def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tm
 @pytest.mark.parametrize("args, expected", [
     (["{missing}", "--minutes", "1"], "no such folder"),
     (["{one_class}", "--minutes", "1"], "only one class folder"),
-    (["{data}", "--minutes", "0"], "--minutes: give at least 0.5 minute"),
+    (["{data}", "--minutes", "0"], "--minutes: give a number of minutes from 0.5"),
+    (["{data}", "--minutes", "nan"], "got nan"),
+    (["{data}", "--minutes", "inf"], "got inf"),
 ])
 def test_auto_refuses_bad_input_in_one_line_before_making_anything(shapes_dir, tmp_path, args, expected):
     (tmp_path / "one" / "cat").mkdir(parents=True)
@@ -141,3 +143,16 @@ def test_export_formats_are_written_at_the_end_of_a_completed_run(shapes_dir, tm
     for e in exports:
         assert os.path.getsize(e["path"]) == e["bytes"] and os.path.exists(e["path"] + ".json")
     assert read_events(run.events)[-1]["event"] == "run_end"
+
+
+def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_probe(shapes_dir, torch_home):
+    """A folder whose scan (a busy machine, 5,000 classes) took the probe's time crashed with `max() arg is an empty
+    sequence`: at least one candidate is measured, whatever the clock says."""
+    from trainer.auto import AutoError, plan
+
+    result = plan(str(shapes_dir), 0.5, started=time.time() - 8)  # past the probe's share (4.5 s of 30)
+    assert len(result.probes) >= 1
+    chosen = {c.key: c.value for c in result.choices}
+    assert chosen["model.name"] == result.probes[0].model
+    with pytest.raises(AutoError, match="leaves nothing to train in"):
+        plan(str(shapes_dir), 0.5, started=time.time() - 60)  # the whole budget gone: said, not a crash

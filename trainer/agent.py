@@ -13,8 +13,7 @@ Torch-free and quick, so each is one SSH round trip:
     pack                         (paths on stdin) those images as a tar stream (the error gallery's images)
 
 A detached trainer is in a session of its own with its output in a file: it survives the SSH connection, the app
-and the laptop's sleep. `follow` frames (`t`): `append` (new complete lines of an append-only file from `offset`),
-`file` (a small file's whole text), `job` (a SLURM job's state), `end` (the run has ended and all was sent).
+and the laptop's sleep. The `follow` frames and every name and limit are declared in trainer/protocol.py.
 """
 
 from __future__ import annotations
@@ -30,13 +29,21 @@ import sys
 import time
 from pathlib import Path
 
+from trainer.protocol import (
+    APPENDED,
+    EVAL_DIR,
+    JOB_OUTPUT,
+    MAX_APPEND_BYTES,
+    MAX_WHOLE_BYTES,
+    PROTOCOL,
+    WHOLE,
+    append_frame,
+    file_frame,
+    known_name,
+)
 from trainer.rundir import FINAL_STATES, RunDir
 from trainer.system import pid_alive, signal_group
 
-APPENDED = ("events.jsonl", "train.log", "output.log")  # followed by byte offset
-WHOLE = ("status.json", "config.yaml", "exclude.yaml", "notes.md", "lr_find.json")  # sent whole when changed
-EVAL_DIR = "eval"
-MAX_WHOLE_BYTES = 16 << 20
 POLL_S = 0.05
 SLOW_POLL_EVERY = 20  # polls between looks at eval/ and at the SLURM job
 JOB_END_WAIT_S = 20  # after the trainer's final state, how long to wait for its SLURM job to be over
@@ -50,7 +57,6 @@ def emit(frame: dict) -> None:
 def version() -> dict:
     from trainer import __version__
     from trainer.events import SCHEMA_VERSION
-    from trainer.ssh import PROTOCOL
 
     return {"traindeck": __version__, "events": SCHEMA_VERSION, "protocol": PROTOCOL,
             "python": sys.version.split()[0], "executable": sys.executable, "home": os.path.expanduser("~")}
@@ -273,12 +279,11 @@ class Follower:
                 continue
             with open(path, "rb") as f:
                 f.seek(offset)
-                data = f.read(min(size - offset, 4 << 20))
+                data = f.read(min(size - offset, MAX_APPEND_BYTES))
             end = data.rfind(b"\n") + 1  # complete lines only: a reader never gets half an event
             if not end:
                 continue
-            frames.append({"t": "append", "file": name, "offset": offset,
-                           "data": data[:end].decode("utf-8", "replace")})
+            frames.append(append_frame(name, offset, data[:end]))  # bytes as they are: offsets stay exact
             self.offsets[name] = offset + end
         return frames
 
@@ -286,7 +291,8 @@ class Follower:
         names = list(WHOLE)
         eval_root = self.run.path / EVAL_DIR
         if with_eval and eval_root.is_dir():
-            names += [str(p.relative_to(self.run.path)) for p in eval_root.rglob("*") if p.is_file()]
+            names += [n for n in (p.relative_to(self.run.path).as_posix() for p in eval_root.rglob("*") if p.is_file())
+                      if known_name(n)]
         frames = []
         for name in names:
             path = self.run.path / name
@@ -302,10 +308,7 @@ class Follower:
             except OSError:
                 continue
             self.seen[name] = key
-            frame = {"t": "file", "file": name, "data": data.decode("utf-8", "replace")}
-            if name == "status.json":
-                frame["alive"] = self.alive()
-            frames.append(frame)
+            frames.append(file_frame(name, data, **({"alive": self.alive()} if name == "status.json" else {})))
         return frames
 
     def alive(self) -> bool:
@@ -332,6 +335,10 @@ class Follower:
 
         polls, last_beat = 0, time.time()
         while True:
+            if not self.job and not self.run.path.is_dir():  # deleted there: nothing more will ever come
+                emit({"t": "gone", "message": f"the run directory {self.run.path} is not on the host (deleted?)"})
+                sys.stdout.flush()
+                return
             slow = polls % SLOW_POLL_EVERY == 0
             if self.job and slow:
                 state = slurm.job_state(self.job)
@@ -357,8 +364,8 @@ class Follower:
                     emit(frame)
                 if self.job and not self.run.status_file.exists() and self.job_output:
                     path = Path(self.job_output)
-                    text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-                    emit({"t": "file", "file": "slurm.out", "data": text[-MAX_WHOLE_BYTES:]})
+                    data = path.read_bytes()[-MAX_WHOLE_BYTES:] if path.is_file() else b""
+                    emit(file_frame(JOB_OUTPUT, data))
                 emit({"t": "end"})
                 sys.stdout.flush()
                 return

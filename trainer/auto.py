@@ -49,6 +49,8 @@ STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, 
 EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
 VAL_SPLIT = TEST_SPLIT = 0.15
 MIN_MINUTES = 0.5
+MAX_MINUTES = 7 * 24 * 60  # a week
+MIN_TRAIN_S = 10  # left for training after planning, at least, or Auto says the budget is too small
 
 
 class AutoError(InputError, ValueError):
@@ -157,8 +159,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why."""
     started = started or time.time()
     say = progress or (lambda text: None)
-    if not minutes or minutes < MIN_MINUTES:
-        raise AutoError(f"--minutes: give at least {MIN_MINUTES:g} minute, got {minutes:g}")
+    if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
+        raise AutoError(f"--minutes: give a number of minutes from {MIN_MINUTES:g} to {MAX_MINUTES:g}, got {minutes:g}")
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise AutoError(f"{root}: no such folder (give an ImageFolder: one sub-folder of images per class)")
@@ -230,8 +232,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     chosen: Measured | None = None
     for name, weights in candidates:
         for size in sizes:
-            if time.time() - started > budget_s * PLAN_SHARE * 0.6:
-                break  # the probe has used its share; the fastest measured so far wins below
+            if probes and time.time() - started > budget_s * PLAN_SHARE * 0.6:
+                break  # the probe has used its share (a slow scan included); the fastest measured so far wins below
             batch = batch_for(size, cuda)
             # the slowest speed that still trains `need` epochs
             floor = train_images * need / max(train_s, 1.0)
@@ -309,6 +311,9 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
 
     spent = time.time() - started
     left_s = budget_s - spent
+    if left_s < MIN_TRAIN_S:
+        raise AutoError(f"--minutes {minutes:g}: planning took {spent:.0f} s (the folder's scan and one speed probe), "
+                        f"which leaves nothing to train in; give more minutes")
     epochs = max(1, min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // chosen.epoch_s)))
     cfg.train.epochs = epochs
     choose("train.epochs", epochs, f"{left_s / 60:.1f} min left after planning, {chosen.epoch_s:.1f} s per epoch "

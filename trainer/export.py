@@ -27,7 +27,7 @@ from trainer.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_DESCRI
 from trainer.errors import InputError, first_line
 from trainer.files import atomic_write_text
 from trainer.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
-from trainer.model_card import markdown
+from trainer.model_card import markdown, read_card
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,28 @@ def check_format(fmt: str, out: Path, options: ExportOptions) -> None:
         raise ExportError(f"--int8: {options.int8!r} is not one of {', '.join(INT8_METHODS)}")
     if options.calibration_images < 1:
         raise ExportError(f"--calibration-images: must be at least 1, got {options.calibration_images}")
-    if out.is_dir() and not (fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]):
+    check_out(fmt, out)
+
+
+def check_out(fmt: str, out: Path) -> None:
+    """What `--out` may replace: nothing, or an export of the same format (its card says so; a Core ML package is
+    a folder with its Manifest.json). A user's other file or folder is refused, never deleted or overwritten, and so
+    is an out whose card names (`OUT.json`, `OUT.md`) are folders: nothing is half-written."""
+    package = fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]
+    if out.is_dir() and not package:
         raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
+    if out.exists() or out.is_symlink():
+        card = read_card(out)
+        same = card is not None and card.get("format") == fmt and not out.is_symlink()
+        if package and out.is_dir():
+            same = same and (out / "Manifest.json").is_file()
+        if not same:
+            raise ExportError(f"--out: {out} exists and is not a {fmt} export of TrainDeck's (no model card of that "
+                              f"format beside it); it is left as it is: choose another name")
+    for suffix in (".json", ".md"):
+        beside = Path(f"{out}{suffix}")
+        if beside.is_dir() or beside.is_symlink():
+            raise ExportError(f"--out: {beside} (where the model card goes) is a folder or a link; choose another name")
 
 
 def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: ExportOptions | None = None) -> Path:

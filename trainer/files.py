@@ -9,10 +9,15 @@ from pathlib import Path
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: readers see the old file or
     the new one, never a part. A failure (a full disk) leaves no temporary behind and raises."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """`atomic_write_text` for bytes as they are."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -28,6 +28,25 @@ from trainer.files import atomic_write_text
 
 SCHEDULERS = ("ssh", "slurm")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+MAX_HOSTS_FILE = 1 << 20  # bytes: a hosts file is a few lines; a larger one is not read
+SHOWN = 80  # characters of a wrong value quoted in a message
+
+
+def shown(value) -> str:
+    """A value as a message quotes it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+
+
+class _NoAliases(yaml.SafeLoader):
+    """YAML without anchors and aliases (`*name`): a hosts file needs none, and nested aliases (a "billion laughs"
+    file) expand to gigabytes."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed here",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
 
 class HostError(InputError):
@@ -63,8 +82,8 @@ def hosts_file() -> Path:
 
 def _check(name: str, entry, path: Path) -> Host:
     where = f"{path}: hosts.{name}"
-    if not NAME.match(str(name)):
-        raise HostError(f"{path}: host name {name!r}: use letters, digits, '.', '_' or '-' (at most 40)")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise HostError(f"{path}: host name {shown(name)}: use letters, digits, '.', '_' or '-' (at most 40)")
     if not isinstance(entry, dict):
         raise HostError(f"{where}: expected a mapping with ssh, command and runs")
     unknown = set(entry) - (set(Host.__dataclass_fields__) - {"name"})
@@ -73,14 +92,17 @@ def _check(name: str, entry, path: Path) -> Host:
                         f"(known: ssh, command, runs, scheduler, partition, ssh_options)")
     if not isinstance(entry.get("ssh"), str) or not entry["ssh"].strip():
         raise HostError(f"{where}.ssh: the SSH destination is missing (an alias of ~/.ssh/config or user@host)")
+    if entry["ssh"].strip().startswith("-"):
+        raise HostError(f"{where}.ssh: {shown(entry['ssh'])} starts with '-', which ssh would read as an option; "
+                        f"give a destination (an alias of ~/.ssh/config or user@host)")
     if entry.get("scheduler", "ssh") not in SCHEDULERS:
-        raise HostError(f"{where}.scheduler: {entry['scheduler']!r} is not one of {', '.join(SCHEDULERS)}")
+        raise HostError(f"{where}.scheduler: {shown(entry['scheduler'])} is not one of {', '.join(SCHEDULERS)}")
     options = entry.get("ssh_options", [])
     if not isinstance(options, list) or not all(isinstance(o, (str, int)) for o in options):
         raise HostError(f"{where}.ssh_options: expected a list of ssh arguments, such as [-p, \"2222\"]")
     for key in ("command", "runs", "partition"):
         if key in entry and not isinstance(entry[key], str):
-            raise HostError(f"{where}.{key}: expected text, got {entry[key]!r}")
+            raise HostError(f"{where}.{key}: expected text, got {shown(entry[key])}")
     return Host(name=str(name), ssh=entry["ssh"].strip(), command=entry.get("command", "traindeck"),
                 runs=entry.get("runs", "~/traindeck-runs"), scheduler=entry.get("scheduler", "ssh"),
                 partition=entry.get("partition", ""), ssh_options=[str(o) for o in options])
@@ -91,10 +113,18 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
     if not path.exists():
         return {}
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        with open(path, "rb") as f:
+            raw = f.read(MAX_HOSTS_FILE + 1)
+        if len(raw) > MAX_HOSTS_FILE:
+            raise HostError(f"{path}: more than {MAX_HOSTS_FILE >> 20} MB; a hosts file is a few lines")
+        data = yaml.load(raw.decode("utf-8"), Loader=_NoAliases) or {}
+    except UnicodeDecodeError as e:
+        raise HostError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as e:
-        raise HostError(f"{path}: cannot read the hosts file: {e}") from None
-    hosts = data.get("hosts") if isinstance(data, dict) else None
+        raise HostError(f"{path}: cannot read the hosts file: {str(e)[:300]}") from None
+    if not isinstance(data, dict):
+        raise HostError(f"{path}: expected a mapping with `hosts:` at the top, got {type(data).__name__}")
+    hosts = data.get("hosts")
     if hosts is None:
         return {}
     if not isinstance(hosts, dict):

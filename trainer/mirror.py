@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +26,21 @@ import time
 from pathlib import Path
 
 from trainer.errors import refusals
-from trainer.files import atomic_write_text
+from trainer.files import atomic_write_bytes, atomic_write_text
 from trainer.hosts import Host, HostError, get_host
+from trainer.protocol import (
+    APPENDED,
+    MAX_FRAME_LINE,
+    MAX_HEADER_BYTES,
+    MAX_IMAGE_BYTES,
+    FrameError,
+    fetchable_name,
+    inside,
+    mirror_path,
+    parse_size_header,
+    read_frame,
+    read_line,
+)
 from trainer.rundir import FINAL_STATES, RunDir
 from trainer.system import try_lock
 
@@ -35,9 +49,10 @@ log = logging.getLogger(__name__)
 REMOTE_FILE = "remote.json"
 MIRROR_LOCK = ".mirror.lock"
 MIRROR_LOG = "mirror.log"  # this side's own output (the remote's output.log is mirrored as itself)
-APPENDED = ("events.jsonl", "train.log", "output.log")
 RETRY_S = (1, 2, 4, 8, 10)
 KILL_AFTER_S = 30  # after Stop, SIGKILL there when the run has not ended by then
+GIVE_UP_AFTER_STOP_S = KILL_AFTER_S + 15  # after Stop, a host that cannot be reached or read is followed no longer
+MAX_BAD_STREAMS = 3  # connections in a row that ended in a malformed frame before the follower gives up
 
 
 class Desync(Exception):
@@ -100,6 +115,7 @@ class Mirror:
         self.stop_requested: float | None = None
         self.reconnects = 0
         self.lost_s = 0.0  # time spent disconnected
+        self.bad_streams = 0  # connections in a row that ended in a malformed frame
 
     # ---- frames ----------------------------------------------------------------------------------
     def offsets(self) -> dict[str, int]:
@@ -112,28 +128,32 @@ class Mirror:
         return out
 
     def apply(self, frame: dict) -> bool:
-        """Take in one frame; True at the end of the run."""
-        kind = frame.get("t")
-        path = self.run.path / frame.get("file", "")
+        """Take in one frame checked by `trainer.protocol` (its data as bytes); True at the end of the run. Files
+        are written only where the protocol allows, inside the mirror."""
+        kind = frame["t"]
         if kind == "append":
+            path = mirror_path(self.run.path, frame["file"])
             size = path.stat().st_size if path.exists() else 0
             if size != frame["offset"]:
                 raise Desync(f"{frame['file']}: have {size} bytes, the host sent from {frame['offset']}")
             with open(path, "ab") as f:
-                f.write(frame["data"].encode("utf-8"))
+                f.write(frame["data"])
         elif kind == "truncate":
-            path.write_bytes(b"")
+            mirror_path(self.run.path, frame["file"]).write_bytes(b"")
         elif kind == "file":
             if frame["file"] == "status.json":
                 self.remote["alive"] = frame.get("alive", True)
                 try:
                     status = json.loads(frame["data"])
-                except json.JSONDecodeError:
-                    return False
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    status = None
+                if not isinstance(status, dict):
+                    raise FrameError(f"status.json from the host is not a JSON object: {frame['data'][:80]!r}")
                 self._status(status)
             else:
+                path = mirror_path(self.run.path, frame["file"])
                 path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(path, frame["data"])
+                atomic_write_bytes(mirror_path(self.run.path, frame["file"]), frame["data"])
         elif kind == "job":
             self.job_state = {k: frame.get(k) for k in ("job", "state", "reason", "active")}
             self.remote["job"] = self.job_state
@@ -144,6 +164,12 @@ class Mirror:
                 status.update(state="starting" if frame.get("active") else "failed",
                               message=f"SLURM job {frame['job']}: {frame['state'].lower()}{reason}")
             self._status(status)
+        elif kind == "gone":
+            status = self.run.read_status()
+            status.update(state="failed", message=f"{self.host.name}: {frame.get('message') or 'the run is gone'}")
+            self.remote["alive"] = False
+            self._status(status)
+            return True
         elif kind == "end":
             self._fetch_gallery()
             self._finish()
@@ -224,6 +250,14 @@ class Mirror:
                     if ended:
                         return self.exit_code()
                     attempt = 0 if said == "desync" else attempt
+                    if self.bad_streams >= MAX_BAD_STREAMS:
+                        raise HostError(f"{self.host.name}: gave up following {self.info['run_dir']}: the host sent "
+                                        f"what the protocol does not allow, {self.bad_streams} times ({said}); see "
+                                        f"{self.run.path / MIRROR_LOG}")
+                if self.stop_requested and time.time() - self.stop_requested > GIVE_UP_AFTER_STOP_S:
+                    self.note(f"stopped following: {self.host.name} has not confirmed the stop in "
+                              f"{GIVE_UP_AFTER_STOP_S} s ({said}); follow it again with main.py mirror {self.run.path}")
+                    return self.exit_code()
                 lost_since = lost_since or time.time()
                 if self.remote.get("connected"):
                     self.remote["connected"] = False
@@ -240,20 +274,21 @@ class Mirror:
 
     def _read(self, proc: subprocess.Popen) -> tuple[bool, str]:
         try:
-            for line in proc.stdout:
+            while line := read_line(proc.stdout, MAX_FRAME_LINE, f"{self.host.name}: follow"):
                 try:
-                    frame = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                try:
-                    if self.apply(frame):
+                    if self.apply(read_frame(line)):
                         proc.wait()
                         return True, ""
                 except Desync as e:
                     self.note(f"resynchronising: {e}")
                     proc.kill()
                     return False, "desync"
+                self.bad_streams = 0
                 self._escalate()
+        except FrameError as e:
+            self.bad_streams += 1
+            self.note(f"malformed frame from {self.host.name}, resynchronising: {e}")
+            return False, f"malformed frame: {e}"
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -344,17 +379,24 @@ def fetch_images(run: RunDir, paths: list[str], out=None) -> int:
     proc.stdin.write("\n".join(paths).encode() + b"\n")
     proc.stdin.close()
     count = 0
-    root = (run.path / FILES).resolve()
+    root = run.path / FILES
+    root.mkdir(parents=True, exist_ok=True)
+    wanted = {p.lstrip("/") for p in paths}
     try:
         with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
             for member in tar:
-                target = (root / member.name.lstrip("/")).resolve()
-                if not member.isfile() or root not in target.parents:
+                # only the images asked for, as plain files of a bounded size, inside files/ (the rest is skipped
+                # as the stream goes past: never held in memory)
+                if not member.isfile() or member.size > MAX_IMAGE_BYTES or member.name.lstrip("/") not in wanted:
+                    continue
+                try:
+                    target = inside(root, member.name.lstrip("/"))
+                except FrameError:
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                source = tar.extractfile(member)
                 part = target.with_name(target.name + ".part")
-                part.write_bytes(source.read())
+                with tar.extractfile(member) as source, open(part, "wb") as f:
+                    shutil.copyfileobj(source, f, 1 << 20)
                 os.replace(part, target)
                 count += 1
     except tarfile.TarError as e:
@@ -374,20 +416,22 @@ def fetch(run: RunDir, name: str, out=None) -> Path:
         raise HostError(f"{run.path}: not a remote run (no {REMOTE_FILE})")
     host = get_host(info["host"])
     out = out or sys.stderr
-    target = run.path / name
+    if not fetchable_name(name):
+        raise HostError(f"{name!r}: only a file under checkpoints/ or exports/ of the run can be fetched")
+    target = inside(run.path, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     connect(host)
     proc = subprocess.Popen(command_argv(host, ["agent", "send", info["run_dir"], name]), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        header = proc.stdout.readline()
-        if not header.strip().isdigit():
+        header = read_line(proc.stdout, MAX_HEADER_BYTES, f"{host.name}: send {name}")
+        if not header:
             proc.wait()
-            stderr = proc.stderr.read().decode("utf-8", "replace")
+            stderr = proc.stderr.read(64 << 10).decode("utf-8", "replace")
             raise HostError(describe_ssh_failure(host, stderr) if proc.returncode == 255 else
                             f"{host.name}: cannot fetch {name}: {last_line(stderr).removeprefix('error: ')}")
-        size, done, shown = int(header), 0, -1
+        size, done, shown = parse_size_header(header, f"{host.name}: send {name}"), 0, -1
         with open(part, "wb") as f:
             while done < size:
                 chunk = proc.stdout.read(min(1 << 20, size - done))

@@ -10,7 +10,9 @@ be, and why), `training` (the config and data counts) and `load` (three-line sni
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 from trainer.catalog import EXPORT_DESCRIPTIONS
@@ -106,13 +108,33 @@ def format_size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~])")
+
+
+def plain(text) -> str:
+    """One line of text: control characters (a newline too) shown as escapes, never acted on."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
+def md(text) -> str:
+    """User-given text (a class name, a path) as Markdown that shows it and nothing else: no HTML, no link, no
+    heading or code block of its own."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(plain(text), quote=False))
+
+
+def md_code(text) -> str:
+    """User-given text as an inline code span (HTML and Markdown inside one are shown, not run)."""
+    text = plain(text).replace("`", "'")
+    return f"`{text}`"
+
+
 def markdown(card: dict) -> str:
     """The card as Markdown, for people."""
     name = card["file"]["name"]
-    lines = [f"# {name}: {card['model_name']}, {len(card['classes'])} classes", "",
+    lines = [f"# {md(name)}: {md(card['model_name'])}, {len(card['classes'])} classes", "",
              f"{EXPORT_DESCRIPTIONS.get(card['format'], card['format'])}.", "",
-             f"Exported by TrainDeck {card['traindeck']} on {card['created']} from the run `{card['source_run']}` "
-             f"(`{Path(card['checkpoint']).name}`, epoch {card['epoch']}).", "", "## Measured", ""]
+             f"Exported by TrainDeck {card['traindeck']} on {card['created']} from the run {md_code(card['source_run'])} "
+             f"({md_code(Path(card['checkpoint']).name)}, epoch {card['epoch']}).", "", "## Measured", ""]
     m, s = card.get("metrics") or {}, card.get("speed")
     latency = f"{s['batch1_ms']:.2f} ms" if s else "—"
     throughput = f"{s['images_per_s']:.0f} images/s at batch {s['batch']}" if s else "—"
@@ -123,7 +145,7 @@ def markdown(card: dict) -> str:
               f"| {format_percent(m.get('agreement'))} | {latency} | {throughput} |", ""]
     if m:
         lines += [f"Top-1 on the run's {m['split']} split ({m['images']} images"
-                  + (f" of {m['of']}" if m["of"] > m["images"] else "") + f", listed in `{m['source']}`); "
+                  + (f" of {m['of']}" if m["of"] > m["images"] else "") + f", listed in {md_code(m['source'])}); "
                   "the checkpoint is the exported network in fp32, agreement is the share of images given its class.",
                   ""]
     if s:
@@ -147,7 +169,7 @@ def markdown(card: dict) -> str:
         lines.append("- flip test-time augmentation: " + ("inside the file" if card["tta"] == "graph" else
                                                             "average the logits of the image and its mirror image"))
     lines += ["", "## Classes", "", "Output index: class.", ""]
-    lines += [f"{i}. {c}" for i, c in enumerate(card["classes"])]
+    lines += [f"{i}. {md(c)}" for i, c in enumerate(card["classes"])]
     lines += ["", "## Load it", ""]
     for consumer, code in card["load"].items():
         lang = "python" if "Python" in consumer else ("csharp" if "C#" in consumer else
@@ -155,13 +177,14 @@ def markdown(card: dict) -> str:
                                                       "swift" if "Swift" in consumer else "cpp")
         lines += [f"{consumer}:", "", f"```{lang}", code, "```", ""]
     t = card["training"]
-    lines += ["## Training", "", f"- run: `{t['run']}`, {t['epochs_trained']} epochs trained"
+    lines += ["## Training", "", f"- run: {md_code(t['run'])}, {t['epochs_trained']} epochs trained"
               + (f", best validation accuracy {format_percent(card['best_acc'])}" if card.get("best_acc") is not None
                  else ""),
-              f"- data: `{t['config']['data']['train_dir']}`: {t['data'].get('train_images', '?')} training, "
+              f"- data: {md_code(t['config']['data']['train_dir'])}: {t['data'].get('train_images', '?')} training, "
               f"{t['data'].get('val_images', '?')} validation"
               + (f", {t['data']['test_images']} test" if t["data"].get("test_images") else "") + " images",
-              f"- model `{card['model_name']}`" + (f", weights {t['weights']}" if t.get("weights") else ", from scratch")
+              f"- model {md_code(card['model_name'])}" + (f", weights {md(t['weights'])}" if t.get("weights")
+                                                     else ", from scratch")
               + f"; optimizer {t['config']['optimizer']['name']} at lr {t['config']['optimizer'].get('lr')}, "
               f"precision {t.get('precision', '?')}",
               "", "The whole training config is in the JSON card (`training.config`).", ""]

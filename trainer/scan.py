@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import unicodedata
 import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -167,6 +168,11 @@ def _class_folders(root: Path, entries: list[os.DirEntry]) -> tuple[list[str], l
     root_real = os.path.realpath(root)
     folders = [e for e in entries if e.is_dir() and not e.name.startswith(".")]
     loops_back = [e.path for e in folders if os.path.realpath(e.path) == root_real]
+    for e in folders:
+        # a newline or a control character in a class name would travel into logs, CSVs and model cards
+        if any(unicodedata.category(ch) == "Cc" for ch in e.name):
+            raise DataError(f"{printable_path(e.path)}: a class folder whose name holds a control character "
+                            f"(a newline, a tab, ...); rename it")
     return [e.name for e in folders if e.path not in loops_back], loops_back
 
 

@@ -21,6 +21,9 @@ import tempfile
 from pathlib import Path
 
 from trainer.hosts import Host, HostError
+from trainer.protocol import MAX_ANSWER_BYTES, PROTOCOL, FrameError, parse_answer
+
+STDERR_KEPT = 64 << 10  # the end of a remote command's error output (its last line is what is said)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,7 @@ def ssh_argv(host: Host, *options: str) -> list[str]:
     """`ssh` with TrainDeck's options for `host`, up to (not including) the remote command."""
     return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-            "-o", f"ControlPath={control_path(host)}", *options, *host.ssh_options, host.ssh]
+            "-o", f"ControlPath={control_path(host)}", *options, *host.ssh_options, "--", host.ssh]
 
 
 def remote_line(host: Host, args: list[str]) -> str:
@@ -100,11 +103,17 @@ def remote_main(host: Host, args: list[str], input: str | bytes | None = None, t
     is not there; with `check`, the command's own `error:` line when it exits non-zero."""
     connect(host)
     data = input.encode() if isinstance(input, str) else input
-    try:
-        done = subprocess.run(command_argv(host, args), input=data, capture_output=True, timeout=timeout,
-                              stdin=None if data is not None else subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise HostError(f"{host.name}: `{remote_line(host, args)}` gave no answer in {timeout:.0f} s") from None
+    # The answer goes to files, not memory, and is read back bounded: a broken host cannot use up this machine's.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            done = subprocess.run(command_argv(host, args), input=data, stdout=out, stderr=err, timeout=timeout,
+                                  stdin=None if data is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise HostError(f"{host.name}: `{remote_line(host, args)}` gave no answer in {timeout:.0f} s") from None
+        out.seek(0)
+        done.stdout = out.read(MAX_ANSWER_BYTES + 1)
+        err.seek(max(0, err.seek(0, os.SEEK_END) - STDERR_KEPT))
+        done.stderr = err.read()
     stderr = done.stderr.decode("utf-8", "replace")
     if done.returncode == SSH_FAILED:
         raise HostError(describe_ssh_failure(host, stderr))
@@ -119,11 +128,7 @@ def remote_main(host: Host, args: list[str], input: str | bytes | None = None, t
 
 def remote_json(host: Host, args: list[str], input: str | None = None, timeout: float | None = 120):
     done = remote_main(host, args, input=input, timeout=timeout)
-    try:
-        return json.loads(done.stdout)
-    except json.JSONDecodeError:
-        raise HostError(f"{host.name}: unreadable answer to `{shlex.join(args)}`: "
-                        f"{done.stdout[:200].decode('utf-8', 'replace')!r}") from None
+    return parse_answer(done.stdout, f"{host.name}: `{shlex.join(args)}`")
 
 
 def last_line(text: str) -> str:
@@ -143,7 +148,9 @@ def _handshake(host: Host) -> dict:
         said = last_line(done.stderr.decode("utf-8", "replace"))
         raise HostError(f"{host.name}: the TrainDeck there is too old to be driven from this app ({said}); "
                         f"upgrade it to {__version__} (git pull && .venv/bin/pip install -e . in its folder)")
-    theirs = json.loads(done.stdout)
+    theirs = parse_answer(done.stdout, f"{host.name}: `agent version`")
+    if not isinstance(theirs, dict):
+        raise FrameError(f"{host.name}: `agent version`: an answer that is not an object")
     if theirs.get("events") != SCHEMA_VERSION or theirs.get("protocol") != PROTOCOL:
         raise HostError(f"{host.name}: TrainDeck {theirs.get('traindeck')} there speaks event schema "
                         f"{theirs.get('events')} / protocol {theirs.get('protocol')}, this app {SCHEMA_VERSION} / "
@@ -154,7 +161,6 @@ def _handshake(host: Host) -> dict:
     return theirs
 
 
-PROTOCOL = 1  # the agent's commands and the follow stream's frames (trainer/agent.py)
 
 
 def check(host: Host) -> dict:
