@@ -25,6 +25,7 @@ from PIL import Image, ImageOps
 
 from trainer.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
 from trainer.config import AugmentConfig, DataConfig
+from trainer.files import is_regular_file
 from trainer.scan import DataError, ScanResult, check_same_classes, scan_image_folder
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in
 def decode_image(path: str, size: int) -> torch.Tensor:
     """An image file as a (3, size, size) uint8 tensor: EXIF orientation applied, any mode converted to RGB,
     short side resized, centre crop."""
+    if not is_regular_file(path):  # opening a FIFO or a device would wait for ever
+        raise ValueError("not a regular file (a FIFO, a device or a folder)")
     with Image.open(path) as img:
         img.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced scale when much larger
         if img.getexif().get(ORIENTATION_TAG, 1) != 1:  # phone photos: upright as the camera meant, not as stored

@@ -317,11 +317,11 @@ class Prediction:
 
 def expand_images(paths: list[Path]) -> list[Path]:
     """The images to classify: files as given; folders replaced by the image files under them (sorted)."""
-    from trainer.export_data import image_files
+    from trainer.scan import image_paths
 
     out = []
     for p in paths:
-        out += [Path(f) for f in image_files(p)] if p.is_dir() else [p]
+        out += [Path(f) for f in image_paths(p)] if p.is_dir() else [p]
     return out
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from trainer.csvfile import read_dict_rows
 from trainer.errors import InputError
 from trainer.rundir import RunDir
+from trainer.scan import image_paths
 
 MEASURE_IMAGES = 2000  # at most this many images of the split are measured (a seeded sample beyond that)
 SPLITS = ("test", "val")  # in the order preferred
@@ -58,18 +59,6 @@ def measure_set(run: RunDir, classes: list[str], seed: int = 0) -> tuple[Measure
                   "at its best epoch)")
 
 
-def image_files(folder: Path) -> list[str]:
-    """Every image file under `folder` (any depth, hidden entries skipped), sorted."""
-    from trainer.scan import IMAGE_EXTENSIONS
-
-    found = []
-    for root, dirs, files in os.walk(folder, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [os.path.join(root, f) for f in files
-                  if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS)]
-    return sorted(found)
-
-
 def calibration_images(run: RunDir, config: dict, folder: Path | None, count: int, seed: int) -> tuple[list[str], str]:
     """(paths, where they come from): `count` images chosen with `seed` from `folder`, or from the run's training
     split. CalibrationError naming the folder when there are none."""
@@ -78,7 +67,7 @@ def calibration_images(run: RunDir, config: dict, folder: Path | None, count: in
     if folder is not None:
         if not folder.is_dir():
             raise CalibrationError(f"--calibration: {folder}: no such folder")
-        pool = image_files(folder)
+        pool = image_paths(folder)
         if not pool:
             raise CalibrationError(f"--calibration: {folder}: no images in it (looked for .jpg, .png, .webp, ... "
                                    "at any depth)")
@@ -94,7 +83,7 @@ def calibration_images(run: RunDir, config: dict, folder: Path | None, count: in
             if path.exists():
                 with open(path, encoding="utf-8", newline="") as f:
                     held_out |= {r["path"] for r in read_dict_rows(f)}
-        pool = [p for p in image_files(Path(train_dir)) if p not in held_out]
+        pool = [p for p in image_paths(train_dir) if p not in held_out]
         if not pool:
             raise CalibrationError(f"data.train_dir: {train_dir}: no training images left to calibrate on; give "
                                    "images with --calibration FOLDER")

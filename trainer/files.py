@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
+
+
+def is_regular_file(path: str | os.PathLike) -> bool:
+    """A plain file (through links): not a FIFO, a device, a socket or a folder, which a reader would hang on or
+    fail at; False for a broken link."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from trainer.cli import _finish  # the same last line as a local train
 from trainer.errors import InputError
 from trainer.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
+from trainer.protocol import FrameError
 from trainer.rundir import RunDir, default_runs_dir, planned_run_dir, run_label
 
 
@@ -103,18 +106,34 @@ def remote_train(cfg, args) -> int:
         raise HostError(f"{local.path}: already holds a run; train into a new directory")
     cfg.device.host = ""  # there, it is a local run
     text = cfg.to_yaml()
+    # Stop (SIGTERM) while the host starts the run is not lost: noted now, and the run is stopped there as soon as
+    # it exists (killing this process here left a run going there that nobody could see or stop).
+    stopped: list[float] = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
+    try:
+        if host.slurm:
+            answer = ssh.remote_json(host, ["agent", "submit", "--runs", host.runs, "--partition", host.partition],
+                                     input=text, timeout=START_WAIT_S)
+        else:
+            answer = ssh.remote_json(host, ["agent", "start", "--runs", host.runs, "--name", local.name], input=text,
+                                     timeout=START_WAIT_S)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not isinstance(answer, dict) or not isinstance(answer.get("run_dir"), str) or (
+            host.slurm and not isinstance(answer.get("job"), int)):
+        raise FrameError(f"{host.name}: the answer to the start has no run directory{' or job' if host.slurm else ''}: "
+                         f"{str(answer)[:200]!r}")
     if host.slurm:
-        answer = ssh.remote_json(host, ["agent", "submit", "--runs", host.runs, "--partition", host.partition],
-                                 input=text, timeout=START_WAIT_S)
         print(f"submitted SLURM job {answer['job']} on {host.name}", flush=True)
-    else:
-        answer = ssh.remote_json(host, ["agent", "start", "--runs", host.runs, "--name", local.name], input=text,
-                                 timeout=START_WAIT_S)
     create_mirror(local, host, answer["run_dir"], answer.get("job"), answer.get("output"), args.output_log)
     print(f"run directory: {local.path} (on {host.name}: {answer['run_dir']})", flush=True)
-    if args.detach:
+    mirror = Mirror(local)
+    if stopped:
+        print(f"stopping the run on {host.name}: Stop came while it was starting", flush=True)
+        mirror.request_stop()
+    elif args.detach:
         return 0
-    return _finish(local, Mirror(local).follow())
+    return _finish(local, mirror.follow())
 
 
 def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from trainer.errors import InputError
+from trainer.files import is_regular_file
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 IMBALANCE_RATIO = 10  # warn when the largest class has this many times the images of the smallest
@@ -233,6 +234,29 @@ def find_layout(folder: str | os.PathLike) -> dict:
         if found["train"] and (found["val"] or found["test"]) and (root == folder or Path(found["train"]) == folder):
             return {"train_dir": found["train"], "val_dir": found["val"], "test_dir": found["test"]}
     return {"train_dir": str(folder), "val_dir": None, "test_dir": None}
+
+
+def image_paths(folder: str | os.PathLike) -> list[str]:
+    """Every image file under `folder` at any depth, sorted: the one walker of user folders outside training (predict,
+    calibration). Hidden entries are skipped, each folder is walked once (a link loop is not followed round), and only
+    regular files are listed (a FIFO named img.png hung the reader)."""
+    found: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        try:
+            key = _dir_key(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if key in seen:
+            dirnames[:] = []
+            continue
+        seen.add(key)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found += [path for path in (os.path.join(dirpath, f) for f in filenames
+                                    if not f.startswith(".") and f.lower().endswith(IMAGE_EXTENSIONS))
+                  if is_regular_file(path)]
+    return sorted(found)
 
 
 def quick_layout(root: str | os.PathLike) -> list[str]:

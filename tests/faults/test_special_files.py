@@ -1,0 +1,42 @@
+"""Readers of user folders outside training (predict, an int8 export's calibration) on special files (issue #32):
+a FIFO named img.png and a symbolic-link loop hung them; they are skipped as check-data and train skip them."""
+
+import os
+
+import pytest
+
+from trainer.export_data import calibration_images
+from trainer.rundir import RunDir
+from trainer.scan import image_paths
+
+
+@pytest.fixture
+def hostile_folder(tmp_path, shapes_dir):
+    folder = tmp_path / "photos"
+    (folder / "cat").mkdir(parents=True)
+    real = sorted((shapes_dir / "circle").iterdir())[:3]
+    for p in real:
+        (folder / "cat" / p.name).write_bytes(p.read_bytes())
+    os.mkfifo(folder / "cat" / "img.png")  # opened, it waits for a writer for ever
+    (folder / "cat" / "loop").symlink_to(folder)  # walked naively, a loop without end
+    return folder, sorted(str(folder / "cat" / p.name) for p in real)
+
+
+def test_the_walker_lists_regular_images_once_and_ends(hostile_folder):
+    folder, real = hostile_folder
+    assert image_paths(folder) == real
+
+
+def test_calibration_on_a_folder_with_a_fifo_and_a_loop_uses_its_images(hostile_folder, tmp_path):
+    folder, real = hostile_folder
+    chosen, where = calibration_images(RunDir(tmp_path / "run"), {"data": {}}, folder, 10, 0)
+    assert chosen == real and "3 images" in where
+
+
+def test_decoding_a_fifo_is_refused_at_once_not_waited_on(hostile_folder):
+    torch = pytest.importorskip("torch")  # noqa: F841 - the decoder is the trainer's
+    from trainer.data import decode_image
+
+    folder, _ = hostile_folder
+    with pytest.raises(ValueError, match="not a regular file"):
+        decode_image(str(folder / "cat" / "img.png"), 16)
