@@ -7,6 +7,7 @@ replayed runs all go through here.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from app.buffers import Matrix, Series
@@ -14,6 +15,7 @@ from trainer.rundir import FINAL_STATES, RunDir
 
 STOP_GRACE_STEPS = 5  # Stop waits this many measured steps beyond its floor: the step in flight, the ranks'
 STOP_GRACE_CAP_S = 600  # agreement to stop and the checkpoint's write, on this machine as it runs now
+log = logging.getLogger(__name__)
 CLOCK_SLACK_S = 5.0  # a host's clock may run a little behind this machine's
 HISTOGRAMS_KEPT = 2000  # per (layer, kind); a longer history keeps every other one
 
@@ -61,7 +63,18 @@ class RunState:
 
     def apply(self, e: dict, now: float | None = None) -> str | None:
         """Take in one event; the kind of change ('preparing', 'runStarted', 'stepLogged', 'epochEnded',
-        'warningRaised', 'errorRaised', 'systemSampled', 'tested', 'finished') or None when nothing a view shows changed."""
+        'warningRaised', 'errorRaised', 'systemSampled', 'tested', 'finished') or None when nothing a view shows changed.
+        An event that is not what docs/events.md says (a broken mirror, a hand-edited file) is logged and skipped."""
+        if not isinstance(e, dict):
+            log.warning("%s: skipping an event that is not an object: %.80r", self.run.events, e)
+            return None
+        try:
+            return self._apply(e, now)
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            log.warning("%s: skipping a malformed %s event (%s): %.200r", self.run.events, e.get("event"), error, e)
+            return None
+
+    def _apply(self, e: dict, now: float | None) -> str | None:
         kind = e.get("event")
         if kind == "prepare":
             self.last_prepare = e

@@ -429,3 +429,10 @@ def test_any_output_the_user_names_that_cannot_be_written_is_bad_input(trained_r
         assert cli.main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "cannot write there" in err[0] and str(read_only) in err[0], (argv, err)
+
+
+def test_random_bytes_are_said_to_be_no_checkpoint_not_a_pickle(tmp_path):
+    junk = tmp_path / "last.pt"
+    junk.write_bytes(bytes(range(7, 200)))
+    with pytest.raises(UnsafeFileError, match="not a checkpoint"):
+        load_weights_only(junk)

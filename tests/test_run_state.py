@@ -204,3 +204,11 @@ def test_a_trainer_killed_after_stop_is_recorded_stopped_not_crashed(tmp_path):
     status = run.read_status()
     assert run.effective_state() == "stopped" and status["reason"] == "forced" and "20 s" in status["message"]
     assert not run.record_forced_stop(20.0), "an end the trainer recorded itself is kept"
+
+
+def test_a_malformed_event_is_skipped_not_raised(tmp_path):
+    state = RunState(RunDir(tmp_path))
+    for bad in (42, None, [1], {"event": "step"}, {"event": "epoch", "epoch": "x"}, {"event": "histogram"}):
+        assert state.apply(bad) is None
+    assert state.apply({"event": "step", "step": 1, "epoch": 1, "loss": 0.5}) == "stepLogged"
+    assert list(state.step_loss.x) == [1]

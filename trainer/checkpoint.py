@@ -285,7 +285,15 @@ def atomic_link(src: Path, dst: Path) -> None:
 
 
 def load_weights_only(path: str | Path, map_location: str = "cpu") -> Any:
-    """torch.load with weights_only=True; a file that needs more is refused, never unpickled."""
+    """torch.load with weights_only=True; a file that needs more is refused, never unpickled, and a file that is not
+    a PyTorch file at all is said to be so."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        head = b"PK\x03\x04"  # torch.load names the file and the error
+    if head != b"PK\x03\x04" and not head.startswith(b"\x80"):  # neither torch.save's zip nor a legacy pickle
+        raise UnsafeFileError(f"{path}: not a checkpoint (not a file torch.save writes: it starts with {head!r})")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:

@@ -27,7 +27,7 @@ from trainer.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_DESCRI
 from trainer.errors import InputError, first_line
 from trainer.files import atomic_write_text
 from trainer.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
-from trainer.model_card import markdown, read_card
+from trainer.model_card import markdown, out_problem
 from trainer.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -66,24 +66,10 @@ def check_format(fmt: str, out: Path, options: ExportOptions) -> None:
 
 
 def check_out(fmt: str, out: Path) -> None:
-    """What `--out` may replace: nothing, or an export of the same format (its card says so; a Core ML package is
-    a folder with its Manifest.json). A user's other file or folder is refused, never deleted or overwritten, and so
-    is an out whose card names (`OUT.json`, `OUT.md`) are folders: nothing is half-written."""
-    package = fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]
-    if out.is_dir() and not package:
-        raise ExportError(f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}")
-    if out.exists() or out.is_symlink():
-        card = read_card(out)
-        same = card is not None and card.get("format") == fmt and not out.is_symlink()
-        if package and out.is_dir():
-            same = same and (out / "Manifest.json").is_file()
-        if not same:
-            raise ExportError(f"--out: {out} exists and is not a {fmt} export of TrainDeck's (no model card of that "
-                              f"format beside it); it is left as it is: choose another name")
-    for suffix in (".json", ".md"):
-        beside = Path(f"{out}{suffix}")
-        if beside.is_dir() or beside.is_symlink():
-            raise ExportError(f"--out: {beside} (where the model card goes) is a folder or a link; choose another name")
+    """ExportError when `--out` would replace what is not an export of the same format (`out_problem`)."""
+    problem = out_problem(fmt, out)
+    if problem:
+        raise ExportError(problem)
 
 
 def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: ExportOptions | None = None) -> Path:

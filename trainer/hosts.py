@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,21 +33,14 @@ MAX_HOSTS_FILE = 1 << 20  # bytes: a hosts file is a few lines; a larger one is 
 SHOWN = 80  # characters of a wrong value quoted in a message
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 2, 4, 4, SHOWN, SHOWN
+
+
 def shown(value) -> str:
-    """A value as a message quotes it: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
-
-
-class _NoAliases(yaml.SafeLoader):
-    """YAML without anchors and aliases (`*name`): a hosts file needs none, and nested aliases (a "billion laughs"
-    file) expand to gigabytes."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed here",
-                                              self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+    """A value as a message quotes it, cut short without being expanded: YAML aliases share one object, and a full
+    repr of nested ones (a "billion laughs" file) would run to gigabytes."""
+    return _REPR.repr(value)
 
 
 class HostError(InputError):
@@ -117,7 +111,7 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
             raw = f.read(MAX_HOSTS_FILE + 1)
         if len(raw) > MAX_HOSTS_FILE:
             raise HostError(f"{path}: more than {MAX_HOSTS_FILE >> 20} MB; a hosts file is a few lines")
-        data = yaml.load(raw.decode("utf-8"), Loader=_NoAliases) or {}
+        data = yaml.safe_load(raw.decode("utf-8")) or {}  # aliases stay shared objects, never copied
     except UnicodeDecodeError as e:
         raise HostError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
     except (OSError, yaml.YAMLError) as e:

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 REMOTE_FILE = "remote.json"
 MIRROR_LOCK = ".mirror.lock"
 MIRROR_LOG = "mirror.log"  # this side's own output (the remote's output.log is mirrored as itself)
+EXIT_CODES = (0, 1, 2, 3)  # completed or stopped, failed, bad input, diverged (trainer/engine.py)
 RETRY_S = (1, 2, 4, 8, 10)
 KILL_AFTER_S = 30  # after Stop, SIGKILL there when the run has not ended by then
 GIVE_UP_AFTER_STOP_S = KILL_AFTER_S + 15  # after Stop, a host that cannot be reached or read is followed no longer
@@ -335,7 +336,7 @@ class Mirror:
     def exit_code(self) -> int:
         status = self.run.read_status()
         code = status.get("exit_code")
-        if isinstance(code, int):
+        if code in EXIT_CODES:  # the trainer's own codes; a host's other number (259 would read as 3 here) is not
             return code
         return 0 if status.get("state") in ("completed", "stopped") else 1
 
@@ -376,8 +377,11 @@ def fetch_images(run: RunDir, paths: list[str], out=None) -> int:
     connect(host)
     proc = subprocess.Popen(command_argv(host, ["agent", "pack"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
-    proc.stdin.write("\n".join(paths).encode() + b"\n")
-    proc.stdin.close()
+    try:
+        proc.stdin.write("\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")  # a name may hold a newline
+        proc.stdin.close()
+    except BrokenPipeError:  # it ended before reading them: what it sent (if anything) is read below
+        pass
     count = 0
     root = run.path / FILES
     root.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def cmd_agent(args) -> int:
     elif args.action == "send":
         agent.send(a[0], a[1])
     elif args.action == "pack":
-        agent.pack([line.strip() for line in sys.stdin if line.strip()])
+        agent.pack([p for p in sys.stdin.buffer.read().decode("utf-8", "surrogateescape").split("\0") if p])
     return 0
 
 
@@ -112,10 +113,11 @@ def remote_train(cfg, args) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
     try:
         if host.slurm:
-            answer = ssh.remote_json(host, ["agent", "submit", "--runs", host.runs, "--partition", host.partition],
+            # --key=value: a runs folder or partition starting with '-' is a value there, not an option
+            answer = ssh.remote_json(host, ["agent", "submit", f"--runs={host.runs}", f"--partition={host.partition}"],
                                      input=text, timeout=START_WAIT_S)
         else:
-            answer = ssh.remote_json(host, ["agent", "start", "--runs", host.runs, "--name", local.name], input=text,
+            answer = ssh.remote_json(host, ["agent", "start", f"--runs={host.runs}", f"--name={local.name}"], input=text,
                                      timeout=START_WAIT_S)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -189,16 +191,25 @@ def remote_export(run: RunDir, fmt: str, out: Path, checkpoint: str, options: li
     if fmt == "coreml":  # a folder, which the file fetch does not carry
         raise InputError(f"--format coreml: a Core ML package is a folder; export it on the host (main.py export "
                           f"there) and copy the {EXPORT_FORMATS['coreml']} folder")
+    from trainer.model_card import out_problem
+
+    problem = out_problem(fmt, out)  # here first: nothing is exported there for a file that cannot be written here
+    if problem:
+        raise InputError(problem)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=out.parent, prefix=".traindeck-write-check-").close()
+    except OSError as e:
+        raise InputError(f"--out: {out.parent}: cannot write there ({e.strerror or e})") from None
     info = remote_info(run)
     host = get_host(info["host"])
     ssh.check(host)
     name = f"exports/{out.name}"
     ssh.remote_main(host, ["export", info["run_dir"], "--format", fmt, "--out", f"{info['run_dir']}/{name}",
                            "--checkpoint", checkpoint, *options], timeout=1800)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in (".json", ".md", ""):  # the file last: a file here always has its card
-        fetched = fetch(run, name + suffix)
-        os.replace(fetched, f"{out}{suffix}")
+    fetched = [fetch(run, name + suffix) for suffix in (".json", ".md", "")]  # all here before any is moved
+    for path, suffix in zip(fetched, (".json", ".md", "")):  # the file last: a file here always has its card
+        os.replace(path, f"{out}{suffix}")
     return out
 
 

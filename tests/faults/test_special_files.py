@@ -40,3 +40,24 @@ def test_decoding_a_fifo_is_refused_at_once_not_waited_on(hostile_folder):
     folder, _ = hostile_folder
     with pytest.raises(ValueError, match="not a regular file"):
         decode_image(str(folder / "cat" / "img.png"), 16)
+
+
+def test_an_existing_folder_or_file_that_is_not_the_same_export_is_never_replaced(tmp_path):
+    from trainer.export import ExportError, check_out
+
+    package = tmp_path / "model.mlpackage"
+    (package / "notes").mkdir(parents=True)
+    (package / "notes" / "thesis.txt").write_text("years of work\n")
+    with pytest.raises(ExportError, match="is not a coreml export"):
+        check_out("coreml", package)
+    assert (package / "notes" / "thesis.txt").read_text() == "years of work\n"
+    onnx = tmp_path / "m.onnx"
+    onnx.write_bytes(b"someone else's model")
+    with pytest.raises(ExportError, match="is not a onnx export"):
+        check_out("onnx", onnx)
+    (tmp_path / "n.onnx.md").mkdir()
+    with pytest.raises(ExportError, match="where the model card goes"):
+        check_out("onnx", tmp_path / "n.onnx")
+    # an export of the same format, with its card, is the one thing an export replaces
+    (tmp_path / "m.onnx.json").write_text('{"format": "onnx"}')
+    check_out("onnx", onnx)

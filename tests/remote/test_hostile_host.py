@@ -157,7 +157,8 @@ def test_gallery_tar_members_go_only_where_asked_bounded_and_streamed(mirror, tm
     monkeypatch.setattr(protocol, "MAX_IMAGE_BYTES", 1000)
     monkeypatch.setattr(mirror_module, "MAX_IMAGE_BYTES", 1000)
     monkeypatch.setattr("trainer.ssh.connect", lambda host: None)
-    monkeypatch.setattr("trainer.ssh.command_argv", lambda host, args: ["cat", str(host_side)])
+    monkeypatch.setattr("trainer.ssh.command_argv",
+                        lambda host, args: ["sh", "-c", 'cat >/dev/null; cat "$0"', str(host_side)])
     count = fetch_images(m.run, ["/data/cat/a.png", "../../../../bashrc", "/data/cat/huge.png", "/data/cat/link.png"])
     files = m.run.path / mirror_module.FILES
     assert count == 1 and (files / "data" / "cat" / "a.png").read_bytes() == b"A" * 100
@@ -175,8 +176,14 @@ def test_a_shell_banner_before_the_answer_is_named(monkeypatch):
         protocol.parse_answer(b"x" * (protocol.MAX_ANSWER_BYTES + 1), "lab: `agent version`")
 
 
+# nested aliases: a repr of `c` would be 9**12 entries long (the message used to format it whole)
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, n in zip("abcdefghijk", "bcdefghijkl")
+) + "hosts: {lab: {ssh: lab, scheduler: *l}}\n"
+
+
 @pytest.mark.parametrize("text, said", [
-    ("a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: &c [*b, *b, *b]\nhosts: {lab: {ssh: *c}}\n", "aliases"),
+    (BOMB, r"hosts.lab.scheduler: \[\[\[\.\.\.\], \[\.\.\.\]"),
     (b"hosts:\n  lab: {ssh: caf\xe9}\n", "not UTF-8"),
     ("- lab\n- other\n", "expected a mapping with `hosts:`"),
     ("hosts:\n  ~: {ssh: lab}\n", "host name None"),
@@ -197,3 +204,26 @@ def test_the_ssh_destination_follows_an_end_of_options():
 
     argv = ssh_argv(Host(name="lab", ssh="lab.example.org"))
     assert argv[-2:] == ["--", "lab.example.org"]
+
+
+def test_a_host_s_exit_code_outside_the_trainer_s_is_a_failure_not_a_wrapped_number(mirror):
+    m, _ = mirror
+    m.run.write_status(state="failed", exit_code=259)  # 259 & 0xFF would read as 3, "diverged", here
+    assert m.exit_code() == 1
+    m.run.write_status(state="failed", exit_code=2)
+    assert m.exit_code() == 2
+
+
+def test_a_remote_export_checks_its_out_here_before_the_host_is_asked(mirror, tmp_path):
+    from trainer.errors import InputError
+    from trainer.remote_cli import remote_export
+
+    m, _ = mirror
+    mine = tmp_path / "model.onnx"
+    mine.write_text("the user's own file\n")
+    with pytest.raises(InputError, match="exists and is not a onnx export"):
+        remote_export(m.run, "onnx", mine, "best", [])  # the host (h.invalid) is never reached
+    (tmp_path / "other.onnx.md").mkdir()
+    with pytest.raises(InputError, match="where the model card goes"):
+        remote_export(m.run, "onnx", tmp_path / "other.onnx", "best", [])
+    assert mine.read_text() == "the user's own file\n" and not (m.run.path / "exports").exists()
