@@ -101,3 +101,23 @@ def test_stop_checkpoints_on_the_host_and_the_run_resumes_from_here(hosts, shape
     status = json.loads((mirror / "status.json").read_text())
     assert status["state"] == "completed" and status["epoch"] == stopped_at + 2
     assert (mirror / "events.jsonl").read_bytes() == (remote / "events.jsonl").read_bytes()
+
+
+def test_stop_while_the_host_is_starting_the_run_stops_it_there_and_leaves_a_mirror(hosts, shapes_dir, tmp_path):
+    """SIGTERM to `train --host` in its first second (the app's Stop during pre-flight) exited 143 with no word while
+    the trainer went on there, with no mirror here: nobody could see or stop it."""
+    config = write_config(tmp_path, shapes_dir, train={"epochs": 200}, monitor={"log_every": 1})
+    proc = start_remote_train(config, hosts["local_runs"])
+    deadline = time.time() + 60
+    while time.time() < deadline and not any("agent" in " ".join(c.cmdline()) and "start" in " ".join(c.cmdline())
+                                             for c in psutil.Process(proc.pid).children(recursive=True)):
+        time.sleep(0.05)  # the host has been asked to start it: pre-flight there
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, (out, err)
+    assert "stopping the run on loop: Stop came while it was starting" in out
+    (mirror,) = list((hosts["local_runs"] / "remote" / "loop").iterdir())
+    status = json.loads((mirror / "status.json").read_text())
+    assert status["state"] == "stopped" and status["remote"]["alive"] is False
+    remote = json.loads((hosts["remote_runs"] / mirror.name / "status.json").read_text())
+    assert remote["state"] == "stopped", "stopped there, not left training"
