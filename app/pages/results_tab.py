@@ -50,6 +50,7 @@ THUMB = 96
 PREVIEW = 180
 GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count says how many there are
 NAMES_ON_TOP = 12  # up to this many classes the predicted-class header shows names, else indices (names on hover)
+HEADER_MARGIN = 8  # px beside a column's label (the header draws no sort arrow)
 LOW, HIGH = QColor(255, 255, 255), QColor(31, 94, 168)
 
 
@@ -66,9 +67,12 @@ class ConfusionModel(QAbstractTableModel):
         self.matrix: list[list[int]] = []
         self.classes: list[str] = []
         self.normalised = False
+        self.numbered = False  # columns headed by the class's number (the rows name it) when the names do not fit
 
     def set_matrix(self, matrix: list[list[int]], classes: list[str]) -> None:
         self.beginResetModel()
+        if classes != self.classes:
+            self.numbered = False  # names again, until they are found not to fit
         self.matrix, self.classes = matrix, classes
         self.endResetModel()
 
@@ -110,9 +114,10 @@ class ConfusionModel(QAbstractTableModel):
             return None
         name = self.classes[section]
         if role == Qt.ItemDataRole.DisplayRole:
+            numbered = self.numbered or len(self.classes) > NAMES_ON_TOP
             if orientation == Qt.Orientation.Vertical:
-                return f"{name}  {section}" if len(self.classes) > NAMES_ON_TOP else name
-            return name if len(self.classes) <= NAMES_ON_TOP else str(section)
+                return f"{name}  {section}" if numbered else name
+            return str(section) if numbered else name
         if role == Qt.ItemDataRole.ToolTipRole:
             return f"{'predicted' if orientation == Qt.Orientation.Horizontal else 'true'}: {name}"
         return None
@@ -570,22 +575,36 @@ class ResultsTab(QWidget):
     def _fit_zoom(self) -> None:
         """Cells as large as the room allows (within the zoom's range): a few classes fill the space, many scroll."""
         n = max(self.matrix_model.rowCount(), 1)
-        width = self.matrix.width() - self.matrix.verticalHeader().sizeHint().width() - 4
-        height = self.matrix.height() - self.matrix.horizontalHeader().sizeHint().height() - 4
-        labels = self._label_widths()
-        size = self.zoom.minimum()
-        for candidate in range(self.zoom.maximum(), self.zoom.minimum() - 1, -1):
-            # every column whole (a column is widened to its class name), every row too
-            if sum(max(candidate, w) for w in labels) <= width and candidate * n <= height:
-                size = candidate
-                break
-        self.zoom.setValue(size)
+        width, height = self._room()
+        size = self._largest_cell(width, height, n)
+        if size is None and not self.matrix_model.numbered:  # the names do not fit above: number the columns
+            self.matrix_model.numbered = True
+            self.matrix_model.headerDataChanged.emit(Qt.Orientation.Horizontal, 0, n - 1)
+            self.matrix_model.headerDataChanged.emit(Qt.Orientation.Vertical, 0, n - 1)
+            width, height = self._room()
+            size = self._largest_cell(width, height, n)
+        self.zoom.setValue(size or self.zoom.minimum())
         self._size_columns()
+
+    def _room(self) -> tuple[int, int]:
+        """The width and height the cells have: the table less its frame, its headers and a scroll bar's width."""
+        frame = 2 * self.matrix.frameWidth() + self.matrix.verticalScrollBar().sizeHint().width()
+        return (self.matrix.width() - self.matrix.verticalHeader().sizeHint().width() - frame,
+                self.matrix.height() - self.matrix.horizontalHeader().sizeHint().height() - frame)
+
+    def _largest_cell(self, width: int, height: int, n: int) -> int | None:
+        """The largest cell size at which every column is whole (a column is as wide as its label at least) and
+        every row too; None when even the smallest is too big."""
+        labels = self._label_widths()
+        for candidate in range(self.zoom.maximum(), self.zoom.minimum() - 1, -1):
+            if sum(max(candidate, w) for w in labels) <= width and candidate * n <= height:
+                return candidate
+        return None
 
     def _label_widths(self) -> list[int]:
         """Each column's class name, in pixels with its margin."""
         metrics = self.matrix.horizontalHeader().fontMetrics()
-        return [metrics.horizontalAdvance(self.matrix_model.headerData(col, Qt.Orientation.Horizontal) or "") + 14
+        return [metrics.horizontalAdvance(self.matrix_model.headerData(col, Qt.Orientation.Horizontal) or "") + HEADER_MARGIN
                 for col in range(self.matrix_model.columnCount())]
 
     def _size_columns(self) -> None:

@@ -185,3 +185,26 @@ def test_only_images_of_the_training_folder_can_be_excluded_or_relabelled(qtbot,
     assert not tab.exclude_button.isEnabled() and not tab.relabel_button.isEnabled()
     assert "not in the training folder" in tab.exclude_button.toolTip()
     assert tab.cam_button.isEnabled(), "Grad-CAM still explains it"
+
+
+def test_ten_classes_in_a_narrow_pane_show_every_column_numbered(qtbot, tmp_path):
+    """At 1024x700 4 of 10 confusion-matrix columns showed: names above columns widened them past the pane."""
+    from app.pages.results_tab import ResultsTab
+
+    classes = [f"digit_{i}" for i in range(10)]
+    labels = torch.arange(200) % 10
+    logits = torch.randn(200, 10, generator=torch.Generator().manual_seed(0))
+    logits[torch.arange(200), labels] += 3
+    write_evaluation(tmp_path, "val", Predictions([f"/nowhere/{i}.png" for i in range(200)], labels, logits), classes)
+    tab = ResultsTab()
+    qtbot.addWidget(tab)
+    tab.resize(700, 560)  # the Results tab's share of a 1024 px window
+    tab.show()
+    tab.set_model(SimpleNamespace(run=RunDir(tmp_path), best_epoch={}, start_event={}))
+    tab.redraw()
+    qtbot.waitUntil(lambda: tab.evaluation is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: tab.matrix_model.numbered, timeout=5_000)
+    last = tab.matrix.visualRect(tab.matrix_model.index(9, 9))
+    assert tab.matrix.viewport().rect().contains(last), "the tenth column is whole, with no scrolling"
+    assert tab.matrix_model.headerData(9, Qt.Orientation.Horizontal) == "9"
+    assert tab.matrix_model.headerData(9, Qt.Orientation.Vertical) == "digit_9  9"

@@ -222,15 +222,15 @@ def test_a_full_disk_at_launch_gives_a_message(shapes_dir, tmp_path, monkeypatch
     from pathlib import Path
 
     cfg = write_config(tmp_path, shapes_dir)
-    real_write = Path.write_text
+    real_write = Path.write_bytes
 
     def full(self, *args, **kwargs):
         if ".tmp-" in self.name:
-            real_write(self, "", encoding="utf-8")  # the 0-byte file a full disk leaves
+            real_write(self, b"")  # the 0-byte file a full disk leaves
             raise OSError(errno.ENOSPC, "No space left on device", str(self))
         return real_write(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(Path, "write_bytes", full)  # what atomic_write_text writes its temporary file with
     code = cli.main(["train", str(cfg), "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 1 and "no space left on device in" in err and "Traceback" not in err
