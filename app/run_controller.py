@@ -56,6 +56,7 @@ class RunController(QObject):
         self.process = TrainerProcess(self)
         # a started run's config, output (and Auto's choices) until the trainer takes them
         self._pending: tuple[Path, Path, Path] | None = None
+        self._stop_requested = False  # Stop was pressed for the process now running
         self.process.ended.connect(self._process_ended)
         self._followers: dict[Path, subprocess.Popen] = {}  # started by reattach_remote
         self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
@@ -93,12 +94,14 @@ class RunController(QObject):
             atomic_write_text(self._pending[2], json.dumps({"choices": choices}))
             command += ["--auto-choices", str(self._pending[2])]
         self.process.grace_ms = REMOTE_GRACE_MS if cfg.device.host else self.process.default_grace_ms
+        self._stop_requested = False
         self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
         self.watch(run)
         return run
 
     def stop(self) -> None:
         if self.running:
+            self._stop_requested = True
             floor_s = self.process.grace_ms / 1000
             self.process.stop(int(1000 * (self.model.stop_grace_s(floor_s) if self.model is not None else floor_s)))
             self.stateText.emit("Stopping: saving a checkpoint…")
@@ -144,6 +147,7 @@ class RunController(QObject):
         """Start a command on an existing run: for a mirror its output goes to mirror.log (output.log is the
         host's), and Stop waits longer (the follower escalates there)."""
         remote = run.is_remote
+        self._stop_requested = False
         self.process.grace_ms = REMOTE_GRACE_MS if remote else self.process.default_grace_ms
         self.process.start(command, run.path / MIRROR_LOG if remote else run.output_log, cwd=str(REPO_ROOT))
 
@@ -247,10 +251,11 @@ class RunController(QObject):
                 self.model.poll()
                 if not self.model.catching_up:
                     break
-            if output is not None and not self.model.run.path.exists():  # refused before a directory was made
-                message = refusal(output, code)
-                self.model.finish("failed", message)
-                self.model.finished.emit("failed", message)
+            if output is not None and not self.model.run.path.exists():  # ended before a directory was made
+                state, message = (("stopped", "stopped while the trainer was starting; nothing was trained")
+                                  if self._stop_requested else ("failed", refusal(output, code)))
+                self.model.finish(state, message)
+                self.model.finished.emit(state, message)
                 self._drop_pending(config, output, choices)
                 return
             if self.process.forced and not self.model.ended:  # killed after Stop's grace: stopped, not crashed

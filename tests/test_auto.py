@@ -145,6 +145,17 @@ def test_export_formats_are_written_at_the_end_of_a_completed_run(shapes_dir, tm
     assert read_events(run.events)[-1]["event"] == "run_end"
 
 
+def test_an_export_that_fails_at_the_end_leaves_the_run_completed_with_a_warning(shapes_dir, tmp_path):
+    (tmp_path / "run" / "exports" / "model.onnx").mkdir(parents=True)  # where the export goes is a folder
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1}, export={"formats": ["onnx"]})
+    result = run_here("train", cfg, "--run-dir", tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = RunDir(tmp_path / "run")
+    assert run.read_status()["state"] == "completed" and (run.checkpoints / "best.pt").exists()
+    (warning,) = [e for e in read_events(run.events) if e["event"] == "warning" and e["kind"] == "export_failed"]
+    assert "main.py export" in warning["message"] and "is a folder" in warning["message"]
+
+
 def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_probe(shapes_dir, torch_home):
     """A folder whose scan (a busy machine, 5,000 classes) took the probe's time crashed with `max() arg is an empty
     sequence`: at least one candidate is measured, whatever the clock says."""

@@ -21,7 +21,7 @@ import torch
 from trainer.cache import Interrupted
 from trainer.checkpoint import CheckpointWriteError, TrainState, describe_write_failure
 from trainer.config import ConfigError, RunConfig, load_config
-from trainer.errors import InputError
+from trainer.errors import InputError, first_line
 from trainer.loop import Diverged, Loop
 from trainer.optim import merged_groups
 from trainer.parts import Parts, build
@@ -259,7 +259,15 @@ def export_formats(run: RunDir, reporter: Reporter, formats: list[str]) -> None:
 
     for fmt in formats:
         reporter.prepare("export", f"exporting best.pt as {fmt}")
-        path = export_run(run, fmt, run.path / "exports" / f"model{EXPORT_FORMATS[fmt]}")
+        try:
+            path = export_run(run, fmt, run.path / "exports" / f"model{EXPORT_FORMATS[fmt]}")
+        except Exception as e:  # noqa: BLE001 - the run trained: its checkpoints stand, the export can be redone
+            message = (f"export as {fmt} failed ({first_line(e)}); the run and its checkpoints are kept: export it "
+                       f"again with `main.py export {run.path} --format {fmt}`")
+            log.warning("%s", message)
+            trace_log.debug("%s", traceback.format_exc())
+            reporter.emit("warning", kind="export_failed", message=message, format=fmt)
+            continue
         card = read_card(path) or {}
         reporter.emit("export", format=fmt, path=str(path), bytes=card.get("file", {}).get("bytes"),
                       top1=(card.get("metrics") or {}).get("top1"), batch1_ms=(card.get("speed") or {}).get("batch1_ms"))

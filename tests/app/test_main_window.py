@@ -420,3 +420,17 @@ def test_closing_right_after_a_run_completes_asks_nothing(qtbot, make_window, sh
     assert not window.isVisible(), "closed, with no question"
     assert not [box for box in window.findChildren(QMessageBox) if box.isVisible()]
     qtbot.waitUntil(lambda: window.run_model.run.read_status().get("exit_code") == 0, timeout=30_000)
+
+
+def test_stop_while_the_trainer_is_still_starting_says_stopped(qtbot, make_window, shapes_dir, tmp_path):
+    """It said "failed — the trainer exited with code -15 before the run started"."""
+    window = make_window(write_config(tmp_path, shapes_dir))
+    wait_ready(qtbot, window)
+    window.start_action.trigger()
+    window.stop_action.trigger()  # at once: the trainer is still importing torch
+    qtbot.waitUntil(lambda: not window.process.running, timeout=30_000)
+    qtbot.waitUntil(lambda: window.run_model.ended, timeout=10_000)
+    if window.run_model.run.path.exists():
+        pytest.skip("this machine made the run directory before the Stop arrived")
+    assert window.run_model.state == "stopped", window.run_model.message
+    assert "stopped" in window.state_label.text() and "code -15" not in window.state_label.text()
