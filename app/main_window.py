@@ -628,7 +628,12 @@ class MainWindow(QMainWindow):
     def _progress(self, done: float, epochs: int, eta_s: float | None) -> None:
         self.progress.setMaximum(max(epochs, 1))
         self.progress.setValue(int(done))
-        self.eta_label.setText("" if eta_s is None else f"ETA {int(eta_s // 60)}:{int(eta_s % 60):02d}")
+        budget = (self.run_model.start_event.get("config", {}).get("train", {}).get("budget") or 0
+                  if self.run_model is not None else 0)
+        text = "" if eta_s is None else f"ETA {int(eta_s // 60)}:{int(eta_s % 60):02d}"
+        if budget:  # the trainer ends the run when its budget is spent, whatever the pace says
+            text = f"{text} (budget {budget:g} min)".strip()
+        self.eta_label.setText(text)
 
     def _run_finished(self, state: str, message: str) -> None:
         self.eta_label.setText("")
