@@ -20,7 +20,7 @@ from trainer.catalog import (
 )
 from trainer.config import load_config
 from trainer.errors import InputError
-from trainer.rundir import RunDir, default_runs_dir, user_log_dir
+from trainer.rundir import RunDir, default_runs_dir, report_end, user_log_dir
 from trainer.scan import printable_path
 
 log = logging.getLogger("traindeck")
@@ -56,7 +56,7 @@ def cmd_train(args) -> int:
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
                             overwrite=args.overwrite, output_log=args.output_log, choices=choices)
     print(f"run directory: {run.path}", flush=True)
-    return _finish(run, launch(run, cfg, lock=lock))
+    return report_end(run, launch(run, cfg, lock=lock))
 
 
 def read_choices(path: str) -> list[dict]:
@@ -90,7 +90,7 @@ def cmd_auto(args) -> int:
                             label=f"auto-{cfg.model.name}", output_log=args.output_log, checked=False,
                             choices=result.to_json()["choices"])
     print(f"run directory: {run.path}", flush=True)
-    code = _finish(run, launch(run, cfg, lock=lock))
+    code = report_end(run, launch(run, cfg, lock=lock))
     for path in sorted((run.path / "exports").glob("model.*")):
         if path.suffix == ".json":
             continue
@@ -130,22 +130,7 @@ def cmd_resume(args) -> int:
     except BaseException:
         lock.close()
         raise
-    return _finish(run, launch(run, cfg, resume=True, lock=lock))
-
-
-def _finish(run: RunDir, code: int) -> int:
-    if not run.path.is_dir():
-        print(f"run failed: the run directory {run.path} was deleted while the run was going", file=sys.stderr)
-        return code
-    status = run.read_status()
-    state = status.get("state", "unknown")
-    best = status.get("best_acc")
-    tail = f", best val_acc {100 * best:.1f}%" if isinstance(best, (int, float)) else ""
-    line = f"run {state}{tail}: {run.path}"
-    if status.get("message") and state != "completed":
-        line += f"\nreason: {status['message']}"
-    print(line, file=sys.stderr if code else sys.stdout, flush=True)
-    return code
+    return report_end(run, launch(run, cfg, resume=True, lock=lock))
 
 
 def cmd_check_data(args) -> int:
@@ -459,7 +444,7 @@ def cmd_lr_find(args) -> int:
 def cmd_standby(args) -> int:
     from trainer.standby import serve
 
-    return serve()
+    return serve(main)  # handed the entry point: standby does not import the CLI back
 
 
 def build_parser() -> argparse.ArgumentParser:

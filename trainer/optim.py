@@ -107,25 +107,6 @@ def build_optimizer(groups: list[dict], cfg: OptimizerConfig) -> torch.optim.Opt
     raise ConfigError([f"optimizer.name: unknown optimizer {name!r}"])
 
 
-def fill_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
-    """Give every SGD parameter lacking one a zero momentum buffer (with no dampening, the same first update as
-    SGD's own `buf = grad`).
-
-    Needed where a fused SGD step may be skipped before any buffer exists: fused SGD creates its first buffers
-    with `torch.empty_like` and a step skipped by the GradScaler (fp16 overflow) never writes them, so the next
-    step would add uninitialised memory to the weights (torch 2.14; the fp16 NaN of issue #22). Also where a
-    parameter starts training late (gradual unfreezing), because a fused step takes buffers for all of a group's
-    parameters or for none."""
-    if not isinstance(optimizer, torch.optim.SGD):
-        return
-    for group in optimizer.param_groups:
-        if group.get("momentum"):
-            for p in group["params"]:
-                state = optimizer.state[p]
-                if state.get("momentum_buffer") is None:
-                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-
-
 def class_weights(counts: list[int]) -> torch.Tensor:
     """Inverse class frequency, normalised to a mean of 1 over the classes (a class without training images gets 0)."""
     n = torch.tensor(counts, dtype=torch.float32)

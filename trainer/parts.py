@@ -18,8 +18,8 @@ from trainer.ema import WeightAverage
 from trainer.groups import is_head_parameter, pattern_matches
 from trainer.machine import fast_gpu_math
 from trainer.models import ModelError, build_model, choose_memory_format, head_name
-from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler, fill_momentum_buffers
-from trainer.precision import Precision, choose_precision
+from trainer.optim import build_loss, build_optimizer, build_param_groups, build_scheduler
+from trainer.precision import Precision, choose_precision, fill_momentum_buffers
 from trainer.reporter import Reporter
 from trainer.stats import AnomalyWatch, GradMonitor
 from trainer.strategy import Strategy

@@ -12,11 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainer.cli import _finish  # the same last line as a local train
 from trainer.errors import InputError
 from trainer.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
 from trainer.protocol import FrameError
-from trainer.rundir import RunDir, default_runs_dir, planned_run_dir, run_label
+from trainer.rundir import RunDir, default_runs_dir, planned_run_dir, report_end, run_label
 
 
 # ---- hosts ---------------------------------------------------------------------------------------
@@ -135,7 +134,7 @@ def remote_train(cfg, args) -> int:
         mirror.request_stop()
     elif args.detach:
         return 0
-    return _finish(local, mirror.follow())
+    return report_end(local, mirror.follow())
 
 
 def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
@@ -154,7 +153,7 @@ def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
         raise HostError(f"{run.path}: the run already completed; continue it with --epochs TOTAL")
     ssh.remote_json(host, ["agent", "resume", info["run_dir"]] + (["--epochs", str(epochs)] if epochs else []))
     (run.path / REMOTE_FILE).touch()
-    return _finish(run, Mirror(run).follow())
+    return report_end(run, Mirror(run).follow())
 
 
 def cmd_mirror(args) -> int:
@@ -162,7 +161,7 @@ def cmd_mirror(args) -> int:
     from trainer.mirror import Mirror
 
     run = RunDir(args.run_dir)
-    return _finish(run, Mirror(run).follow())
+    return report_end(run, Mirror(run).follow())
 
 
 def cmd_fetch(args) -> int:

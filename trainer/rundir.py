@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,6 +223,23 @@ class RunDir:
             except OSError:
                 continue
         return ""
+
+
+def report_end(run: RunDir, code: int) -> int:
+    """The last line of `main.py train`/`resume` (here or through a host): how the run ended and where; the exit
+    code, passed through."""
+    if not run.path.is_dir():
+        print(f"run failed: the run directory {run.path} was deleted while the run was going", file=sys.stderr)
+        return code
+    status = run.read_status()
+    state = status.get("state", "unknown")
+    best = status.get("best_acc")
+    tail = f", best val_acc {100 * best:.1f}%" if isinstance(best, (int, float)) else ""
+    line = f"run {state}{tail}: {run.path}"
+    if status.get("message") and state != "completed":
+        line += f"\nreason: {status['message']}"
+    print(line, file=sys.stderr if code else sys.stdout, flush=True)
+    return code
 
 
 def run_label(model_name: str) -> str:

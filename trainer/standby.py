@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 STANDBY_COMMANDS = ("train", "resume")
@@ -29,7 +30,9 @@ def warm_imports() -> None:
     import trainer.runner  # noqa: F401
 
 
-def serve(stdin: TextIO = sys.stdin) -> int:
+def serve(entry: Callable[[list[str]], int], stdin: TextIO = sys.stdin) -> int:
+    """Warm up, wait for one command and run it through `entry` (the CLI's `main`, handed in: this module sits below
+    the CLI and does not import it)."""
     import signal
 
     # told to go (SIGTERM) before a command came: leave at once, quietly, even in the middle of the imports
@@ -57,6 +60,4 @@ def serve(stdin: TextIO = sys.stdin) -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    from trainer.cli import main
-
-    return main(argv)
+    return entry(argv)
