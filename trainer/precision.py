@@ -42,8 +42,6 @@ def choose_precision(amp: str, device: torch.device) -> tuple[str, str]:
     return auto_precision(amp, device.type, facts, name)
 
 
-@dataclass
-
 def fill_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
     """Give every SGD parameter lacking one a zero momentum buffer (with no dampening, the same first update as
     SGD's own `buf = grad`).
@@ -63,6 +61,7 @@ def fill_momentum_buffers(optimizer: torch.optim.Optimizer) -> None:
                     state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
+@dataclass
 class StepResult:
     """What one optimizer step did. Norms are device tensors (no host sync) when they were computed."""
 
