@@ -13,7 +13,7 @@ from collections.abc import Callable
 import shiboken6
 from PySide6.QtCore import QObject, QProcess, QRunnable, QThreadPool, Signal
 
-from trainer.launch import main_command
+from trainer.runs.launch import main_command
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.csvfile import SafeWriter
-from trainer.events import EventTail
+from trainer.core.csvfile import SafeWriter
+from trainer.core.events import EventTail
 
 STEP_COLUMNS = ("step", "epoch", "loss", "images_per_s", "grad_norm")
 EPOCH_COLUMNS = ("epoch", "step", "train_loss", "train_acc", "val_loss", "val_acc", "seconds")

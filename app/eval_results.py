@@ -1,6 +1,6 @@
 """Reading a run's evaluations (RUN_DIR/eval/NAME/metrics.json and predictions.csv) for the Results tab.
 
-Qt-free and torch-free: the files are the trainer's (trainer/evaluation.py writes them); this only reads and
+Qt-free and torch-free: the files are the trainer's (trainer/deploy/evaluation.py writes them); this only reads and
 slices them (errors by loss, one confusion-matrix cell, the most confused pairs).
 """
 
@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.csvfile import read_dict_rows
-from trainer.mirror import local_copy
+from trainer.core.csvfile import read_dict_rows
+from trainer.remote.mirror import local_copy
 
 
 @dataclass

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from trainer.files import atomic_write_text
-from trainer.rundir import RunDir
+from trainer.core.files import atomic_write_text
+from trainer.core.rundir import RunDir
 
 NOTES = "notes.json"
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ten times faster on 500 configs
@@ -140,8 +140,8 @@ def format_duration(seconds: float | None) -> str:
 def extension_facts(run: RunDir) -> dict:
     """What the Continue dialog needs to show the schedule rule's effect: epochs trained, the schedule, the base
     learning rate and the steps per epoch (from the last run_start; read on the thread pool)."""
-    from trainer.config import load_config
-    from trainer.events import read_events
+    from trainer.core.config import load_config
+    from trainer.core.events import read_events
 
     cfg = load_config(run.config)
     starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []

@@ -28,14 +28,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import CliJob
-from trainer.catalog import (
+from trainer.core.catalog import (
     DEFAULT_EXPORT_FORMAT,
     DEPRECATED_EXPORT_FORMATS,
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
     RUN_CHECKPOINTS,
 )
-from trainer.model_card import card_path, format_percent, format_size, read_card
+from trainer.deploy.model_card import card_path, format_percent, format_size, read_card
 
 ABOUT_LINES = 3  # the format's description: the longest wraps to this many lines at the dialog's width
 COLUMNS = ["file", "format", "size", "top-1", "checkpoint", "agreement", "batch 1", "throughput", "measured on"]

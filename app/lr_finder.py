@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.background import CliJob
-from trainer.config import RunConfig, save_config
+from trainer.core.config import RunConfig, save_config
 
 
 class LrFinder(QObject):

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.rundir import default_runs_dir
+from trainer.core.rundir import default_runs_dir
 
 STANDBY_DELAY_MS = 3000  # after the window shows: its own start-up jobs first (measured in bench/startup.py)
 
@@ -70,8 +70,8 @@ def run_app(argv: list[str]) -> int:
 
     from app.background import run_in_thread
     from app.main_window import MainWindow, app_icon, load_style
-    from trainer.demo_data import demo_dataset_dir, ensure_demo_dataset
-    from trainer.launch import REPO_ROOT
+    from trainer.data.demo_data import demo_dataset_dir, ensure_demo_dataset
+    from trainer.runs.launch import REPO_ROOT
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("TrainDeck")

@@ -44,11 +44,11 @@ from app.run_controller import RunController
 from app.run_model import RunModel
 from app.sweep_dialog import SweepDialog
 from app.try_it import TryItDialog
-from trainer.config import ConfigError, RunConfig, load_config, save_config
-from trainer.demo_data import demo_dataset_dir
-from trainer.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
-from trainer.rundir import RunDir, list_runs
-from trainer.scan import find_layout
+from trainer.core.config import ConfigError, RunConfig, load_config, save_config
+from trainer.core.rundir import RunDir, list_runs
+from trainer.data.demo_data import demo_dataset_dir
+from trainer.data.scan import find_layout
+from trainer.runs.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
 
 log = logging.getLogger(__name__)
 

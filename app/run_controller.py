@@ -1,7 +1,7 @@
 """The run lifecycle in the app: start, stop, resume, open or re-attach a run, and follow it.
 
 Owns the trainer process and the RunModel of the run on show; the main window only shows what this says.
-Command lines come from `trainer.launch`, liveness and resumability from `trainer.rundir`.
+Command lines come from `trainer.runs.launch`, liveness and resumability from `trainer.core.rundir`.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.run_model import RunModel
 from app.trainer_process import TrainerProcess
-from trainer.config import RunConfig, save_config
-from trainer.errors import refusals
-from trainer.files import atomic_write_text
-from trainer.launch import REPO_ROOT, main_command, resume_command, train_command
-from trainer.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
-from trainer.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
+from trainer.core.config import RunConfig, save_config
+from trainer.core.errors import refusals
+from trainer.core.files import atomic_write_text
+from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
+from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
+from trainer.runs.launch import REPO_ROOT, main_command, resume_command, train_command
 
 log = logging.getLogger(__name__)
 
 PENDING = ".pending"  # under the runs folder: what a started run waits in until the trainer makes its directory
 CATCH_UP_POLLS = 50  # when the trainer ends: polls (10 ms each at most) to read its last events
-REMOTE_GRACE_MS = 120_000  # Stop of a run on a host: its follower escalates there itself (trainer/mirror.py)
+REMOTE_GRACE_MS = 120_000  # Stop of a run on a host: its follower escalates there itself (trainer/remote/mirror.py)
 
 
 def refusal(output: Path, code: int) -> str:
@@ -80,7 +80,7 @@ class RunController(QObject):
         """A new run of `cfg` in a new run directory under the runs folder; `choices`: what Auto chose and why (kept
         in the run as auto.json).
 
-        The trainer makes the directory (`trainer.prepare`), after its pre-flight: until then the config and the
+        The trainer makes the directory (`trainer.runs.prepare`), after its pre-flight: until then the config and the
         output wait in the runs folder's `.pending/`, and a refused config leaves no run directory behind."""
         where = mirrors_dir(self.runs_dir, cfg.device.host) if cfg.device.host else self.runs_dir
         run = planned_run_dir(where, run_label(cfg.model.name))

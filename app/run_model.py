@@ -14,8 +14,8 @@ import time
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.run_state import RunState
-from trainer.events import EventTail
-from trainer.rundir import RunDir
+from trainer.core.events import EventTail
+from trainer.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 

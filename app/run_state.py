@@ -11,7 +11,7 @@ import logging
 import time
 
 from app.buffers import Matrix, Series
-from trainer.rundir import FINAL_STATES, RunDir
+from trainer.core.rundir import FINAL_STATES, RunDir
 
 STOP_GRACE_STEPS = 5  # Stop waits this many measured steps beyond its floor: the step in flight, the ranks'
 STOP_GRACE_CAP_S = 600  # agreement to stop and the checkpoint's write, on this machine as it runs now

@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.background import CliJob
-from trainer.config import describe_keys
-from trainer.launch import main_command
-from trainer.sweep import METHODS
+from trainer.core.config import describe_keys
+from trainer.runs.launch import main_command
+from trainer.runs.sweep import METHODS
 
 
 def sweepable_keys() -> list[str]:

@@ -6,7 +6,7 @@ SIGTERM to the group (the trainer checkpoints and exits), then SIGKILL after a g
 and to every process of the trainer's tree (torchrun puts DDP workers in sessions of their own).
 All waiting is done by timers: nothing here blocks the GUI thread.
 
-With `keep_standby`, a `main.py standby` process (trainer/standby.py) is kept ready between runs: it has
+With `keep_standby`, a `main.py standby` process (trainer/runs/standby.py) is kept ready between runs: it has
 imported torch and the training code already, and the next train or resume command is handed to it instead of
 starting a fresh interpreter. Which commands it takes is the trainer's rule (`STANDBY_COMMANDS`).
 """
@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from trainer.launch import main_command
-from trainer.standby import STANDBY_COMMANDS
-from trainer.system import pid_alive, signal_group
+from trainer.core.system import pid_alive, signal_group
+from trainer.runs.launch import main_command
+from trainer.runs.standby import STANDBY_COMMANDS
 
 log = logging.getLogger(__name__)
 

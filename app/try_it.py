@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob, run_in_thread
 from app.thumbnails import load_thumbnails
-from trainer.catalog import EXPORT_FORMATS
-from trainer.scan import IMAGE_EXTENSIONS
+from trainer.core.catalog import EXPORT_FORMATS
+from trainer.data.scan import IMAGE_EXTENSIONS
 
 THUMB = 64
 TOP = 5

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import BENCH_OPTIMIZER  # noqa: E402
 
-from trainer.data import decode_image  # noqa: E402
-from trainer.scan import scan_image_folder  # noqa: E402
+from trainer.data.loader import decode_image  # noqa: E402
+from trainer.data.scan import scan_image_folder  # noqa: E402
 
 
 def main():

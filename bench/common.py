@@ -48,7 +48,7 @@ def photo_dataset(root: Path, per_class: int = 150, classes: int = 4, size=(400,
     """Photo-like JPEGs (smooth gradients, blobs and noise), decode-heavy: the class is the blob shape."""
     from PIL import Image
 
-    from trainer.demo_data import CLASSES, draw_shape
+    from trainer.data.demo_data import CLASSES, draw_shape
 
     if (root / ".done").exists():
         return root
@@ -64,7 +64,7 @@ def photo_dataset(root: Path, per_class: int = 150, classes: int = 4, size=(400,
 
 
 def small_dataset(root: Path, per_class: int = 300) -> Path:
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     if not (root / ".done").exists():
         write_demo_dataset(root, per_class=per_class, size=32, seed=1)
@@ -98,7 +98,7 @@ def run_json(args: list[str], timeout: int = 1800) -> dict:
 
 def train_cli(config: Path, run_dir: Path, sets: list[str]) -> dict:
     """`main.py train` end to end; wall time, and the run's own numbers from its events."""
-    from trainer.events import read_events
+    from trainer.core.events import read_events
 
     start = time.perf_counter()
     out = subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(config), "--run-dir", str(run_dir),
@@ -136,13 +136,13 @@ def trainer_loop(raw: dict, prefix: str):
     with its events in a temporary run directory: (cfg, parts, loop)."""
     import yaml
 
-    from trainer.config import load_config
-    from trainer.engine import StopRequest, seed_everything
-    from trainer.loop import Loop
-    from trainer.parts import build
-    from trainer.reporter import reporter_for
-    from trainer.rundir import RunDir
-    from trainer.strategy import make_strategy
+    from trainer.core.config import load_config
+    from trainer.core.rundir import RunDir
+    from trainer.device.strategy import make_strategy
+    from trainer.train.engine import StopRequest, seed_everything
+    from trainer.train.loop import Loop
+    from trainer.train.parts import build
+    from trainer.train.reporter import reporter_for
 
     work = scratch(prefix)
     (work / "cfg.yaml").write_text(yaml.safe_dump(raw))

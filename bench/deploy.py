@@ -70,10 +70,10 @@ def side_by_side(run: Path, exports: Path, repeats: int) -> dict:
     import onnxruntime
     import torch
 
-    from trainer.export_data import measure_set
-    from trainer.export_measure import sample_images
-    from trainer.inference import Preprocess, load_run_model
-    from trainer.rundir import RunDir
+    from trainer.core.rundir import RunDir
+    from trainer.deploy.export_data import measure_set
+    from trainer.deploy.export_measure import sample_images
+    from trainer.deploy.inference import Preprocess, load_run_model
 
     checkpoint = load_run_model(RunDir(run))
     pre = Preprocess.from_record(checkpoint.state["preprocess"], exported=True)

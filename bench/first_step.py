@@ -30,7 +30,7 @@ import torch
 if sys.argv[1] != "small_cnn":
     import torchvision
 sys.path.insert(0, sys.argv[2])
-from trainer.models import SmallCNN
+from trainer.model.models import SmallCNN
 model = SmallCNN(4) if sys.argv[1] == "small_cnn" else torchvision.models.get_model(sys.argv[1], num_classes=4)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 torch.nn.functional.cross_entropy(model(torch.randn(32, 3, 32, 32)), torch.zeros(32, dtype=torch.long)).backward()
@@ -48,7 +48,7 @@ def floor_run(model: str) -> float:
 
 
 def one_run(config: Path, run_dir: Path) -> dict:
-    from trainer.events import read_events
+    from trainer.core.events import read_events
 
     started = time.time()
     out = subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(config), "--run-dir", str(run_dir)],

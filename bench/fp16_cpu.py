@@ -3,7 +3,7 @@
 resnet18 from scratch on scikit-learn's handwritten digits (1,797 real scans, 8x8 grey, upscaled to 32 px, 10
 classes; 1,438 train / 359 val), SGD lr 0.05, momentum 0.9, batch 64, `device.type: cpu`. fp16 and fp32 runs are
 interleaved (one of each per seed). Before the fix every fp16 run ended `diverged` at step 3; the cause was fused
-SGD's momentum buffers, created uninitialised on the GradScaler-skipped first step (trainer/optim.py:
+SGD's momentum buffers, created uninitialised on the GradScaler-skipped first step (trainer/train/optim.py:
 fill_momentum_buffers).
 
 python bench/fp16_cpu.py [--seeds 1] [--epochs 4]     (needs scikit-learn for the digits: pip install scikit-learn)

@@ -62,7 +62,7 @@ def main():
     from app.main import quiet_garbage_collector
     from app.pages.dashboard import Dashboard
     from app.run_model import RunModel
-    from trainer.rundir import RunDir
+    from trainer.core.rundir import RunDir
 
     app = QApplication([])
     run = RunDir(scratch("td-gui-")).create()

@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=2, help="epochs per block")
     parser.add_argument("--model", default="resnet18")
     args = parser.parse_args()
-    from trainer import loop as loop_mod
+    from trainer.train import loop as loop_mod
 
     data = small_dataset(REPO / "bench" / ".data" / "shapes")
     cfg, parts, loop = trainer_loop({"data": {"train_dir": str(data), "image_size": 32, "batch_size": 64},

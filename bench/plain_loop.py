@@ -47,7 +47,7 @@ def main():
                                          pin_memory=pin)
     val_loader = torch.utils.data.DataLoader(val, batch_size=batch, num_workers=workers, pin_memory=pin)
     if model_name == "small_cnn":
-        from trainer.models import SmallCNN
+        from trainer.model.models import SmallCNN
 
         model = SmallCNN(len(full.classes))
     else:

@@ -26,7 +26,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import BENCH_OPTIMIZER, REPO, machine, save_result, small_dataset  # noqa: E402
 
-from trainer.recipes import FINE_TUNE_BACKBONE_SHARE, apply_recipe  # noqa: E402
+from trainer.core.recipes import FINE_TUNE_BACKBONE_SHARE, apply_recipe  # noqa: E402
 
 LETTERS = ("A", "E", "H", "K", "R")
 
@@ -60,7 +60,7 @@ def train(config: dict, folder: Path, name: str) -> list[float]:
     """`main.py train` on `config`; validation accuracy per epoch."""
     import subprocess
 
-    from trainer.events import read_events
+    from trainer.core.events import read_events
 
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -99,7 +99,7 @@ def main() -> None:
               flush=True)
         lr = BENCH_OPTIMIZER["lr"]
         start = {"model": {"weights": str(weights)}, "optimizer": {"lr": lr}}
-        recipes = {  # the Optimizer page's recipes, applied by the same function (trainer.recipes)
+        recipes = {  # the Optimizer page's recipes, applied by the same function (trainer.core.recipes)
             "from scratch": {},
             "linear probe": apply_recipe("linear_probe", start, "fc"),
             f"fine-tune (backbone at {FINE_TUNE_BACKBONE_SHARE:g}x lr)": apply_recipe("fine_tune", start, "fc"),

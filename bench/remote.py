@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from common import scratch  # noqa: E402
 from servers.loopback_sshd import start_loopback_sshd, stop_loopback_sshd  # noqa: E402
 
-from trainer.demo_data import write_demo_dataset  # noqa: E402
+from trainer.data.demo_data import write_demo_dataset  # noqa: E402
 
 
 def read_lines(path: Path) -> list[dict]:

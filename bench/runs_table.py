@@ -21,8 +21,8 @@ def fake_runs(runs_dir: Path, n: int) -> None:
     """N finished runs as the trainer leaves them (config.yaml, status.json, a short events file)."""
     import yaml
 
-    from trainer.config import RunConfig
-    from trainer.rundir import RunDir
+    from trainer.core.config import RunConfig
+    from trainer.core.rundir import RunDir
 
     rng = random.Random(0)
     for i in range(n):

@@ -1,4 +1,4 @@
-"""Regenerate the key tables of docs/config.md from trainer/config.py: `.venv/bin/python docs/config_reference.py`.
+"""Regenerate the key tables of docs/config.md from trainer/core/config.py: `.venv/bin/python docs/config_reference.py`.
 
 The prose after the tables (from "## Parameter groups" on) is kept as written.
 """
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from trainer.config import describe_keys  # noqa: E402
+from trainer.core.config import describe_keys  # noqa: E402
 
 DOC = Path(__file__).resolve().parent / "config.md"
 HEAD = """# Config reference
@@ -21,7 +21,7 @@ the config file; the run directory's `config.yaml` holds the fully resolved conf
 Override any key on the command line: `python main.py train cfg.yaml --set optimizer.lr=0.1 train.amp=bf16`
 (values are parsed as YAML, so `device.gpus=[0,1]` is a list and `model.weights=` is null).
 
-The source of truth is `trainer/config.py`; this file's tables are generated from it by `docs/config_reference.py`,
+The source of truth is `trainer/core/config.py`; this file's tables are generated from it by `docs/config_reference.py`,
 and a test checks that every key appears here.
 """
 

@@ -30,7 +30,7 @@ def main() -> int:
     out = Path(args[0] if args else REPO / "docs" / "images")
     out.mkdir(parents=True, exist_ok=True)
     from app.main_window import PAGES, MainWindow, load_style
-    from trainer.demo_data import demo_dataset_dir, ensure_demo_dataset
+    from trainer.data.demo_data import demo_dataset_dir, ensure_demo_dataset
 
     ensure_demo_dataset(demo_dataset_dir())
     app = QApplication([])
@@ -196,7 +196,7 @@ def main() -> int:
     import os
     import signal
 
-    from trainer.queue import live_schedulers
+    from trainer.runs.queue import live_schedulers
 
     for pid in live_schedulers(tmp / "runs"):  # the sweep's scheduler outlives the window, as it should: end it
         os.kill(pid, signal.SIGTERM)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO))
 @pytest.fixture(scope="session")
 def shapes_dir(tmp_path_factory) -> Path:
     """A small generated ImageFolder (4 shape classes, 30 images each, 24 px)."""
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     return write_demo_dataset(tmp_path_factory.mktemp("shapes") / "train", per_class=30, size=24, seed=1)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from trainer.config import load_config, save_config
-from trainer.rundir import RunDir, new_run_dir
+from trainer.core.config import load_config, save_config
+from trainer.core.rundir import RunDir, new_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -118,7 +118,7 @@ def kill_session(pid: int) -> None:
 
 def train_here(config_path: Path, runs_dir: Path, overrides=None, run: RunDir | None = None,
                resume: bool = False) -> tuple[RunDir, int]:
-    from trainer.runner import launch
+    from trainer.runs.runner import launch
 
     cfg = load_config(config_path, overrides)
     if run is None:
@@ -188,10 +188,10 @@ def build_parts(config_path: Path, overrides=None):
     """(cfg, parts): what a run of the config trains with, built in this process as the trainer builds it."""
     import tempfile
 
-    from trainer.engine import seed_everything
-    from trainer.parts import build
-    from trainer.reporter import reporter_for
-    from trainer.strategy import make_strategy
+    from trainer.device.strategy import make_strategy
+    from trainer.train.engine import seed_everything
+    from trainer.train.parts import build
+    from trainer.train.reporter import reporter_for
 
     cfg = load_config(config_path, overrides)
     run = RunDir(Path(tempfile.mkdtemp(prefix="traindeck-parts-"))).create()

@@ -70,7 +70,7 @@ def hosts(sshd, tmp_path, monkeypatch):
     path = tmp_path / "hosts.yaml"
     path.write_text(yaml.safe_dump({"hosts": entries}))
     monkeypatch.setenv("TRAINDECK_HOSTS", str(path))
-    from trainer import ssh
+    from trainer.remote import ssh
 
     ssh._checked_hosts.clear()
     return {"file": path, "remote_runs": remote_runs, "local_runs": tmp_path / "runs", "entries": entries}

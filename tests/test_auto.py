@@ -9,9 +9,9 @@ import time
 import pytest
 from helpers import run_here, write_config
 
-from trainer.config import RunConfig, load_config
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.config import RunConfig, load_config
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
 
 
 def tree_state(folder):
@@ -65,7 +65,7 @@ def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_e
 def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, torch_home):
     from test_pretrained import seed_resnet18
 
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     seed_resnet18(torch_home)  # under torchvision's own file name
     write_demo_dataset(tmp_path / "data" / "train", per_class=12, size=24, seed=1)

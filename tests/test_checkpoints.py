@@ -14,15 +14,15 @@ import pytest
 import torch
 from helpers import REPO, run_here, train_here, write_config
 
-from trainer import checkpoint as ckpt
 from trainer import cli
-from trainer.catalog import EXPORT_FORMATS as FORMATS
-from trainer.checkpoint import CorruptCheckpointError, UnsafeFileError, load_latest, load_weights_only
-from trainer.data import decode_image
-from trainer.export import export_run, predict
-from trainer.inference import load_run_model
-from trainer.models import ModelError
-from trainer.weights import read_state_dict
+from trainer.core.catalog import EXPORT_FORMATS as FORMATS
+from trainer.data.loader import decode_image
+from trainer.deploy.export import export_run, predict
+from trainer.deploy.inference import load_run_model
+from trainer.model import checkpoint as ckpt
+from trainer.model.checkpoint import CorruptCheckpointError, UnsafeFileError, load_latest, load_weights_only
+from trainer.model.models import ModelError
+from trainer.model.weights import read_state_dict
 
 shutil_usage = namedtuple("usage", "total used free")
 
@@ -36,7 +36,7 @@ def fake_state(epoch: int, step: int, size: int = 50_000) -> dict:
 
 def test_kill_9_during_a_save_loop_leaves_a_loadable_checkpoint(tmp_path):
     folder = tmp_path / "checkpoints"
-    script = ("import sys, torch\nfrom pathlib import Path\nfrom trainer.checkpoint import save_checkpoint\n"
+    script = ("import sys, torch\nfrom pathlib import Path\nfrom trainer.model.checkpoint import save_checkpoint\n"
               "step = 0\nwhile True:\n    step += 1\n"
               "    save_checkpoint(Path(sys.argv[1]), {'model': {'w': torch.full((2_000_000,), float(step))},"
               " 'epoch': step, 'step': step}, is_best=step % 3 == 0, keep_last=2)\n"
@@ -139,9 +139,9 @@ def test_a_malicious_pickle_is_refused_and_never_runs(tmp_path, shapes_dir):
 def test_weights_for_another_architecture_name_the_mismatching_keys(tmp_path, shapes_dir):
     from safetensors.torch import save_file
 
-    from trainer.config import ModelConfig
-    from trainer.models import create_model
-    from trainer.weights import load_file_weights
+    from trainer.core.config import ModelConfig
+    from trainer.model.models import create_model
+    from trainer.model.weights import load_file_weights
 
     other = create_model(ModelConfig(name="resnet18"), 7).state_dict()
     save_file({k: v.contiguous() for k, v in other.items()}, str(tmp_path / "r18.safetensors"))
@@ -288,7 +288,7 @@ def test_a_writer_error_surfaces_and_keeps_the_previous_checkpoint(tmp_path, mon
 CRASH_IN_WRITE = """
 import os, signal, sys, torch
 sys.path.insert(0, sys.argv[2])
-from trainer import checkpoint as ckpt
+from trainer.model import checkpoint as ckpt
 folder = __import__("pathlib").Path(sys.argv[1])
 def state(epoch, step):
     return {"format": ckpt.FORMAT, "version": ckpt.VERSION, "epoch": epoch, "step": step, "batch_in_epoch": 0,

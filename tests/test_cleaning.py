@@ -7,9 +7,9 @@ import shutil
 import pytest
 from helpers import run_here, write_config
 
-from trainer.events import read_events
-from trainer.manifest import read_manifest, write_manifest
-from trainer.scan import DataError, scan_image_folder
+from trainer.core.events import read_events
+from trainer.data.manifest import read_manifest, write_manifest
+from trainer.data.scan import DataError, scan_image_folder
 
 
 def folder_checksums(root):

@@ -3,9 +3,9 @@
 import pytest
 from helpers import run_here, write_config
 
-from trainer.checkpoint import load_weights_only
-from trainer.events import read_events
-from trainer.models import SmallCNN
+from trainer.core.events import read_events
+from trainer.model.checkpoint import load_weights_only
+from trainer.model.models import SmallCNN
 
 
 @pytest.mark.slow

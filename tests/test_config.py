@@ -2,7 +2,7 @@ import pytest
 import yaml
 from helpers import run_here, write_config
 
-from trainer.config import ConfigError, RunConfig, describe_keys, load_config, save_config
+from trainer.core.config import ConfigError, RunConfig, describe_keys, load_config, save_config
 
 
 def test_round_trip_keeps_every_key(tmp_path):

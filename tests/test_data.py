@@ -5,9 +5,9 @@ import shutil
 import pytest
 import torch
 
-import trainer.data
-from trainer.config import AugmentConfig, DataConfig
-from trainer.data import BatchAugment, epoch_batches, iterate_batches, load_data, stratified_split
+import trainer.data.loader
+from trainer.core.config import AugmentConfig, DataConfig
+from trainer.data.loader import BatchAugment, epoch_batches, iterate_batches, load_data, stratified_split
 
 CPU = torch.device("cpu")
 
@@ -60,8 +60,8 @@ def test_the_cache_is_reused_until_a_file_changes_is_added_or_removed(shapes_dir
     before = _pixels(first, str(changed)).clone()
 
     decoded = []
-    real_decode = trainer.data.decode_image
-    monkeypatch.setattr(trainer.data, "decode_image", lambda path, size: decoded.append(path) or real_decode(path, size))
+    real_decode = trainer.data.loader.decode_image
+    monkeypatch.setattr(trainer.data.loader, "decode_image", lambda path, size: decoded.append(path) or real_decode(path, size))
     again = load_data(cfg, seed=0, workers=0)
     assert decoded == [] and torch.equal(_pixels(again, str(changed)), before)  # unchanged folder: nothing decoded
 
@@ -133,7 +133,7 @@ def test_uneven_shards_are_padded_so_every_rank_takes_the_same_number_of_steps()
 
 def test_the_memory_cache_moves_to_the_gpu_only_when_it_fits(shapes_dir, tmp_path, monkeypatch):
     """The decision of `keep_on_device` (CI has no GPU: the move itself is a plain `.to(device)`)."""
-    from trainer.data import keep_on_device
+    from trainer.data.loader import keep_on_device
 
     bundle = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="memory", cache_dir=str(tmp_path)),
                        seed=0, workers=0)
@@ -152,7 +152,7 @@ def test_the_memory_cache_moves_to_the_gpu_only_when_it_fits(shapes_dir, tmp_pat
 def test_a_folder_s_own_splits_are_found_from_the_folder_or_from_its_train(tmp_path):
     """One rule for the Dataset page and Auto: picking the parent or its train/ gives the same splits (a second
     Auto on the train/ the first one put in the form kept the folder's val/ and test/)."""
-    from trainer.scan import find_layout
+    from trainer.data.scan import find_layout
 
     for split in ("train", "valid", "test"):
         (tmp_path / "ds" / split / "cat").mkdir(parents=True)

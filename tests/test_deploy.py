@@ -11,11 +11,11 @@ import pytest
 from helpers import REPO, train_here, write_config
 
 from trainer import cli
-from trainer.catalog import EXPORT_FORMATS
-from trainer.checkpoint import read_checkpoint
-from trainer.events import read_events
-from trainer.export_data import calibration_images
-from trainer.rundir import RunDir
+from trainer.core.catalog import EXPORT_FORMATS
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.deploy.export_data import calibration_images
+from trainer.model.checkpoint import read_checkpoint
 
 
 def _bench_common():
@@ -163,7 +163,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(photo_run, tmp_path, capsys, m
     err = refused(["export", str(run.path), "--format", "onnx_int8", "--out", str(read_only / "m.int8.onnx")], capsys)
     assert err.startswith(f"error: --out: {read_only}: cannot write there")
 
-    from trainer import quantize
+    from trainer.deploy import quantize
 
     def crash(*args):  # the converter failing half-way, after the fp32 file was written
         raise RuntimeError("converter crashed")
@@ -183,7 +183,7 @@ def test_static_int8_ranges_come_from_every_calibration_image(tmp_path):
     import torch
     from onnx import numpy_helper
 
-    from trainer import quantize
+    from trainer.deploy import quantize
 
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.LazyLinear(2))
     net(torch.zeros(1, 3, 8, 8))

@@ -6,12 +6,12 @@ import pytest
 import torch
 from helpers import poisoned_model, run_here, train_here, write_config
 
-from trainer.config import ModelConfig
-from trainer.demo_data import write_demo_dataset
-from trainer.events import read_events
-from trainer.models import create_model
-from trainer.rundir import RunDir
-from trainer.stats import LAYER_STATS, AnomalyWatch, GradMonitor, global_norm, histogram
+from trainer.core.config import ModelConfig
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.data.demo_data import write_demo_dataset
+from trainer.model.models import create_model
+from trainer.train.stats import LAYER_STATS, AnomalyWatch, GradMonitor, global_norm, histogram
 
 
 def test_layer_stats_match_a_reference_computation():
@@ -64,7 +64,7 @@ def test_skip_mode_skips_the_bad_step_and_finishes(shapes_dir, tmp_path):
     assert code == 0
     skipped = [e for e in read_events(run.events) if e["event"] == "warning" and e["kind"] == "nonfinite_skipped"]
     assert len(skipped) == 1 and skipped[0]["layer"] == "head.weight" and skipped[0]["step"] == 4
-    from trainer.checkpoint import load_weights_only
+    from trainer.model.checkpoint import load_weights_only
 
     assert all(torch.isfinite(v).all() for v in load_weights_only(run.checkpoints / "last.pt")["model"].values())
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from helpers import REPO, poisoned_model, process_tree_gone, run_main, write_config
 
-from trainer.checkpoint import load_weights_only
-from trainer.config import ConfigError, RunConfig
-from trainer.demo_data import write_demo_dataset
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.config import ConfigError, RunConfig
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.data.demo_data import write_demo_dataset
+from trainer.model.checkpoint import load_weights_only
 
 PLAIN_MODEL = """
 import torch
@@ -88,7 +88,7 @@ def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):
 
 @pytest.mark.slow
 def test_two_nodes_on_loopback_complete_a_run_together(shapes_dir, tmp_path):
-    from trainer.launch import free_port
+    from trainer.runs.launch import free_port
 
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     port = free_port()
@@ -163,7 +163,8 @@ def test_options_a_machine_lacks_fail_before_launch(shapes_dir, tmp_path, monkey
     """On canned machine facts (whatever this machine has): cuda, DataParallel and Horovod are refused with the
     key, the reason and the install command before any run directory exists, and accepted where the machine has
     them."""
-    from trainer import cli, machine
+    from trainer import cli
+    from trainer.device import machine
 
     monkeypatch.setattr(machine, "machine_facts", lambda: facts)
     cfg = write_config(tmp_path, shapes_dir)
@@ -179,8 +180,8 @@ def test_options_a_machine_lacks_fail_before_launch(shapes_dir, tmp_path, monkey
             err = capsys.readouterr().err
             assert expected[option] in err and "Traceback" not in err, (option, err)
         else:
-            from trainer.config import load_config
-            from trainer.machine import check_device
+            from trainer.core.config import load_config
+            from trainer.device.machine import check_device
 
             check_device(load_config(cfg, sets))  # no refusal on a machine that has them
     assert not runs.exists()
@@ -256,8 +257,8 @@ def test_slurm_script_trains_exactly_the_config_asked_for(shapes_dir, tmp_path):
     import re
     import shlex
 
-    from trainer.config import load_config
-    from trainer.launch import free_port
+    from trainer.core.config import load_config
+    from trainer.runs.launch import free_port
 
     cfg_path = write_config(tmp_path, shapes_dir, device={"type": "cuda", "gpus": [0, 1, 2, 3]})
     sets = ["device.nnodes=2", "device.nproc=2", "device.parallel=ddp", "device.type=cpu", "device.gpus=[0]",
@@ -289,8 +290,8 @@ def test_slurm_script_trains_exactly_the_config_asked_for(shapes_dir, tmp_path):
 
 
 def test_per_node_commands(shapes_dir, tmp_path):
-    from trainer.config import load_config
-    from trainer.launch import node_commands
+    from trainer.core.config import load_config
+    from trainer.runs.launch import node_commands
 
     cfg_path = write_config(tmp_path, shapes_dir, device={"nnodes": 3, "master_port": 29512, "parallel": "ddp"})
     commands = node_commands(cfg_path, load_config(cfg_path))

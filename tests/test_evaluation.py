@@ -12,8 +12,8 @@ import torch
 from helpers import train_here, write_config
 
 from trainer import cli
-from trainer.evaluation import Predictions, classification_metrics, write_evaluation
-from trainer.events import read_events
+from trainer.core.events import read_events
+from trainer.deploy.evaluation import Predictions, classification_metrics, write_evaluation
 
 
 def test_metrics_match_hand_computed_values(tmp_path):
@@ -83,7 +83,7 @@ def test_the_test_set_is_evaluated_at_the_end_with_best_pt(run_with_test_set):
 
 
 def test_predictions_agree_with_the_exported_model(run_with_test_set, tmp_path):
-    from trainer.export import export_run, predict
+    from trainer.deploy.export import export_run, predict
 
     run, _ = run_with_test_set
     rows = list(csv.DictReader(open(run.path / "eval" / "test" / "predictions.csv")))
@@ -123,7 +123,7 @@ def test_evaluate_any_folder_and_refuse_other_classes(run_with_test_set, shapes_
 
 def test_predict_a_folder_with_a_run_names_the_unreadable_file_and_shows_the_rest(run_with_test_set, tmp_path,
                                                                                     capsys):
-    from trainer.export import export_run, predict
+    from trainer.deploy.export import export_run, predict
 
     run, test = run_with_test_set
     notes = tmp_path / "notes.txt"

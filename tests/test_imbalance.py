@@ -6,11 +6,11 @@ import pytest
 import torch
 from helpers import build_parts, train_here, write_config
 
-from trainer.config import LossConfig
-from trainer.data import epoch_batches
-from trainer.events import read_events
-from trainer.optim import build_loss, class_weights
-from trainer.strategy import make_strategy
+from trainer.core.config import LossConfig
+from trainer.core.events import read_events
+from trainer.data.loader import epoch_batches
+from trainer.device.strategy import make_strategy
+from trainer.train.optim import build_loss, class_weights
 
 
 def test_class_weights_are_inverse_frequency_normalised_to_mean_one():
@@ -46,7 +46,7 @@ def test_the_balanced_sampler_sees_every_class_about_equally_often_and_is_seeded
 def test_an_unbalanced_run_trains_with_both_fixes(tmp_path):
     """What the trainer really uses: its loss weighs the rare class up (and a run without the setting does not), its
     epochs draw the rare class about as often as the common one (and unbalanced epochs do not), and the run trains."""
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     root = write_demo_dataset(tmp_path / "data", per_class=40, size=16, seed=9, classes=("circle", "square"))
     for extra in sorted((root / "square").iterdir())[6:]:

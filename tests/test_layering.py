@@ -1,4 +1,11 @@
-"""The architecture's two rules: trainer/ never imports Qt or app/; app/ uses only torch-free trainer modules."""
+"""The architecture, checked from the code itself (no hand-kept list of modules):
+
+- trainer/ is packages in an order, bottom to top; an import never runs from a package to one above it, and no
+  module imports itself back through others (no circle);
+- trainer/ never imports Qt or app/;
+- app/ imports only the trainer modules that are torch-free, and a module is torch-free when nothing it imports at
+  load time (its own top-level imports, followed through trainer/) is torch or torchvision.
+"""
 
 import ast
 import subprocess
@@ -6,20 +13,102 @@ import sys
 
 from helpers import REPO
 
-TORCH_FREE = {"trainer.config", "trainer.events", "trainer.rundir", "trainer.scan", "trainer.groups",
-              "trainer.launch", "trainer.demo_data", "trainer.catalog", "trainer.devices", "trainer.manifest",
-              "trainer.queue", "trainer.schedule", "trainer.sweep", "trainer.standby", "trainer.errors",
-              "trainer.files", "trainer.system", "trainer.recipes",
-              "trainer.csvfile", "trainer.suggest", "trainer.hosts", "trainer.mirror", "trainer.ssh", "trainer.model_card"}
+ORDER = ["core", "data", "model", "device", "deploy", "train", "runs", "remote"]  # bottom to top; then TOP
+TOP = ["auto", "cli"]  # the CLI dispatches to Auto
+HEAVY = ("torch", "torchvision")
 
 
-def imports(path):
+def module_name(path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def trainer_modules() -> dict[str, object]:
+    return {module_name(p): p for p in (REPO / "trainer").rglob("*.py")}
+
+
+def imports(path, top_level_only: bool = False):
+    """The modules a file imports (`from X import y` also as X.y, which may be a module)."""
     tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             yield node.module
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+        elif top_level_only and isinstance(node, (ast.If, ast.Try)):  # imports guarded at load time count too
+            for child in ast.walk(node):
+                if isinstance(child, ast.Import):
+                    yield from (a.name for a in child.names)
+                elif isinstance(child, ast.ImportFrom) and child.module:
+                    yield child.module
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if parts[1] in ORDER:
+        return ORDER.index(parts[1])
+    return len(ORDER) + (TOP.index(parts[1]) if parts[1] in TOP else 0)
+
+
+def test_every_trainer_module_is_in_a_package_of_the_order():
+    loose = [m for m in trainer_modules() if m.count(".") == 1 and m.split(".")[1] not in TOP + ORDER]
+    assert not loose, f"modules outside the packages: {loose}"
+    assert sorted({m.split(".")[1] for m in trainer_modules() if m.count(".") == 2}) == sorted(ORDER)
+
+
+def test_no_import_runs_up_the_layers():
+    modules = trainer_modules()
+    upward = []
+    for name, path in modules.items():
+        for target in imports(path):
+            if target in modules and target != "trainer" and layer(target) > layer(name):
+                upward.append(f"{name} -> {target}")
+    assert not upward, upward
+
+
+def test_no_import_circle():
+    modules = trainer_modules()
+    graph = {name: {t for t in imports(path) if t in modules and t != name and t != "trainer"}
+             for name, path in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(node, trail):
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                raise AssertionError(f"import circle: {' -> '.join(trail[trail.index(nxt):] + [nxt])}")
+            if nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def torch_free() -> set[str]:
+    """The trainer modules whose load-time imports, followed through trainer/, never reach torch."""
+    modules = trainer_modules()
+    loads = {name: {t for t in imports(path, top_level_only=True)} for name, path in modules.items()}
+    heavy: dict[str, bool] = {}
+
+    def is_heavy(name, seen=()):
+        if name in heavy:
+            return heavy[name]
+        found = False
+        for target in loads[name]:
+            if target.split(".")[0] in HEAVY:
+                found = True
+            elif target in modules and target not in seen and target != name:
+                found = is_heavy(target, seen + (name,))
+            if found:
+                break
+        heavy[name] = found
+        return found
+
+    return {name for name in modules if not is_heavy(name)}
 
 
 def test_trainer_never_imports_qt_or_app():
@@ -29,14 +118,19 @@ def test_trainer_never_imports_qt_or_app():
 
 
 def test_app_imports_only_torch_free_trainer_modules():
+    free, modules = torch_free(), trainer_modules()
+    assert "trainer.core.config" in free and "trainer.train.engine" not in free  # the derivation sees both kinds
     for path in (REPO / "app").rglob("*.py"):
-        for module in imports(path):
-            assert module.split(".")[0] not in ("torch", "torchvision"), f"{path.name} imports {module}"
-            if module.startswith("trainer"):
-                assert module in TORCH_FREE, f"{path.name} imports {module}"
+        for module in imports(path, top_level_only=False):
+            assert module.split(".")[0] not in HEAVY, f"{path.name} imports {module}"
+            if module in modules:
+                assert module in free, f"{path.name} imports {module}, which loads torch"
 
 
-def test_torch_free_modules_really_are():
-    code = f"import sys; import {', '.join(sorted(TORCH_FREE))}; print('torch' in sys.modules)"
+def test_the_core_package_is_torch_free_and_the_derived_set_really_is():
+    free = torch_free()
+    core = {m for m in trainer_modules() if m.startswith("trainer.core.")}
+    assert core <= free, core - free
+    code = f"import sys; import {', '.join(sorted(free))}; print(sorted(m for m in {HEAVY} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert result.stdout.strip() == "False", result.stderr
+    assert result.stdout.strip() == "[]", result.stderr[-2000:]

@@ -11,10 +11,10 @@ import pytest
 import torch
 from helpers import REPO, process_tree_gone, run_here, run_main, write_config
 
-from trainer.checkpoint import load_weights_only
-from trainer.events import read_events
-from trainer.precision import choose_precision
-from trainer.rundir import RunDir
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.device.precision import choose_precision
+from trainer.model.checkpoint import load_weights_only
 
 
 def start_train(cfg_path, run_dir, *extra):
@@ -131,7 +131,7 @@ def test_check_data_reports_classes_and_bad_files(shapes_dir, tmp_path):
 @pytest.mark.slow
 def test_demo_config_reaches_90_percent(tmp_path):
     """The README's first run: the built-in demo data and config."""
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     write_demo_dataset(tmp_path / "demo_data")
     (tmp_path / "cfg").mkdir()

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.precision import choose_precision
+from trainer.device.precision import choose_precision
 
 
 def cpu_flags() -> set[str]:
@@ -56,11 +56,11 @@ def test_auto_on_this_machine_matches_its_cpu_flags():
 
 from helpers import poisoned_model, train_here, write_config  # noqa: E402
 
-from trainer.checkpoint import load_weights_only  # noqa: E402
-from trainer.events import read_events  # noqa: E402
-from trainer.precision import Precision  # noqa: E402
-from trainer.stats import GradMonitor  # noqa: E402
-from trainer.strategy import Strategy  # noqa: E402
+from trainer.core.events import read_events  # noqa: E402
+from trainer.device.precision import Precision  # noqa: E402
+from trainer.device.strategy import Strategy  # noqa: E402
+from trainer.model.checkpoint import load_weights_only  # noqa: E402
+from trainer.train.stats import GradMonitor  # noqa: E402
 
 
 def test_fp16_on_cpu_trains_as_well_as_bf16(shapes_dir, tmp_path):
@@ -100,7 +100,7 @@ class OtherRankSaysNonFinite(Strategy):
 
 def test_the_skip_decision_is_the_all_reduced_one():
     """Local gradients are finite, another rank's are not: this rank skips too, and does not step."""
-    from trainer.config import DeviceConfig
+    from trainer.core.config import DeviceConfig
 
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -113,7 +113,7 @@ def test_the_skip_decision_is_the_all_reduced_one():
 
 
 def test_auto_memory_format_is_channels_last_only_where_it_is_faster(monkeypatch):
-    from trainer.models import SmallCNN, choose_memory_format
+    from trainer.model.models import SmallCNN, choose_memory_format
 
     model, cpu, gpu = SmallCNN(4), torch.device("cpu"), torch.device("cuda", 0)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
@@ -135,8 +135,8 @@ def test_fp16_resnet18_survives_an_overflow_on_its_first_step():
 
     import torchvision
 
-    from trainer.config import DeviceConfig, OptimizerConfig
-    from trainer.optim import build_optimizer
+    from trainer.core.config import DeviceConfig, OptimizerConfig
+    from trainer.train.optim import build_optimizer
 
     torch.manual_seed(0)
     net = torchvision.models.resnet18(num_classes=4)

@@ -1,13 +1,14 @@
-"""One way to create a run (`trainer.prepare.prepare_run`): `train`, `queue add` and sweeps all freeze the
+"""One way to create a run (`trainer.runs.prepare.prepare_run`): `train`, `queue add` and sweeps all freeze the
 data.exclude manifest into the run, and a refused config leaves no run directory, whoever asked."""
 
 import yaml
 from helpers import write_config
 
-from trainer import cli, queue
-from trainer.config import load_config
-from trainer.manifest import read_manifest, write_manifest
-from trainer.rundir import list_runs
+from trainer import cli
+from trainer.core.config import load_config
+from trainer.core.rundir import list_runs
+from trainer.data.manifest import read_manifest, write_manifest
+from trainer.runs import queue
 
 
 def manifest_config(tmp_path, shapes_dir):
@@ -83,6 +84,6 @@ def test_a_group_the_frozen_backbone_empties_is_refused_before_launch(tmp_path, 
     assert list_runs(runs) == []
     unfrozen = write_config(tmp_path, shapes_dir, model={"name": "resnet18"},
                             optimizer={"groups": [{"pattern": "fc", "lr": 0.1}, {"pattern": "layer4", "lr": 0.01}]})
-    from trainer.preflight import preflight
+    from trainer.train.preflight import preflight
 
     preflight(load_config(unfrozen))  # the same groups are fine when the backbone trains

@@ -13,10 +13,10 @@ import torchvision
 from helpers import run_here, train_here, write_config
 
 from trainer import cli
-from trainer.checkpoint import load_weights_only
-from trainer.events import read_events
-from trainer.rundir import list_runs
-from trainer.weights import sha256_of
+from trainer.core.events import read_events
+from trainer.core.rundir import list_runs
+from trainer.model.checkpoint import load_weights_only
+from trainer.model.weights import sha256_of
 
 RESNET18_FILE = "resnet18-f37072fd.pth"  # torchvision's name for ResNet18_Weights.IMAGENET1K_V1
 
@@ -133,7 +133,7 @@ def weights_server(tmp_path):
 def serve_resnet18(folder, monkeypatch, base_url, damaged=False):
     """A generated resnet18 state_dict served under a torchvision-style name with its true hash prefix; resolve()
     points the weights at it (as a mirror would)."""
-    import trainer.weights
+    import trainer.model.weights
 
     torch.manual_seed(7)
     state = torchvision.models.resnet18(num_classes=1000).state_dict()
@@ -142,14 +142,14 @@ def serve_resnet18(folder, monkeypatch, base_url, damaged=False):
     digest = sha256_of(tmp)[:8]
     name = f"resnet18-{'00000000' if damaged else digest}.pth"
     tmp.rename(folder / name)
-    real_resolve = trainer.weights.resolve
+    real_resolve = trainer.model.weights.resolve
 
     def resolve(model_name, weights):
         named = real_resolve(model_name, weights)
         named.url = f"{base_url}/{name}"
         return named
 
-    monkeypatch.setattr(trainer.weights, "resolve", resolve)
+    monkeypatch.setattr(trainer.model.weights, "resolve", resolve)
     return name, state
 
 

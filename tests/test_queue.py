@@ -12,10 +12,10 @@ import psutil
 import pytest
 from helpers import REPO, run_here, run_main, write_config
 
-from trainer import queue
-from trainer.config import RunConfig, load_config
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.config import RunConfig, load_config
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.runs import queue
 
 
 def states(runs):

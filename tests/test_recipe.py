@@ -8,9 +8,9 @@ import pytest
 import torch
 from helpers import run_here, write_config
 
-from trainer.checkpoint import load_weights_only, numbered_checkpoints
-from trainer.ema import WeightAverage, warmed_decay
-from trainer.rundir import RunDir
+from trainer.core.rundir import RunDir
+from trainer.model.checkpoint import load_weights_only, numbered_checkpoints
+from trainer.model.ema import WeightAverage, warmed_decay
 
 
 def test_the_average_moves_towards_the_weights_by_one_minus_the_warmed_decay():
@@ -36,7 +36,7 @@ def test_the_average_moves_towards_the_weights_by_one_minus_the_warmed_decay():
 def test_with_ema_the_averaged_weights_are_validated_checkpointed_and_evaluated(shapes_dir, tmp_path):
     import csv
 
-    from trainer.inference import load_run_model
+    from trainer.deploy.inference import load_run_model
 
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 2, "ema": 0.9})
     run_dir = tmp_path / "run"
@@ -106,7 +106,7 @@ def test_with_tta_a_mirrored_image_gets_the_same_prediction_in_validation_the_ch
                                                                                                  tmp_path):
     import csv
 
-    from trainer.inference import flip_average, load_model, load_run_model
+    from trainer.deploy.inference import flip_average, load_model, load_run_model
 
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1}, eval={"tta": True})
     run_dir = tmp_path / "run"
@@ -135,8 +135,8 @@ def test_with_tta_a_mirrored_image_gets_the_same_prediction_in_validation_the_ch
 
 
 def test_label_smoothing_gives_a_confident_right_answer_a_loss_above_zero():
-    from trainer.config import LossConfig
-    from trainer.optim import build_loss
+    from trainer.core.config import LossConfig
+    from trainer.train.optim import build_loss
 
     logits, labels = torch.tensor([[20.0, 0.0, 0.0]]), torch.tensor([0])
     assert build_loss(LossConfig(), 3)(logits, labels).item() < 1e-6
@@ -146,8 +146,8 @@ def test_label_smoothing_gives_a_confident_right_answer_a_loss_above_zero():
 
 
 def test_the_one_cycle_schedule_warms_up_over_30_percent_then_anneals_to_a_thousandth():
-    from trainer.config import SchedulerConfig
-    from trainer.schedule import lr_factor
+    from trainer.core.config import SchedulerConfig
+    from trainer.core.schedule import lr_factor
 
     cfg = SchedulerConfig(name="onecycle")
     factors = [lr_factor(step, 10, 1000, cfg) for step in range(1000)]
@@ -159,8 +159,8 @@ def test_the_one_cycle_schedule_warms_up_over_30_percent_then_anneals_to_a_thous
 
 
 def test_progressive_resizing_trains_small_then_full_size_and_validates_at_full_size(shapes_dir, tmp_path):
-    from trainer.events import read_events
-    from trainer.schedule import progressive_size
+    from trainer.core.events import read_events
+    from trainer.core.schedule import progressive_size
 
     assert [progressive_size(224, 0.5, e, 8) for e in range(8)] == [112, 128, 144, 168, 184, 200, 224, 224]
     assert [progressive_size(224, 0.0, e, 8) for e in range(8)] == [224] * 8

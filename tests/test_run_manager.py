@@ -3,12 +3,12 @@
 import pytest
 from helpers import run_here, train_here, write_config
 
-from trainer.checkpoint import TrainState
-from trainer.config import EarlyStopConfig, SchedulerConfig
-from trainer.events import read_events
-from trainer.loop import no_longer_improving
-from trainer.rundir import RunDir
-from trainer.schedule import lr_factor
+from trainer.core.config import EarlyStopConfig, SchedulerConfig
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.core.schedule import lr_factor
+from trainer.model.checkpoint import TrainState
+from trainer.train.loop import no_longer_improving
 
 
 @pytest.mark.parametrize("metric, values, patience, min_delta, stops_at", [

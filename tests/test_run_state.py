@@ -10,9 +10,9 @@ from helpers import REPO
 
 from app.csv_export import export_run_csv
 from app.run_state import RunState
-from trainer.config import RunConfig
-from trainer.devices import auto_precision, device_problems, refusals
-from trainer.rundir import RunDir
+from trainer.core.config import RunConfig
+from trainer.core.rundir import RunDir
+from trainer.device.devices import auto_precision, device_problems, refusals
 
 
 def events_for(epochs=2, steps_per_epoch=4, groups=("fc", "default")):

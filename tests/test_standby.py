@@ -7,8 +7,8 @@ import sys
 import pytest
 from helpers import REPO, write_config
 
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
 
 
 def standby() -> subprocess.Popen:

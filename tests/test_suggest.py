@@ -1,10 +1,10 @@
-"""Settings suggested from a dataset scan (trainer/suggest.py): the Dataset page's hint and Auto's starting point."""
+"""Settings suggested from a dataset scan (trainer/data/suggest.py): the Dataset page's hint and Auto's starting point."""
 
 import numpy as np
 from PIL import Image
 
-from trainer.scan import ScanResult, scan_image_folder
-from trainer.suggest import looks_like_characters, suggest, suggested_image_size
+from trainer.data.scan import ScanResult, scan_image_folder
+from trainer.data.suggest import looks_like_characters, suggest, suggested_image_size
 
 
 def folder(root, classes, size, per_class=3):
@@ -47,8 +47,8 @@ def test_flips_stay_off_where_a_mirrored_class_looks_like_another(tmp_path, shap
     import numpy as np
     from PIL import Image, ImageDraw
 
-    from trainer.scan import scan_image_folder
-    from trainer.suggest import flip_rule
+    from trainer.data.scan import scan_image_folder
+    from trainer.data.suggest import flip_rule
 
     rng = np.random.default_rng(0)
     arrows = {"go_left": [(4, 16), (20, 6), (20, 26)], "go_right": [(28, 16), (12, 6), (12, 26)],

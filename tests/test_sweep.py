@@ -5,8 +5,8 @@ import pytest
 import yaml
 from helpers import run_here, run_main, write_config
 
-from trainer.rundir import RunDir
-from trainer.sweep import SweepError, read_sweep
+from trainer.core.rundir import RunDir
+from trainer.runs.sweep import SweepError, read_sweep
 
 
 def sweep_file(tmp_path, shapes_dir, **body):

@@ -5,11 +5,11 @@ import pytest
 import torch
 from helpers import run_here, train_here, write_config
 
-from trainer.checkpoint import load_weights_only
-from trainer.config import ConfigError, ModelConfig, OptimizerConfig, ParamGroupConfig
-from trainer.events import EVENT_TYPES, read_events
-from trainer.models import apply_init, build_model, create_model
-from trainer.optim import build_optimizer, build_param_groups
+from trainer.core.config import ConfigError, ModelConfig, OptimizerConfig, ParamGroupConfig
+from trainer.core.events import EVENT_TYPES, read_events
+from trainer.model.checkpoint import load_weights_only
+from trainer.model.models import apply_init, build_model, create_model
+from trainer.train.optim import build_optimizer, build_param_groups
 
 
 def test_param_groups_get_their_own_lr_and_frozen_groups_stay_put(shapes_dir, tmp_path):

@@ -5,7 +5,7 @@ What it looks at: the folder (classes, counts, balance, image sizes, a train/val
 precision the trainer's own rule picks), the pretrained weights already in the torch hub cache (Auto never downloads),
 and a speed probe: a few real training and validation steps of each candidate network at each candidate size, at the
 run's batch, precision and memory format. The first candidate, best first, that trains enough epochs in the budget
-wins; the epochs are what the measured speed allows. Then a short learning-rate sweep (`trainer.lr_find`), which also
+wins; the epochs are what the measured speed allows. Then a short learning-rate sweep (`trainer.train.lr_find`), which also
 decodes the images into the cache the run reads. The rest is the recipe: AdamW with a one-cycle schedule, weight decay
 off normalisation weights and biases, label smoothing, a weight average, flip test-time augmentation, class weights
 for unbalanced classes, early stopping, a test set (the folder's own, or a seeded stratified part of the training
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import RunConfig
-from trainer.errors import InputError
-from trainer.scan import DataError, ScanResult, find_layout, scan_image_folder
-from trainer.suggest import flip_rule, median_short_side, suggested_image_size
+from trainer.core.config import RunConfig
+from trainer.core.errors import InputError
+from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
+from trainer.data.suggest import flip_rule, median_short_side, suggested_image_size
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Plan:
 
 def cached_weights() -> list[str]:
     """The PRETRAINED networks whose DEFAULT weights are in the torch hub cache (no network call)."""
-    from trainer.weights import resolve
+    from trainer.model.weights import resolve
 
     return [name for name in PRETRAINED if resolve(name, "DEFAULT").cached]
 
@@ -115,9 +115,9 @@ def measure(model_name: str, weights: str | None, size: int, batch: int, classes
     """Images per second of training steps (forward, backward, AdamW) and of validation batches of `model_name` at
     `size`, at the run's precision and memory format. Content does not change the speed: random images. After the
     warm-up step, a candidate slower than `reject_below` images/s is not measured further."""
-    from trainer.config import ModelConfig
-    from trainer.models import choose_memory_format, create_model
-    from trainer.precision import autocast
+    from trainer.core.config import ModelConfig
+    from trainer.device.precision import autocast
+    from trainer.model.models import choose_memory_format, create_model
 
     torch.manual_seed(0)
     net = create_model(ModelConfig(name=model_name), classes).to(device)
@@ -206,10 +206,10 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         props = torch.cuda.get_device_properties(0)
         choose("device.type", "cuda", f"{props.name} ({props.total_memory / 2**30:.0f} GB); one GPU")
     else:
-        from trainer.data import usable_cpus
+        from trainer.data.loader import usable_cpus
 
         choose("device.type", "cpu", f"no CUDA GPU here; {usable_cpus()} CPU cores")
-    from trainer.precision import choose_precision
+    from trainer.device.precision import choose_precision
 
     precision, precision_why = choose_precision("auto", device)
     choose("train.amp", "auto", f"{precision}: {precision_why.removeprefix('auto: ')}")
@@ -349,9 +349,9 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
 
 
 def sweep_lr(cfg: RunConfig, steps: int) -> tuple[float, str]:
-    """(lr, why) from `trainer.lr_find` on a copy of `cfg`, clamped to what AdamW tolerates."""
-    from trainer.lr_find import LrFindError, find_lr
-    from trainer.rundir import RunDir
+    """(lr, why) from `trainer.train.lr_find` on a copy of `cfg`, clamped to what AdamW tolerates."""
+    from trainer.core.rundir import RunDir
+    from trainer.train.lr_find import LrFindError, find_lr
 
     probe = RunConfig.from_dict(cfg.to_dict())
     with tempfile.TemporaryDirectory(prefix="traindeck-auto-") as tmp:

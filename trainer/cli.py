@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.catalog import (
+from trainer.core.catalog import (
     CALIBRATION_IMAGES,
     DEFAULT_EXPORT_FORMAT,
     DEPRECATED_EXPORT_FORMATS,
@@ -18,10 +18,10 @@ from trainer.catalog import (
     INT8_METHODS,
     RUN_CHECKPOINTS,
 )
-from trainer.config import load_config
-from trainer.errors import InputError
-from trainer.rundir import RunDir, default_runs_dir, report_end, user_log_dir
-from trainer.scan import printable_path
+from trainer.core.config import load_config
+from trainer.core.errors import InputError
+from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
+from trainer.data.scan import printable_path
 
 log = logging.getLogger("traindeck")
 
@@ -41,12 +41,12 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def cmd_train(args) -> int:
-    from trainer.prepare import prepare_run
-    from trainer.runner import launch
+    from trainer.runs.prepare import prepare_run
+    from trainer.runs.runner import launch
 
     cfg = load_config(args.config, args.set + ([f"device.host={args.host}"] if args.host else []))
     if cfg.device.host:
-        from trainer.remote_cli import remote_train
+        from trainer.remote.remote_cli import remote_train
 
         return remote_train(cfg, args)
     if args.detach:
@@ -73,8 +73,8 @@ def read_choices(path: str) -> list[dict]:
 
 def cmd_auto(args) -> int:
     from trainer.auto import plan
-    from trainer.prepare import prepare_run
-    from trainer.runner import launch
+    from trainer.runs.prepare import prepare_run
+    from trainer.runs.runner import launch
 
     started = time.time()
     result = plan(args.folder, args.minutes, started=started, overrides=args.set,
@@ -101,12 +101,12 @@ def cmd_auto(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from trainer.preflight import preflight
-    from trainer.runner import launch
+    from trainer.runs.runner import launch
+    from trainer.train.preflight import preflight
 
     run = RunDir(args.run_dir)
     if run.is_remote:
-        from trainer.remote_cli import remote_resume
+        from trainer.remote.remote_cli import remote_resume
 
         return remote_resume(run, args.epochs, args.force)
     if not run.config.exists():
@@ -122,7 +122,7 @@ def cmd_resume(args) -> int:
         cfg = load_config(run.config)
         preflight(cfg)
         if args.epochs is not None:
-            from trainer.prepare import extend_run
+            from trainer.runs.prepare import extend_run
 
             note = extend_run(run, cfg, status, args.epochs)
             if note:
@@ -134,13 +134,13 @@ def cmd_resume(args) -> int:
 
 
 def cmd_check_data(args) -> int:
-    from trainer.manifest import read_manifest
-    from trainer.scan import format_report, scan_image_folder
+    from trainer.data.manifest import read_manifest
+    from trainer.data.scan import format_report, scan_image_folder
 
     if args.host:
         if args.json or args.exclude:
             raise CommandError("--host: --json and --exclude name files here; scan a host's folder without them")
-        from trainer.remote_cli import forward
+        from trainer.remote.remote_cli import forward
 
         return forward(args.host, ["check-data", args.dir])
     if args.exclude and not Path(args.exclude).is_file():
@@ -156,7 +156,7 @@ def cmd_check_data(args) -> int:
 
 
 def cmd_demo_data(args) -> int:
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     root = write_demo_dataset(args.dir, per_class=args.per_class, size=args.size, seed=args.seed)
     print(f"wrote the demo dataset to {root}")
@@ -167,8 +167,8 @@ def cmd_slurm(args) -> int:
     """Write the resolved config and the batch script that trains it (printed when no --out is given)."""
     import time
 
-    from trainer.launch import write_slurm_array, write_slurm_files
-    from trainer.sweep import is_sweep_file, read_sweep
+    from trainer.runs.launch import write_slurm_array, write_slurm_files
+    from trainer.runs.sweep import is_sweep_file, read_sweep
 
     runs = Path(default_runs_dir()).resolve()
     if args.cpus_per_task is not None and args.cpus_per_task < 1:
@@ -202,16 +202,16 @@ def cmd_slurm(args) -> int:
 def cmd_describe_model(args) -> int:
     """JSON on stdout: the model's parameter tensors, its head and the normalisation its weights mean (for the
     app's Model page and parameter-groups editor); with --store, the model store table."""
-    from trainer.config import ModelConfig
-    from trainer.groups import is_head_parameter
-    from trainer.models import create_model, head_name, torchvision_classifiers
-    from trainer.weights import normalisation, weights_names
+    from trainer.core.config import ModelConfig
+    from trainer.core.groups import is_head_parameter
+    from trainer.model.models import create_model, head_name, torchvision_classifiers
+    from trainer.model.weights import normalisation, weights_names
 
     if args.list:
         print(json.dumps({"models": torchvision_classifiers()}))
         return 0
     if args.store:
-        from trainer.weights import model_store
+        from trainer.model.weights import model_store
 
         print(json.dumps(model_store()))
         return 0
@@ -229,7 +229,7 @@ def cmd_describe_model(args) -> int:
 
 def cmd_evaluate(args) -> int:
     """Evaluate a run's checkpoint on a folder: RUN_DIR/eval/NAME/metrics.json and predictions.csv."""
-    from trainer.evaluation import evaluate_run
+    from trainer.deploy.evaluation import evaluate_run
 
     folder, metrics = evaluate_run(Path(args.run_dir), args.data, args.checkpoint, args.name, args.overwrite)
     top5 = f", top-5 {100 * metrics['top5_accuracy']:.1f}%" if "top5_accuracy" in metrics else ""
@@ -242,7 +242,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_queue(args) -> int:
     """The run queue of a runs directory: add, list, run (the scheduler), hold, release, move, remove, retry."""
-    from trainer import queue
+    from trainer.runs import queue
 
     runs_dir = Path(args.runs_dir or default_runs_dir())
     if args.action == "add":
@@ -286,12 +286,12 @@ def cmd_queue(args) -> int:
 
 def cmd_sweep(args) -> int:
     """Queue every trial of a sweep file (grid / random), or run an Optuna study (method: optuna)."""
-    from trainer.sweep import queue_sweep, read_sweep
+    from trainer.runs.sweep import queue_sweep, read_sweep
 
     sweep = read_sweep(args.sweep)
     runs_dir = Path(args.runs_dir or default_runs_dir())
     if sweep.method == "optuna":
-        from trainer.optuna_sweep import run_study
+        from trainer.runs.optuna_sweep import run_study
 
         return run_study(sweep, runs_dir)
     runs = queue_sweep(sweep, runs_dir)
@@ -304,10 +304,10 @@ def cmd_sweep(args) -> int:
 
 def cmd_grad_cam(args) -> int:
     """Grad-CAM of a run's checkpoint on one image: the overlay PNG, and a JSON summary on stdout."""
-    from trainer.gradcam import NoSpatialLayer, grad_cam_for_run
+    from trainer.deploy.gradcam import NoSpatialLayer, grad_cam_for_run
 
     if RunDir(args.run_dir).is_remote:
-        from trainer.remote_cli import fetch_checkpoint
+        from trainer.remote.remote_cli import fetch_checkpoint
 
         fetch_checkpoint(RunDir(args.run_dir), args.checkpoint)
     try:
@@ -320,11 +320,11 @@ def cmd_grad_cam(args) -> int:
 
 def cmd_fetch_weights(args) -> int:
     """Download a model's published weights into the cache (to prepare a machine that will be offline)."""
-    from trainer.config import ModelConfig
-    from trainer.weights import fetch, is_timm, resolve
+    from trainer.core.config import ModelConfig
+    from trainer.model.weights import fetch, is_timm, resolve
 
     if is_timm(args.model):
-        from trainer.weights import create_timm
+        from trainer.model.weights import create_timm
 
         create_timm(ModelConfig(name=args.model, weights="DEFAULT"), 1000)
         print(f"{args.model}: pretrained weights are in the Hugging Face cache")
@@ -349,12 +349,12 @@ def cmd_probe_devices(args) -> int:
     """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
     why, which options are refused and why); the app shows these and keeps no rule of its own."""
     if args.host:
-        from trainer.remote_cli import forward
+        from trainer.remote.remote_cli import forward
 
         return forward(args.host, ["probe-devices"])
-    from trainer.devices import auto_precision, refusals
-    from trainer.machine import machine_facts
-    from trainer.queue import busy_gpus, gpu_usage
+    from trainer.device.devices import auto_precision, refusals
+    from trainer.device.machine import machine_facts
+    from trainer.runs.queue import busy_gpus, gpu_usage
 
     facts = machine_facts()
     gpu_name = facts["gpus"][0]["name"] if facts["gpus"] else None
@@ -371,7 +371,7 @@ def cmd_probe_devices(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from trainer.model_card import read_card, summary
+    from trainer.deploy.model_card import read_card, summary
 
     if args.format in DEPRECATED_EXPORT_FORMATS:
         print(f"note: {DEPRECATED_EXPORT_FORMATS[args.format]}", file=sys.stderr)
@@ -379,11 +379,11 @@ def cmd_export(args) -> int:
     options = ["--int8", args.int8, "--calibration-images", str(args.calibration_images)] + (
         ["--calibration", args.calibration] if args.calibration else [])
     if run.is_remote:
-        from trainer.remote_cli import remote_export
+        from trainer.remote.remote_cli import remote_export
 
         out = remote_export(run, args.format, Path(args.out).resolve(), args.checkpoint, options)
     else:
-        from trainer.export import ExportOptions, export_run
+        from trainer.deploy.export import ExportOptions, export_run
 
         out = export_run(run, args.format, Path(args.out), args.checkpoint, ExportOptions(
             args.int8, Path(args.calibration) if args.calibration else None, args.calibration_images))
@@ -396,12 +396,12 @@ def cmd_export(args) -> int:
 
 def cmd_predict(args) -> int:
     """Classify images or folders; an unreadable file is named (exit 2) and the others are still printed."""
-    from trainer.export import predict
+    from trainer.deploy.export import predict
 
     if args.top < 1:
         raise CommandError(f"--top: must be at least 1, got {args.top}")
     if RunDir(args.model).is_remote:
-        from trainer.remote_cli import fetch_checkpoint
+        from trainer.remote.remote_cli import fetch_checkpoint
 
         fetch_checkpoint(RunDir(args.model), args.checkpoint)
     results = predict(Path(args.model), [Path(p) for p in args.images], top=args.top, which=args.checkpoint)
@@ -418,8 +418,8 @@ def cmd_predict(args) -> int:
 def cmd_lr_find(args) -> int:
     import tempfile
 
-    from trainer.lr_find import LrFindError, find_lr
-    from trainer.preflight import preflight
+    from trainer.train.lr_find import LrFindError, find_lr
+    from trainer.train.preflight import preflight
 
     cfg = load_config(args.config, args.set)
     preflight(cfg)
@@ -435,14 +435,14 @@ def cmd_lr_find(args) -> int:
         print(f"suggested optimizer.lr: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, "
               f"lowest loss at {result['min_loss_lr']:.3g})")
     if args.write:
-        from trainer.lr_find import write_suggestion
+        from trainer.train.lr_find import write_suggestion
 
         print(f"wrote optimizer.lr: {write_suggestion(args.config, lr):.3g} to {args.config}", file=sys.stderr)
     return 0
 
 
 def cmd_standby(args) -> int:
-    from trainer.standby import serve
+    from trainer.runs.standby import serve
 
     return serve(main)  # handed the entry point: standby does not import the CLI back
 
@@ -567,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="probe this host instead (main.py hosts)")
     p.set_defaults(func=cmd_probe_devices)
 
-    from trainer.remote_cli import add_parsers
+    from trainer.remote.remote_cli import add_parsers
 
     add_parsers(sub)
 
@@ -618,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(str(e))
         log_file = record_traceback(args.command)
         if isinstance(e, OSError):
-            from trainer.checkpoint import describe_write_failure
+            from trainer.model.checkpoint import describe_write_failure
 
             where = e.filename or Path.cwd()
             if e.errno in UNWRITABLE:  # a place the user named cannot be written: their input, exit 2, one line

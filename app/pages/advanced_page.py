@@ -2,7 +2,7 @@
 
 What runs is what is shown: a key that Auto's plan (or an opened config) set, such as `train.budget`, EMA, flip
 test-time augmentation or early stopping, is listed here, marked when it differs from its default and editable. The
-keys, their defaults and descriptions come from the config's own declarations (`trainer.config.describe_keys`);
+keys, their defaults and descriptions come from the config's own declarations (`trainer.core.config.describe_keys`);
 validation is the config's, as on every other page.
 """
 
@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.forms import get_path, set_path
-from trainer.config import describe_keys
+from trainer.core.config import describe_keys
 
 ERROR_BACKGROUND = "#ffd9d9"
 COLUMNS = ["Setting", "Value", "Default", "Set by", "What it does"]

@@ -30,12 +30,12 @@ from app.auto_panel import AutoPanel
 from app.background import run_in_thread
 from app.forms import Binder, FullHeight
 from app.thumbnails import load_thumbnails
-from trainer.config import key_choices
-from trainer.launch import main_command
-from trainer.manifest import Manifest, read_manifest, write_manifest
-from trainer.rundir import RunDir
-from trainer.scan import DataError, ScanResult, scan_image_folder
-from trainer.suggest import flip_rule, suggest
+from trainer.core.config import key_choices
+from trainer.core.rundir import RunDir
+from trainer.data.manifest import Manifest, read_manifest, write_manifest
+from trainer.data.scan import DataError, ScanResult, scan_image_folder
+from trainer.data.suggest import flip_rule, suggest
+from trainer.runs.launch import main_command
 
 THUMB = 56
 THUMBS_PER_CLASS = 6
@@ -216,7 +216,7 @@ class DatasetPage(QWidget):
         fixes.addStretch(1)
         self.imbalance_fixes.hide()
 
-        # settings suggested from the scan (trainer.suggest: the rule Auto uses too), applied with one click
+        # settings suggested from the scan (trainer.data.suggest: the rule Auto uses too), applied with one click
         self.suggestion = QWidget()
         self.suggestion.setObjectName("suggestion")
         sugg = QHBoxLayout(self.suggestion)

@@ -2,7 +2,7 @@
 
 What this machine offers, and the trainer's verdicts on it (which options it refuses and why, what
 `train.amp: auto` picks), come from `main.py probe-devices` (a short subprocess; CUDA is never initialised
-in the GUI process). This page shows those answers; the rules themselves live in `trainer.devices`.
+in the GUI process). This page shows those answers; the rules themselves live in `trainer.device.devices`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob
 from app.forms import Binder, scrolling
-from trainer.config import ConfigError, RunConfig, key_choices
-from trainer.devices import device_problems
+from trainer.core.config import ConfigError, RunConfig, key_choices
+from trainer.device.devices import device_problems
 
 # (label, device.parallel, device.launcher)
 MODES = [

@@ -32,8 +32,8 @@ from PySide6.QtWidgets import (
 
 from app.background import CliJob
 from app.forms import Binder
-from trainer.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
-from trainer.config import is_weights_name, key_choices
+from trainer.core.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
+from trainer.core.config import is_weights_name, key_choices
 
 BUILTIN = list(BUILTIN_MODELS)
 COMMON = list(SUGGESTED_TORCHVISION)

@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
 
 from app.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from app.pages.model_page import human
-from trainer.config import key_choices, parse_float
-from trainer.groups import assign_groups, group_problems, next_pattern
-from trainer.recipes import RECIPES, RecipeError, apply_recipe
+from trainer.core.config import key_choices, parse_float
+from trainer.core.groups import assign_groups, group_problems, next_pattern
+from trainer.core.recipes import RECIPES, RecipeError, apply_recipe
 
 GROUP_COLUMNS = ["pattern", "lr", "weight decay", "momentum", "freeze", "matches"]
 
@@ -138,7 +138,7 @@ class GroupsEditor(QWidget):
         self.changed.emit()
 
     def problems(self, head: str | None = None, freeze_backbone: bool = False) -> list[str]:
-        """The trainer's own check (`trainer.groups.group_problems`), freezing applied."""
+        """The trainer's own check (`trainer.core.groups.group_problems`), freezing applied."""
         if not self.parameters:
             return []
         return group_problems([n for n, _ in self.parameters], [g["pattern"] for g in self.groups()], head,
@@ -280,7 +280,7 @@ class OptimizerPage(QWidget):
         self.groups.head = name
 
     def apply_recipe(self, key: str) -> None:
-        """Set the config keys of a fine-tuning recipe (`trainer.recipes`); what it did is said beside the buttons."""
+        """Set the config keys of a fine-tuning recipe (`trainer.core.recipes`); what it did is said beside the buttons."""
         w = self.binder.widgets
         freeze, unfreeze = w["model.freeze_backbone"], w["model.unfreeze_at_epoch"]
         try:

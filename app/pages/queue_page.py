@@ -1,7 +1,7 @@
 """Queue page: the runs waiting in the runs directory's queue and those its scheduler has going; reorder, hold,
 remove, retry; start the scheduler when none is running (it is a separate process and outlives the app).
 
-The queue's rules (what may be held, moved, retried; what placement allows) are trainer/queue.py's; this page calls
+The queue's rules (what may be held, moved, retried; what placement allows) are trainer/runs/queue.py's; this page calls
 them off the GUI thread and shows what the files say.
 """
 
@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import trainer.queue as queue
+import trainer.runs.queue as queue
 from app.background import run_in_thread
-from trainer.launch import main_command
-from trainer.rundir import ENDINGS, RunDir, list_runs
+from trainer.core.rundir import ENDINGS, RunDir, list_runs
+from trainer.runs.launch import main_command
 
 COLUMNS = ["#", "run", "state", "progress", "best val acc", "model", "sweep", "values", "GPUs", "added"]
 REFRESH_MS = 1500

@@ -38,9 +38,9 @@ from app.experiments import column_title, format_duration, read_notes, summarize
 from app.export_dialog import ExportDialog
 from app.grad_views import elide_middle
 from app.pages.plots import COLORS, make_plot, with_log_toggle
-from trainer.events import read_events
-from trainer.rundir import RunDir, list_runs, state_text
-from trainer.schedule import describe_extension
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir, list_runs, state_text
+from trainer.core.schedule import describe_extension
 
 
 def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
@@ -524,7 +524,7 @@ def status_signature(runs_dir: Path) -> tuple:
     try:
         entries = sorted(os.scandir(runs_dir), key=lambda e: e.name)
         remote = os.path.join(runs_dir, "remote")
-        if os.path.isdir(remote):  # the mirrors of runs on hosts (trainer/mirror.py)
+        if os.path.isdir(remote):  # the mirrors of runs on hosts (trainer/remote/mirror.py)
             entries += sorted((e for host in os.scandir(remote) if host.is_dir() for e in os.scandir(host.path)),
                               key=lambda e: e.path)
     except OSError:

@@ -12,8 +12,8 @@ from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
 from app.trainer_process import TrainerProcess
-from trainer.rundir import RunDir, list_runs
-from trainer.system import pid_alive
+from trainer.core.rundir import RunDir, list_runs
+from trainer.core.system import pid_alive
 
 STUBBORN = """
 import signal, subprocess, sys, time
@@ -142,7 +142,7 @@ def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make
 def test_a_run_started_in_the_standby_trainer_stops_like_any_other(qtbot, shapes_dir, tmp_path):
     """The app keeps a standby trainer (torch already imported); Start hands the run to it, Stop stops it and
     checkpoints, and a fresh standby is ready for the next run; the last one leaves when the app lets it go."""
-    from trainer.launch import train_command
+    from trainer.runs.launch import train_command
 
     proc = TrainerProcess()
     proc.keep_standby(str(REPO))

@@ -6,7 +6,7 @@ import json
 import pytest
 from helpers import write_config
 
-from trainer.events import read_events
+from trainer.core.events import read_events
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ from helpers import train_here, write_config
 from PySide6.QtCore import Qt
 
 from app.experiments import read_notes, varying_keys
-from trainer.config import RunConfig
-from trainer.rundir import RunDir, new_run_dir
+from trainer.core.config import RunConfig
+from trainer.core.rundir import RunDir, new_run_dir
 
 
 def fake_run(runs_dir, lr, batch, best, sweep=None, model="resnet18"):
@@ -174,7 +174,7 @@ def test_the_runs_table_leads_with_test_accuracy_readable_groups_and_the_whole_d
     first start (a resumed run showed its last segment only)."""
     from app.experiments import summarize
     from app.pages.runs_page import RunsPage
-    from trainer.runner import earlier_seconds
+    from trainer.runs.runner import earlier_seconds
 
     runs_dir = tmp_path / "runs"
     run = fake_run(runs_dir, 0.01, 32, 0.9)

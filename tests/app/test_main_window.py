@@ -12,8 +12,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
 
-from trainer.config import load_config
-from trainer.events import read_events
+from trainer.core.config import load_config
+from trainer.core.events import read_events
 
 
 def wait_ready(qtbot, window, timeout=60_000):
@@ -116,7 +116,7 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
     # what `train.amp: auto` will pick here, said before the run starts
     import torch
 
-    from trainer.precision import choose_precision
+    from trainer.device.precision import choose_precision
 
     window.binder.widgets["train.amp"].setCurrentText("auto")
     expected = choose_precision("auto", torch.device("cpu"))[0]
@@ -260,8 +260,8 @@ def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_d
 def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tmp_path):
     from app.pages.dashboard import Dashboard
     from app.run_model import RunModel
-    from trainer.events import EventWriter
-    from trainer.rundir import RunDir
+    from trainer.core.events import EventWriter
+    from trainer.core.rundir import RunDir
 
     run = RunDir(tmp_path / "run").create()
     dashboard = Dashboard()
@@ -286,8 +286,8 @@ def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tm
 
 
 def test_save_slurm_script_writes_the_form_s_config_and_the_cli_s_script(qtbot, make_window, shapes_dir, tmp_path):
-    from trainer.config import load_config
-    from trainer.launch import slurm_script
+    from trainer.core.config import load_config
+    from trainer.runs.launch import slurm_script
 
     window = make_window(write_config(tmp_path, shapes_dir, device={"nnodes": 2, "master_port": 29511,
                                                                      "parallel": "ddp"}))
@@ -366,7 +366,7 @@ def test_fine_tuning_recipes_set_their_keys(qtbot, make_window, shapes_dir, tmp_
 
 
 def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, shapes_dir, tmp_path):
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     dataset = tmp_path / "digits"
     for split in ("train", "val", "test"):

@@ -8,8 +8,8 @@ import pytest
 from helpers import write_config
 
 from app.main_window import PAGES
-from trainer import queue
-from trainer.rundir import RunDir
+from trainer.core.rundir import RunDir
+from trainer.runs import queue
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ before Start; a config the trainer's pre-flight refuses leaves no run directory 
 
 from helpers import write_config
 
-from trainer.rundir import list_runs
+from trainer.core.rundir import list_runs
 
 
 def test_the_editor_asks_the_trainer_s_rule_and_a_refused_start_leaves_nothing(qtbot, make_window, shapes_dir,

@@ -11,8 +11,8 @@ import pytest
 from helpers import write_config
 from test_main_window import wait_ready
 
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,9 @@ import torch
 from helpers import run_here, train_here, write_config
 from PySide6.QtCore import Qt
 
-from trainer.evaluation import Predictions, write_evaluation
-from trainer.manifest import read_manifest
-from trainer.rundir import RunDir
+from trainer.core.rundir import RunDir
+from trainer.data.manifest import read_manifest
+from trainer.deploy.evaluation import Predictions, write_evaluation
 
 
 def checksums(root):

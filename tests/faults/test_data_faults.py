@@ -9,9 +9,9 @@ import pytest
 from helpers import run_here, train_here, write_config
 from PIL import Image
 
-from trainer.data import decode_image
-from trainer.events import read_events
-from trainer.scan import scan_image_folder
+from trainer.core.events import read_events
+from trainer.data.loader import decode_image
+from trainer.data.scan import scan_image_folder
 
 
 def png_header_only(path, width, height):
@@ -124,7 +124,7 @@ def test_bad_file_policy_fail_stops_before_training(messy_dir, tmp_path):
 def test_a_file_broken_after_the_scan_never_crashes_the_epoch(shapes_dir, tmp_path):
     import shutil
 
-    from trainer.data import ImageDataset, collate_skipping_bad
+    from trainer.data.loader import ImageDataset, collate_skipping_bad
 
     data = tmp_path / "data"
     shutil.copytree(shapes_dir, data)

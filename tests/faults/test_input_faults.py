@@ -15,8 +15,8 @@ from helpers import REPO, run_here, train_here, write_config
 from PIL import Image
 
 from trainer import cli
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
 
 
 def _config(tmp_path, shapes_dir, **sections):
@@ -197,7 +197,7 @@ def test_a_run_directory_deleted_mid_run_is_named(shapes_dir, tmp_path):
 def test_a_full_disk_while_events_are_written_ends_the_run_as_failed(shapes_dir, tmp_path, monkeypatch):
     import errno
 
-    from trainer.events import EventWriter
+    from trainer.core.events import EventWriter
 
     real_emit = EventWriter.emit
     count = {"n": 0}
@@ -240,8 +240,8 @@ def test_a_full_disk_at_launch_gives_a_message(shapes_dir, tmp_path, monkeypatch
 # ---- the data --------------------------------------------------------------------------------------------
 
 def test_symlink_loops_and_second_paths_count_each_image_once(tmp_path):
-    from trainer.data import stratified_split
-    from trainer.scan import scan_image_folder
+    from trainer.data.loader import stratified_split
+    from trainer.data.scan import scan_image_folder
 
     root = tmp_path / "data"
     for cls in ("circle", "square"):
@@ -262,7 +262,7 @@ def test_symlink_loops_and_second_paths_count_each_image_once(tmp_path):
 
 
 def test_an_exif_rotated_photo_is_learned_upright(tmp_path):
-    from trainer.data import decode_image
+    from trainer.data.loader import decode_image
 
     upright = Image.new("RGB", (40, 20), (255, 0, 0))
     upright.paste((0, 0, 255), (0, 0, 20, 20))  # blue on the left half when upright
@@ -276,7 +276,7 @@ def test_an_exif_rotated_photo_is_learned_upright(tmp_path):
 
 
 def test_a_class_without_validation_images_is_not_zero_accuracy(tmp_path):
-    from trainer.demo_data import write_demo_dataset
+    from trainer.data.demo_data import write_demo_dataset
 
     root = write_demo_dataset(tmp_path / "data", per_class=20, size=16, seed=2)
     lonely = root / "square"
@@ -314,10 +314,10 @@ def test_check_data_reports_images_outside_class_folders_and_odd_names(shapes_di
 def test_stop_during_the_cache_build_acts_at_once(shapes_dir, tmp_path, monkeypatch):
     """SIGTERM while images are decoded into the cache: the build is abandoned (no half entry), the run ends
     stopped, and it does so without decoding the rest of the folder."""
-    import trainer.data
+    import trainer.data.loader
 
     decoded = []
-    real_decode = trainer.data.decode_image
+    real_decode = trainer.data.loader.decode_image
 
     def decode(path, size):
         decoded.append(path)
@@ -326,7 +326,7 @@ def test_stop_during_the_cache_build_acts_at_once(shapes_dir, tmp_path, monkeypa
         time.sleep(0.01)
         return real_decode(path, size)
 
-    monkeypatch.setattr(trainer.data, "decode_image", decode)
+    monkeypatch.setattr(trainer.data.loader, "decode_image", decode)
     cache = tmp_path / "cache"
     cfg = write_config(tmp_path, shapes_dir, data={"cache": "disk", "cache_dir": str(cache), "image_size": 20})
     run, code = train_here(cfg, tmp_path / "runs")

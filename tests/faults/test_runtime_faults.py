@@ -9,9 +9,9 @@ import time
 import pytest
 from helpers import REPO, process_tree_gone, run_main, write_config
 
-from trainer.checkpoint import load_weights_only
-from trainer.events import read_events
-from trainer.rundir import RunDir
+from trainer.core.events import read_events
+from trainer.core.rundir import RunDir
+from trainer.model.checkpoint import load_weights_only
 
 FAULTY_MODEL = """
 import os, signal, time, torch

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from trainer.export_data import calibration_images
-from trainer.rundir import RunDir
-from trainer.scan import image_paths
+from trainer.core.rundir import RunDir
+from trainer.data.scan import image_paths
+from trainer.deploy.export_data import calibration_images
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_calibration_on_a_folder_with_a_fifo_and_a_loop_uses_its_images(hostile_
 
 def test_decoding_a_fifo_is_refused_at_once_not_waited_on(hostile_folder):
     torch = pytest.importorskip("torch")  # noqa: F841 - the decoder is the trainer's
-    from trainer.data import decode_image
+    from trainer.data.loader import decode_image
 
     folder, _ = hostile_folder
     with pytest.raises(ValueError, match="not a regular file"):
@@ -43,7 +43,7 @@ def test_decoding_a_fifo_is_refused_at_once_not_waited_on(hostile_folder):
 
 
 def test_an_existing_folder_or_file_that_is_not_the_same_export_is_never_replaced(tmp_path):
-    from trainer.export import ExportError, check_out
+    from trainer.deploy.export import ExportError, check_out
 
     package = tmp_path / "model.mlpackage"
     (package / "notes").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""A host is not trusted (issue #32): what a broken or compromised host sends is checked in trainer/protocol.py before
+"""A host is not trusted (issue #32): what a broken or compromised host sends is checked in trainer/remote/protocol.py before
 anything is written here. In-process where the transport does not matter: the frames, names and streams a hostile
 agent would send, fed to the mirror's own code; nothing outside the mirror changes, and the user gets one line."""
 
@@ -11,13 +11,13 @@ import tarfile
 import pytest
 import yaml
 
-from trainer import mirror as mirror_module
-from trainer import protocol
-from trainer.agent import Follower
-from trainer.hosts import HostError, load_hosts
-from trainer.mirror import Mirror, create_mirror, fetch, fetch_images
-from trainer.protocol import FrameError, file_frame, read_frame
-from trainer.rundir import RunDir
+from trainer.core.rundir import RunDir
+from trainer.remote import mirror as mirror_module
+from trainer.remote import protocol
+from trainer.remote.agent import Follower
+from trainer.remote.hosts import HostError, load_hosts
+from trainer.remote.mirror import Mirror, create_mirror, fetch, fetch_images
+from trainer.remote.protocol import FrameError, file_frame, read_frame
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def mirror(tmp_path, monkeypatch):
     hosts = tmp_path / "hosts.yaml"
     hosts.write_text(yaml.safe_dump({"hosts": {"h": {"ssh": "h.invalid", "command": "traindeck", "runs": "/r"}}}))
     monkeypatch.setenv("TRAINDECK_HOSTS", str(hosts))
-    from trainer.hosts import get_host
+    from trainer.remote.hosts import get_host
 
     run = create_mirror(RunDir(tmp_path / "runs" / "remote" / "h" / "run"), get_host("h"), "/r/run")
     outside = tmp_path / "bashrc"
@@ -156,8 +156,8 @@ def test_gallery_tar_members_go_only_where_asked_bounded_and_streamed(mirror, tm
     host_side.write_bytes(stream)
     monkeypatch.setattr(protocol, "MAX_IMAGE_BYTES", 1000)
     monkeypatch.setattr(mirror_module, "MAX_IMAGE_BYTES", 1000)
-    monkeypatch.setattr("trainer.ssh.connect", lambda host: None)
-    monkeypatch.setattr("trainer.ssh.command_argv",
+    monkeypatch.setattr("trainer.remote.ssh.connect", lambda host: None)
+    monkeypatch.setattr("trainer.remote.ssh.command_argv",
                         lambda host, args: ["sh", "-c", 'cat >/dev/null; cat "$0"', str(host_side)])
     count = fetch_images(m.run, ["/data/cat/a.png", "../../../../bashrc", "/data/cat/huge.png", "/data/cat/link.png"])
     files = m.run.path / mirror_module.FILES
@@ -199,8 +199,8 @@ def test_a_hosts_file_that_is_hostile_or_wrong_is_one_line(tmp_path, text, said)
 
 
 def test_the_ssh_destination_follows_an_end_of_options():
-    from trainer.hosts import Host
-    from trainer.ssh import ssh_argv
+    from trainer.remote.hosts import Host
+    from trainer.remote.ssh import ssh_argv
 
     argv = ssh_argv(Host(name="lab", ssh="lab.example.org"))
     assert argv[-2:] == ["--", "lab.example.org"]
@@ -215,8 +215,8 @@ def test_a_host_s_exit_code_outside_the_trainer_s_is_a_failure_not_a_wrapped_num
 
 
 def test_a_remote_export_checks_its_out_here_before_the_host_is_asked(mirror, tmp_path):
-    from trainer.errors import InputError
-    from trainer.remote_cli import remote_export
+    from trainer.core.errors import InputError
+    from trainer.remote.remote_cli import remote_export
 
     m, _ = mirror
     mine = tmp_path / "model.onnx"

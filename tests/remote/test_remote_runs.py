@@ -14,7 +14,7 @@ import psutil
 import pytest
 from helpers import REPO, run_main, write_config
 
-from trainer.events import read_events
+from trainer.core.events import read_events
 
 pytestmark = pytest.mark.slow
 

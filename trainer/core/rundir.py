@@ -1,0 +1,297 @@
+"""The run directory: the unit of history shared by the trainer, the CLI and the app.
+
+Torch-free. Layout:
+    config.yaml     fully resolved config
+    events.jsonl    event stream (docs/events.md)
+    status.json     {state, pid, message, epoch, step, best_acc, ...}, replaced atomically
+    train.log       human log
+    output.log      the trainer's stdout/stderr when launched by the app
+    checkpoints/    last.pt, best.pt and numbered checkpoints
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.core.errors import InputError
+from trainer.core.files import atomic_write_text
+from trainer.core.system import pid_alive, try_lock
+
+STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
+FINAL_STATES = ("completed", "stopped", "failed", "diverged")
+LIVE_STATES = ("starting", "running")
+RESUMABLE_STATES = ("stopped", "failed")
+
+
+# status.json's `reason` for how a run ended, in words (the Runs and Queue pages show them beside the state)
+ENDINGS = {"budget": "train.budget spent", "early_stop": "early stop", "pruned": "pruned by the sweep",
+           "forced": "forced"}
+
+
+def state_text(state: str, reason: str | None) -> str:
+    """`completed (train.budget spent)`, `stopped (forced)`, or the state alone."""
+    return f"{state} ({ENDINGS.get(reason, str(reason).replace('_', ' '))})" if reason else state
+
+
+class RunDirInUse(InputError, RuntimeError):
+    """Another process is training in this run directory."""
+
+
+class RunDirUsed(InputError, RuntimeError):
+    """The run directory already holds a run (training into it again would overwrite it)."""
+
+
+@dataclass
+class RunDir:
+    path: Path
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def auto_choices(self) -> Path:
+        """What Auto chose for this run and why (`main.py auto`; JSON: {"choices": [{key, value, why}]})."""
+        return self.path / "auto.json"
+
+    @property
+    def manifest(self) -> Path:
+        """The run's own copy of the data.exclude manifest it trained with."""
+        return self.path / "exclude.yaml"
+
+    @property
+    def events(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def status_file(self) -> Path:
+        return self.path / "status.json"
+
+    @property
+    def log(self) -> Path:
+        return self.path / "train.log"
+
+    @property
+    def output_log(self) -> Path:
+        return self.path / "output.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def create(self) -> RunDir:
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def read_status(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.status_file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+    def write_status(self, **fields: Any) -> dict[str, Any]:
+        """Merge `fields` into status.json, atomically (readers never see a half-written file).
+
+        On a full disk the new file cannot be made: the old one is then overwritten in place (its blocks are
+        reused), so a run's end is still recorded; only when that fails too does the OSError propagate.
+        """
+        status = self.read_status()
+        status.update(fields)
+        status["updated"] = time.time()
+        text = json.dumps(status, indent=1)
+        try:
+            atomic_write_text(self.status_file, text)
+        except OSError:
+            if not self.status_file.exists():
+                raise
+            with open(self.status_file, "r+", encoding="utf-8") as f:
+                f.write(text)
+                f.truncate()
+        return status
+
+    @property
+    def is_remote(self) -> bool:
+        """A mirror of a run on a host (trainer/remote/mirror.py)."""
+        return (self.path / "remote.json").exists()
+
+    @staticmethod
+    def _process_alive(status: dict) -> bool:
+        """The trainer's liveness: its pid here, or for a mirror what the host said last (its pid is the host's)."""
+        if "remote" in status:
+            return bool(status["remote"].get("alive"))
+        return pid_alive(status.get("pid"))
+
+    def effective_state(self) -> str:
+        """The state, with a 'running' run whose process is gone reported as failed."""
+        status = self.read_status()
+        state = status.get("state", "unknown")
+        if state in LIVE_STATES and not self._process_alive(status):
+            return "failed"
+        return state
+
+    def record_forced_stop(self, grace_s: float) -> bool:
+        """After Stop, the trainer did not end within `grace_s` and was killed: the run is stopped (forced), not
+        crashed. False when the trainer had recorded an end of its own."""
+        if self.read_status().get("state") not in LIVE_STATES:
+            return False
+        self.write_status(state="stopped", reason="forced", ended=time.time(),
+                          message=f"stopped (forced): the trainer did not stop within {grace_s:.0f} s of Stop and was "
+                                  f"killed; resume continues from the last checkpoint")
+        return True
+
+    def is_live(self) -> bool:
+        """Whether a process is training in this run directory right now (for a mirror: as the host said last)."""
+        status = self.read_status()
+        return status.get("state") in LIVE_STATES and self._process_alive(status)
+
+    def holds_a_run(self) -> bool:
+        """Whether a run has already trained here (status, events or checkpoints exist)."""
+        return self.status_file.exists() or self.events.exists() or any(self.checkpoints.glob("*.pt"))
+
+    def lock(self):
+        """An exclusive lock held for the life of a launch (released by the OS if the process dies).
+
+        Taken before anything in the directory is written, so two launches into one directory never mix.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        handle = try_lock(self.path / ".lock")
+        if handle is None:
+            pid = self.read_status().get("pid")
+            who = f" (pid {pid})" if pid else ""
+            raise RunDirInUse(f"{self.path}: in use by another run{who}; wait for it or stop it") from None
+        return handle
+
+    def clear_for_new_run(self) -> None:
+        """Remove what an earlier run left here (events, status, checkpoints, logs) before training anew."""
+        for path in (self.events, self.status_file, self.log, self.output_log, self.config, self.manifest):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.checkpoints, ignore_errors=True)
+        self.clear_rank_errors()
+
+    # ---- errors of ranks other than 0 (they write no events) ---------------------------------
+    def write_rank_error(self, rank: int, message: str) -> None:
+        """Ranks other than 0 cannot write events; the launcher reads this file to name them."""
+        if rank == 0:
+            return
+        try:
+            (self.path / f"rank-{rank}.error").write_text(f"rank {rank}: {message}\n", encoding="utf-8")
+        except OSError:
+            pass
+
+    def note_dead_rank(self, rank: int, exit_code: int) -> None:
+        """A rank that died without a word (killed): recorded for it, unless it wrote its own error."""
+        path = self.path / f"rank-{rank}.error"
+        if path.exists():
+            return
+        import signal
+
+        how = f"killed by signal {signal.Signals(-exit_code).name}" if exit_code < 0 else f"exited with code {exit_code}"
+        path.write_text(f"rank {rank} died ({how}); the other ranks were stopped\n", encoding="utf-8")
+
+    def rank_errors(self) -> list[str]:
+        return [p.read_text(encoding="utf-8").strip() for p in sorted(self.path.glob("rank-*.error"))]
+
+    def clear_rank_errors(self) -> None:
+        for stale in self.path.glob("rank-*.error"):
+            stale.unlink(missing_ok=True)
+
+    def tail_log(self, lines: int = 20) -> str:
+        for path in (self.log, self.output_log):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - 16384))
+                    text = f.read().decode("utf-8", "replace")
+                if text.strip():
+                    return "\n".join(text.splitlines()[-lines:])
+            except OSError:
+                continue
+        return ""
+
+
+def report_end(run: RunDir, code: int) -> int:
+    """The last line of `main.py train`/`resume` (here or through a host): how the run ended and where; the exit
+    code, passed through."""
+    if not run.path.is_dir():
+        print(f"run failed: the run directory {run.path} was deleted while the run was going", file=sys.stderr)
+        return code
+    status = run.read_status()
+    state = status.get("state", "unknown")
+    best = status.get("best_acc")
+    tail = f", best val_acc {100 * best:.1f}%" if isinstance(best, (int, float)) else ""
+    line = f"run {state}{tail}: {run.path}"
+    if status.get("message") and state != "completed":
+        line += f"\nreason: {status['message']}"
+    print(line, file=sys.stderr if code else sys.stdout, flush=True)
+    return code
+
+
+def run_label(model_name: str) -> str:
+    """The label a run directory's name ends with: the model's name (`timm:convnext_tiny` -> convnext_tiny,
+    `nets/mine.py:Net` -> mine)."""
+    return Path(model_name.split(":")[-1]).stem
+
+
+def planned_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
+    """A uniquely named run directory under runs_dir that does not exist yet (not created)."""
+    runs_dir = Path(runs_dir)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)[:40] or "run"
+    for i in range(1000):
+        path = runs_dir / (f"{stamp}-{safe}" + (f"-{i}" if i else ""))
+        if not path.exists():
+            return RunDir(path)
+    raise RuntimeError(f"{runs_dir}: could not find a free run directory name")
+
+
+def new_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
+    """A fresh, uniquely named run directory under runs_dir (created; two callers never get the same one)."""
+    Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    for _ in range(1000):
+        run = planned_run_dir(runs_dir, label)
+        try:
+            run.path.mkdir()
+        except FileExistsError:
+            continue
+        return run.create()
+    raise RuntimeError(f"{runs_dir}: could not create a new run directory")
+
+
+def list_runs(runs_dir: str | os.PathLike, remote: bool = False) -> list[RunDir]:
+    """Run directories under runs_dir, newest first; with `remote`, the mirrors of runs on hosts too
+    (runs_dir/remote/HOST/NAME, trainer/remote/mirror.py), which the queue never sees."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        return []
+    folders = [runs_dir]
+    if remote and (runs_dir / "remote").is_dir():
+        folders += [p for p in (runs_dir / "remote").iterdir() if p.is_dir()]
+    runs = [RunDir(p) for folder in folders for p in folder.iterdir()
+            if p.is_dir() and ((p / "config.yaml").exists() or (p / "remote.json").exists())]
+    return sorted(runs, key=lambda r: r.path.stat().st_mtime, reverse=True)
+
+
+def user_log_dir() -> Path:
+    """Where TrainDeck keeps logs that belong to no run (tracebacks of the command line)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "traindeck"
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("TRAINDECK_RUNS", Path.cwd() / "runs"))

@@ -1,0 +1,424 @@
+"""Datasets, per-epoch batch order and batched augmentation.
+
+Images are decoded to uint8 tensors at the training resolution (resize the short side, centre crop).
+With `data.cache: memory | disk` each folder is decoded once through `trainer.data.cache` (and reused by
+later runs) and batches are plain indexing; with `none`, DataLoader workers decode each epoch. All feed
+the same `BatchAugment`, which runs on whole uint8 batches on the training device, so the cache changes
+speed, never pixels.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageOps
+
+from trainer.core.config import AugmentConfig, DataConfig
+from trainer.core.files import is_regular_file
+from trainer.data.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
+from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_image_folder
+
+log = logging.getLogger(__name__)
+
+ORIENTATION_TAG = 0x0112  # EXIF
+TEST_SPLIT_SEED = 7_919  # data.test_split draws with train.seed + this: another draw than validation's
+MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in this share of free RAM
+
+
+def decode_image(path: str, size: int) -> torch.Tensor:
+    """An image file as a (3, size, size) uint8 tensor: EXIF orientation applied, any mode converted to RGB,
+    short side resized, centre crop."""
+    if not is_regular_file(path):  # opening a FIFO or a device would wait for ever
+        raise ValueError("not a regular file (a FIFO, a device or a folder)")
+    with Image.open(path) as img:
+        img.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced scale when much larger
+        if img.getexif().get(ORIENTATION_TAG, 1) != 1:  # phone photos: upright as the camera meant, not as stored
+            img = ImageOps.exif_transpose(img)
+        if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
+            arr = np.asarray(img, dtype=np.float32)
+            peak = 65535.0 if img.mode.startswith("I;16") or arr.max() > 255 else 255.0
+            img = Image.fromarray(np.clip(arr / peak * 255.0, 0, 255).astype(np.uint8))
+        if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+            img = img.convert("RGBA")
+            background = Image.new("RGBA", img.size, (255, 255, 255, 255))
+            img = Image.alpha_composite(background, img)
+        img = ImageOps.fit(img.convert("RGB"), (size, size), Image.Resampling.BILINEAR)
+        return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """Decodes on access; a file that fails to decode yields None (dropped by `collate_skipping_bad`)."""
+
+    def __init__(self, samples: list[tuple[str, int]], size: int):
+        self.samples = samples
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        path, label = self.samples[index]
+        try:
+            return decode_image(path, self.size), label
+        except Exception as e:  # noqa: BLE001 - any bad file must not crash the epoch
+            log.warning("skipping %s: cannot decode: %s", path, e)
+            return None
+
+
+def collate_skipping_bad(items):
+    items = [it for it in items if it is not None]
+    if not items:
+        return None
+    return torch.stack([it[0] for it in items]), torch.tensor([it[1] for it in items])
+
+
+@dataclass
+class Split:
+    samples: list[tuple[str, int]]
+    store: ImageStore | None = None  # decoded images when cached
+    rows: torch.Tensor | None = None  # store row of each sample
+    labels: torch.Tensor | None = None
+    loader: torch.utils.data.DataLoader | None = None  # decoding workers, when not cached
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def attach(self, store: ImageStore) -> None:
+        self.store = store
+        self.rows = torch.tensor([store.rows[path] for path, _ in self.samples], dtype=torch.long)
+        self.labels = torch.tensor([label for _, label in self.samples], dtype=torch.long)
+
+
+@dataclass
+class DataBundle:
+    classes: list[str]
+    train: Split
+    val: Split
+    skipped: list[tuple[str, str]]
+    cache: str
+    manifest: dict | None = None  # {file, excluded, relabelled} when data.exclude is set
+    test: list[tuple[str, int]] = field(default_factory=list)  # data.test_split: held out of train, never trained on
+
+    def train_counts(self) -> list[int]:
+        """Training images per class, in label order."""
+        counts = [0] * len(self.classes)
+        for _, label in self.train.samples:
+            counts[label] += 1
+        return counts
+
+    def classes_without_val(self) -> list[tuple[str, int]]:
+        """(class, training images) of the classes with no validation image (their accuracy is unknown)."""
+        in_val = {label for _, label in self.val.samples}
+        train_counts: dict[int, int] = {}
+        for _, label in self.train.samples:
+            train_counts[label] = train_counts.get(label, 0) + 1
+        return [(name, train_counts.get(i, 0)) for i, name in enumerate(self.classes) if i not in in_val]
+
+
+def stratified_split(samples: list[tuple[str, int]], fraction: float, seed: int):
+    """(train, val): `fraction` of each class held out, chosen with `seed`."""
+    rng = random.Random(seed)
+    by_class: dict[int, list[tuple[str, int]]] = {}
+    for s in samples:
+        by_class.setdefault(s[1], []).append(s)
+    train, val = [], []
+    for label in sorted(by_class):
+        items = by_class[label][:]
+        rng.shuffle(items)
+        n_val = max(1, round(len(items) * fraction)) if len(items) > 1 else 0
+        val.extend(items[:n_val])
+        train.extend(items[n_val:])
+    return sorted(train), sorted(val)
+
+
+def resolve_cache(cfg: DataConfig, n_images: int) -> str:
+    """memory | disk | none: `data.cache`, or for auto, memory when the decoded images fit in a share of free RAM."""
+    if cfg.cache != "auto":
+        return cfg.cache
+    need = n_images * 3 * cfg.image_size ** 2
+    return "memory" if need < MEMORY_CACHE_FRACTION * psutil.virtual_memory().available else "disk"
+
+
+def cache_dir(cfg: DataConfig) -> Path:
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+
+
+def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | None = None,
+              should_stop: Callable[[], bool] | None = None) -> DataBundle:
+    """Scan the folders, decode them once through the cache (unless `cache: none`), split train/val.
+
+    Files that fail to decode are dropped before the split, so every cache mode splits the same usable files.
+    When `should_stop` turns true while images are decoded, the build is abandoned with `Interrupted`.
+    """
+    def report(done: int, total: int) -> None:
+        if should_stop is not None and should_stop():
+            raise Interrupted(f"stopped while decoding images into the cache ({done}/{total})")
+        if progress is not None:
+            progress(done, total)
+
+    cache = resolve_cache(cfg, 0)
+    manifest = load_manifest(cfg)
+    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none", manifest)}
+    if cfg.val_dir:
+        folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none", manifest)
+        check_same_classes(folders["train"].classes, folders["val"].classes, cfg.val_dir)
+    cache = resolve_cache(cfg, sum(len(f.samples) for f in folders.values()))
+    skipped = [bad for scan in folders.values() for bad in scan.bad_files]
+    stores: dict[str, ImageStore] = {}
+    if cache != "none":
+        try:
+            for name, scan in folders.items():
+                stores[name] = open_store([p for p, _ in scan.samples], cfg.image_size, cache, cache_dir(cfg),
+                                          decode_image, os.cpu_count() or 1, report)
+        except OSError as e:  # disk cache impossible here: decode every epoch instead
+            log.warning("%s: decoding every epoch instead (data.cache: none)", e)
+            cache, stores = "none", {}
+        for name, store in stores.items():
+            skipped += store.bad
+            folders[name].samples = [s for s in folders[name].samples if s[0] in store.rows]
+    samples = folders["train"].samples
+    test_s: list[tuple[str, int]] = []
+    if cfg.test_split and not cfg.test_dir:  # before validation is split off, with a seed of its own
+        samples, test_s = stratified_split(samples, cfg.test_split, seed + TEST_SPLIT_SEED)
+    if cfg.val_dir:
+        train_s, val_s = samples, folders["val"].samples
+    else:
+        train_s, val_s = stratified_split(samples, cfg.val_split, seed)
+    if not train_s:
+        raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
+    if not val_s:
+        raise DataError(f"data.val_split: no validation images left from {cfg.train_dir}; add images or set data.val_dir")
+    bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache, test=test_s)
+    if manifest is not None:
+        bundle.manifest = {"file": str(manifest.path), "excluded": sum(f.excluded for f in folders.values()),
+                           "relabelled": sum(f.relabelled for f in folders.values())}
+    if stores:
+        bundle.train.attach(stores["train"])
+        bundle.val.attach(stores.get("val", stores["train"]))
+    if cfg.on_bad_file == "fail" and bundle.skipped:
+        path, reason = bundle.skipped[0]
+        raise DataError(f"{path}: {reason} (data.on_bad_file is fail; {len(bundle.skipped)} bad files in all)")
+    return bundle
+
+
+def load_manifest(cfg: DataConfig):
+    """The data.exclude manifest, or None when the key is not set; a DataError when its file is missing."""
+    from trainer.data.manifest import read_manifest
+
+    if not cfg.exclude:
+        return None
+    if not os.path.isfile(cfg.exclude):
+        raise DataError(f"data.exclude: {cfg.exclude}: no such manifest file")
+    return read_manifest(cfg.exclude)
+
+
+def _checked_scan(folder: str, key: str, full: bool, manifest=None) -> ScanResult:
+    if not folder:
+        raise DataError(f"{key}: not set (the ImageFolder to train on)")
+    try:
+        scan = scan_image_folder(folder, full=full, manifest=manifest)
+    except DataError as e:
+        raise DataError(f"{key}: {e}") from e
+    problems = scan.problems()
+    if problems:
+        raise DataError(f"{key}: {problems[0]}")
+    for w in scan.warnings:
+        log.warning("%s", w)
+    return scan
+
+
+def epoch_batches(n: int, batch_size: int, *, seed: int, epoch: int, rank: int = 0, world: int = 1,
+                  shuffle: bool = True, pad: bool = True, labels: list[int] | None = None) -> list[list[int]]:
+    """This rank's batches of indices for one epoch; the order depends only on (seed, epoch).
+
+    With `labels` (data.sampler: balanced), the epoch's n indices are drawn with replacement, each with a probability
+    inversely proportional to its class's size, so every class is seen about equally often.
+
+    With `pad`, indices are repeated so every rank gets the same number of batches (as
+    DistributedSampler does); rank r takes every world-th index, so the union of the ranks' k-th
+    batches is the single-process k-th batch of size batch_size * world.
+    """
+    g = torch.Generator().manual_seed(seed * 100003 + epoch)
+    if labels is not None:
+        y = torch.tensor(labels)
+        weights = (1.0 / torch.bincount(y).float())[y]
+        order = torch.multinomial(weights, n, replacement=True, generator=g).tolist()
+    elif shuffle:
+        order = torch.randperm(n, generator=g).tolist()
+    else:
+        order = list(range(n))
+    if pad and world > 1 and n % world:
+        order += order[: world - n % world]
+    mine = order[rank::world]
+    batches = [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]
+    if shuffle and len(batches) > 1 and len(batches[-1]) < 2:
+        batches.pop()  # a training batch of one breaks BatchNorm; its images come back next epoch
+    return batches
+
+
+class EpochBatches(torch.utils.data.Sampler):
+    """The batch sampler of a long-lived DataLoader: this epoch's batches, swapped in before each epoch."""
+
+    def __init__(self):
+        self.batches: list[list[int]] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: int,
+                    device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers; on a GPU already on the
+    device, copied ahead of use (`prefetch_to_device`).
+
+    The workers are started once per split and kept across epochs (persistent), not restarted each epoch.
+    """
+    cuda = device.type == "cuda"
+    if split.store is not None:
+        source = ((split.store.take(split.rows[index]), split.labels[index]) for index in map(torch.tensor, batches))
+    else:
+        if split.loader is None:
+            split.loader = torch.utils.data.DataLoader(
+                ImageDataset(split.samples, size), batch_sampler=EpochBatches(), num_workers=workers,
+                collate_fn=collate_skipping_bad, pin_memory=cuda, persistent_workers=workers > 0,
+                prefetch_factor=4 if workers else None)
+        split.loader.batch_sampler.batches = batches
+        source = (batch for batch in split.loader if batch is not None)
+    yield from prefetch_to_device(source, device) if cuda else source
+
+
+def prefetch_to_device(batches: Iterator[tuple[torch.Tensor, torch.Tensor]],
+                       device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The same batches on a CUDA device, each one's host-to-device copy issued one batch ahead on a side stream
+    from pinned memory, so it overlaps the compute of the batch before (batches already on the device, from the
+    GPU-resident cache, pass through)."""
+    stream = torch.cuda.Stream(device)
+
+    def copy(images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if images.device == device:
+            return images, labels.to(device)
+        with torch.cuda.stream(stream):
+            return (images.pin_memory().to(device, non_blocking=True),  # pin_memory: a no-op when already pinned
+                    labels.pin_memory().to(device, non_blocking=True))
+
+    ahead = next((copy(*b) for b in batches), None)
+    while ahead is not None:
+        compute = torch.cuda.current_stream(device)
+        compute.wait_stream(stream)  # this batch's copy is done before compute reads it
+        for t in ahead:
+            t.record_stream(compute)  # and its memory is not reused while compute still reads it
+        current = ahead
+        ahead = next((copy(*b) for b in batches), None)
+        yield current
+
+
+def keep_on_device(bundle: DataBundle, device: torch.device) -> bool:
+    """Move the in-memory cache to the GPU when it fits in a quarter of its free memory: batches are then
+    indexed on the GPU, with no host-to-device copy at all. Returns whether it moved."""
+    stores = {id(s.store): s.store for s in (bundle.train, bundle.val) if s.store is not None}
+    if device.type != "cuda" or bundle.cache != "memory" or not stores:
+        return False
+    need = sum(store.images.numel() for store in stores.values())
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > MEMORY_CACHE_FRACTION * free:
+        return False
+    for store in stores.values():
+        store.images = store.images.to(device)
+    log.info("decoded images kept on %s (%.0f MiB)", device, need / 2**20)
+    return True
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: what SLURM or taskset gave it), not all the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(requested: int) -> int:
+    """`data.num_workers`; auto (-1) = one loader worker per usable CPU beyond the trainer's own, at most 8."""
+    if requested >= 0:
+        return requested
+    return max(0, min(8, usable_cpus() - 1))
+
+
+class Normalise:
+    """Pixel values (floats in 0..255) to the network's input, `(x - 255 mean) / (255 std)` in `memory_format`: the
+    one place of this arithmetic, for the training batches (`BatchAugment`) and for inference (`trainer.deploy.inference`),
+    so both feed the network the same numbers."""
+
+    def __init__(self, mean, std, device: torch.device | str, memory_format: torch.memory_format):
+        self.mean = torch.tensor(mean, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(std, device=device).view(1, 3, 1, 1) * 255
+        self.memory_format = memory_format
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return ((x - self.mean) / self.std).contiguous(memory_format=self.memory_format)
+
+
+class BatchAugment:
+    """Random resized crop, flip and colour jitter on whole uint8 batches, then normalisation.
+
+    Per-sample crops and flips are one affine `grid_sample`; the random draws come from a
+    torch.Generator whose state is checkpointed, so a resumed run augments exactly as before.
+    """
+
+    def __init__(self, aug: AugmentConfig, mean: list[float], std: list[float], device: torch.device,
+                 memory_format: torch.memory_format = torch.contiguous_format):
+        self.aug = aug
+        self.normalise = Normalise(mean, std, device, memory_format)
+        self.device = device
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        x = images.to(self.device, non_blocking=True).float()
+        if generator is not None:
+            x = self._augment(x, generator)
+        return self.normalise(x)
+
+    def _augment(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        n = x.shape[0]
+        aug = self.aug
+        if aug.random_resized_crop or aug.hflip:
+            sx = torch.ones(n)
+            sy = torch.ones(n)
+            tx = torch.zeros(n)
+            ty = torch.zeros(n)
+            if aug.random_resized_crop:
+                area = aug.crop_scale_min + (1 - aug.crop_scale_min) * torch.rand(n, generator=g)
+                log_ratio = (torch.rand(n, generator=g) * 2 - 1) * math.log(4 / 3)
+                ratio = torch.exp(log_ratio)
+                sx = torch.sqrt(area * ratio).clamp(max=1)
+                sy = torch.sqrt(area / ratio).clamp(max=1)
+                tx = (torch.rand(n, generator=g) * 2 - 1) * (1 - sx)
+                ty = (torch.rand(n, generator=g) * 2 - 1) * (1 - sy)
+            if aug.hflip:
+                flip = torch.rand(n, generator=g) < 0.5
+                sx = torch.where(flip, -sx, sx)
+            theta = torch.zeros(n, 2, 3)
+            theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, tx, sy, ty
+            grid = F.affine_grid(theta.to(x.device), list(x.shape), align_corners=False)
+            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        if aug.color_jitter > 0:
+            j = aug.color_jitter
+            factors = (1 - j + 2 * j * torch.rand(n, 3, generator=g)).to(x.device)
+            brightness, contrast, saturation = (factors[:, i].view(n, 1, 1, 1) for i in range(3))
+            x = x * brightness
+            gray = (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+            x = gray + (x - gray) * saturation
+            mean = gray.mean(dim=(2, 3), keepdim=True)
+            x = (mean + (x - mean) * contrast).clamp(0, 255)
+        return x

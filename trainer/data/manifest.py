@@ -1,0 +1,128 @@
+"""The dataset manifest (`data.exclude`): images left out of training or given another class, without touching
+the user's files.
+
+A small YAML file, written by the app's Results tab (or by hand):
+
+    exclude:            # images the scan skips
+      - cats/blurry_001.jpg
+    relabel:            # images the scan files under another class
+      dogs/0042.jpg: cats
+
+Paths are stored relative to the manifest's own folder (absolute when on another drive) and matched by their real
+path, so a manifest keeps working when the project folder moves with it. Torch-free: the app reads and writes it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from trainer.core.errors import first_line
+from trainer.core.files import atomic_write_text
+from trainer.data.scan import DataError
+
+HEADER = "# TrainDeck dataset manifest: images left out (exclude) or given another class (relabel).\n" \
+         "# Your image files are never deleted, moved or rewritten; undo an entry by removing its line.\n"
+
+
+@dataclass
+class Manifest:
+    path: Path
+    exclude: list[str] = field(default_factory=list)  # real paths
+    relabel: dict[str, str] = field(default_factory=dict)  # real path -> class name
+
+    def __len__(self) -> int:
+        return len(self.exclude) + len(self.relabel)
+
+    def mark_excluded(self, image: str) -> None:
+        key = _real(image)
+        self.relabel.pop(key, None)
+        if key not in self.exclude:
+            self.exclude.append(key)
+
+    def mark_relabelled(self, image: str, class_name: str) -> None:
+        key = _real(image)
+        if key in self.exclude:
+            self.exclude.remove(key)
+        self.relabel[key] = class_name
+
+    def undo(self, image: str) -> None:
+        key = _real(image)
+        if key in self.exclude:
+            self.exclude.remove(key)
+        self.relabel.pop(key, None)
+
+    def entries(self) -> list[tuple[str, str | None]]:
+        """(image, new class) for each entry; None means excluded."""
+        return [(p, None) for p in self.exclude] + list(self.relabel.items())
+
+    def filter(self, samples: list[tuple[str, int]], classes: list[str],
+               key: str = "data.exclude") -> tuple[list[tuple[str, int]], int, int]:
+        """`samples` with excluded images dropped and relabelled ones moved; (samples, excluded, relabelled).
+
+        A relabel to a class the folder does not have is a DataError naming the manifest and the class."""
+        unknown = sorted({c for c in self.relabel.values() if c not in classes})
+        if unknown:
+            raise DataError(f"{key}: {self.path}: relabels to {', '.join(unknown)}, which is not a class of the "
+                            f"dataset ({', '.join(classes)})")
+        if not self:
+            return samples, 0, 0
+        excluded, relabel = set(self.exclude), {k: classes.index(v) for k, v in self.relabel.items()}
+        out, n_excluded, n_relabelled = [], 0, 0
+        for path, label in samples:
+            real = _real(path)
+            if real in excluded:
+                n_excluded += 1
+                continue
+            if real in relabel:
+                n_relabelled += 1
+                label = relabel[real]
+            out.append((path, label))
+        return out, n_excluded, n_relabelled
+
+
+def _real(path: str | os.PathLike) -> str:
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """The manifest at `path` (empty when the file does not exist yet); DataError naming the file when unreadable."""
+    path = Path(path)
+    if not path.exists():
+        return Manifest(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise DataError(f"data.exclude: {path}: cannot be read ({first_line(e)})") from e
+    if not isinstance(raw, dict) or set(raw) - {"exclude", "relabel"}:
+        raise DataError(f"data.exclude: {path}: expected the keys exclude (a list of images) and relabel "
+                        f"(image: class), got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+    exclude, relabel = raw.get("exclude") or [], raw.get("relabel") or {}
+    if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
+        raise DataError(f"data.exclude: {path}: exclude must be a list of image paths")
+    if not isinstance(relabel, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in relabel.items()):
+        raise DataError(f"data.exclude: {path}: relabel must map image paths to class names")
+    base = path.parent
+    resolve = lambda p: _real(p if os.path.isabs(os.path.expanduser(p)) else base / p)  # noqa: E731
+    return Manifest(path, [resolve(p) for p in exclude], {resolve(k): v for k, v in relabel.items()})
+
+
+def write_manifest(manifest: Manifest, path: str | os.PathLike | None = None) -> Path:
+    """Write the manifest (atomically) to `path` or its own file; entries relative to that file's folder."""
+    path = Path(path or manifest.path)
+    base = os.path.realpath(path.parent)
+
+    def stored(p: str) -> str:
+        try:
+            rel = os.path.relpath(p, base)
+        except ValueError:  # another drive (Windows)
+            return p
+        return p if rel.startswith(os.pardir + os.sep + os.pardir + os.sep + os.pardir) else rel
+
+    body = {"exclude": [stored(p) for p in manifest.exclude],
+            "relabel": {stored(k): v for k, v in manifest.relabel.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, HEADER + yaml.safe_dump(body, sort_keys=False, allow_unicode=True))

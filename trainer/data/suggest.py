@@ -1,0 +1,147 @@
+"""Settings suggested from what a dataset scan found. Torch-free: the Dataset page shows them (with Apply), and they
+are the rule Auto builds on, so the app keeps no copy.
+
+The defaults are tuned for the demo (48 px drawings, 32 px training): 400x300 photos trained at 32 px lose almost
+everything that tells them apart, and a horizontal flip turns a 2 into something that is not a digit.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image
+
+from trainer.data.scan import ScanResult
+
+SIZE_STEP = 32  # suggested sizes are multiples of this (what the torchvision nets downsample by)
+MIN_SIZE, MAX_SIZE = 32, 224  # 224: what ImageNet-pretrained weights were trained at; larger costs more than it gains
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    key: str  # the config key
+    value: object
+    why: str
+
+
+def suggest(scan: ScanResult, current: dict, flips: tuple[bool, str] | None = None) -> list[Suggestion]:
+    """What to change in `current` (a config as a dict) for this folder; only the keys whose value would change.
+    `flips`: `flip_rule(scan)` where it was measured (it decodes a sample: off the GUI thread), else the names decide."""
+    out = []
+    size = suggested_image_size(scan)
+    data = current.get("data", {})
+    if size is not None and size != data.get("image_size"):
+        out.append(Suggestion("data.image_size", size, f"the images' median short side is {median_short_side(scan):.0f} px"))
+    augment = data.get("augment", {})
+    if augment.get("hflip", True):
+        safe, why = flips or (not looks_like_characters(scan.classes), "the classes look like characters (digits or "
+                                                                         "letters): mirrored, they are other symbols")
+        if not safe:
+            out.append(Suggestion("data.augment.hflip", False, why))
+    return out
+
+
+def suggested_image_size(scan: ScanResult) -> int | None:
+    """The images' median short side, rounded down to a multiple of 32, within 32..224 (None without images)."""
+    if not scan.image_sizes:
+        return None
+    return int(max(MIN_SIZE, min(MAX_SIZE, median_short_side(scan) // SIZE_STEP * SIZE_STEP)))
+
+
+def median_short_side(scan: ScanResult) -> float:
+    return statistics.median(min(w, h) for w, h in scan.image_sizes)
+
+
+DIGIT_WORDS = {"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
+SEPARATORS = "_- ."
+MIRROR_SIDE = 12  # px: class means are compared at this size, in grey (small: a few pixels of jitter blur away)
+MIRROR_SAMPLE = 64  # images per class
+MIRROR_MAX_CLASSES = 200
+MIRROR_MIN_HALF = 4  # images in each half of a class's sample, at least
+MIRROR_STEADY = 0.5  # correlation of a class's two half-sample means (and of a mirrored mean with its match), at least
+MIRROR_MARGIN = 0.1  # a mirrored class mean must match another class this much better than its own
+
+
+def distinct_names(classes: list[str]) -> list[str]:
+    """Class names without what they all share at the start and end up to a separator or a letter-to-digit
+    boundary (digit_3 -> 3, class-A -> a, 3_digit -> 3); lower case."""
+    names = [c.lower() for c in classes]
+    if len(names) < 2:
+        return names
+    prefix = os.path.commonprefix(names)
+    while prefix and not (prefix[-1] in SEPARATORS or (prefix[-1].isalpha() and all(
+            len(n) > len(prefix) and n[len(prefix)].isdigit() for n in names))):
+        prefix = prefix[:-1]
+    names = [n[len(prefix):] for n in names]
+    suffix = os.path.commonprefix([n[::-1] for n in names])[::-1]
+    while suffix and suffix[0] not in SEPARATORS:
+        suffix = suffix[1:]
+    return [n[: len(n) - len(suffix)] if suffix else n for n in names]
+
+
+def looks_like_characters(classes: list[str]) -> bool:
+    """Every class named by one character (0-9, A-Z, ...) or by a digit word, once what all the names share is set
+    aside (digit_3, char-A): writing, which a flip changes."""
+    names = distinct_names(classes)
+    return len(names) >= 2 and all(len(n) == 1 and n.isalnum() or n in DIGIT_WORDS for n in names)
+
+
+def mirror_confusions(scan: ScanResult) -> list[tuple[str, str]]:
+    """(class, other) where the class's mirrored mean image matches another class's mean better than its own (b and
+    d, p and q, arrows left and right): measured on a sample of the images, not their names. Means are compared as
+    deviations from the mean of all classes, and only classes whose mean is reproducible (two halves of the sample
+    agree) take part: photographs and objects placed anywhere have no telling mean, and are never flagged."""
+    if not 2 <= len(scan.classes) <= MIRROR_MAX_CLASSES:
+        return []
+    by_class: dict[int, list[str]] = {}
+    for path, label in scan.samples:
+        if len(by_class.setdefault(label, [])) < MIRROR_SAMPLE:
+            by_class[label].append(path)
+    halves = {}
+    for label, paths in by_class.items():
+        images = [image for image in map(_grey, paths) if image is not None]
+        if len(images) >= 2 * MIRROR_MIN_HALF:
+            halves[label] = (np.mean(images[::2], axis=0), np.mean(images[1::2], axis=0))
+    if len(halves) < 2:
+        return []
+    labels = sorted(halves)
+    overall = np.mean([a + b for a, b in halves.values()], axis=0) / 2
+    means = {k: (a + b) / 2 - overall for k, (a, b) in halves.items()}
+    steady = [k for k in labels if float(_unit(halves[k][0] - overall).ravel() @ _unit(halves[k][1] - overall).ravel())
+              >= MIRROR_STEADY]
+    out = []
+    for k in steady:
+        mirrored = _unit(means[k][:, ::-1] + overall[:, ::-1] - overall).ravel()
+        scores = {j: float(mirrored @ _unit(means[j]).ravel()) for j in steady}
+        best = max((j for j in steady if j != k), key=scores.get, default=None)
+        if best is not None and scores[best] >= MIRROR_STEADY and scores[best] > scores[k] + MIRROR_MARGIN:
+            out.append((scan.classes[k], scan.classes[best]))
+    return out
+
+
+def flip_rule(scan: ScanResult) -> tuple[bool, str]:
+    """Whether mirror images keep their class (horizontal flips in training, flip test-time augmentation), and why."""
+    if looks_like_characters(scan.classes):
+        return False, "the classes look like characters (digits or letters): mirrored, they are other symbols"
+    confused = mirror_confusions(scan)
+    if confused:
+        pairs = ", ".join(f"{a} -> {b}" for a, b in confused[:3]) + (" ..." if len(confused) > 3 else "")
+        return False, f"mirrored, some classes look like others in these images ({pairs})"
+    return True, "mirror images look like the same class (names and a sample of the images checked)"
+
+
+def _grey(path: str) -> np.ndarray | None:
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("L").resize((MIRROR_SIDE, MIRROR_SIDE)), dtype=np.float32)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+
+
+def _unit(image: np.ndarray) -> np.ndarray:
+    centred = image - image.mean()
+    norm = float(np.linalg.norm(centred))
+    return centred / norm if norm else centred

@@ -1,0 +1,199 @@
+"""Evaluating a trained network on a folder: metrics and per-image predictions, written under RUN_DIR/eval/NAME/.
+
+`metrics.json`: accuracy, top-5 accuracy (with at least 5 classes), precision / recall / F1 / support per class, the
+confusion matrix, the mean loss, and the expected calibration error with its reliability diagram. `predictions.csv`:
+one row per image: path, true, predicted, confidence, loss and the top-k classes with their probabilities.
+The same files come from `main.py evaluate`, from `data.test_dir` at the end of a run, and (for `val`) from the
+trainer at each new best epoch, so the app reads errors without computing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from trainer.core.csvfile import dict_rows_text
+from trainer.core.files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+ECE_BINS = 15
+PREDICTION_FIELDS = ["path", "true", "predicted", "confidence", "loss", "top_k"]
+TOP_K = 5
+
+
+@dataclass
+class Predictions:
+    paths: list[str]
+    labels: torch.Tensor  # (N,) int64
+    logits: torch.Tensor  # (N, C) float32, on the CPU
+
+
+def classification_metrics(logits: torch.Tensor, labels: torch.Tensor, classes: list[str]) -> dict:
+    """Every metric of `metrics.json` from logits and true labels (a class without images gets null, not 0)."""
+    logits = logits.float()
+    n, c = len(labels), len(classes)
+    probs = logits.softmax(1)
+    confidence, predicted = probs.max(1)
+    confusion = torch.bincount(labels * c + predicted, minlength=c * c).view(c, c)
+    tp = confusion.diag().double()
+    support = confusion.sum(1).double()
+    predicted_count = confusion.sum(0).double()
+    per_class = {}
+    for i, name in enumerate(classes):
+        precision = (tp[i] / predicted_count[i]).item() if predicted_count[i] else None
+        recall = (tp[i] / support[i]).item() if support[i] else None
+        f1 = (2 * precision * recall / (precision + recall) if precision is not None and recall is not None
+              and precision + recall > 0 else (0.0 if precision is not None and recall is not None else None))
+        per_class[name] = {"precision": precision, "recall": recall, "f1": f1, "support": int(support[i])}
+    out = {"images": n, "accuracy": (tp.sum() / max(n, 1)).item(),
+           "loss": F.cross_entropy(logits, labels).item() if n else None,
+           "per_class": per_class, "confusion": confusion.tolist(), "classes": list(classes)}
+    if c >= TOP_K:
+        out["top5_accuracy"] = (logits.topk(TOP_K, dim=1).indices == labels[:, None]).any(1).double().mean().item()
+    out.update(calibration(confidence, predicted == labels))
+    return out
+
+
+def calibration(confidence: torch.Tensor, correct: torch.Tensor, bins: int = ECE_BINS) -> dict:
+    """Expected calibration error over equal-width confidence bins, and the bins for a reliability diagram."""
+    edges = torch.linspace(0, 1, bins + 1)
+    index = torch.clamp(torch.bucketize(confidence, edges[1:-1], right=True), 0, bins - 1)
+    diagram, ece, n = [], 0.0, max(len(confidence), 1)
+    for b in range(bins):
+        mask = index == b
+        count = int(mask.sum())
+        if count:
+            conf = confidence[mask].double().mean().item()
+            acc = correct[mask].double().mean().item()
+            ece += count / n * abs(acc - conf)
+        else:
+            conf = acc = None
+        diagram.append({"low": edges[b].item(), "high": edges[b + 1].item(), "count": count, "confidence": conf,
+                        "accuracy": acc})
+    return {"ece": ece, "reliability": diagram}
+
+
+def prediction_rows(preds: Predictions, classes: list[str], k: int = TOP_K) -> list[dict]:
+    probs = preds.logits.float().softmax(1)
+    losses = F.cross_entropy(preds.logits.float(), preds.labels, reduction="none")
+    top_p, top_i = probs.topk(min(k, len(classes)), dim=1)
+    rows = []
+    for i, path in enumerate(preds.paths):
+        rows.append({"path": path, "true": classes[preds.labels[i]], "predicted": classes[top_i[i, 0]],
+                     "confidence": round(top_p[i, 0].item(), 6), "loss": round(losses[i].item(), 6),
+                     "top_k": ";".join(f"{classes[j]}:{p:.4f}" for j, p in zip(top_i[i].tolist(), top_p[i].tolist()))})
+    return rows
+
+
+def write_evaluation(run_path: Path, name: str, preds: Predictions, classes: list[str], extra: dict | None = None) -> dict:
+    """metrics.json and predictions.csv under run_path/eval/NAME (each replaced atomically); the metrics."""
+    folder = Path(run_path) / "eval" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = {**classification_metrics(preds.logits, preds.labels, classes), **(extra or {})}
+    atomic_write_text(folder / "metrics.json", json.dumps(metrics, indent=1))
+    atomic_write_text(folder / "predictions.csv", dict_rows_text(PREDICTION_FIELDS, prediction_rows(preds, classes)))
+    return metrics
+
+
+RESERVED_NAMES = {"val": "the best epoch's validation predictions, written by the trainer",
+                  "test": "the run's data.test_dir, evaluated at the end of the run"}
+
+
+def evaluation_name(run_path: Path, folder: str, test_dir: str | None, name: str | None, overwrite: bool) -> str:
+    """Where under RUN_DIR/eval/ an evaluation of `folder` goes: `--name`, else the folder's name. The trainer's
+    own names (val, test) are reserved: a folder called val becomes PARENT-val. A name that holds another
+    folder's evaluation gets -2, -3, ...; one that holds this folder's is replaced only with `overwrite`."""
+    from trainer.data.scan import DataError
+
+    real = os.path.realpath(folder)
+    is_test = bool(test_dir) and real == os.path.realpath(test_dir)
+    if name is not None:
+        if not name or "/" in name or name.startswith("."):
+            raise DataError(f"--name: {name!r} is not a folder name")
+        if name in RESERVED_NAMES and not (name == "test" and is_test):
+            raise DataError(f"--name: {name} is reserved ({RESERVED_NAMES[name]}); choose another name")
+        base = name
+    elif is_test:
+        base = "test"
+    else:
+        path = Path(real)
+        base = path.name if path.name not in RESERVED_NAMES else f"{path.parent.name}-{path.name}"
+    candidate, n = base, 1
+    while (Path(run_path) / "eval" / candidate / "metrics.json").exists():
+        try:
+            earlier = json.loads((Path(run_path) / "eval" / candidate / "metrics.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            earlier = {}
+        if os.path.realpath(earlier.get("folder") or "") == real or (candidate == "test" and is_test) \
+                or name is not None:
+            if overwrite:
+                return candidate
+            raise DataError(f"{Path(run_path) / 'eval' / candidate}: already holds an evaluation of "
+                            f"{earlier.get('folder') or 'a folder'}; pass --overwrite to replace it, or --name NAME")
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best", name: str | None = None,
+                 overwrite: bool = False) -> tuple[Path, dict]:
+    """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing, into
+    RUN_DIR/eval/NAME (`evaluation_name`); the eval folder written and its metrics. DataError when the folder's
+    classes differ from the run's, or the name would replace an evaluation without `overwrite`."""
+    from trainer.core.rundir import RunDir
+    from trainer.data.manifest import read_manifest
+    from trainer.data.scan import DataError, scan_image_folder
+    from trainer.deploy.inference import load_run_model
+
+    run = RunDir(run_path)
+    model = load_run_model(run, which)
+    state = model.state
+    test_dir = state["config"]["data"].get("test_dir")
+    folder = data_dir or test_dir
+    if not folder:
+        raise DataError(f"{run.path}: the run has no data.test_dir; give the folder to evaluate with --data DIR")
+    name = evaluation_name(run.path, folder, test_dir, name, overwrite)
+    exclude = state["config"]["data"].get("exclude")
+    manifest = read_manifest(exclude) if exclude and os.path.isfile(exclude) else None
+    try:
+        scan = scan_image_folder(folder, manifest=manifest)
+    except DataError as e:
+        raise DataError(f"--data: {e}") from e
+    classes = list(state["classes"])
+    if scan.classes != classes:
+        extra = sorted(set(scan.classes) - set(classes))
+        missing = sorted(set(classes) - set(scan.classes))
+        raise DataError(f"{folder}: its classes differ from the run's (extra: {', '.join(extra) or '-'}; missing: "
+                        f"{', '.join(missing) or '-'})")
+    for path, reason in scan.bad_files:
+        log.warning("skipping %s: %s", path, reason)
+    metrics = evaluate_samples(run.path, model, scan.samples, name, str(Path(folder).resolve()), scan.bad_files)
+    return run.path / "eval" / name, metrics
+
+
+def evaluate_samples(run_path: Path, model, samples: list[tuple[str, int]], name: str, folder: str,
+                     skipped: list[tuple[str, str]] = ()) -> dict:
+    """Classify `samples` (path, label) with a loaded run model, written as RUN_DIR/eval/NAME; the metrics.
+    `folder` says where they come from (a folder, or the part of one held out by data.test_split)."""
+    from trainer.deploy.inference import classify
+
+    result = classify(model, [path for path, _ in samples])
+    preds = Predictions(result.paths, torch.tensor([samples[i][1] for i in result.kept], dtype=torch.long),
+                        result.logits)
+    skipped = list(skipped) + [(samples[i][0], reason) for i, reason in result.errors.items()]
+    return write_evaluation(run_path, name, preds, model.classes, extra={
+        "folder": folder, "checkpoint": str(model.source), "epoch": model.state["epoch"],
+        "skipped": [{"path": p, "reason": r} for p, r in skipped]})
+
+
+def summary(metrics: dict) -> dict:
+    """The small part of the metrics that goes into a `test` event and the run summary."""
+    keys = ("images", "accuracy", "top5_accuracy", "loss", "ece")
+    return {k: metrics[k] for k in keys if k in metrics}

@@ -1,0 +1,325 @@
+"""Exporting a run's checkpoint in formats other tools load, measuring what each file is worth, and predicting with
+any of them.
+
+Each export writes its model card beside it: `<out>.json` (model name, classes, image size, mean/std, source run and
+checkpoint, so `predict` or any other program can preprocess images as training did; plus the measured numbers, the
+training config and data counts, and how to load the file) and `<out>.md` (the same for people). Everything is
+written into a temporary folder beside `out` and renamed into place only once the file has been loaded back and
+measured: a failure, or a converter's crash, leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainer import __version__
+from trainer.core.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_DESCRIPTIONS, EXPORT_FORMATS, INT8_METHODS
+from trainer.core.errors import InputError, first_line
+from trainer.core.files import atomic_write_text
+from trainer.core.rundir import RunDir
+from trainer.deploy.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
+from trainer.deploy.model_card import markdown, out_problem
+
+log = logging.getLogger(__name__)
+
+# what carries its computation (eval.tta too): every format but the weight files
+GRAPH_FORMATS = ("onnx", "onnx_int8", "onnx_fp16", "exported_program", "torchscript", "executorch", "coreml")
+ONE_IMAGE_FORMATS = ("executorch", "coreml")  # take batch 1, as apps call them
+ONNX_OPSET = 18  # what the dynamo exporter targets well and onnxruntime >= 1.16 runs
+
+
+class ExportError(InputError, ValueError):
+    pass
+
+
+@dataclass
+class ExportOptions:
+    """How onnx_int8 is made: --int8, and the images static quantization is calibrated on."""
+    int8: str = "auto"
+    calibration: Path | None = None  # a folder of images; None: a sample of the run's training split
+    calibration_images: int = CALIBRATION_IMAGES
+
+
+def check_format(fmt: str, out: Path, options: ExportOptions) -> None:
+    """Refuse, before anything is loaded or written, a format that is unknown or whose converter is missing."""
+    if fmt not in EXPORT_FORMATS:
+        raise ExportError(f"--format: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+    if fmt in EXPORT_CONVERTERS:
+        module, install = EXPORT_CONVERTERS[fmt]
+        if importlib.util.find_spec(module) is None:
+            raise ExportError(f"--format {fmt}: needs {module}, which is not installed here ({install})")
+    if options.int8 not in INT8_METHODS:
+        raise ExportError(f"--int8: {options.int8!r} is not one of {', '.join(INT8_METHODS)}")
+    if options.calibration_images < 1:
+        raise ExportError(f"--calibration-images: must be at least 1, got {options.calibration_images}")
+    check_out(fmt, out)
+
+
+def check_out(fmt: str, out: Path) -> None:
+    """ExportError when `--out` would replace what is not an export of the same format (`out_problem`)."""
+    problem = out_problem(fmt, out)
+    if problem:
+        raise ExportError(problem)
+
+
+def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: ExportOptions | None = None) -> Path:
+    """Export a run's checkpoint as `fmt` to `out`, load it back, measure it, and write its model card beside it."""
+    options = options or ExportOptions()
+    check_format(fmt, out, options)
+    loaded = load_run_model(run, which)
+    state, pre = loaded.state, loaded.state["preprocess"]
+    if fmt == "onnx_int8" and options.calibration is not None:  # a folder given: refused before anything is made
+        from trainer.deploy.export_data import calibration_images
+
+        calibration_images(run, state["config"], options.calibration, options.calibration_images, 0)
+    check_writable(out.parent)
+    in_graph = fmt in GRAPH_FORMATS
+    net = loaded.net.to(memory_format=torch.contiguous_format)
+    if pre.get("tta") and in_graph:
+        net = FlipAveraged(net).eval()
+    # the network as exported, preprocessed as the export will be: the reference of every measurement
+    reference = LoadedModel(net, list(state["classes"]), Preprocess(pre["image_size"], tuple(pre["mean"]),
+                            tuple(pre["std"]), tta=bool(pre.get("tta")) and not in_graph), loaded.source, state)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        target = work / out.name
+        conversion = _write(net, fmt, target, reference, run, options, work)
+        sidecar = {"format": fmt, "model_name": state["model_name"], "classes": state["classes"],
+                   "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
+                   "source_run": str(run.path), "checkpoint": str(loaded.source), "epoch": state["epoch"],
+                   "best_acc": state.get("best_acc")}
+        if pre.get("tta"):  # eval.tta: in the graph, or the caller averages the mirror image's logits
+            sidecar["tta"] = "graph" if in_graph else "caller"
+        atomic_write_text(Path(f"{target}.json"), json.dumps(sidecar))
+        card = _card(run, fmt, target, out.name, sidecar, reference, conversion)
+        atomic_write_text(Path(f"{target}.json"), json.dumps(card, indent=1))
+        atomic_write_text(Path(f"{target}.md"), markdown(card))
+        _move_into_place(target, out, work)
+    except OSError as e:
+        raise ExportError(f"--out: {out}: cannot be written ({e.strerror or first_line(e)})") from e
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log.info("exported %s as %s to %s", loaded.source, fmt, out)
+    return out
+
+
+def _move_into_place(target: Path, out: Path, work: Path) -> None:
+    """The file (or Core ML's folder), then its cards, renamed over whatever was there."""
+    if out.is_dir():  # an earlier .mlpackage: renamed aside (into `work`, removed with it), then replaced
+        os.replace(out, work / "replaced")
+    os.replace(target, out)
+    for suffix in (".json", ".md"):
+        os.replace(f"{target}{suffix}", f"{out}{suffix}")
+
+
+def check_writable(folder: Path) -> None:
+    """The folder exists (made if need be) and this process can create files in it; ExportError naming it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".traindeck-write-check-")
+        probe.close()
+    except OSError as e:
+        raise ExportError(f"--out: {folder}: cannot write there ({e.strerror or first_line(e)})") from e
+
+
+def _write(model: torch.nn.Module, fmt: str, path: Path, reference: LoadedModel, run: RunDir, options: ExportOptions,
+           work: Path) -> dict | None:
+    """Write `model` as `fmt` to `path`; for the converted formats, what the conversion did."""
+    size = reference.preprocess.image_size
+    example = torch.zeros(2, 3, size, size)
+    if fmt == "state_dict":
+        torch.save(model.state_dict(), path)
+    elif fmt == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    elif fmt == "exported_program":
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}} if _arg_name(model) == "x"
+                                      else ({0: batch},))
+        torch.export.save(program, path)
+    elif fmt == "torchscript":  # deprecated (catalog.DEPRECATED_EXPORT_FORMATS): torch warns on each call
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
+            torch.jit.save(torch.jit.trace(model, example), str(path))
+    elif fmt == "onnx":
+        torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
+                          dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=ONNX_OPSET,
+                          dynamo=False)
+    elif fmt in ("onnx_int8", "onnx_fp16"):
+        from trainer.deploy import quantize
+
+        fp32 = work / "fp32.onnx"
+        _write(model, "onnx", fp32, reference, run, options, work)
+        if fmt == "onnx_fp16":
+            return quantize.fp16_onnx(fp32, path)
+        method, why = quantize.int8_method(fp32, options.int8)
+        batches, where = _calibration(run, reference, options) if method == "static" else (None, None)
+        done = quantize.int8_onnx(fp32, path, method, batches, work)
+        return {**done, "why": why, **({"calibrated_on": where} if where else {})}
+    elif fmt == "executorch":
+        from trainer.deploy.mobile import write_executorch
+
+        write_executorch(model, path, size)
+    elif fmt == "coreml":
+        from trainer.deploy.mobile import write_coreml
+
+        write_coreml(model, path, size, reference.classes)
+    return None
+
+
+def _calibration(run: RunDir, reference: LoadedModel, options: ExportOptions) -> tuple[list, str]:
+    """The calibration images, decoded and normalised as the export's input, in batches; where they come from."""
+    import numpy as np
+
+    from trainer.deploy.export_data import CalibrationError, calibration_images
+    from trainer.deploy.quantize import CALIBRATION_BATCH
+
+    config = reference.state["config"]
+    paths, where = calibration_images(run, config, options.calibration, options.calibration_images,
+                                      int(config.get("train", {}).get("seed", 0)))
+    from trainer.deploy.export_measure import readable_images
+
+    pre = reference.preprocess
+    images = readable_images(paths, pre.decode)
+    if not images:
+        raise CalibrationError(f"--calibration: none of the {len(paths)} images chosen could be read ({where})")
+    found = pre.to_input(torch.stack(images))
+    batches = [np.ascontiguousarray(found[i:i + CALIBRATION_BATCH].numpy())
+               for i in range(0, len(found), CALIBRATION_BATCH)]
+    return batches, where.replace(f"{len(paths)} images", f"{len(found)} images", 1)
+
+
+def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, reference: LoadedModel,
+          conversion: dict | None) -> dict:
+    """The model card's content: the sidecar, the file, what was measured (or why not), the training, the snippets."""
+    from trainer.deploy import export_measure as measure
+    from trainer.deploy.export_data import measure_set
+    from trainer.deploy.mobile import check_coreml, runs_here
+    from trainer.deploy.model_card import CARD_VERSION, load_snippets
+
+    state, classes = reference.state, reference.classes
+    size = sidecar["image_size"]
+    card = {**sidecar, "card_version": CARD_VERSION, "traindeck": __version__,
+            "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "description": EXPORT_DESCRIPTIONS[fmt], "file": {"name": name, "bytes": _bytes(target)}}
+    if conversion:
+        card["conversion"] = conversion
+    not_measured = {}
+    if runs_here(fmt):
+        try:
+            exported = load_model(target)
+        except InputError as e:
+            raise ExportError(f"{name}: the {fmt} file written does not load back ({e})") from e
+        card["checked"] = f"loaded back with {measure.runtime(fmt)} and measured"
+        images, why = measure_set(run, classes, int(state["config"].get("train", {}).get("seed", 0)))
+        if images is None:
+            not_measured["accuracy"] = why
+        else:
+            try:
+                card["metrics"] = measure.accuracy(exported, reference, images)
+            except ValueError as e:
+                not_measured["accuracy"] = str(e)
+        sample = measure.sample_images(images, size, reference.preprocess.decode)
+        one = fmt in ONE_IMAGE_FORMATS
+        card["speed"] = {**measure.speed(exported, sample, one_at_a_time=one), "runtime": measure.runtime(fmt),
+                         "machine": measure.machine(),
+                         "checkpoint": measure.speed(reference, sample, one_at_a_time=one)}
+    else:
+        try:
+            check_coreml(target, size, len(classes))
+        except Exception as e:  # noqa: BLE001 - whatever coremltools says about a package it cannot read
+            raise ExportError(f"{name}: the Core ML package written does not load back ({first_line(e)})") from e
+        card["checked"] = "loaded back with coremltools; its input (images, 1 x 3 x S x S) and output checked"
+        not_measured["accuracy and speed"] = "Core ML runs on macOS and iOS only"
+    if fmt == "onnx_fp16":
+        import onnxruntime
+
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            not_measured["GPU speed"] = ("fp16 is for GPUs; this ONNX Runtime has no CUDA provider (pip install "
+                                         "onnxruntime-gpu where there is one), so its speed here is the CPU's")
+    if not_measured:
+        card["not_measured"] = not_measured
+    card["training"] = training_facts(run, state)
+    card["load"] = load_snippets(fmt, name, state["model_name"], len(classes), size)
+    return card
+
+
+def _bytes(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return path.stat().st_size
+
+
+def training_facts(run: RunDir, state: dict) -> dict:
+    """The run behind a checkpoint: its config, data counts, weights and precision (from its `run_start` event)."""
+    from trainer.core.events import read_events
+
+    events = read_events(run.events) if run.events.exists() else []
+    start = next((e for e in reversed(events) if e["event"] == "run_start"), {})
+    test = next((e for e in reversed(events) if e["event"] == "test"), {})
+    weights = start.get("weights") or None
+    data = {"train_images": start.get("train_size"), "val_images": start.get("val_size")}
+    if test.get("images"):
+        data["test_images"] = test["images"]
+    return {"run": run.path.name, "epochs_trained": state["epoch"], "config": state["config"], "data": data,
+            "weights": weights.get("name") or weights.get("file") if weights else None,
+            "precision": start.get("precision")}
+
+
+def _arg_name(model: torch.nn.Module) -> str:
+    import inspect
+
+    return next(iter(inspect.signature(model.forward).parameters), "x")
+
+
+@dataclass
+class Prediction:
+    """One image's result: the top classes with their probabilities (best first), or why it could not be read."""
+    path: str
+    top: list[tuple[str, float]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.top[0][0]
+
+    @property
+    def probability(self) -> float:
+        return self.top[0][1]
+
+
+def expand_images(paths: list[Path]) -> list[Path]:
+    """The images to classify: files as given; folders replaced by the image files under them (sorted)."""
+    from trainer.data.scan import image_paths
+
+    out = []
+    for p in paths:
+        out += [Path(f) for f in image_paths(p)] if p.is_dir() else [p]
+    return out
+
+
+def predict(source: Path, images: list[Path], top: int = 1, which: str = "best") -> list[Prediction]:
+    """Classify images (files, or folders of them) with a run's checkpoint or an exported model, preprocessed as in
+    training. An image that cannot be read gets an `error` naming it; the others are still classified."""
+    model = load_model(source, which)
+    results = [Prediction(str(p)) for p in expand_images(images)]
+    found = classify(model, [r.path for r in results])
+    for i, reason in found.errors.items():
+        results[i].error = f"{results[i].path}: {reason}"
+    values, indices = found.logits.softmax(1).topk(min(top, len(model.classes)), dim=1)
+    for i, v, c in zip(found.kept, values.tolist(), indices.tolist()):
+        results[i].top = [(model.classes[j], p) for j, p in zip(c, v)]
+    return results

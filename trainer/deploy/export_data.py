@@ -1,0 +1,92 @@
+"""The images an export is measured and calibrated on, found from what the run itself recorded.
+
+Measured on: the run's test set (`RUN_DIR/eval/test`, from data.test_dir or data.test_split) when it has one, else
+its validation split (`RUN_DIR/eval/val`, written by the trainer at its best epoch): the exact images and labels
+the run's own evaluation used, so the export's top-1 is comparable with the run's. Calibrated on: a seeded sample
+of the run's training split (its training folder less those validation and test images), or a folder the user
+gives. Nothing here writes: the dataset is only read.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.core.csvfile import read_dict_rows
+from trainer.core.errors import InputError
+from trainer.core.rundir import RunDir
+from trainer.data.scan import image_paths
+
+MEASURE_IMAGES = 2000  # at most this many images of the split are measured (a seeded sample beyond that)
+SPLITS = ("test", "val")  # in the order preferred
+
+
+class CalibrationError(InputError, ValueError):
+    pass
+
+
+@dataclass
+class MeasureSet:
+    split: str  # test | val
+    samples: list[tuple[str, int]]  # (path, label), at most MEASURE_IMAGES
+    of: int  # images in the split
+    source: str  # the predictions file they come from
+
+    def describe(self) -> str:
+        part = f"{len(self.samples)} of {self.of}" if len(self.samples) < self.of else str(self.of)
+        return f"{self.split} split, {part} images"
+
+
+def measure_set(run: RunDir, classes: list[str], seed: int = 0) -> tuple[MeasureSet | None, str]:
+    """The images to measure an export on, or None and why there are none."""
+    label = {name: i for i, name in enumerate(classes)}
+    for split in SPLITS:
+        path = run.path / "eval" / split / "predictions.csv"
+        if not path.exists():
+            continue
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                rows = read_dict_rows(f)
+            samples = [(r["path"], label[r["true"]]) for r in rows]
+        except (OSError, KeyError, ValueError) as e:
+            return None, f"{path}: unreadable ({e})"
+        chosen = sorted(random.Random(seed).sample(samples, MEASURE_IMAGES)) if len(samples) > MEASURE_IMAGES \
+            else samples
+        return MeasureSet(split, chosen, len(samples), str(path)), ""
+    return None, (f"{run.path / 'eval'}: the run has no evaluated split (val/predictions.csv is written by the trainer "
+                  "at its best epoch)")
+
+
+def calibration_images(run: RunDir, config: dict, folder: Path | None, count: int, seed: int) -> tuple[list[str], str]:
+    """(paths, where they come from): `count` images chosen with `seed` from `folder`, or from the run's training
+    split. CalibrationError naming the folder when there are none."""
+    if count < 1:
+        raise CalibrationError(f"--calibration-images: must be at least 1, got {count}")
+    if folder is not None:
+        if not folder.is_dir():
+            raise CalibrationError(f"--calibration: {folder}: no such folder")
+        pool = image_paths(folder)
+        if not pool:
+            raise CalibrationError(f"--calibration: {folder}: no images in it (looked for .jpg, .png, .webp, ... "
+                                   "at any depth)")
+        where = str(folder)
+    else:
+        train_dir = config["data"]["train_dir"]
+        if not os.path.isdir(train_dir):
+            raise CalibrationError(f"data.train_dir: {train_dir}: the run's training folder is gone; give images to "
+                                   "calibrate on with --calibration FOLDER")
+        held_out = set()
+        for split in SPLITS:
+            path = run.path / "eval" / split / "predictions.csv"
+            if path.exists():
+                with open(path, encoding="utf-8", newline="") as f:
+                    held_out |= {r["path"] for r in read_dict_rows(f)}
+        pool = [p for p in image_paths(train_dir) if p not in held_out]
+        if not pool:
+            raise CalibrationError(f"data.train_dir: {train_dir}: no training images left to calibrate on; give "
+                                   "images with --calibration FOLDER")
+        where = f"the run's training split ({train_dir})"
+    chosen = sorted(random.Random(seed).sample(pool, min(count, len(pool))))
+    return chosen, f"{len(chosen)} images chosen with seed {seed} from {where}"

@@ -1,0 +1,125 @@
+"""What an exported file is worth: its top-1 and its agreement with the checkpoint on the run's own images, and its
+latency and throughput in its own runtime on this machine.
+
+The reference is the checkpoint's network in fp32, the very network that was exported, so `agreement` (the share of
+images given the same class) shows what the format itself changed: nothing for fp32 graphs, the cost of int8 or
+fp16 for the smaller files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from trainer.deploy.export_data import MeasureSet
+from trainer.deploy.inference import BATCH, LoadedModel
+
+log = logging.getLogger(__name__)
+
+LARGE_BATCH = 32  # the throughput batch
+LATENCY_RUNS, LATENCY_SECONDS = 30, 1.0  # batch-1 timings: this many runs, or fewer (3 at least) past this time
+THROUGHPUT_RUNS, THROUGHPUT_SECONDS = 5, 1.5
+
+
+def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
+    """Top-1 of the export and of the reference on `images`, and how often they agree; unreadable files skipped."""
+    right = reference_right = agree = seen = skipped = 0
+    paths = images.samples
+    for start in range(0, len(paths), BATCH):
+        batch, labels = [], []
+        for path, label in paths[start:start + BATCH]:
+            try:
+                batch.append(export.preprocess.decode(path))
+                labels.append(label)
+            except Exception:  # noqa: BLE001 - a file gone or damaged since training: not counted
+                skipped += 1
+        if not batch:
+            continue
+        x, y = torch.stack(batch), torch.tensor(labels)
+        got, expected = export.logits(x).argmax(1), reference.logits(x).argmax(1)
+        right += int((got == y).sum())
+        reference_right += int((expected == y).sum())
+        agree += int((got == expected).sum())
+        seen += len(batch)
+    if not seen:
+        raise ValueError(f"none of the {len(paths)} images of the {images.split} split could be read "
+                         f"(listed in {images.source})")
+    return {"split": images.split, "images": seen, "of": images.of, "skipped": skipped, "source": images.source,
+            "top1": right / seen, "checkpoint_top1": reference_right / seen, "agreement": agree / seen}
+
+
+def readable_images(paths: list[str], decode: Callable[[str], torch.Tensor], limit: int | None = None) -> list:
+    """The decoded images of the files that can be read (at most `limit`); the others logged and left out."""
+    found = []
+    for path in paths:
+        try:
+            found.append(decode(path))
+        except Exception as e:  # noqa: BLE001 - one bad file among a sample is not a reason to stop
+            log.warning("%s: skipped (%s)", path, e)
+        if limit is not None and len(found) == limit:
+            break
+    return found
+
+
+def sample_images(images: MeasureSet | None, image_size: int, decode: Callable[[str], torch.Tensor]) -> torch.Tensor:
+    """LARGE_BATCH uint8 images to time with: the split's first readable ones, else seeded noise."""
+    found = readable_images([path for path, _ in images.samples] if images else [], decode, LARGE_BATCH)
+    while len(found) < LARGE_BATCH:  # too few images: noise takes as long to classify
+        found.append(torch.randint(0, 256, (3, image_size, image_size), dtype=torch.uint8,
+                                   generator=torch.Generator().manual_seed(len(found))))
+    return torch.stack(found)
+
+
+def _timings(fn: Callable[[], object], runs: int, seconds: float, warm_up: int) -> list[float]:
+    for _ in range(warm_up):
+        fn()
+    out, deadline = [], time.perf_counter() + seconds
+    while len(out) < runs and (len(out) < 3 or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def speed(model: LoadedModel, images: torch.Tensor, one_at_a_time: bool = False) -> dict:
+    """Median latency of one image and images per second at LARGE_BATCH (one image at a time for the formats that
+    take one), timing the network alone on already normalised input."""
+    x = model.preprocess.to_input(images)
+    with torch.inference_mode():
+        one = _timings(lambda: model.net(x[:1]), LATENCY_RUNS, LATENCY_SECONDS, warm_up=3)
+        batch = 1 if one_at_a_time else LARGE_BATCH
+        many = _timings(lambda: model.net(x[:batch]), THROUGHPUT_RUNS, THROUGHPUT_SECONDS, warm_up=1) \
+            if batch > 1 else one
+    return {"batch1_ms": 1000 * statistics.median(one), "batch1_runs": len(one), "batch": batch,
+            "batch_ms": 1000 * statistics.median(many), "images_per_s": batch / statistics.median(many)}
+
+
+def runtime(fmt: str) -> str:
+    """What runs a format here, with its version, for the card."""
+    if fmt.startswith("onnx"):
+        import onnxruntime
+
+        return f"ONNX Runtime {onnxruntime.__version__}, CPUExecutionProvider"
+    if fmt == "executorch":
+        from importlib.metadata import version
+
+        return f"ExecuTorch {version('executorch')} Python runtime, XNNPACK"
+    if fmt == "coreml":
+        return "Core ML (macOS)"
+    return f"torch {torch.__version__}, CPU, fp32, {torch.get_num_threads()} threads"
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}"

@@ -1,0 +1,225 @@
+"""The one inference path: load a trained model, preprocess images as training did, classify them.
+
+`main.py evaluate`, `main.py predict` (and so the app's Try it), Grad-CAM and the trainer's own best-epoch
+validation predictions all go through here, so they agree: the same decoding (`data.decode_image`), the same
+normalisation arithmetic as the training batches (`Preprocess.to_input`), eval mode, and for a run's checkpoint
+the run's own precision and memory format. An exported file runs as it was exported (fp32, or the int8/fp16 of its conversion).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trainer.core.catalog import EXPORT_FORMATS
+from trainer.core.config import ModelConfig
+from trainer.core.errors import InputError, first_line
+from trainer.core.rundir import RunDir
+from trainer.data.loader import Normalise, decode_image
+from trainer.device.precision import autocast
+from trainer.model.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
+from trainer.model.models import create_model
+
+log = logging.getLogger(__name__)
+
+BATCH = 64
+MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+class ModelFileError(InputError, ValueError):
+    """A checkpoint or exported model that cannot be used (missing, damaged, not TrainDeck's); the file is named."""
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How images become the network's input: decode at `image_size` (short side, centre crop), normalise with
+    mean/std, in `memory_format`, under `precision`'s autocast."""
+
+    image_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    precision: str = "fp32"
+    memory_format: str = "contiguous_format"
+    tta: bool = False  # eval.tta: the logits averaged with the mirror image's
+    _normalise: dict = field(default_factory=dict, compare=False, repr=False)  # device -> Normalise
+
+    @classmethod
+    def from_record(cls, record: dict, *, exported: bool = False) -> Preprocess:
+        """From a checkpoint's `preprocess` (older checkpoints lack precision and memory format: fp32, contiguous)
+        or an export's sidecar (always fp32 and contiguous: an exported graph runs as exported, its flip average
+        inside it; exported weights leave that to the caller: `tta: caller`)."""
+        tta = record.get("tta") == "caller" if exported else bool(record.get("tta", False))
+        return cls(int(record["image_size"]), tuple(record["mean"]), tuple(record["std"]),
+                   "fp32" if exported else record.get("precision", "fp32"),
+                   "contiguous_format" if exported else record.get("memory_format", "contiguous_format"), tta)
+
+    def decode(self, path: str) -> torch.Tensor:
+        return decode_image(path, self.image_size)
+
+    def to_input(self, images: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+        """A uint8 (N, 3, S, S) batch as the network's input (the training batches' `Normalise`)."""
+        key = str(device)
+        if key not in self._normalise:  # once per device: not a host-to-device copy of mean/std every batch
+            self._normalise[key] = Normalise(self.mean, self.std, device, MEMORY_FORMATS[self.memory_format])
+        return self._normalise[key](images.to(device).float())
+
+    def autocast(self, device_type: str = "cpu"):
+        return autocast(self.precision, device_type)
+
+
+@dataclass
+class LoadedModel:
+    """A network ready to classify: images -> logits, its classes and its preprocessing."""
+
+    net: Callable[[torch.Tensor], torch.Tensor]
+    classes: list[str]
+    preprocess: Preprocess
+    source: Path | None = None  # the checkpoint or exported file (None: the network a run is training)
+    state: dict | None = None  # a checkpoint's whole content (None for an export)
+    meta: dict = field(default_factory=dict)  # an export's sidecar
+
+    def logits(self, images: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+        """float32 logits of a uint8 batch, in inference mode, on `device` (default the CPU)."""
+        device = device or torch.device("cpu")
+        with torch.inference_mode(), self.preprocess.autocast(device.type):
+            x = self.preprocess.to_input(images, device)
+            if self.preprocess.tta:
+                return flip_average(self.net, x)
+            return self.net(x).float()
+
+
+def flip_average(net: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """eval.tta: the mean of the logits of `x` and of its mirror image (float32)."""
+    return (net(x).float() + net(x.flip(3)).float()) / 2
+
+
+class FlipAveraged(torch.nn.Module):
+    """A network with eval.tta built in, for exported graphs."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return flip_average(self.net, images)
+
+
+def load_run_model(run: RunDir, which: str = "best") -> LoadedModel:
+    """A run's `which` checkpoint (best | last), in eval mode, with the run's preprocessing and precision."""
+    path = run.checkpoints / f"{which}.pt"
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such checkpoint (has the run finished an epoch?)")
+    try:
+        state = read_checkpoint(path)
+    except (UnsafeFileError, ValueError) as e:
+        raise ModelFileError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - a damaged file, in whatever way torch reports it
+        raise ModelFileError(f"{path}: cannot be read ({first_line(e)})") from e
+    model = create_model(ModelConfig(name=state["model_name"]), len(state["classes"]))
+    model.load_state_dict(state["model"])
+    pre = Preprocess.from_record(state["preprocess"])
+    model = model.to(memory_format=MEMORY_FORMATS[pre.memory_format]).eval()
+    return LoadedModel(model, list(state["classes"]), pre, path, state=state)
+
+
+def load_model(source: Path, which: str = "best") -> LoadedModel:
+    """A run directory (its `which` checkpoint) or an exported model file (or Core ML's package folder) with its
+    `.json` sidecar."""
+    sidecar_path = Path(f"{source}.json")
+    if source.is_dir() and not sidecar_path.is_file():
+        return load_run_model(RunDir(source), which)
+    if not source.exists():
+        raise ModelFileError(f"{source}: no such model file or run directory")
+    if not sidecar_path.exists():
+        raise ModelFileError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
+    try:
+        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
+        pre = Preprocess.from_record(meta, exported=True)
+        fmt, classes = meta["format"], list(meta["classes"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelFileError(f"{sidecar_path}: not a TrainDeck export description ({first_line(e)})") from e
+    try:
+        net = _load_export(source, fmt, meta)
+    except InputError as e:
+        raise ModelFileError(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
+        raise ModelFileError(f"{source}: cannot load the {fmt} model, the file looks damaged or truncated "
+                             f"({first_line(e)})") from e
+    return LoadedModel(net, classes, pre, source, meta=meta)
+
+
+def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:
+    if fmt in ("state_dict", "safetensors"):
+        model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
+        if fmt == "safetensors":
+            from safetensors.torch import load_file
+
+            model.load_state_dict(load_file(str(export)))
+        else:
+            model.load_state_dict(load_weights_only(export))
+        return model
+    if fmt == "exported_program":
+        quiet = logging.getLogger("torch.export")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # it logs its own traceback for a damaged file before raising
+        try:
+            return torch.export.load(str(export)).module()
+        finally:
+            quiet.setLevel(level)
+    if fmt == "torchscript":  # deprecated, still loaded for the files people have
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
+            return torch.jit.load(str(export))
+    if fmt in ("onnx", "onnx_int8", "onnx_fp16"):
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
+        return lambda x: torch.from_numpy(session.run(None, {"images": x.contiguous().numpy()})[0])
+    if fmt in ("executorch", "coreml"):
+        from trainer.deploy import mobile
+
+        try:
+            return mobile.load_executorch(export) if fmt == "executorch" else mobile.load_coreml(export)
+        except ImportError as e:
+            raise ModelFileError(f"{export}: needs {e.name}, which is not installed here (pip install {e.name})") from e
+        except RuntimeError as e:
+            if fmt == "coreml":
+                raise ModelFileError(f"{export}: {e}") from e
+            raise
+    raise ModelFileError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+
+
+@dataclass
+class Classified:
+    """The logits of the files that could be read (in input order), and why each other file could not."""
+
+    paths: list[str]
+    logits: torch.Tensor  # (len(paths), classes) float32 on the CPU
+    kept: list[int]  # the input index of each row of `logits`
+    errors: dict[int, str]  # input index -> "cannot read image (...)"
+
+
+def classify(model: LoadedModel, paths: Sequence[str], batch: int = BATCH) -> Classified:
+    """Classify image files in batches; a file that cannot be decoded is listed in `errors`, the others go on."""
+    out_paths, logits, kept, errors = [], [], [], {}
+    for start in range(0, len(paths), batch):
+        images = []
+        for i, path in enumerate(paths[start:start + batch], start=start):
+            try:
+                images.append(model.preprocess.decode(str(path)))
+            except Exception as e:  # noqa: BLE001 - unreadable, truncated, not an image, a bomb: name the file
+                errors[i] = f"cannot read image ({first_line(e)})"
+                continue
+            out_paths.append(str(path))
+            kept.append(i)
+        if images:
+            logits.append(model.logits(torch.stack(images)).cpu())
+    n = len(model.classes)
+    return Classified(out_paths, torch.cat(logits) if logits else torch.zeros(0, n), kept, errors)

@@ -1,0 +1,214 @@
+"""The model card written beside every export: `<file>.json` (what `predict` and other programs read) and `<file>.md`
+(what people read). Torch-free: the app reads the JSON to show an export's numbers.
+
+The JSON keeps the sidecar's keys (format, model_name, classes, image_size, mean, std, resize, source_run,
+checkpoint, epoch, best_acc, tta) and adds: `card_version`, `file` (name, bytes), `metrics` (top-1, the checkpoint's
+top-1 and their agreement, with the split and image count), `speed` (latency and throughput, the runtime and the
+machine), `conversion` (int8/fp16: how), `checked` (how the file was loaded back), `not_measured` (what could not
+be, and why), `training` (the config and data counts) and `load` (three-line snippets per consumer).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+from trainer.core.catalog import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
+
+CARD_VERSION = 1
+
+
+def card_path(export: Path) -> Path:
+    """The Markdown card of an export (the JSON one is `<file>.json`, the sidecar `predict` reads)."""
+    return Path(f"{export}.md")
+
+
+def read_card(export: Path) -> dict | None:
+    """An export's JSON card, or None when it has none (or not a readable one)."""
+    try:
+        card = json.loads(Path(f"{export}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return card if isinstance(card, dict) and "format" in card else None
+
+
+def out_problem(fmt: str, out: Path) -> str | None:
+    """What `--out` may replace: nothing, or an export of the same format (its card says so; a Core ML package is
+    a folder with its Manifest.json). A user's other file or folder is refused, never deleted or overwritten, and so
+    is an out whose card names (`OUT.json`, `OUT.md`) are folders: nothing is half-written. The message, or None.
+    (Torch-free: an export of a remote run is checked here before the host is asked.)"""
+    package = fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]
+    if out.is_dir() and not package:
+        return f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}"
+    if out.exists() or out.is_symlink():
+        card = read_card(out)
+        same = card is not None and card.get("format") == fmt and not out.is_symlink()
+        if package and out.is_dir():
+            same = same and (out / "Manifest.json").is_file()
+        if not same:
+            return (f"--out: {out} exists and is not a {fmt} export of TrainDeck's (no model card of that format "
+                    f"beside it); it is left as it is: choose another name")
+    for suffix in (".json", ".md"):
+        beside = Path(f"{out}{suffix}")
+        if beside.is_dir() or beside.is_symlink():
+            return f"--out: {beside} (where the model card goes) is a folder or a link; choose another name"
+    return None
+
+
+def _model_lines(model_name: str, classes: int) -> tuple[str, str]:
+    """(import, construction) of the network a weights-only export loads into."""
+    if model_name.startswith("timm:"):
+        return "import timm, torch", f'model = timm.create_model("{model_name[5:]}", num_classes={classes}).eval()'
+    if ":" in model_name or model_name == "small_cnn":
+        return "import torch", f"model = YourNetwork(num_classes={classes}).eval()  # {model_name}'s class"
+    return ("import torch, torchvision",
+            f'model = torchvision.models.get_model("{model_name}", num_classes={classes}).eval()')
+
+
+def load_snippets(fmt: str, name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+    """Consumer -> the lines that load the file `name` and classify `x` (float32, (N, 3, size, size), normalised)."""
+    onnx_python = (f'import onnxruntime\nsession = onnxruntime.InferenceSession("{name}")\n'
+                   'logits = session.run(None, {"images": x})[0]  # x: float32 numpy array')
+    onnx_csharp = (f'using var session = new InferenceSession("{name}");\n'
+                   'var inputs = new[] { NamedOnnxValue.CreateFromTensor("images", x) };  // DenseTensor<float>\n'
+                   'using var logits = session.Run(inputs);')
+    if fmt.startswith("onnx"):
+        return {"ONNX Runtime (Python)": onnx_python, "ONNX Runtime (C#)": onnx_csharp}
+    if fmt == "exported_program":
+        return {"PyTorch (Python)": f'import torch\nmodel = torch.export.load("{name}").module()\n'
+                                    "logits = model(x)  # x: float32 torch tensor"}
+    if fmt == "torchscript":
+        return {"PyTorch (Python)": f'import torch\nmodel = torch.jit.load("{name}")\nlogits = model(x)',
+                "LibTorch (C++)": f'auto model = torch::jit::load("{name}");\n'
+                                  "std::vector<torch::jit::IValue> inputs{x};\n"
+                                  "auto logits = model.forward(inputs).toTensor();"}
+    imports, build = _model_lines(model_name, classes)
+    if fmt == "state_dict":
+        return {"PyTorch (Python)": f'{imports}\n{build}\nmodel.load_state_dict(torch.load("{name}", weights_only=True))'}
+    if fmt == "safetensors":
+        return {"PyTorch + safetensors (Python)": f"{imports}\nfrom safetensors.torch import load_file\n{build}\n"
+                                                  f'model.load_state_dict(load_file("{name}"))'}
+    if fmt == "executorch":
+        return {"ExecuTorch (Python)": f"from executorch.runtime import Runtime\n"
+                                       f'method = Runtime.get().load_program("{name}").load_method("forward")\n'
+                                       "logits = method.execute([x])[0]  # x: float32 torch tensor, batch 1",
+                "ExecuTorch (Android, Kotlin)": f'val module = Module.load(filesDir.path + "/{name}")\n'
+                                                f"val input = Tensor.fromBlob(pixels, longArrayOf(1, 3, {size}, {size}))\n"
+                                                "val logits = module.forward(EValue.from(input))[0].toTensor()"
+                                                ".dataAsFloatArray"}
+    if fmt == "coreml":
+        return {"Core ML (Swift)": f'let url = try MLModel.compileModel(at: Bundle.main.url(forResource: "{Path(name).stem}",'
+                                   ' withExtension: "mlpackage")!)\n'
+                                   "let model = try MLModel(contentsOf: url)\n"
+                                   'let logits = try model.prediction(from: MLDictionaryFeatureProvider(dictionary: '
+                                   '["images": x])).featureValue(for: "logits")!.multiArrayValue!',
+                "coremltools (Python, macOS)": f'import coremltools\nmodel = coremltools.models.MLModel("{name}")\n'
+                                               'logits = model.predict({"images": x})["logits"]  # x: numpy, batch 1'}
+    return {}
+
+
+def summary(card: dict) -> str:
+    """One line: size, top-1 with its split, agreement, speed (or why they were not measured)."""
+    parts = [format_size(card["file"]["bytes"])]
+    m, s = card.get("metrics"), card.get("speed")
+    if m:
+        parts.append(f"top-1 {format_percent(m['top1'])} on the {m['split']} split ({m['images']} images; the checkpoint "
+                     f"{format_percent(m['checkpoint_top1'])}, agreement {format_percent(m['agreement'])})")
+    if s:
+        parts.append(f"{s['batch1_ms']:.2f} ms per image, {s['images_per_s']:.0f} images/s at batch {s['batch']} "
+                     f"({s['runtime']})")
+    parts += [f"{what} not measured: {why}" for what, why in card.get("not_measured", {}).items()]
+    return "; ".join(parts)
+
+
+def format_percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def format_size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~])")
+
+
+def plain(text) -> str:
+    """One line of text: control characters (a newline too) shown as escapes, never acted on."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
+
+def md(text) -> str:
+    """User-given text (a class name, a path) as Markdown that shows it and nothing else: no HTML, no link, no
+    heading or code block of its own."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(plain(text), quote=False))
+
+
+def md_code(text) -> str:
+    """User-given text as an inline code span (HTML and Markdown inside one are shown, not run)."""
+    text = plain(text).replace("`", "'")
+    return f"`{text}`"
+
+
+def markdown(card: dict) -> str:
+    """The card as Markdown, for people."""
+    name = card["file"]["name"]
+    lines = [f"# {md(name)}: {md(card['model_name'])}, {len(card['classes'])} classes", "",
+             f"{EXPORT_DESCRIPTIONS.get(card['format'], card['format'])}.", "",
+             f"Exported by TrainDeck {card['traindeck']} on {card['created']} from the run {md_code(card['source_run'])} "
+             f"({md_code(Path(card['checkpoint']).name)}, epoch {card['epoch']}).", "", "## Measured", ""]
+    m, s = card.get("metrics") or {}, card.get("speed")
+    latency = f"{s['batch1_ms']:.2f} ms" if s else "—"
+    throughput = f"{s['images_per_s']:.0f} images/s at batch {s['batch']}" if s else "—"
+    lines += ["| file size | top-1 | checkpoint top-1 | agreement | latency, batch 1 | throughput |",
+              "|---|---|---|---|---|---|",
+              f"| {format_size(card['file']['bytes'])} | {format_percent(m.get('top1'))} "
+              f"| {format_percent(m.get('checkpoint_top1'))} "
+              f"| {format_percent(m.get('agreement'))} | {latency} | {throughput} |", ""]
+    if m:
+        lines += [f"Top-1 on the run's {m['split']} split ({m['images']} images"
+                  + (f" of {m['of']}" if m["of"] > m["images"] else "") + f", listed in {md_code(m['source'])}); "
+                  "the checkpoint is the exported network in fp32, agreement is the share of images given its class.",
+                  ""]
+    if s:
+        ref = s.get("checkpoint")
+        lines += [f"Speed: {s['runtime']}, on {s['machine']}"
+                  + (f"; the checkpoint in PyTorch fp32: {ref['batch1_ms']:.2f} ms, {ref['images_per_s']:.0f} images/s"
+                     if ref else "") + ".", ""]
+    for what, why in card.get("not_measured", {}).items():
+        lines += [f"Not measured: {what}: {why}.", ""]
+    if card.get("checked"):
+        lines += [f"Checked: {card['checked']}.", ""]
+    if card.get("conversion"):
+        lines += ["## Conversion", ""] + [f"- {k.replace('_', ' ')}: {v}" for k, v in card["conversion"].items()] + [""]
+    lines += ["## Input", "",
+              f"- RGB image, {card['resize']} ({card['image_size']} x {card['image_size']} pixels)",
+              "- scaled to 0..1, then normalised per channel: (x - mean) / std with "
+              f"mean {card['mean']} and std {card['std']}",
+              f"- tensor layout N x 3 x {card['image_size']} x {card['image_size']}, float32, named `images`; "
+              f"output `logits`, N x {len(card['classes'])} (softmax for probabilities)"]
+    if card.get("tta"):
+        lines.append("- flip test-time augmentation: " + ("inside the file" if card["tta"] == "graph" else
+                                                            "average the logits of the image and its mirror image"))
+    lines += ["", "## Classes", "", "Output index: class.", ""]
+    lines += [f"{i}. {md(c)}" for i, c in enumerate(card["classes"])]
+    lines += ["", "## Load it", ""]
+    for consumer, code in card["load"].items():
+        lang = "python" if "Python" in consumer else ("csharp" if "C#" in consumer else
+                                                      "kotlin" if "Kotlin" in consumer else
+                                                      "swift" if "Swift" in consumer else "cpp")
+        lines += [f"{consumer}:", "", f"```{lang}", code, "```", ""]
+    t = card["training"]
+    lines += ["## Training", "", f"- run: {md_code(t['run'])}, {t['epochs_trained']} epochs trained"
+              + (f", best validation accuracy {format_percent(card['best_acc'])}" if card.get("best_acc") is not None
+                 else ""),
+              f"- data: {md_code(t['config']['data']['train_dir'])}: {t['data'].get('train_images', '?')} training, "
+              f"{t['data'].get('val_images', '?')} validation"
+              + (f", {t['data']['test_images']} test" if t["data"].get("test_images") else "") + " images",
+              f"- model {md_code(card['model_name'])}" + (f", weights {md(t['weights'])}" if t.get("weights")
+                                                     else ", from scratch")
+              + f"; optimizer {t['config']['optimizer']['name']} at lr {t['config']['optimizer'].get('lr')}, "
+              f"precision {t.get('precision', '?')}",
+              "", "The whole training config is in the JSON card (`training.config`).", ""]
+    return "\n".join(lines)

@@ -1,0 +1,266 @@
+"""The command line of remote runs: `hosts`, `agent` (the host side), `mirror`, `fetch`, and what `train`,
+`resume`, `export`, `predict`, `check-data` and `probe-devices` do for a host. Torch-free; cli.py dispatches here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from trainer.core.errors import InputError
+from trainer.core.rundir import RunDir, default_runs_dir, planned_run_dir, report_end, run_label
+from trainer.remote.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
+from trainer.remote.protocol import FrameError
+
+
+# ---- hosts ---------------------------------------------------------------------------------------
+def cmd_hosts(args) -> int:
+    from trainer.remote import ssh
+
+    if args.action == "list":
+        hosts = load_hosts()
+        if args.json:
+            print(json.dumps([{"name": h.name, "ssh": h.ssh, "scheduler": h.scheduler, "runs": h.runs,
+                               "command": h.command, "label": h.describe()} for h in hosts.values()]))
+        elif not hosts:
+            print(f"no hosts yet ({hosts_file()}); add one with: main.py hosts add NAME --ssh DESTINATION "
+                  f"--command 'PYTHON MAIN.PY' --runs DIR", file=sys.stderr)
+        for h in hosts.values():
+            if not args.json:
+                print(f"{h.name}\t{h.scheduler}\t{h.ssh}\t{h.command}\t{h.runs}")
+        return 0
+    if not args.name:
+        raise HostError(f"hosts {args.action}: give the host's name")
+    if args.action == "add":
+        if not args.ssh:
+            raise HostError("hosts add: --ssh DESTINATION is needed (an alias of ~/.ssh/config or user@host)")
+        host = Host(name=args.name, ssh=args.ssh, command=args.command or "traindeck", runs=args.runs or
+                    "~/traindeck-runs", scheduler=args.scheduler, partition=args.partition or "",
+                    ssh_options=args.ssh_option or [])
+        print(f"saved host {host.describe()} in {save_host(host)}")
+        return 0
+    if args.action == "remove":
+        print(f"removed {args.name} from {remove_host(args.name)}")
+        return 0
+    host = get_host(args.name)  # check
+    info = ssh.check(host)
+    print(json.dumps(info) if args.json else
+          f"{host.name}: TrainDeck {info['traindeck']} (events v{info['events']}), Python {info['python']} at "
+          f"{info['executable']}")
+    return 0
+
+
+# ---- the host side -------------------------------------------------------------------------------
+def cmd_agent(args) -> int:
+    if args.host:  # the app's remote folder browser and scan: the same command, there
+        if args.action not in ("ls", "scan"):
+            raise HostError(f"agent {args.action}: --host is for ls and scan; the rest runs there already")
+        sizes = ["--thumbs", str(args.thumbs), "--thumb-size", str(args.thumb_size)] if args.action == "scan" else []
+        return forward(args.host, ["agent", args.action, *args.agent_args, *sizes])
+    from trainer.remote import agent
+
+    a = args.agent_args
+    if args.action == "version":
+        print(json.dumps(agent.version()))
+    elif args.action == "ls":
+        print(json.dumps(agent.list_folder(a[0] if a else "~")))
+    elif args.action == "scan":
+        print(json.dumps(agent.scan(a[0], args.thumbs, args.thumb_size)))
+    elif args.action == "start":
+        print(json.dumps(agent.start(sys.stdin.read(), args.runs, args.name)))
+    elif args.action == "resume":
+        print(json.dumps(agent.resume(a[0], args.epochs)))
+    elif args.action == "submit":
+        print(json.dumps(agent.submit(sys.stdin.read(), args.runs, args.partition or "", args.cpus_per_task)))
+    elif args.action == "follow":
+        offsets = dict(item.split("=", 1) for item in args.offset)
+        agent.Follower(a[0], {k: int(v) for k, v in offsets.items()}, args.job, args.job_output).follow()
+    elif args.action == "stop":
+        print(json.dumps(agent.stop(a[0], args.kill, args.job)))
+    elif args.action == "send":
+        agent.send(a[0], a[1])
+    elif args.action == "pack":
+        agent.pack([p for p in sys.stdin.buffer.read().decode("utf-8", "surrogateescape").split("\0") if p])
+    return 0
+
+
+# ---- the local side ------------------------------------------------------------------------------
+def remote_train(cfg, args) -> int:
+    """`main.py train` of a config whose device.host names a host: start it there (or sbatch it), make its mirror
+    here, follow it until it ends (the app's Stop: SIGTERM to this process stops it there)."""
+    from trainer.remote import ssh
+    from trainer.remote.agent import START_WAIT_S
+    from trainer.remote.mirror import Mirror, create_mirror, mirrors_dir
+
+    host = get_host(cfg.device.host)
+    ssh.check(host)
+    runs = args.runs_dir or default_runs_dir()
+    local = RunDir(args.run_dir) if args.run_dir else planned_run_dir(mirrors_dir(runs, host.name),
+                                                                      run_label(cfg.model.name))
+    if local.path.exists() and any(local.path.iterdir()):
+        raise HostError(f"{local.path}: already holds a run; train into a new directory")
+    cfg.device.host = ""  # there, it is a local run
+    text = cfg.to_yaml()
+    # Stop (SIGTERM) while the host starts the run is not lost: noted now, and the run is stopped there as soon as
+    # it exists (killing this process here left a run going there that nobody could see or stop).
+    stopped: list[float] = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
+    try:
+        if host.slurm:
+            # --key=value: a runs folder or partition starting with '-' is a value there, not an option
+            answer = ssh.remote_json(host, ["agent", "submit", f"--runs={host.runs}", f"--partition={host.partition}"],
+                                     input=text, timeout=START_WAIT_S)
+        else:
+            answer = ssh.remote_json(host, ["agent", "start", f"--runs={host.runs}", f"--name={local.name}"], input=text,
+                                     timeout=START_WAIT_S)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not isinstance(answer, dict) or not isinstance(answer.get("run_dir"), str) or (
+            host.slurm and not isinstance(answer.get("job"), int)):
+        raise FrameError(f"{host.name}: the answer to the start has no run directory{' or job' if host.slurm else ''}: "
+                         f"{str(answer)[:200]!r}")
+    if host.slurm:
+        print(f"submitted SLURM job {answer['job']} on {host.name}", flush=True)
+    create_mirror(local, host, answer["run_dir"], answer.get("job"), answer.get("output"), args.output_log)
+    print(f"run directory: {local.path} (on {host.name}: {answer['run_dir']})", flush=True)
+    mirror = Mirror(local)
+    if stopped:
+        print(f"stopping the run on {host.name}: Stop came while it was starting", flush=True)
+        mirror.request_stop()
+    elif args.detach:
+        return 0
+    return report_end(local, mirror.follow())
+
+
+def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
+    from trainer.remote import ssh
+    from trainer.remote.mirror import REMOTE_FILE, Mirror, remote_info
+
+    info = remote_info(run)
+    host = get_host(info["host"])
+    ssh.check(host)
+    if info.get("job"):
+        raise HostError(f"{run.path}: a SLURM run is resumed by submitting it again; resume it on the cluster with "
+                        f"`main.py resume {info['run_dir']}` inside a job")
+    if run.is_live():
+        raise HostError(f"{run.path}: the run is still going on {host.name}; stop it first")
+    if run.read_status().get("state") == "completed" and not force and epochs is None:
+        raise HostError(f"{run.path}: the run already completed; continue it with --epochs TOTAL")
+    ssh.remote_json(host, ["agent", "resume", info["run_dir"]] + (["--epochs", str(epochs)] if epochs else []))
+    (run.path / REMOTE_FILE).touch()
+    return report_end(run, Mirror(run).follow())
+
+
+def cmd_mirror(args) -> int:
+    """Follow a remote run into its mirror until it ends (the app re-attaches with this)."""
+    from trainer.remote.mirror import Mirror
+
+    run = RunDir(args.run_dir)
+    return report_end(run, Mirror(run).follow())
+
+
+def cmd_fetch(args) -> int:
+    from trainer.remote.mirror import fetch
+
+    print(fetch(RunDir(args.run_dir), args.file))
+    return 0
+
+
+def fetch_checkpoint(run: RunDir, which: str) -> None:
+    """For a mirror: the checkpoint `which` (best, last) brought here when it is not yet (Try it, evaluate)."""
+    from trainer.remote.mirror import fetch
+
+    name = f"checkpoints/{which}.pt"
+    if run.is_remote and not (run.path / name).exists():
+        fetch(run, name)
+
+
+def remote_export(run: RunDir, fmt: str, out: Path, checkpoint: str, options: list[str]) -> Path:
+    """Export on the host (where the model's code, checkpoint and images are), then bring the file and its model
+    card home. `options`: export's own (--int8, --calibration ...), passed on as they are."""
+    from trainer.core.catalog import EXPORT_FORMATS
+    from trainer.remote import ssh
+    from trainer.remote.mirror import fetch, remote_info
+
+    if fmt == "coreml":  # a folder, which the file fetch does not carry
+        raise InputError(f"--format coreml: a Core ML package is a folder; export it on the host (main.py export "
+                          f"there) and copy the {EXPORT_FORMATS['coreml']} folder")
+    from trainer.deploy.model_card import out_problem
+
+    problem = out_problem(fmt, out)  # here first: nothing is exported there for a file that cannot be written here
+    if problem:
+        raise InputError(problem)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=out.parent, prefix=".traindeck-write-check-").close()
+    except OSError as e:
+        raise InputError(f"--out: {out.parent}: cannot write there ({e.strerror or e})") from None
+    info = remote_info(run)
+    host = get_host(info["host"])
+    ssh.check(host)
+    name = f"exports/{out.name}"
+    ssh.remote_main(host, ["export", info["run_dir"], "--format", fmt, "--out", f"{info['run_dir']}/{name}",
+                           "--checkpoint", checkpoint, *options], timeout=1800)
+    fetched = [fetch(run, name + suffix) for suffix in (".json", ".md", "")]  # all here before any is moved
+    for path, suffix in zip(fetched, (".json", ".md", "")):  # the file last: a file here always has its card
+        os.replace(path, f"{out}{suffix}")
+    return out
+
+
+def forward(host_name: str, argv: list[str]) -> int:
+    """Run this command on the host instead (probe-devices, check-data): its output and exit code."""
+    from trainer.remote import ssh
+
+    host = get_host(host_name)
+    ssh.check(host)
+    done = ssh.remote_main(host, argv, check=False, timeout=600)
+    sys.stdout.write(done.stdout.decode("utf-8", "replace"))
+    sys.stderr.write(done.stderr.decode("utf-8", "replace"))
+    return done.returncode
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("hosts", help="the hosts remote runs go to (SSH or SLURM through a login node): list, add, "
+                       "remove, check")
+    p.add_argument("action", choices=("list", "add", "remove", "check"))
+    p.add_argument("name", nargs="?")
+    p.add_argument("--ssh", help="add: the SSH destination (an alias of ~/.ssh/config, user@host)")
+    p.add_argument("--command", help="add: TrainDeck there, e.g. '~/traindeck/.venv/bin/python ~/traindeck/main.py'")
+    p.add_argument("--runs", help="add: the runs folder there (default ~/traindeck-runs)")
+    p.add_argument("--scheduler", choices=("ssh", "slurm"), default="ssh", help="add: slurm when it is a login node")
+    p.add_argument("--partition", help="add: the SLURM partition (default: the cluster's default)")
+    p.add_argument("--ssh-option", action="append", help="add: one more ssh argument (repeat)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_hosts)
+
+    p = sub.add_parser("agent", help="the host side of remote runs (run over SSH by the app; docs/remote.md)")
+    p.add_argument("action", choices=("version", "ls", "scan", "start", "resume", "submit", "follow", "stop", "send",
+                                       "pack"))
+    p.add_argument("--host", help="ls, scan: on this host (main.py hosts)")
+    p.add_argument("agent_args", nargs="*")
+    p.add_argument("--runs")
+    p.add_argument("--name")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--partition")
+    p.add_argument("--cpus-per-task", type=int)
+    p.add_argument("--offset", action="append", default=[])
+    p.add_argument("--job", type=int)
+    p.add_argument("--job-output")
+    p.add_argument("--kill", action="store_true")
+    p.add_argument("--thumbs", type=int, default=6)
+    p.add_argument("--thumb-size", type=int, default=56)
+    p.set_defaults(func=cmd_agent)
+
+    p = sub.add_parser("mirror", help="follow a remote run into its local mirror until it ends (re-attach)")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_mirror)
+
+    p = sub.add_parser("fetch", help="bring one file of a remote run (a checkpoint, an export) into its mirror")
+    p.add_argument("run_dir")
+    p.add_argument("file", help="relative to the run directory, e.g. checkpoints/best.pt")
+    p.set_defaults(func=cmd_fetch)

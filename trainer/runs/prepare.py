@@ -1,0 +1,72 @@
+"""The one way a run directory comes to be: pre-flight first, then the directory, its lock, the resolved config
+and the frozen `data.exclude` manifest.
+
+`main.py train` (and through it the app's Start), `main.py queue add` and sweeps all call `prepare_run`, so a
+refused input leaves no directory whoever asked, and every run keeps the manifest it trained with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trainer.core.config import ConfigError, RunConfig, save_config
+from trainer.core.files import atomic_write_text
+from trainer.core.rundir import RunDir, RunDirUsed, new_run_dir, run_label
+
+
+def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, run_dir: str | os.PathLike | None = None,
+                label: str | None = None, overwrite: bool = False, checked: bool = False,
+                output_log: str | os.PathLike | None = None, choices: list[dict] | None = None):
+    """(run, lock): a run directory ready to launch `cfg`, its lock held (close it, or hand it to `launch`).
+
+    `run_dir` names the directory (it may exist: an empty one, or with `overwrite` one holding a run, which is
+    cleared); else a new one is made under `runs_dir` with `label` (default: the model's). `checked`: the caller
+    has already run the pre-flight on `cfg` (a sweep checks all its trials before queueing any). `output_log` is
+    the file this process's output already goes to (the app's launch): it is moved in as the run's output.log.
+    `choices`: what Auto chose and why, kept as the run's auto.json.
+    Raises the input error (exit 2) before anything is made.
+    """
+    from trainer.data.manifest import read_manifest, write_manifest
+    from trainer.train.preflight import preflight
+
+    if not checked:
+        preflight(cfg)
+    manifest = read_manifest(cfg.data.exclude) if cfg.data.exclude else None  # before an --overwrite clears
+    run = RunDir(run_dir) if run_dir is not None else new_run_dir(runs_dir, label or run_label(cfg.model.name))
+    lock = run.lock()  # held from before the first write until the run ends: two launches never mix
+    try:
+        if run.holds_a_run():
+            if not overwrite:
+                raise RunDirUsed(f"{run.path}: already holds a run ({run.effective_state()}); continue it with "
+                                 f"`main.py resume {run.path}`, train into a new directory, or pass --overwrite "
+                                 f"to replace it")
+            run.clear_for_new_run()
+        run.create()
+        if output_log is not None and Path(output_log).exists():
+            os.replace(output_log, run.output_log)  # our own output keeps going to it (same file, new name)
+        if manifest is not None:  # the run keeps the manifest it trained with: later edits do not change it
+            cfg.data.exclude = str(write_manifest(manifest, run.manifest))
+        save_config(cfg, run.config)
+        if choices is not None:
+            atomic_write_text(run.auto_choices, json.dumps({"choices": choices}, indent=1))
+    except BaseException:
+        lock.close()
+        raise
+    return run, lock
+
+
+def extend_run(run: RunDir, cfg: RunConfig, status: dict, total: int) -> str | None:
+    """Raise the run's train.epochs to `total` (its config.yaml, atomically); what the schedule does then."""
+    from trainer.core.events import read_events
+    from trainer.core.schedule import describe_extension
+
+    done = int(status.get("epoch") or 0)
+    if total <= done:
+        raise ConfigError([f"--epochs: the run has trained {done} epochs; give a larger total, such as {done + 5}"])
+    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
+    steps = starts[-1].get("steps_per_epoch") if starts else None
+    cfg.train.epochs = total
+    save_config(cfg, run.config)
+    return describe_extension(cfg.scheduler, cfg.optimizer.lr, done, total, steps) if steps else None

@@ -1,0 +1,21 @@
+"""Entry point of one training process: `python -m trainer.runs.worker RUN_DIR [--resume]`.
+
+Started by `main.py train` (in-process for single-device runs), by torchrun or by mp.spawn.
+"""
+
+import argparse
+import sys
+
+from trainer.train.engine import run_worker
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.runs.worker")
+    parser.add_argument("run_dir")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    return run_worker(args.run_dir, args.resume)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

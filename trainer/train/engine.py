@@ -1,0 +1,282 @@
+"""One training process: `run_worker(run_dir)` trains the run in that directory on this rank.
+
+It sets up logging and the stop signal, builds the parts (`parts.build`), runs the loop (`loop.Loop`) and,
+whatever happens, records how the run ended: exit code, status.json and the last events. Input errors
+(config, data, model) end with their message alone on the console; tracebacks go to train.log only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+
+import numpy as np
+import torch
+
+from trainer.core.config import ConfigError, RunConfig, load_config
+from trainer.core.errors import InputError, first_line
+from trainer.core.rundir import RunDir
+from trainer.data.cache import Interrupted
+from trainer.device.strategy import LaunchError, Strategy, make_strategy
+from trainer.model.checkpoint import CheckpointWriteError, TrainState, describe_write_failure
+from trainer.train.loop import Diverged, Loop
+from trainer.train.optim import merged_groups
+from trainer.train.parts import Parts, build
+from trainer.train.reporter import Reporter, reporter_for
+
+log = logging.getLogger("trainer")
+trace_log = logging.getLogger("trainer.trace")  # tracebacks: to train.log only, never to the console
+trace_log.setLevel(logging.DEBUG)
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+
+
+class StopRequest:
+    """Set by SIGTERM/SIGINT, or when a launched worker's launcher is gone; the loop stops at the next safe
+    point and checkpoints."""
+
+    def __init__(self, watch_parent: bool = False):
+        self._requested = False
+        self._parent = os.getppid() if watch_parent else None
+
+    @property
+    def requested(self) -> bool:
+        if not self._requested and self._parent is not None and os.getppid() != self._parent:
+            log.warning("the launcher (pid %d) is gone: stopping", self._parent)
+            self._requested = True
+        return self._requested
+
+    @requested.setter
+    def requested(self, value: bool) -> None:
+        self._requested = value
+
+    def install(self) -> None:
+        def handler(signum, frame):
+            if not self.requested:
+                log.info("received %s: stopping after the current step", signal.Signals(signum).name)
+            self.requested = True
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def setup_logging(run: RunDir, rank: int) -> None:
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    fmt = logging.Formatter(f"%(asctime)s {'' if rank == 0 else f'[rank {rank}] '}%(levelname)s %(message)s",
+                            "%H:%M:%S")
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setFormatter(fmt)
+    stderr.setLevel(logging.INFO)
+    root.addHandler(stderr)
+    if rank == 0:
+        file_handler = logging.FileHandler(run.log, encoding="utf-8")
+        file_handler.setFormatter(fmt)
+        file_handler.setLevel(logging.DEBUG)  # also the tracebacks of trace_log
+        root.addHandler(file_handler)
+
+
+def describe_failure(exc: BaseException, run: RunDir) -> str:
+    """A one-line reason for a failed run, with a hint for the failures users can fix."""
+    if isinstance(exc, InputError):
+        return str(exc)
+    if not run.path.is_dir():
+        return f"the run directory {run.path} was deleted while the run was going; nothing more could be saved"
+    text = f"{type(exc).__name__}: {exc}".strip()
+    oom = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(exc)
+    if oom:
+        return (f"out of memory ({text.splitlines()[0][:200]}); try a smaller data.batch_size, a smaller "
+                f"data.image_size or train.amp bf16/fp16")
+    if isinstance(exc, OSError):
+        return str(exc) if isinstance(exc, CheckpointWriteError) else describe_write_failure(exc, run.path)
+    return text.splitlines()[0][:500] if text else type(exc).__name__
+
+
+def run_worker(run_dir: str, resume: bool = False) -> int:
+    """Train the run in `run_dir` on this rank; returns the process exit code."""
+    started = time.time()  # train.budget counts from here
+    run = RunDir(run_dir)
+    # torchrun, spawn and horovodrun workers must not outlive their launcher
+    stop = StopRequest(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
+    stop.install()
+    try:
+        cfg = load_config(run.config)
+        if resume:
+            keep_recipe_of_older_runs(cfg, run)
+        strategy = make_strategy(cfg)
+    except (ConfigError, LaunchError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    setup_logging(run, strategy.rank)
+    reporter = reporter_for(run.events, strategy.is_main, cfg.monitor.system_every_s, strategy.sample_gpus,
+                            tensorboard=cfg.monitor.tensorboard)
+    loop: Loop | None = None
+    state, message, code = "failed", "", EXIT_FAILED
+    try:
+        if strategy.is_main:
+            run.write_status(state="running", message="", worker_pid=os.getpid())
+        seed_everything(cfg.train.seed + strategy.rank)
+        parts = build(cfg, strategy, reporter, should_stop=lambda: stop.requested)
+        loop = Loop(run, cfg, strategy, parts, reporter, stop)
+        loop.started = started
+        resumed_from = loop.resume() if resume else None
+        strategy.broadcast_initial_state(parts.net, parts.optimizer)
+        announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
+        state = loop.fit()
+        loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
+        if state == "completed" and strategy.is_main:
+            if cfg.data.test_dir or parts.data.test:
+                evaluate_test_set(run, reporter, parts.data.test, cfg.data)
+            export_formats(run, reporter, cfg.export.formats)
+        code = EXIT_OK
+        message = "stopped by request; resume to continue" if state == "stopped" else ""
+        if loop.out_of_budget:
+            message = (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
+                       f"with `main.py resume RUN_DIR --epochs N`)")
+        if loop.state.early_stopped:
+            message = (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving "
+                       f"(continue it with `main.py resume RUN_DIR --epochs N`)")
+    except Interrupted:
+        state, code = "stopped", EXIT_OK
+        message = "stopped by request while preparing, before the first step; start it again to continue"
+        log.info("%s", message)
+    except Diverged as e:
+        state, message, code = "diverged", str(e), EXIT_DIVERGED
+        log.error("%s", message)
+        _emit_safely(reporter, "error", kind="diverged", message=message, rank=strategy.rank,
+                     step=loop.state.step if loop else 0)
+    except Exception as e:  # noqa: BLE001 - every failure is reported, never silent
+        state, code = "failed", EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
+        message = describe_failure(e, run)
+        log.error("run failed: %s%s", message, "" if code == EXIT_BAD_INPUT else f" (traceback in {run.log})")
+        trace_log.debug("%s", traceback.format_exc())
+        _emit_safely(reporter, "error", kind=type(e).__name__, message=message, rank=strategy.rank,
+                     traceback=traceback.format_exc()[-4000:])
+        run.write_rank_error(strategy.rank, message)
+    finally:
+        if loop is not None:
+            try:
+                loop.checkpoint_writer.close()
+            except OSError as e:
+                log.error("the last checkpoint may not be durable: %s", e)
+        progress = loop.state if loop is not None else TrainState()
+        best = progress.best_acc if progress.best_acc >= 0 else None
+        ending = loop.end_reason() if loop is not None and state == "completed" else {}
+        _emit_safely(reporter, "run_end", status=state, message=message, best_acc=best,
+                     epochs_completed=progress.epoch, step=progress.step, **ending)
+        if strategy.is_main:
+            try:
+                run.write_status(state=state, message=message, best_acc=best, ended=time.time(), exit_code=code,
+                                 reason=ending.get("reason"))
+            except OSError as e:
+                log.error("cannot record the run's end in %s: %s", run.status_file, e)
+        try:
+            reporter.close()
+        except OSError:
+            pass
+        strategy.shutdown()
+    if strategy.is_main:
+        log.info("run %s: %s%s", run.name, state, f" ({message})" if message else "")
+    return code
+
+
+def keep_recipe_of_older_runs(cfg: RunConfig, run: RunDir) -> None:
+    """A run started before optimizer.norm_weight_decay existed decayed every parameter alike (and its optimizer state
+    has no no-decay groups): resumed, it goes on that way."""
+    import yaml
+
+    raw = yaml.safe_load(run.config.read_text(encoding="utf-8")) or {}
+    if "norm_weight_decay" not in (raw.get("optimizer") or {}):
+        cfg.optimizer.norm_weight_decay = None
+
+
+def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Parts, state: TrainState,
+             resumed_from: str | None, background_checkpoints: bool) -> None:
+    """The run_start event (what the app's dashboard and summary show) and its log line."""
+    net = parts.net
+    reporter.emit(
+        "run_start", config=cfg.to_dict(), classes=parts.classes, train_size=len(parts.data.train),
+        val_size=len(parts.data.val), world_size=strategy.world_size, device=strategy.description,
+        cache=parts.data.cache, workers=parts.workers, steps_per_epoch=parts.steps_per_epoch,
+        precision=parts.precision.amp, precision_reason=parts.precision_reason,
+        memory_format=str(parts.memory_format).removeprefix("torch."), compiled=cfg.train.compile,
+        param_groups=merged_groups(parts.groups),
+        parameters=sum(p.numel() for p in net.parameters()),
+        trainable=sum(p.numel() for p in net.parameters() if p.requires_grad),
+        layers=parts.monitor.names, resumed_from=resumed_from, start_epoch=state.epoch, start_step=state.step,
+        weights=parts.weights, mean=parts.mean, std=parts.std, normalisation=parts.normalisation_source,
+        head=parts.head, manifest=parts.data.manifest,
+        checkpoint_writer="background" if background_checkpoints else "sync",
+        frozen={"backbone": parts.linear_probe, "until_epoch": parts.unfreeze_at_epoch})
+    if strategy.is_main:
+        if parts.data.manifest:
+            log.info("manifest %s: %d images left out, %d relabelled", parts.data.manifest["file"],
+                     parts.data.manifest["excluded"], parts.data.manifest["relabelled"])
+        if parts.weights:
+            log.info("weights: %s (%s, sha256 %s); normalisation from %s", parts.weights.get("name") or "local file",
+                     parts.weights.get("file"), (parts.weights.get("sha256") or "-")[:16], parts.normalisation_source)
+        log.info("training %s on %d images (%d classes), validating on %d; %s; %s (%s); cache %s; %d workers",
+                 cfg.model.name, len(parts.data.train), len(parts.classes), len(parts.data.val),
+                 strategy.description, parts.precision.amp, parts.precision_reason, parts.data.cache, parts.workers)
+
+
+def evaluate_test_set(run: RunDir, reporter: Reporter, held_out: list[tuple[str, int]], data) -> None:
+    """data.test_dir (or the images data.test_split held out), once, with best.pt: eval/test/ and a `test` event
+    (what the run summary shows)."""
+    from trainer.deploy.evaluation import evaluate_run, evaluate_samples, summary
+    from trainer.deploy.inference import load_run_model
+
+    reporter.prepare("test", "evaluating the test set with best.pt")
+    if data.test_dir:
+        folder, metrics = evaluate_run(run.path, None, "best", overwrite=True)  # an extended run evaluates it again
+    else:
+        where = f"{data.train_dir} (data.test_split {data.test_split:g}: {len(held_out)} images held out)"
+        metrics = evaluate_samples(run.path, load_run_model(run, "best"), held_out, "test", where)
+        folder = run.path / "eval" / "test"
+    reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
+    run.write_status(test_acc=metrics["accuracy"])  # the runs table's test column
+    log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
+
+
+def export_formats(run: RunDir, reporter: Reporter, formats: list[str]) -> None:
+    """export.formats: best.pt into RUN_DIR/exports/model.EXT (+ its model card), each with an `export` event."""
+    from trainer.core.catalog import EXPORT_FORMATS
+    from trainer.deploy.export import export_run
+    from trainer.deploy.model_card import read_card, summary
+
+    for fmt in formats:
+        reporter.prepare("export", f"exporting best.pt as {fmt}")
+        try:
+            path = export_run(run, fmt, run.path / "exports" / f"model{EXPORT_FORMATS[fmt]}")
+        except Exception as e:  # noqa: BLE001 - the run trained: its checkpoints stand, the export can be redone
+            message = (f"export as {fmt} failed ({first_line(e)}); the run and its checkpoints are kept: export it "
+                       f"again with `main.py export {run.path} --format {fmt}`")
+            log.warning("%s", message)
+            trace_log.debug("%s", traceback.format_exc())
+            reporter.emit("warning", kind="export_failed", message=message, format=fmt)
+            continue
+        card = read_card(path) or {}
+        reporter.emit("export", format=fmt, path=str(path), bytes=card.get("file", {}).get("bytes"),
+                      top1=(card.get("metrics") or {}).get("top1"), batch1_ms=(card.get("speed") or {}).get("batch1_ms"))
+        log.info("exported best.pt as %s: %s (%s)", fmt, path, summary(card) if card else "no model card")
+
+
+def _emit_safely(reporter: Reporter, event: str, **fields) -> None:
+    """An event at the end of a run that may have failed because nothing can be written any more."""
+    try:
+        reporter.emit(event, **fields)
+    except (OSError, ValueError) as e:
+        log.error("cannot write the %s event: %s", event, e)

@@ -1,0 +1,413 @@
+"""The training loop of one run on one rank: epochs of steps, evaluation, checkpoints. Read top to bottom.
+
+The parts come from `parts.build()`; parallelism is the strategy's and the optimizer step (unscale, clip,
+non-finite policy, scaler) is the precision's, so nothing here branches on them. Events and console lines
+go through the reporter. Host syncs (`.item()`, `.tolist()`) happen only at log steps and epoch ends (and
+every step in `on_nonfinite: skip`, inside the precision); each one is commented.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import torch
+
+from trainer.core.config import EarlyStopConfig, RunConfig
+from trainer.core.rundir import RunDir
+from trainer.core.schedule import progressive_size
+from trainer.data import loader as data_mod
+from trainer.deploy.evaluation import Predictions, write_evaluation
+from trainer.deploy.inference import LoadedModel, Preprocess
+from trainer.device.precision import StepResult
+from trainer.device.strategy import Strategy
+from trainer.model.checkpoint import CheckpointWriter, TrainState, load_latest, save_checkpoint, writes_in_background
+from trainer.train.optim import group_lrs
+from trainer.train.parts import Parts
+from trainer.train.reporter import Reporter
+from trainer.train.stats import LAYER_STATS, histogram
+
+log = logging.getLogger("trainer")
+EVAL_BATCH_FACTOR = 2  # validation batches are this many training batches
+
+
+class Diverged(RuntimeError):
+    """Non-finite loss or gradient with train.on_nonfinite = stop."""
+
+
+class Loop:
+    def __init__(self, run: RunDir, cfg: RunConfig, strategy: Strategy, parts: Parts, reporter: Reporter, stop):
+        self.run, self.cfg, self.strategy, self.parts, self.reporter, self.stop = run, cfg, strategy, parts, reporter, stop
+        self.state = TrainState()
+        local_processes = max(1, strategy.world_size // max(1, cfg.device.nnodes))
+        self.checkpoint_writer = CheckpointWriter(writes_in_background(cfg.checkpoint.writer, strategy.device,
+                                                                       local_processes))
+        # Gradient norms every step only when a step needs them (clipping, skipping); statistics need them at log steps.
+        self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
+        self._grad_histograms: dict = {}
+        self._zero_frac = None
+        self._val_logits: torch.Tensor | None = None
+        self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
+        self.out_of_budget = False  # the run ended because train.budget was spent
+        # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
+        self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
+            cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
+            str(parts.memory_format).removeprefix("torch."), cfg.eval.tta))
+        reporter.epochs = cfg.train.epochs
+
+    def fit(self) -> str:
+        """Train the remaining epochs; 'completed', or 'stopped' when asked to stop (after checkpointing)."""
+        cfg, st = self.cfg, self.state
+        if self.parts.average is not None and st.step == 0:
+            self.parts.average.reset()  # a fresh run: every rank's network holds rank 0's weights by now
+        last_seconds = None
+        while st.epoch < cfg.train.epochs:
+            if last_seconds is not None and self.budget_left() < last_seconds:
+                log.info("train.budget: %.1f min left, less than an epoch (%.0f s): the run ends here",
+                         self.budget_left() / 60, last_seconds)
+                self.out_of_budget = True
+                return "completed"
+            start = time.time()
+            result = self.train_one_epoch()
+            if result is None:
+                return "stopped"
+            train_loss, train_acc, images = result
+            metrics = self.evaluate()
+            seconds = last_seconds = time.time() - start
+            is_best = metrics["val_acc"] > st.best_acc
+            st.best_acc = max(st.best_acc, metrics["val_acc"])
+            if is_best and self.strategy.is_main:  # written before the epoch event: the app reads it on that event
+                self.write_val_predictions(st.epoch + 1)
+            self.reporter.emit("epoch", epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
+                               train_loss=train_loss, train_acc=train_acc, seconds=round(seconds, 3),
+                               images_per_s=images / max(seconds, 1e-9), lr=self.lrs(),
+                               image_size=self.image_size(st.epoch), **metrics)
+            self.reporter.epoch_line(st.epoch + 1, train_loss, metrics, seconds)
+            if self.strategy.is_main:
+                self.run.write_status(epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
+                                      best_acc=st.best_acc, val_acc=metrics["val_acc"])
+            st.epoch += 1
+            st.batch_in_epoch = 0
+            st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics)  # before the save records it
+            saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
+                     or st.early_stopped or self.out_of_budget)
+            if saved:
+                self.save(is_best=is_best)
+            if st.early_stopped:
+                es = cfg.train.early_stop
+                log.info("early stop at epoch %d: %s has not improved by more than %g for %d epochs", st.epoch,
+                         es.metric, es.min_delta, es.patience)
+                return "completed"
+            if self.out_of_budget:
+                log.info("train.budget: %g min spent during epoch %d, which was cut short, validated and saved",
+                         cfg.train.budget, st.epoch)
+                return "completed"
+            if st.epoch < cfg.train.epochs and self.stop_requested():
+                if not saved:
+                    self.save(is_best=False)
+                return "stopped"
+        return "completed"
+
+    def image_size(self, epoch: int) -> int:
+        """The training image size of `epoch` (train.progressive_resize; validation is always at data.image_size)."""
+        return progressive_size(self.cfg.data.image_size, self.cfg.train.progressive_resize, epoch,
+                                self.cfg.train.epochs)
+
+    def budget_left(self) -> float:
+        """Seconds of train.budget left (infinite without one)."""
+        if not self.cfg.train.budget:
+            return math.inf
+        return self.cfg.train.budget * 60 - (time.time() - self.started)
+
+    def end_reason(self) -> dict:
+        """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
+        if self.state.early_stopped:
+            return {"reason": "early_stop", "early_stop_epoch": self.state.epoch}
+        if self.out_of_budget:
+            return {"reason": "budget", "budget_epoch": self.state.epoch}
+        return {}
+
+    def train_one_epoch(self) -> tuple[float, float, int] | None:
+        """(mean loss, accuracy, images) of the epoch; None when stopped part-way (after checkpointing)."""
+        cfg, st, s, parts = self.cfg, self.state, self.strategy, self.parts
+        batches = parts.epoch_batches(cfg, s, st.epoch)
+        size = self.image_size(st.epoch)
+        if st.batch_in_epoch == 0:
+            parts.aug_generator.manual_seed(cfg.train.seed * 1_000_003 + st.epoch * 1009 + s.rank)
+        parts.train_mode(st.epoch)
+        skip_mode = cfg.train.on_nonfinite == "skip"
+        epoch_totals = torch.zeros(3, device=s.device)  # loss * images, correct, images
+        window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
+        images_done, last_log = 0, (time.time(), 0)
+        for images, labels in data_mod.iterate_batches(parts.data.train, batches[st.batch_in_epoch:], parts.workers,
+                                                       cfg.data.image_size, s.device):
+            index = st.batch_in_epoch
+            last_micro = (index + 1) % cfg.train.grad_accum_steps == 0 or index + 1 == len(batches)
+            log_now = last_micro and (st.step + 1) % cfg.monitor.log_every == 0
+            x = parts.augment(images, parts.aug_generator)
+            if size != cfg.data.image_size:
+                x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
+            y = labels.to(s.device, non_blocking=True)
+            loss, logits, result = self.train_step(x, y, last_micro=last_micro, log_now=log_now)
+            finite = torch.isfinite(loss)
+            if skip_mode:  # a skipped step's loss is reported by its warning, not averaged in (nor divergence)
+                loss = torch.where(finite, loss, torch.zeros_like(loss))
+                window += torch.stack([loss, finite.float(), torch.zeros_like(loss)])
+            else:
+                window += torch.stack([loss, torch.ones_like(loss), (~finite).float()])
+            n = torch.full_like(loss, y.shape[0])
+            epoch_totals += torch.stack([loss * n, (logits.argmax(1) == y).sum().float(), n])
+            images_done += y.shape[0]
+            st.batch_in_epoch += 1
+            if result is None or result.skipped:
+                continue
+            if log_now:
+                last_log, stop = self.log_step(window, result, len(batches), images_done, last_log)
+                if stop and cfg.train.budget and not self.stop.requested:  # agreed: every rank breaks here
+                    self.out_of_budget = True  # the epoch so far is validated and saved; the run ends
+                    break
+                if stop:
+                    self.save(is_best=False)
+                    return None
+            elif s.world_size == 1 and self.stop.requested:
+                self.save(is_best=False)
+                return None
+            if cfg.monitor.histogram_every and st.step % cfg.monitor.histogram_every == 0:
+                self.emit_histograms()
+            if cfg.checkpoint.every_steps and st.step % cfg.checkpoint.every_steps == 0:
+                self.save(is_best=False)
+        totals = s.all_reduce_sum(torch.cat([epoch_totals, window[2:]])).tolist()  # host sync at epoch end
+        if totals[3] > 0:
+            raise Diverged(self.divergence_message(st.step, float("nan")))
+        seen = max(totals[2], 1.0)
+        return totals[0] / seen, totals[1] / seen, images_done * s.world_size
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, *, last_micro: bool = True,
+                   log_now: bool = False) -> tuple[torch.Tensor, torch.Tensor, StepResult | None]:
+        """Forward and backward of one micro-batch, then (on the last micro-batch) the optimizer step.
+
+        Returns the detached loss and logits, and the step's result (None while accumulating).
+        """
+        cfg, st, parts = self.cfg, self.state, self.parts
+        with self.strategy.no_sync(parts.model, accumulating=not last_micro):
+            with parts.precision.autocast():
+                logits = parts.model(x)
+                loss = parts.criterion(logits, y)
+            parts.precision.backward(loss / cfg.train.grad_accum_steps)
+        if not last_micro:
+            return loss.detach().float(), logits.detach(), None
+        stats_now = log_now and cfg.monitor.grad_stats
+        every = cfg.monitor.histogram_every
+        histograms_now = every and (st.step + 1) % every == 0 and self.strategy.is_main
+
+        def inspect(result: StepResult) -> None:  # the final gradients, just before the optimizer step
+            if histograms_now:
+                params = dict(zip(parts.monitor.names, parts.monitor.params))
+                self._grad_histograms = {n: histogram(params[n].grad, cfg.monitor.histogram_bins)
+                                         for n in parts.histogram_layers if params[n].grad is not None}
+            if stats_now:
+                self._zero_frac = parts.monitor.zero_fractions()
+                parts.monitor.snapshot_weights()
+
+        parts.drop_frozen_grads(st.epoch)
+        result = parts.precision.step(parts.optimizer, parts.monitor, clip=cfg.train.clip_grad_norm,
+                                      need_norms=self.norms_every_step or stats_now,
+                                      on_nonfinite=cfg.train.on_nonfinite, inspect=inspect)
+        if result.skipped:
+            self.reporter.warning("nonfinite_skipped", f"non-finite gradient at step {st.step + 1} (first in "
+                                  f"{result.first_nonfinite}); step skipped", step=st.step + 1,
+                                  layer=result.first_nonfinite)
+        else:
+            parts.scheduler.step()
+            st.step += 1
+            if parts.average is not None:
+                parts.average.update(st.step)
+        return loss.detach().float(), logits.detach(), result
+
+    def log_step(self, window: torch.Tensor, result: StepResult, batches: int, images_done: int,
+                 last_log: tuple[float, int]) -> tuple[tuple[float, int], bool]:
+        """The step event (+ gradient statistics and warnings) of a log step; resets the window. Also whether any
+        rank was asked to stop."""
+        st, s, parts = self.state, self.strategy, self.parts
+        if s.is_main and not self.run.path.is_dir():  # deleted under us: stop now, not at the end of the epoch
+            raise FileNotFoundError(f"{self.run.path}: the run directory was deleted")
+        # Agreed by every rank (one all-reduce): loss sum, count, non-finite losses, non-finite gradients, stop
+        # requests; so every rank takes the same divergence and stop decisions.
+        zero = torch.zeros((), device=s.device)
+        nonfinite = result.nonfinite if result.nonfinite is not None else zero
+        stop = zero + (1.0 if self.stop.requested or self.budget_left() <= 0 else 0.0)
+        shared = s.all_reduce_sum(torch.cat([window, torch.stack([nonfinite, stop])]))
+        parts_out = [shared]
+        if result.total_norm is not None:
+            parts_out.append(result.total_norm.reshape(1).float())
+        stats = self.cfg.monitor.grad_stats and result.grad_norms is not None
+        if stats:  # its first row is the gradient norms
+            parts_out.append(parts.monitor.layer_table(result.grad_norms, self._zero_frac).flatten())
+        elif result.grad_norms is not None:
+            parts_out.append(result.grad_norms)
+        values = torch.cat(parts_out).tolist()  # the one host sync of the log step
+        window.zero_()
+        loss_sum, count, nonfinite_losses, nonfinite_grads, stops = values[:5]
+        loss_mean = loss_sum / max(count, 1)
+        if nonfinite_losses > 0 or nonfinite_grads > 0:
+            layer = self.first_nonfinite_layer(values[6:]) if result.grad_norms is not None else None
+            raise Diverged(self.divergence_message(st.step, loss_mean, layer))
+        now = time.time()
+        rate = (images_done - last_log[1]) * s.world_size / max(now - last_log[0], 1e-9)
+        grad_norm = values[5] if result.total_norm is not None else None
+        if grad_norm is not None and not math.isfinite(grad_norm) and parts.precision.scaled:
+            grad_norm = None  # an fp16 loss-scale overflow: the scaler skipped the step and lowered its scale
+        self.reporter.emit("step", step=st.step, epoch=st.epoch + 1, batch=st.batch_in_epoch, batches=batches,
+                           loss=loss_mean, lr=self.lrs(), images_per_s=rate, grad_norm=grad_norm)
+        if stats:
+            n = len(parts.monitor.names)
+            table = values[6:]
+            self.reporter.emit("grad_stats", step=st.step, **{key: table[i * n:(i + 1) * n]
+                                                               for i, key in enumerate(LAYER_STATS)})
+        for warning in parts.anomalies.check(st.step, loss_mean, grad_norm):
+            self.reporter.warning(**warning)
+        self.reporter.maybe_system()
+        self.reporter.step_progress(st.epoch + 1, st.batch_in_epoch, batches, loss_mean)
+        return (now, images_done), stops > 0
+
+    def first_nonfinite_layer(self, table: list[float]) -> str | None:
+        """The first layer (in model order) whose gradient norm in a `layer_table` read-back is not finite."""
+        names = self.parts.monitor.names
+        return next((name for name, norm in zip(names, table[:len(names)]) if not math.isfinite(norm)), None)
+
+    @torch.inference_mode()
+    def evaluate(self) -> dict:
+        """Validation loss, accuracy (top-5 with more than 5 classes), per-class accuracy and the confusion matrix.
+
+        At the training precision and memory format, without autograd bookkeeping, in batches twice the training
+        batch (no activations are kept for a backward pass, so they fit where training's did)."""
+        cfg, s, parts = self.cfg, self.strategy, self.parts
+        n = len(parts.classes)
+        parts.eval_net.eval()  # unwrapped: evaluation needs no gradient sync
+        loss_sum = torch.zeros((), device=s.device)
+        top5 = torch.zeros((), device=s.device)
+        confusion = torch.zeros(n * n, device=s.device)
+        batches = data_mod.epoch_batches(len(parts.data.val), EVAL_BATCH_FACTOR * cfg.data.batch_size, seed=0,
+                                         epoch=0, rank=s.rank, world=s.world_size, shuffle=False, pad=False)
+        kept = [] if s.world_size == 1 else None  # per-image logits for eval/val (one process sees every image)
+        for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
+                                                       s.device):
+            y = labels.to(s.device, non_blocking=True)
+            logits = self.inference.logits(images, s.device)
+            loss_sum += parts.criterion(logits, y) * y.shape[0]
+            if kept is not None:
+                kept.append(logits)  # stays on the device: one copy at the end, no sync per batch
+            confusion += torch.bincount(y * n + logits.argmax(1), minlength=n * n).float()
+            if n > 5:
+                top5 += (logits.topk(5, dim=1).indices == y[:, None]).any(1).sum()
+        self._val_logits = torch.cat(kept).cpu() if kept else None
+        totals = s.all_reduce_sum(torch.cat([loss_sum[None], top5[None], confusion])).cpu()  # host sync
+        conf = totals[2:].view(n, n)
+        seen = conf.sum().clamp_min(1)
+        support = conf.sum(1)
+        # A class without validation images has no accuracy (null), which is not the same as 0%.
+        per_class = [None if support[i] == 0 else (conf[i, i] / support[i]).item() for i in range(n)]
+        out = {"val_loss": (totals[0] / seen).item(), "val_acc": (conf.diag().sum() / seen).item(),
+               "per_class_acc": per_class, "confusion": conf.long().tolist()}
+        if n > 5:
+            out["val_top5"] = (totals[1] / seen).item()
+        parts.train_mode(self.state.epoch)
+        return out
+
+    def write_val_predictions(self, epoch: int) -> None:
+        """The best epoch's per-image validation predictions, in eval/val/ (rank 0; the app reads them). Single-process
+        runs reuse the logits `evaluate` kept; under DDP rank 0 predicts the whole split once more."""
+        parts = self.parts
+        samples = parts.data.val.samples
+        if self._val_logits is None or len(self._val_logits) != len(samples):
+            batches = data_mod.epoch_batches(len(samples), EVAL_BATCH_FACTOR * self.cfg.data.batch_size, seed=0,
+                                             epoch=0, shuffle=False, pad=False)
+            self._val_logits = self._predict(batches)
+        preds = Predictions([p for p, _ in samples], torch.tensor([label for _, label in samples]), self._val_logits)
+        write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": epoch})
+
+    @torch.inference_mode()
+    def _predict(self, batches: list[list[int]]) -> torch.Tensor:
+        parts, s = self.parts, self.strategy
+        out = []
+        for images, _ in data_mod.iterate_batches(parts.data.val, batches, parts.workers, self.cfg.data.image_size,
+                                                  s.device):
+            out.append(self.inference.logits(images, s.device).cpu())
+        return torch.cat(out)
+
+    def emit_histograms(self) -> None:
+        """Histograms of the chosen layers: weights after this step, gradients as they were before it."""
+        if not self.strategy.is_main:
+            return
+        bins, parts = self.cfg.monitor.histogram_bins, self.parts
+        params = dict(zip(parts.monitor.names, parts.monitor.params))
+        for name in parts.histogram_layers:
+            self.reporter.emit("histogram", step=self.state.step, layer=name, kind="weight",
+                               **histogram(params[name], bins))
+            if name in self._grad_histograms:
+                self.reporter.emit("histogram", step=self.state.step, layer=name, kind="grad",
+                                   **self._grad_histograms[name])
+        self._grad_histograms = {}
+
+    def stop_requested(self) -> bool:
+        """Whether any rank was asked to stop (a collective under DDP, so call it on every rank alike)."""
+        flag = torch.tensor([1.0 if self.stop.requested else 0.0], device=self.strategy.device)
+        return bool(self.strategy.all_reduce_max(flag).item())  # host sync: only at log steps
+
+    def lrs(self) -> list[float]:
+        return group_lrs(self.parts.optimizer)
+
+    def divergence_message(self, step: int, loss: float, layer: str | None = None) -> str:
+        layer = layer or self.parts.monitor.first_nonfinite()
+        where = f"first non-finite gradient in {layer}" if layer else "non-finite loss"
+        return (f"training diverged at step {step}: loss {loss:.4g}, {where}; lower optimizer.lr, set "
+                f"train.clip_grad_norm, or train.on_nonfinite: skip")
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save(self, is_best: bool) -> None:
+        """Rank 0 writes the checkpoint; every rank waits so none runs ahead into the next collective."""
+        if self.strategy.is_main:
+            st, parts = self.state, self.parts
+            state = st.to_checkpoint(model=parts.eval_net, trained=parts.net if parts.average else None,
+                                     optimizer=parts.optimizer, scheduler=parts.scheduler,
+                                     precision=parts.precision, aug_generator=parts.aug_generator,
+                                     config=self.cfg.to_dict(), classes=parts.classes, mean=parts.mean, std=parts.std,
+                                     memory_format=parts.memory_format)
+            path = save_checkpoint(self.run.checkpoints, state, is_best=is_best,
+                                   keep_last=self.cfg.checkpoint.keep_last, writer=self.checkpoint_writer)
+            self.reporter.emit("checkpoint", path=str(path), epoch=st.epoch, step=st.step, best=is_best,
+                               mid_epoch=st.batch_in_epoch > 0)
+            log.info("saved %s%s", path.name, " (best)" if is_best else "")
+        self.strategy.barrier()
+
+    def resume(self) -> str | None:
+        """Continue from the run's newest loadable checkpoint; its path, or None when there is none."""
+        found = load_latest(self.run.checkpoints)
+        if found is None:
+            log.info("no checkpoint in %s: starting from scratch", self.run.checkpoints)
+            return None
+        state, path = found
+        if list(state.get("classes", [])) != self.parts.classes:
+            raise ValueError(f"{path}: checkpoint classes {state.get('classes')} differ from the dataset's "
+                             f"{self.parts.classes}")
+        parts = self.parts
+        self.state.restore(state, model=parts.net, optimizer=parts.optimizer, scheduler=parts.scheduler,
+                           precision=parts.precision, aug_generator=parts.aug_generator,
+                           average=parts.average.module if parts.average else None)
+        st = self.state
+        log.info("resumed from %s at epoch %d, batch %d, step %d", path, st.epoch + 1, st.batch_in_epoch, st.step)
+        return str(path)
+
+
+def no_longer_improving(es: EarlyStopConfig, st: TrainState, metrics: dict) -> bool:
+    """Track `es.metric` in `st`; True once it has gone `es.patience` epochs without improving by more than
+    `es.min_delta` (val_acc must rise, val_loss fall). Always False with patience 0 (off)."""
+    if not es.patience or metrics.get(es.metric) is None:
+        return False
+    value, best = metrics[es.metric], st.early_stop_best
+    if best is None or (value > best + es.min_delta if es.metric == "val_acc" else value < best - es.min_delta):
+        st.early_stop_best, st.early_stop_wait = value, 0
+    else:
+        st.early_stop_wait += 1
+    return st.early_stop_wait >= es.patience

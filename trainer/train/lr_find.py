@@ -1,0 +1,94 @@
+"""Learning-rate finder: sweep the lr exponentially over a few hundred steps, suggest a value.
+
+The sweep uses the run's own data, model, optimizer and parameter groups (every group's lr scaled
+together), on a throw-away copy: nothing is checkpointed. The suggestion is a tenth of the lr at the
+smoothed loss's minimum (the common rule; the steepest descent, noisier on small data, is reported too).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from trainer.core.config import RunConfig
+from trainer.core.errors import InputError
+from trainer.core.events import NullEventWriter
+from trainer.core.rundir import RunDir
+from trainer.data import loader as data_mod
+from trainer.device.strategy import Strategy
+from trainer.train.engine import StopRequest, seed_everything
+from trainer.train.loop import Loop
+from trainer.train.parts import build
+from trainer.train.reporter import Reporter
+
+
+class LrFindError(InputError, ValueError):
+    """The sweep could not suggest a learning rate."""
+
+
+def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0) -> dict:
+    """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr."""
+    cfg.device.parallel = "none"
+    cfg.train.ema = 0.0  # a throw-away sweep: no average to keep
+    strategy = Strategy(cfg.device)
+    seed_everything(cfg.train.seed)
+    parts = build(cfg, strategy, Reporter(NullEventWriter(), is_main=False))
+    loop = Loop(run, cfg, strategy, parts, Reporter(NullEventWriter(), is_main=False), StopRequest())
+    seed_everything(cfg.train.seed)
+    base = [g["lr"] for g in parts.optimizer.param_groups]
+    ratio = [b / cfg.optimizer.lr for b in base]
+    factor = (end / start) ** (1 / max(1, steps - 1))
+    lrs, losses, smooth, best = [], [], None, math.inf
+    parts.model.train()
+    epoch = 0
+    while len(lrs) < steps:
+        parts.aug_generator.manual_seed(epoch)
+        for images, labels in data_mod.iterate_batches(parts.data.train, parts.epoch_batches(cfg, strategy, epoch),
+                                                       parts.workers, cfg.data.image_size, strategy.device):
+            lr = start * factor ** len(lrs)
+            for g, r in zip(parts.optimizer.param_groups, ratio):
+                g["lr"] = lr * r
+            loss, _, _ = loop.train_step(parts.augment(images, parts.aug_generator), labels.to(strategy.device))
+            value = loss.item()  # host sync per step: acceptable in a short sweep
+            smooth = value if smooth is None else 0.9 * smooth + 0.1 * value
+            corrected = smooth / (1 - 0.9 ** (len(lrs) + 1))
+            lrs.append(lr)
+            losses.append(corrected)
+            best = min(best, corrected)
+            if not math.isfinite(value) or corrected > 4 * best or len(lrs) >= steps:
+                return _result(lrs, losses)
+        epoch += 1
+    return _result(lrs, losses)
+
+
+def _result(lrs: list[float], losses: list[float]) -> dict:
+    finite = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
+    if len(finite) < 10:
+        raise LrFindError("lr-find: too few steps before the loss diverged; lower --start")
+    xs = torch.tensor([math.log10(lr) for lr, _ in finite])
+    ys = torch.tensor([loss for _, loss in finite])
+    slope = (ys[2:] - ys[:-2]) / (xs[2:] - xs[:-2])
+    minimum = int(torch.argmin(ys))
+    skip = len(slope) // 10  # the first steps barely move; their noise makes false slopes
+    upto = max(skip + 1, minimum - 1)  # descent before the lowest loss, not the blow-up after it
+    steepest = int(torch.argmin(slope[skip:upto])) + skip + 1
+    suggestion = finite[minimum][0] / 10
+    return {"lrs": lrs, "losses": losses, "suggested_lr": suggestion, "steepest_lr": finite[steepest][0],
+            "min_loss_lr": finite[minimum][0]}
+
+
+def write_suggestion(config_path: str | Path, lr: float) -> float:
+    """Write the suggested learning rate (3 significant digits) into the user's config file as optimizer.lr; the
+    value written. The other keys are kept (comments are not: the file is YAML rewritten)."""
+    import yaml
+
+    from trainer.core.files import atomic_write_text
+
+    path = Path(config_path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    value = float(f"{lr:.3g}")
+    raw.setdefault("optimizer", {})["lr"] = value
+    atomic_write_text(path, yaml.safe_dump(raw, sort_keys=False))
+    return value
