@@ -75,7 +75,15 @@ class MainWindow(QMainWindow):
         self._leave_running = False
         self.setWindowTitle("TrainDeck")
         self._fit_to_screen()
+        self._build_pages()
+        self._build_toolbar()
+        self._build_status_bar()
+        self._connect()
+        self._start_up(config_path, hold_scan)
 
+    def _build_pages(self) -> None:
+        """The pages, each in a scroll area (a page that needs more room than a laptop screen has scrolls instead of
+        widening the window), behind the navigation list."""
         self.binder = Binder(self)
         self.dataset_page = DatasetPage(self.binder)
         self.model_page = ModelPage(self.binder)
@@ -94,7 +102,6 @@ class MainWindow(QMainWindow):
         for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.advanced_page,
                      self.dashboard,
                      self.runs_page, self.queue_page):
-            # a laptop screen: a page that needs more room than the window has scrolls instead of widening it
             scroll = QScrollArea()
             scroll.setWidgetResizable(True)
             scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -108,7 +115,8 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.stack, 1)
         self.setCentralWidget(central)
 
-        self._build_toolbar()
+
+    def _build_status_bar(self) -> None:
         self.state_label = QLabel("Ready")
         self.state_label.setObjectName("stateLabel")
         self.problem_label = QLabel("")
@@ -133,6 +141,9 @@ class MainWindow(QMainWindow):
             self.tray.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_ComputerIcon))
             self.tray.show()
 
+
+    def _connect(self) -> None:
+        """Who tells whom: validation on every edit, the pages to each other, the run controller to the views."""
         self._validate_timer = QTimer(self)
         self._validate_timer.setSingleShot(True)
         self._validate_timer.setInterval(150)
@@ -168,6 +179,10 @@ class MainWindow(QMainWindow):
         self.runs_page.resumeRequested.connect(self.resume_run)
         self.runs_page.extendRequested.connect(self.extend_run)
 
+
+    def _start_up(self, config_path: Path | None, hold_scan: str | None) -> None:
+        """The form (the given config, the last session's, else the demo), the lists, the probes and the re-attached
+        remote runs."""
         if hold_scan:
             self.dataset_page.hold(hold_scan)
         if config_path is not None or not self._restore_last_config():

@@ -138,6 +138,25 @@ class DatasetPage(QWidget):
         self.default_manifest = lambda: Path.home() / "traindeck-exclude.yaml"
         self.host = ""  # device.host: the folders are on that host (browsed and scanned there)
 
+        left = self._build_settings(binder)
+        right = self._build_overview(binder)
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setSizes([420, 700])
+        layout = QVBoxLayout(self)
+        layout.addWidget(splitter)
+
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(400)
+        self._debounce.timeout.connect(self.scan)
+        train_edit: QLineEdit = binder.widgets["data.train_dir"]
+        train_edit.textChanged.connect(lambda _: self._debounce.start())
+        binder.widgets["data.exclude"].textChanged.connect(lambda _: self._debounce.start())
+
+    def _build_settings(self, binder: Binder) -> QWidget:
+        """The left column: Auto, the folders, loading and augmentation."""
         folders = QGroupBox("Folders")
         form = QFormLayout(folders)
         form.addRow("Training images", folder_row(binder, "data.train_dir", "ImageFolder: one sub-folder per class",
@@ -175,7 +194,11 @@ class DatasetPage(QWidget):
         for box in (self.auto, folders, loading, augment):
             ll.addWidget(box)
         ll.addStretch(1)
+        return left
 
+    def _build_overview(self, binder: Binder) -> QWidget:
+        """The right column: what the scan found (counts, samples, unusable files), the manifest's entries, and the
+        fixes and settings suggested for the folder."""
         self.summary = QLabel("Choose a folder of training images.")
         self.summary.setObjectName("scanSummary")
         self.summary.setWordWrap(True)
@@ -250,21 +273,7 @@ class DatasetPage(QWidget):
         row.addWidget(self.undo_entry)
         rl.addLayout(row)
         rl.addWidget(self.manifest_entries, 1)
-
-        splitter = QSplitter()
-        splitter.addWidget(left)
-        splitter.addWidget(right)
-        splitter.setSizes([420, 700])
-        layout = QVBoxLayout(self)
-        layout.addWidget(splitter)
-
-        self._debounce = QTimer(self)
-        self._debounce.setSingleShot(True)
-        self._debounce.setInterval(400)
-        self._debounce.timeout.connect(self.scan)
-        train_edit: QLineEdit = binder.widgets["data.train_dir"]
-        train_edit.textChanged.connect(lambda _: self._debounce.start())
-        binder.widgets["data.exclude"].textChanged.connect(lambda _: self._debounce.start())
+        return right
 
     @property
     def train_dir(self) -> str:

@@ -60,35 +60,7 @@ class DevicePage(QWidget):
         self.probe_error = ""
         self._job: CliJob | None = None
 
-        self.run_on = QComboBox()  # device.host: this machine, or a host of hosts.yaml (`main.py hosts list`)
-        self.run_on.setObjectName("runOn")
-        self.run_on.addItem("This machine", "")
-        self.run_on.setToolTip("Train here, on a host over SSH, or through a SLURM login node (main.py hosts add; "
-                               "docs/remote.md)")
-        self.run_on.currentIndexChanged.connect(self._host_changed)
-        self.hosts_note = QLabel("")
-        self.hosts_note.setObjectName("hostsNote")
-        self.hosts_note.setWordWrap(True)
-        self.hosts_note.setStyleSheet("color: #666;")
-        self.hosts_note.hide()  # shown only when it has something to say
-        self._wanted_host = ""
-        self._hosts_job: CliJob | None = None
-        self.devices = QListWidget()
-        self.devices.setObjectName("deviceList")
-        self.devices.setMaximumHeight(64)
-        self.devices.addItem("probing this machine…")
-        self.type = binder.combo("device.type", key_choices("device.type"))
-        self.gpus = binder.line("device.gpus", "e.g. 0, 1")
-        self.gpus.setProperty("kind", "int_list")
-
-        self.mode = QComboBox()
-        self.mode.setObjectName("parallelMode")
-        self.mode.addItems([m[0] for m in MODES])
-        self.mode.currentIndexChanged.connect(self._mode_changed)
-        self.reasons = QLabel("")
-        self.reasons.setObjectName("unavailableReasons")
-        self.reasons.setWordWrap(True)
-        self.reasons.setStyleSheet("color: #666;")
+        self._build_controls(binder)
 
         where = QGroupBox("Where")
         wf = QFormLayout(where)
@@ -143,6 +115,38 @@ class DevicePage(QWidget):
         layout.addStretch(1)
         self.type.currentTextChanged.connect(lambda _: self._apply_availability())
         binder.widgets["train.amp"].currentTextChanged.connect(lambda _: self._show_auto_precision())
+
+    def _build_controls(self, binder: Binder) -> None:
+        """Where to run (this machine or a host), the devices found there, the device type and GPUs, the parallel
+        mode and why some modes cannot run here."""
+        self.run_on = QComboBox()  # device.host: this machine, or a host of hosts.yaml (`main.py hosts list`)
+        self.run_on.setObjectName("runOn")
+        self.run_on.addItem("This machine", "")
+        self.run_on.setToolTip("Train here, on a host over SSH, or through a SLURM login node (main.py hosts add; "
+                               "docs/remote.md)")
+        self.run_on.currentIndexChanged.connect(self._host_changed)
+        self.hosts_note = QLabel("")
+        self.hosts_note.setObjectName("hostsNote")
+        self.hosts_note.setWordWrap(True)
+        self.hosts_note.setStyleSheet("color: #666;")
+        self.hosts_note.hide()  # shown only when it has something to say
+        self._wanted_host = ""
+        self._hosts_job: CliJob | None = None
+        self.devices = QListWidget()
+        self.devices.setObjectName("deviceList")
+        self.devices.setMaximumHeight(64)
+        self.devices.addItem("probing this machine…")
+        self.type = binder.combo("device.type", key_choices("device.type"))
+        self.gpus = binder.line("device.gpus", "e.g. 0, 1")
+        self.gpus.setProperty("kind", "int_list")
+        self.mode = QComboBox()
+        self.mode.setObjectName("parallelMode")
+        self.mode.addItems([m[0] for m in MODES])
+        self.mode.currentIndexChanged.connect(self._mode_changed)
+        self.reasons = QLabel("")
+        self.reasons.setObjectName("unavailableReasons")
+        self.reasons.setWordWrap(True)
+        self.reasons.setStyleSheet("color: #666;")
 
     # ---- where ---------------------------------------------------------------------------------
     @property

@@ -86,7 +86,26 @@ class ModelPage(QWidget):
         self._store_job: CliJob | None = None
         self._classes = 10
 
-        # ---- the store ----
+        store_box = self._build_store()
+        chosen = self._build_chosen(binder)
+        split = QSplitter()
+        split.addWidget(store_box)
+        split.addWidget(chosen)
+        split.setSizes([620, 500])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(split)
+
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(300)
+        self._debounce.timeout.connect(self.describe)
+        self.name.currentTextChanged.connect(lambda _: (self._forget_parameters(), self._debounce.start()))
+        self.weights.currentTextChanged.connect(lambda _: self._debounce.start())
+
+    # ---- the store -----------------------------------------------------------------------------
+    def _build_store(self) -> QWidget:
+        """The model store: every torchvision classifier with its ImageNet top-1, size and speed; a click picks one."""
         self.filter = QLineEdit()
         self.filter.setObjectName("storeFilter")
         self.filter.setPlaceholderText("filter: resnet, vit, mobile…")
@@ -123,8 +142,10 @@ class ModelPage(QWidget):
         sl.addWidget(self.filter)
         sl.addWidget(self.table_view, 1)
         sl.addWidget(self.store_status)
+        return store_box
 
-        # ---- the chosen network ----
+    def _build_chosen(self, binder: Binder) -> QWidget:
+        """The chosen network: name, weights, init, freezing, and its layers with their parameter counts."""
         self.name = binder.combo("model.name", BUILTIN + COMMON, editable=True)
         own = QPushButton("Own model file…")
         own.clicked.connect(self._choose_own)
@@ -166,23 +187,8 @@ class ModelPage(QWidget):
         cl.addWidget(box)
         cl.addWidget(QLabel("<b>Parameter tensors</b> — use these names in parameter-group patterns"))
         cl.addWidget(self.table, 1)
+        return chosen
 
-        split = QSplitter()
-        split.addWidget(store_box)
-        split.addWidget(chosen)
-        split.setSizes([620, 500])
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(split)
-
-        self._debounce = QTimer(self)
-        self._debounce.setSingleShot(True)
-        self._debounce.setInterval(300)
-        self._debounce.timeout.connect(self.describe)
-        self.name.currentTextChanged.connect(lambda _: (self._forget_parameters(), self._debounce.start()))
-        self.weights.currentTextChanged.connect(lambda _: self._debounce.start())
-
-    # ---- the store -----------------------------------------------------------------------------
     def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
         """The store is read when the page is first shown, not at start-up (it imports torchvision)."""
         super().showEvent(event)

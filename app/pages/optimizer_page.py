@@ -233,6 +233,22 @@ class OptimizerPage(QWidget):
         mf.addRow("… and every", b.spin("checkpoint.every_steps", 0, 10**9, " steps", special="off"))
         mf.addRow("Keep last", b.spin("checkpoint.keep_last", 1, 1000, " checkpoints"))
 
+        recipes = self._build_recipes(b)
+
+        content = QWidget()
+        grid = QGridLayout(content)
+        grid.setContentsMargins(0, 0, 0, 0)
+        scrolling(self, content)
+        grid.addWidget(opt, 0, 0)
+        grid.addWidget(sched, 0, 1)
+        grid.addWidget(recipes, 1, 0, 1, 2)
+        grid.addWidget(groups_box, 2, 0, 1, 2)
+        grid.addWidget(loop, 3, 0)
+        grid.addWidget(mon, 3, 1)
+        grid.setRowStretch(2, 1)
+
+    def _build_recipes(self, b: Binder) -> QGroupBox:
+        """The fine-tuning recipes, one button each (`trainer.core.recipes`), and the keys they set."""
         recipes = QGroupBox("Starting from pretrained weights: one click sets the keys")
         rf = QVBoxLayout(recipes)
         buttons = QHBoxLayout()
@@ -257,18 +273,7 @@ class OptimizerPage(QWidget):
         self.recipe_note.setWordWrap(True)
         self.recipe_note.setStyleSheet("color: #555;")
         rf.addWidget(self.recipe_note)
-
-        content = QWidget()
-        grid = QGridLayout(content)
-        grid.setContentsMargins(0, 0, 0, 0)
-        scrolling(self, content)
-        grid.addWidget(opt, 0, 0)
-        grid.addWidget(sched, 0, 1)
-        grid.addWidget(recipes, 1, 0, 1, 2)
-        grid.addWidget(groups_box, 2, 0, 1, 2)
-        grid.addWidget(loop, 3, 0)
-        grid.addWidget(mon, 3, 1)
-        grid.setRowStretch(2, 1)
+        return recipes
 
     @property
     def head(self) -> str | None:

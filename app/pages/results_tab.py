@@ -140,7 +140,26 @@ class ResultsTab(QWidget):
         self._cam_job: CliJob | None = None
         self._cam_dir: tempfile.TemporaryDirectory | None = None  # made at the first Grad-CAM
 
-        # ---- matrix ----
+        left = self._build_matrix()
+        self._build_side_tabs()
+        detail_box = self._build_details()
+
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(self.side_tabs)
+        right.addWidget(detail_box)
+        right.setSizes([420, PREVIEW])
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([500, 500])  # the matrix gets half: four classes fit without scrolling at 1280 px
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    def _build_matrix(self) -> QWidget:
+        """The left pane: which evaluation, counts or row shares, the zoom, the headline and the confusion matrix."""
         self.eval_choice = QComboBox()
         self.eval_choice.setObjectName("evaluationChoice")
         self.eval_choice.setToolTip("the best epoch's validation set (val), the test set, or an evaluated folder")
@@ -195,8 +214,10 @@ class ResultsTab(QWidget):
         caption.setWordWrap(True)
         ll.addWidget(caption)
         ll.addWidget(self.matrix, 1)
+        return left
 
-        # ---- gallery, pairs, per class, calibration ----
+    def _build_side_tabs(self) -> None:
+        """The gallery of a cell's images, the most confused pairs, per-class figures and the reliability diagram."""
         self.gallery_title = QLabel("")
         self.gallery_title.setObjectName("galleryTitle")
         self.all_errors = QPushButton("All errors")
@@ -247,7 +268,8 @@ class ResultsTab(QWidget):
         self.side_tabs.addTab(self.per_class, "Per class")
         self.side_tabs.addTab(self.reliability, "Calibration")
 
-        # ---- the selected image ----
+    def _build_details(self) -> QWidget:
+        """The selected image: its preview, what the network said, Grad-CAM and the manifest's actions."""
         self.preview = QLabel("Select an image")
         self.preview.setObjectName("preview")
         self.preview.setFixedSize(PREVIEW, PREVIEW)
@@ -293,20 +315,7 @@ class ResultsTab(QWidget):
         dl.addWidget(self.preview)
         dl.addLayout(info, 1)
         self._enable_actions(False)
-
-        right = QSplitter(Qt.Orientation.Vertical)
-        right.addWidget(self.side_tabs)
-        right.addWidget(detail_box)
-        right.setSizes([420, PREVIEW])
-        splitter = QSplitter()
-        splitter.addWidget(left)
-        splitter.addWidget(right)
-        splitter.setStretchFactor(0, 1)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([500, 500])  # the matrix gets half: four classes fit without scrolling at 1280 px
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(splitter)
+        return detail_box
 
     # ---- binding ---------------------------------------------------------------------------------
     def set_model(self, model: RunModel) -> None:
