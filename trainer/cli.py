@@ -59,6 +59,26 @@ def cmd_train(args) -> int:
     return report_end(run, launch(run, cfg, lock=lock))
 
 
+def _parser_train(sub) -> None:
+    p = sub.add_parser("train", help="train headless from a YAML config")
+    p.add_argument("config")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override config keys")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", help="use this run directory")
+    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
+    p.add_argument("--output-log", help="the file this command's output is sent to (the app's launch): moved into "
+                   "the run directory as output.log once it exists")
+    p.add_argument("--host", help="train on this host (main.py hosts; the same as --set device.host=NAME)")
+    p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
+                   "started there; follow it later with main.py mirror RUN_DIR")
+    p.set_defaults(func=cmd_train)
+
+    p.add_argument("--auto-choices", help="Auto's choices for this config (the JSON of `main.py auto --plan-only`), "
+                   "kept in the run as auto.json")
+
+
 def read_choices(path: str) -> list[dict]:
     """--auto-choices: Auto's choices (the JSON of `main.py auto --plan-only`, or its `choices` list)."""
     try:
@@ -100,6 +120,23 @@ def cmd_auto(args) -> int:
     return code
 
 
+def _parser_auto(sub) -> None:
+    p = sub.add_parser("auto", help="from an ImageFolder and a time budget to a trained, evaluated and exported model, "
+                       "every choice printed with its reason")
+    p.add_argument("folder", help="an ImageFolder (one sub-folder per class), or a folder with train/ and test/ "
+                   "(or val/) in it")
+    p.add_argument("--minutes", type=float, required=True, help="the whole budget, planning included; the test set "
+                   "and the export come after it")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override what Auto chose")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", help="use this run directory")
+    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
+    p.add_argument("--plan-only", action="store_true", help="print the plan as JSON (config, choices, probes) "
+                   "without training; the app starts it as a run")
+    p.add_argument("--output-log", help="as for train")
+    p.set_defaults(func=cmd_auto)
+
+
 def cmd_resume(args) -> int:
     from trainer.runs.runner import launch
     from trainer.train.preflight import preflight
@@ -133,6 +170,15 @@ def cmd_resume(args) -> int:
     return report_end(run, launch(run, cfg, resume=True, lock=lock))
 
 
+def _parser_resume(sub) -> None:
+    p = sub.add_parser("resume", help="continue a stopped, failed or killed run from its last good checkpoint")
+    p.add_argument("run_dir")
+    p.add_argument("--force", action="store_true", help="also resume a completed run")
+    p.add_argument("--epochs", type=int, metavar="TOTAL", help="extend the run (completed or early-stopped "
+                   "included) to this many epochs in all; the schedule rule is in docs/config.md")
+    p.set_defaults(func=cmd_resume)
+
+
 def cmd_check_data(args) -> int:
     from trainer.data.manifest import read_manifest
     from trainer.data.scan import format_report, scan_image_folder
@@ -155,12 +201,30 @@ def cmd_check_data(args) -> int:
     return 1 if result.problems() else 0
 
 
+def _parser_check_data(sub) -> None:
+    p = sub.add_parser("check-data", help="scan an ImageFolder tree without training")
+    p.add_argument("dir")
+    p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--exclude", help="a data.exclude manifest to honour (images left out or relabelled)")
+    p.add_argument("--host", help="scan the folder on this host (main.py hosts)")
+    p.set_defaults(func=cmd_check_data)
+
+
 def cmd_demo_data(args) -> int:
     from trainer.data.demo_data import write_demo_dataset
 
     root = write_demo_dataset(args.dir, per_class=args.per_class, size=args.size, seed=args.seed)
     print(f"wrote the demo dataset to {root}")
     return 0
+
+
+def _parser_demo_data(sub) -> None:
+    p = sub.add_parser("demo-data", help="write the built-in demo dataset (drawn shapes)")
+    p.add_argument("dir")
+    p.add_argument("--per-class", type=int, default=250)
+    p.add_argument("--size", type=int, default=48)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo_data)
 
 
 def cmd_slurm(args) -> int:
@@ -199,6 +263,16 @@ def cmd_slurm(args) -> int:
     return 0
 
 
+def _parser_slurm(sub) -> None:
+    p = sub.add_parser("slurm", help="print a SLURM batch script for a multi-node run of CONFIG")
+    p.add_argument("config")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", help="write the script here instead of printing it")
+    p.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per node's task (default: what the config "
+                   "asks for, the processes and their data-loader workers)")
+    p.set_defaults(func=cmd_slurm)
+
+
 def cmd_describe_model(args) -> int:
     """JSON on stdout: the model's parameter tensors, its head and the normalisation its weights mean (for the
     app's Model page and parameter-groups editor); with --store, the model store table."""
@@ -227,6 +301,17 @@ def cmd_describe_model(args) -> int:
     return 0
 
 
+def _parser_describe_model(sub) -> None:
+    p = sub.add_parser("describe-model", help="JSON list of a model's parameter tensors")
+    p.add_argument("name", nargs="?", default="small_cnn")
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--weights", help="the weights whose normalisation to report (a name the model offers)")
+    p.add_argument("--list", action="store_true", help="list torchvision classifiers instead")
+    p.add_argument("--store", action="store_true", help="the model store: every torchvision classifier with its "
+                   "published figures and whether its weights are cached")
+    p.set_defaults(func=cmd_describe_model)
+
+
 def cmd_evaluate(args) -> int:
     """Evaluate a run's checkpoint on a folder: RUN_DIR/eval/NAME/metrics.json and predictions.csv."""
     from trainer.deploy.evaluation import evaluate_run
@@ -238,6 +323,16 @@ def cmd_evaluate(args) -> int:
                                          else ""))
     print(f"wrote {folder / 'metrics.json'} and {folder / 'predictions.csv'}")
     return 0
+
+
+def _parser_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="evaluate a run's checkpoint on a folder (metrics and per-image predictions)")
+    p.add_argument("run_dir")
+    p.add_argument("--data", help="the ImageFolder to evaluate (default: the run's data.test_dir)")
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.add_argument("--name", help="the evaluation's name under RUN_DIR/eval/ (default: the folder's; val is reserved)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation of the same folder")
+    p.set_defaults(func=cmd_evaluate)
 
 
 def cmd_queue(args) -> int:
@@ -284,6 +379,19 @@ def cmd_queue(args) -> int:
     return 0
 
 
+def _parser_queue(sub) -> None:
+    p = sub.add_parser("queue", help="the run queue: add, list, run (the scheduler), hold, release, move, remove, "
+                       "retry")
+    p.add_argument("action", choices=("add", "list", "run", "hold", "release", "move", "remove", "retry"))
+    p.add_argument("target", nargs="?", help="add: the config file; hold/release/move/remove/retry: the run directory")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="add: override config keys")
+    p.add_argument("--runs-dir", help="the runs directory whose queue this is (default ./runs)")
+    p.add_argument("--until-empty", action="store_true", help="run: stop once nothing is waiting or running")
+    p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
+    p.add_argument("--to", type=int, default=0, help="move: the new place in the queue (0 = next)")
+    p.set_defaults(func=cmd_queue)
+
+
 def cmd_sweep(args) -> int:
     """Queue every trial of a sweep file (grid / random), or run an Optuna study (method: optuna)."""
     from trainer.runs.sweep import queue_sweep, read_sweep
@@ -302,6 +410,13 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _parser_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="queue the runs of a sweep file (grid, random; optuna with pruning)")
+    p.add_argument("sweep")
+    p.add_argument("--runs-dir", help="the runs directory whose queue gets the trials (default ./runs)")
+    p.set_defaults(func=cmd_sweep)
+
+
 def cmd_grad_cam(args) -> int:
     """Grad-CAM of a run's checkpoint on one image: the overlay PNG, and a JSON summary on stdout."""
     from trainer.deploy.gradcam import NoSpatialLayer, grad_cam_for_run
@@ -316,6 +431,16 @@ def cmd_grad_cam(args) -> int:
         raise CommandError(f"{args.run_dir}: {e}") from e
     print(json.dumps(result))
     return 0
+
+
+def _parser_grad_cam(sub) -> None:
+    p = sub.add_parser("grad-cam", help="Grad-CAM overlay: where a run's network sees the evidence in an image")
+    p.add_argument("run_dir")
+    p.add_argument("image")
+    p.add_argument("--out", required=True, help="the overlay PNG to write")
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.add_argument("--class", dest="cls", help="explain this class (default: the predicted one)")
+    p.set_defaults(func=cmd_grad_cam)
 
 
 def cmd_fetch_weights(args) -> int:
@@ -345,6 +470,13 @@ def cmd_fetch_weights(args) -> int:
     return 0
 
 
+def _parser_fetch_weights(sub) -> None:
+    p = sub.add_parser("fetch-weights", help="download a model's pretrained weights into the cache (for offline use)")
+    p.add_argument("model", help="a torchvision classifier (resnet50, ...) or timm:NAME")
+    p.add_argument("weights", nargs="?", default="DEFAULT", help="a name the model offers (default: DEFAULT)")
+    p.set_defaults(func=cmd_fetch_weights)
+
+
 def cmd_probe_devices(args) -> int:
     """JSON on stdout: this machine's facts and the trainer's verdicts on them (what auto precision picks and
     why, which options are refused and why); the app shows these and keeps no rule of its own."""
@@ -368,6 +500,16 @@ def cmd_probe_devices(args) -> int:
         "refused": refusals(facts),
     }))
     return 0
+
+
+def _parser_probe_devices(sub) -> None:
+    p = sub.add_parser("probe-devices", help="JSON of GPUs and distributed backends available here")
+    p.add_argument("--host", help="probe this host instead (main.py hosts)")
+    p.set_defaults(func=cmd_probe_devices)
+
+    from trainer.remote.remote_cli import add_parsers
+
+    add_parsers(sub)
 
 
 def cmd_export(args) -> int:
@@ -394,6 +536,23 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _parser_export(sub) -> None:
+    p = sub.add_parser("export", help="export a run's checkpoint for other tools")
+    p.add_argument("run_dir")
+    p.add_argument("--format", default=DEFAULT_EXPORT_FORMAT, choices=tuple(EXPORT_FORMATS),
+                   help=f"default {DEFAULT_EXPORT_FORMAT} (torch.export); torchscript is deprecated")
+    p.add_argument("--out", required=True)
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
+    p.add_argument("--int8", default="auto", choices=INT8_METHODS,
+                   help="onnx_int8: static (calibrated; auto picks it for networks with convolutions) or dynamic")
+    p.add_argument("--calibration", metavar="FOLDER", help="onnx_int8: calibrate on the images in this folder (any "
+                   "depth; on the host for a remote run) instead of a sample of the run's training split")
+    p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES, metavar="N",
+                   help=f"onnx_int8: how many images to calibrate on, chosen with the run's seed (default "
+                   f"{CALIBRATION_IMAGES})")
+    p.set_defaults(func=cmd_export)
+
+
 def cmd_predict(args) -> int:
     """Classify images or folders; an unreadable file is named (exit 2) and the others are still printed."""
     from trainer.deploy.export import predict
@@ -413,6 +572,16 @@ def cmd_predict(args) -> int:
         elif not args.json:
             print("\t".join([printable_path(r.path)] + [f"{c}\t{p:.3f}" for c, p in r.top]))
     return 2 if any(r.error for r in results) else 0
+
+
+def _parser_predict(sub) -> None:
+    p = sub.add_parser("predict", help="classify images with a run's checkpoint or an exported model")
+    p.add_argument("model", help="a run directory or an exported model file (with its .json beside it)")
+    p.add_argument("images", nargs="+", help="image files or folders of them")
+    p.add_argument("--top", type=int, default=1, help="print this many classes per image, best first")
+    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS, help="with a run directory")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=cmd_predict)
 
 
 def cmd_lr_find(args) -> int:
@@ -441,151 +610,7 @@ def cmd_lr_find(args) -> int:
     return 0
 
 
-def cmd_standby(args) -> int:
-    from trainer.runs.standby import serve
-
-    return serve(main)  # handed the entry point: standby does not import the CLI back
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck: train image classifiers.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("train", help="train headless from a YAML config")
-    p.add_argument("config")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override config keys")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="use this run directory")
-    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
-    p.add_argument("--output-log", help="the file this command's output is sent to (the app's launch): moved into "
-                   "the run directory as output.log once it exists")
-    p.add_argument("--host", help="train on this host (main.py hosts; the same as --set device.host=NAME)")
-    p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
-                   "started there; follow it later with main.py mirror RUN_DIR")
-    p.set_defaults(func=cmd_train)
-
-    p.add_argument("--auto-choices", help="Auto's choices for this config (the JSON of `main.py auto --plan-only`), "
-                   "kept in the run as auto.json")
-
-    p = sub.add_parser("auto", help="from an ImageFolder and a time budget to a trained, evaluated and exported model, "
-                       "every choice printed with its reason")
-    p.add_argument("folder", help="an ImageFolder (one sub-folder per class), or a folder with train/ and test/ "
-                   "(or val/) in it")
-    p.add_argument("--minutes", type=float, required=True, help="the whole budget, planning included; the test set "
-                   "and the export come after it")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override what Auto chose")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="use this run directory")
-    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
-    p.add_argument("--plan-only", action="store_true", help="print the plan as JSON (config, choices, probes) "
-                   "without training; the app starts it as a run")
-    p.add_argument("--output-log", help="as for train")
-    p.set_defaults(func=cmd_auto)
-
-    p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "
-                       "(JSON: argv, output); the app keeps one ready so Start is quicker")
-    p.set_defaults(func=cmd_standby)
-
-    p = sub.add_parser("resume", help="continue a stopped, failed or killed run from its last good checkpoint")
-    p.add_argument("run_dir")
-    p.add_argument("--force", action="store_true", help="also resume a completed run")
-    p.add_argument("--epochs", type=int, metavar="TOTAL", help="extend the run (completed or early-stopped "
-                   "included) to this many epochs in all; the schedule rule is in docs/config.md")
-    p.set_defaults(func=cmd_resume)
-
-    p = sub.add_parser("check-data", help="scan an ImageFolder tree without training")
-    p.add_argument("dir")
-    p.add_argument("--json", help="also write the report as JSON to this file")
-    p.add_argument("--exclude", help="a data.exclude manifest to honour (images left out or relabelled)")
-    p.add_argument("--host", help="scan the folder on this host (main.py hosts)")
-    p.set_defaults(func=cmd_check_data)
-
-    p = sub.add_parser("demo-data", help="write the built-in demo dataset (drawn shapes)")
-    p.add_argument("dir")
-    p.add_argument("--per-class", type=int, default=250)
-    p.add_argument("--size", type=int, default=48)
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_demo_data)
-
-    p = sub.add_parser("slurm", help="print a SLURM batch script for a multi-node run of CONFIG")
-    p.add_argument("config")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
-    p.add_argument("--out", help="write the script here instead of printing it")
-    p.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per node's task (default: what the config "
-                   "asks for, the processes and their data-loader workers)")
-    p.set_defaults(func=cmd_slurm)
-
-    p = sub.add_parser("describe-model", help="JSON list of a model's parameter tensors")
-    p.add_argument("name", nargs="?", default="small_cnn")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--weights", help="the weights whose normalisation to report (a name the model offers)")
-    p.add_argument("--list", action="store_true", help="list torchvision classifiers instead")
-    p.add_argument("--store", action="store_true", help="the model store: every torchvision classifier with its "
-                   "published figures and whether its weights are cached")
-    p.set_defaults(func=cmd_describe_model)
-
-    p = sub.add_parser("evaluate", help="evaluate a run's checkpoint on a folder (metrics and per-image predictions)")
-    p.add_argument("run_dir")
-    p.add_argument("--data", help="the ImageFolder to evaluate (default: the run's data.test_dir)")
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
-    p.add_argument("--name", help="the evaluation's name under RUN_DIR/eval/ (default: the folder's; val is reserved)")
-    p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation of the same folder")
-    p.set_defaults(func=cmd_evaluate)
-
-    p = sub.add_parser("queue", help="the run queue: add, list, run (the scheduler), hold, release, move, remove, "
-                       "retry")
-    p.add_argument("action", choices=("add", "list", "run", "hold", "release", "move", "remove", "retry"))
-    p.add_argument("target", nargs="?", help="add: the config file; hold/release/move/remove/retry: the run directory")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="add: override config keys")
-    p.add_argument("--runs-dir", help="the runs directory whose queue this is (default ./runs)")
-    p.add_argument("--until-empty", action="store_true", help="run: stop once nothing is waiting or running")
-    p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
-    p.add_argument("--to", type=int, default=0, help="move: the new place in the queue (0 = next)")
-    p.set_defaults(func=cmd_queue)
-
-    p = sub.add_parser("sweep", help="queue the runs of a sweep file (grid, random; optuna with pruning)")
-    p.add_argument("sweep")
-    p.add_argument("--runs-dir", help="the runs directory whose queue gets the trials (default ./runs)")
-    p.set_defaults(func=cmd_sweep)
-
-    p = sub.add_parser("grad-cam", help="Grad-CAM overlay: where a run's network sees the evidence in an image")
-    p.add_argument("run_dir")
-    p.add_argument("image")
-    p.add_argument("--out", required=True, help="the overlay PNG to write")
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
-    p.add_argument("--class", dest="cls", help="explain this class (default: the predicted one)")
-    p.set_defaults(func=cmd_grad_cam)
-
-    p = sub.add_parser("fetch-weights", help="download a model's pretrained weights into the cache (for offline use)")
-    p.add_argument("model", help="a torchvision classifier (resnet50, ...) or timm:NAME")
-    p.add_argument("weights", nargs="?", default="DEFAULT", help="a name the model offers (default: DEFAULT)")
-    p.set_defaults(func=cmd_fetch_weights)
-
-    p = sub.add_parser("probe-devices", help="JSON of GPUs and distributed backends available here")
-    p.add_argument("--host", help="probe this host instead (main.py hosts)")
-    p.set_defaults(func=cmd_probe_devices)
-
-    from trainer.remote.remote_cli import add_parsers
-
-    add_parsers(sub)
-
-    p = sub.add_parser("export", help="export a run's checkpoint for other tools")
-    p.add_argument("run_dir")
-    p.add_argument("--format", default=DEFAULT_EXPORT_FORMAT, choices=tuple(EXPORT_FORMATS),
-                   help=f"default {DEFAULT_EXPORT_FORMAT} (torch.export); torchscript is deprecated")
-    p.add_argument("--out", required=True)
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
-    p.add_argument("--int8", default="auto", choices=INT8_METHODS,
-                   help="onnx_int8: static (calibrated; auto picks it for networks with convolutions) or dynamic")
-    p.add_argument("--calibration", metavar="FOLDER", help="onnx_int8: calibrate on the images in this folder (any "
-                   "depth; on the host for a remote run) instead of a sample of the run's training split")
-    p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES, metavar="N",
-                   help=f"onnx_int8: how many images to calibrate on, chosen with the run's seed (default "
-                   f"{CALIBRATION_IMAGES})")
-    p.set_defaults(func=cmd_export)
-
+def _parser_lr_find(sub) -> None:
     p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")
     p.add_argument("config")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
@@ -596,13 +621,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", action="store_true", help="write the suggestion into the config file")
     p.set_defaults(func=cmd_lr_find)
 
-    p = sub.add_parser("predict", help="classify images with a run's checkpoint or an exported model")
-    p.add_argument("model", help="a run directory or an exported model file (with its .json beside it)")
-    p.add_argument("images", nargs="+", help="image files or folders of them")
-    p.add_argument("--top", type=int, default=1, help="print this many classes per image, best first")
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS, help="with a run directory")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.set_defaults(func=cmd_predict)
+
+def cmd_standby(args) -> int:
+    from trainer.runs.standby import serve
+
+    return serve(main)  # handed the entry point: standby does not import the CLI back
+
+
+def _parser_standby(sub) -> None:
+    p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "
+                       "(JSON: argv, output); the app keeps one ready so Start is quicker")
+    p.set_defaults(func=cmd_standby)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck: train image classifiers.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for add in (  # each command's parser is declared beside the command
+        _parser_train,
+        _parser_auto,
+        _parser_standby,
+        _parser_resume,
+        _parser_check_data,
+        _parser_demo_data,
+        _parser_slurm,
+        _parser_describe_model,
+        _parser_evaluate,
+        _parser_queue,
+        _parser_sweep,
+        _parser_grad_cam,
+        _parser_fetch_weights,
+        _parser_probe_devices,
+        _parser_export,
+        _parser_lr_find,
+        _parser_predict,
+    ):
+        add(sub)
     return parser
 
 
