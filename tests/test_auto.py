@@ -112,11 +112,15 @@ def test_train_budget_ends_a_long_run_in_time_and_keeps_a_model(shapes_dir, tmp_
     assert result.returncode == 0, result.stderr[-2000:]
     run = RunDir(tmp_path / "run")
     events = read_events(run.events)
-    assert events[-1]["time"] - events[0]["time"] < 6 + 3, "the budget counts from the trainer's start"
+    # through the trainer's own clock, not this machine's speed: no step begun after the budget ran out from the
+    # trainer's first event (the step in flight at that moment may end just past it)
+    steps = [e["time"] for e in events if e["event"] == "step"]
+    interval = max((b - a for a, b in zip(steps, steps[1:])), default=0)
+    assert steps[-1] - events[0]["time"] <= 6 + interval, "the budget counts from the trainer's start"
     status = run.read_status()
     assert status["state"] == "completed" and status["reason"] == "budget" and "train.budget" in status["message"]
     end = read_events(run.events)[-1]
-    assert end["event"] == "run_end" and end["reason"] == "budget" and end["budget_epoch"] == status["epoch"] > 1
+    assert end["event"] == "run_end" and end["reason"] == "budget" and end["budget_epoch"] == status["epoch"] >= 1
     assert (run.checkpoints / "best.pt").exists()
 
 

@@ -161,59 +161,16 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     say = progress or (lambda text: None)
     if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
         raise AutoError(f"--minutes: give a number of minutes from {MIN_MINUTES:g} to {MAX_MINUTES:g}, got {minutes:g}")
-    root = Path(folder).expanduser()
-    if not root.is_dir():
-        raise AutoError(f"{root}: no such folder (give an ImageFolder: one sub-folder of images per class)")
-    layout = find_layout(root)
-    say(f"scanning {layout['train_dir']}")
-    try:
-        scan = scan_image_folder(layout["train_dir"], full=False)
-    except DataError as e:
-        raise AutoError(str(e)) from e
-    problems = scan.problems()
-    if problems:
-        raise AutoError(problems[0])
+    layout, scan = _scan(Path(folder).expanduser(), say)
     choices: list[Choice] = []
 
     def choose(key: str, value, why: str) -> None:
         choices.append(Choice(key, value, why))
 
-    counts = scan.counts
-    n = len(scan.samples)
     budget_s = minutes * 60
-    choose("data.train_dir", layout["train_dir"], f"{len(scan.classes)} classes, {n} images"
-           + (" (the folder's own train/ split)" if layout["val_dir"] or layout["test_dir"] else ""))
-    if layout["test_dir"]:
-        choose("data.test_dir", layout["test_dir"], "the folder has a test/ split: evaluated once at the end")
-        test_share = 0.0
-    else:
-        test_share = TEST_SPLIT
-        choose("data.test_split", TEST_SPLIT, f"no test folder: {TEST_SPLIT:.0%} of each class is held out "
-                                              f"(seeded; the files stay where they are) and evaluated once at the end")
-    if layout["val_dir"]:
-        choose("data.val_dir", layout["val_dir"], "the folder has a val/ split")
-        train_images, val_images = int(n * (1 - test_share)), None
-    else:
-        choose("data.val_split", VAL_SPLIT, f"{VAL_SPLIT:.0%} of the rest validates each epoch (stratified)")
-        train_images = int(n * (1 - test_share) * (1 - VAL_SPLIT))
-        val_images = int(n * (1 - test_share) * VAL_SPLIT)
-    if val_images is None:
-        val_images = len(scan_image_folder(layout["val_dir"], full=False).samples)
-
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-    if cuda:
-        props = torch.cuda.get_device_properties(0)
-        choose("device.type", "cuda", f"{props.name} ({props.total_memory / 2**30:.0f} GB); one GPU")
-    else:
-        from trainer.data.loader import usable_cpus
-
-        choose("device.type", "cpu", f"no CUDA GPU here; {usable_cpus()} CPU cores")
-    from trainer.device.precision import choose_precision
-
-    precision, precision_why = choose_precision("auto", device)
-    choose("train.amp", "auto", f"{precision}: {precision_why.removeprefix('auto: ')}")
-
+    train_images, val_images = _split_choices(layout, scan, choose)
+    device, precision = _device_choices(choose)
+    cuda = device.type == "cuda"
     cached = cached_weights()
     kind = "pretrained" if cached else "scratch"
     flips, why_flips = flip_rule(scan)
@@ -228,29 +185,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     sizes = candidate_sizes(scan, bool(cached))
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
-    probes: list[Measured] = []
-    chosen: Measured | None = None
-    for name, weights in candidates:
-        for size in sizes:
-            if probes and time.time() - started > budget_s * PLAN_SHARE * 0.6:
-                break  # the probe has used its share (a slow scan included); the fastest measured so far wins below
-            batch = batch_for(size, cuda)
-            # the slowest speed that still trains `need` epochs
-            floor = train_images * need / max(train_s, 1.0)
-            say(f"measuring {name} at {size} px")
-            m = measure(name, weights, size, batch, len(scan.classes), device, precision, reject_below=floor)
-            m.epoch_s = epoch_seconds(m, train_images, val_images, tta)
-            m.epochs = int(train_s * EPOCH_MARGIN // m.epoch_s)
-            probes.append(m)
-            log.info("auto probe: %s at %d px, batch %d: %.0f images/s training, %.0f validating -> %d epochs",
-                     name, size, batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
-            if m.epochs >= need:
-                chosen = m
-                break
-        if chosen is not None:
-            break
-    if chosen is None:  # nothing trains enough epochs: the fastest measured
-        chosen = max(probes, key=lambda p: p.epochs)
+    chosen, probes = _probe(candidates, sizes, need, train_s, (train_images, val_images, len(scan.classes)), tta,
+                            device, precision, lambda: time.time() - started > budget_s * PLAN_SHARE * 0.6, say)
     reason = (f"{why_kind}; the first of {', '.join(n for n, _ in candidates)} (best first) that trains at least "
               f"{need} epochs in the budget: {chosen.train_images_per_s:.0f} images/s measured at {chosen.size} px")
     if chosen.epochs < need:
@@ -264,39 +200,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                            f"{', '.join(map(str, sizes))} at which {chosen.model} fits the budget")
     choose("data.batch_size", chosen.batch, "what this device trains well at this size" + ("" if cuda else
                                                                                              " on a CPU"))
-    raw = {
-        "data": {**{k: v for k, v in layout.items() if v}, "image_size": chosen.size, "batch_size": chosen.batch,
-                 "augment": {"hflip": flips, "random_resized_crop": True,
-                             "crop_scale_min": 0.35 if cached else 0.5, "color_jitter": 0.0}},
-        "model": {"name": chosen.model, "weights": chosen.weights},
-        "loss": {"label_smoothing": 0.1, "class_weights": "auto" if scan.unbalanced else "none"},
-        "optimizer": {"name": "adamw", "weight_decay": 0.05, "norm_weight_decay": 0.0},
-        "scheduler": {"name": "onecycle"},
-        "train": {"amp": "auto", "seed": 0},
-        "eval": {"tta": tta},
-        "export": {"formats": ["onnx"]},
-        "device": {"type": device.type, "gpus": [0]},
-    }
-    if not layout["test_dir"]:
-        raw["data"]["test_split"] = TEST_SPLIT
-    if not layout["val_dir"]:
-        raw["data"]["val_split"] = VAL_SPLIT
-    choose("data.augment.hflip", flips, why_flips)
-    choose("data.augment.crop_scale_min", raw["data"]["augment"]["crop_scale_min"],
-           "random crops of at least this share of the image: milder than ImageNet's 0.08 for a short run")
-    smallest, largest = min(counts.values()), max(counts.values())
-    choose("loss.class_weights", raw["loss"]["class_weights"],
-           f"classes from {smallest} to {largest} images: " + ("rarer classes weigh more" if scan.unbalanced
-                                                              else "balanced enough"))
-    choose("loss.label_smoothing", 0.1, "torchvision's and timm's recipes: less over-confident, better calibrated")
-    choose("optimizer.name", "adamw", "one optimizer that suits every candidate network, with a one-cycle schedule")
-    choose("optimizer.norm_weight_decay", 0.0, "no weight decay on normalisation weights and biases (torchvision, "
-                                               "timm)")
-    choose("scheduler.name", "onecycle", "warm-up over 30% of the steps, then cosine annealing: fastai's "
-                                         "fit_one_cycle; fits a fixed number of epochs")
-    choose("eval.tta", tta, "flip test-time augmentation: the mean of the image's and its mirror's logits"
-           if tta else f"no mirror images: {why_flips}")
-
+    raw = _recipe(layout, scan, chosen, bool(cached), (flips, why_flips), device, choose)
     cfg = RunConfig.from_dict(raw, source="auto")
     # the learning rate: a short sweep, which also decodes the images into the cache the run will read
     sweep_s = max(0.0, budget_s * PLAN_SHARE - (time.time() - started))
@@ -336,16 +240,158 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("train.progressive_resize", 0.0, "off: with few epochs, a changing size makes each epoch's time less "
                                             "predictable, and the budget is the rule")
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
-    if overrides:  # the user's word is last
-        cfg = cfg.with_overrides(overrides)
-        for item in overrides:
-            key, _, _ = item.partition("=")
-            node = cfg.to_dict()
-            for part in key.strip().split("."):
-                node = node[part]
-            choices = [c for c in choices if c.key != key.strip()]
-            choices.append(Choice(key.strip(), node, "set by you (--set)"))
+    cfg, choices = _with_overrides(cfg, choices, overrides or [])
     return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, time.time() - started)
+
+
+def _scan(root: Path, say: Callable[[str], None]) -> tuple[dict, ScanResult]:
+    """The folder's own splits (`find_layout`) and the scan of its training images; AutoError for an unusable one."""
+    if not root.is_dir():
+        raise AutoError(f"{root}: no such folder (give an ImageFolder: one sub-folder of images per class)")
+    layout = find_layout(root)
+    say(f"scanning {layout['train_dir']}")
+    try:
+        scan = scan_image_folder(layout["train_dir"], full=False)
+    except DataError as e:
+        raise AutoError(str(e)) from e
+    problems = scan.problems()
+    if problems:
+        raise AutoError(problems[0])
+    return layout, scan
+
+
+def _split_choices(layout: dict, scan: ScanResult, choose: Callable) -> tuple[int, int]:
+    """The folder's splits as choices (its own test/ and val/, else seeded held-out shares); the images each gets."""
+    n = len(scan.samples)
+    choose("data.train_dir", layout["train_dir"], f"{len(scan.classes)} classes, {n} images"
+           + (" (the folder's own train/ split)" if layout["val_dir"] or layout["test_dir"] else ""))
+    if layout["test_dir"]:
+        choose("data.test_dir", layout["test_dir"], "the folder has a test/ split: evaluated once at the end")
+        test_share = 0.0
+    else:
+        test_share = TEST_SPLIT
+        choose("data.test_split", TEST_SPLIT, f"no test folder: {TEST_SPLIT:.0%} of each class is held out "
+                                              f"(seeded; the files stay where they are) and evaluated once at the end")
+    if layout["val_dir"]:
+        choose("data.val_dir", layout["val_dir"], "the folder has a val/ split")
+        train_images, val_images = int(n * (1 - test_share)), None
+    else:
+        choose("data.val_split", VAL_SPLIT, f"{VAL_SPLIT:.0%} of the rest validates each epoch (stratified)")
+        train_images = int(n * (1 - test_share) * (1 - VAL_SPLIT))
+        val_images = int(n * (1 - test_share) * VAL_SPLIT)
+    if val_images is None:
+        val_images = len(scan_image_folder(layout["val_dir"], full=False).samples)
+
+    return train_images, val_images
+
+
+def _device_choices(choose: Callable) -> tuple[torch.device, str]:
+    """One GPU when there is one, else the CPU; the precision the trainer picks on it."""
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    if cuda:
+        props = torch.cuda.get_device_properties(0)
+        choose("device.type", "cuda", f"{props.name} ({props.total_memory / 2**30:.0f} GB); one GPU")
+    else:
+        from trainer.data.loader import usable_cpus
+
+        choose("device.type", "cpu", f"no CUDA GPU here; {usable_cpus()} CPU cores")
+    from trainer.device.precision import choose_precision
+
+    precision, precision_why = choose_precision("auto", device)
+    choose("train.amp", "auto", f"{precision}: {precision_why.removeprefix('auto: ')}")
+
+    return device, precision
+
+
+def _probe(candidates: list, sizes: list[int], need: int, train_s: float, images: tuple[int, int, int], tta: bool,
+           device: torch.device, precision: str, out_of_time: Callable[[], bool],
+           say: Callable[[str], None]) -> tuple[Measured, list[Measured]]:
+    """Measure the candidates, best first, each at the sizes largest first, until one trains `need` epochs in
+    `train_s`; else the one that trains the most. At least one is always measured (a slow scan may have used the
+    probe's time already)."""
+    train_images, val_images, classes = images
+    cuda = device.type == "cuda"
+    probes: list[Measured] = []
+    chosen: Measured | None = None
+    for name, weights in candidates:
+        for size in sizes:
+            if probes and out_of_time():
+                break  # the probe has used its share (a slow scan included); the fastest measured so far wins below
+            batch = batch_for(size, cuda)
+            # the slowest speed that still trains `need` epochs
+            floor = train_images * need / max(train_s, 1.0)
+            say(f"measuring {name} at {size} px")
+            m = measure(name, weights, size, batch, classes, device, precision, reject_below=floor)
+            m.epoch_s = epoch_seconds(m, train_images, val_images, tta)
+            m.epochs = int(train_s * EPOCH_MARGIN // m.epoch_s)
+            probes.append(m)
+            log.info("auto probe: %s at %d px, batch %d: %.0f images/s training, %.0f validating -> %d epochs",
+                     name, size, batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
+            if m.epochs >= need:
+                chosen = m
+                break
+        if chosen is not None:
+            break
+    if chosen is None:  # nothing trains enough epochs: the fastest measured
+        chosen = max(probes, key=lambda p: p.epochs)
+    return chosen, probes
+
+
+def _recipe(layout: dict, scan: ScanResult, chosen: Measured, pretrained: bool, flip_rule_said: tuple[bool, str],
+            device: torch.device, choose: Callable) -> dict:
+    """The config of the chosen network: the folder's splits, augmentation, loss, AdamW with one-cycle, flip
+    test-time augmentation, the ONNX export; each ingredient a choice with its reason."""
+    flips, why_flips = flip_rule_said
+    tta = flips
+    counts = scan.counts
+    raw = {
+        "data": {**{k: v for k, v in layout.items() if v}, "image_size": chosen.size, "batch_size": chosen.batch,
+                 "augment": {"hflip": flips, "random_resized_crop": True,
+                             "crop_scale_min": 0.35 if pretrained else 0.5, "color_jitter": 0.0}},
+        "model": {"name": chosen.model, "weights": chosen.weights},
+        "loss": {"label_smoothing": 0.1, "class_weights": "auto" if scan.unbalanced else "none"},
+        "optimizer": {"name": "adamw", "weight_decay": 0.05, "norm_weight_decay": 0.0},
+        "scheduler": {"name": "onecycle"},
+        "train": {"amp": "auto", "seed": 0},
+        "eval": {"tta": tta},
+        "export": {"formats": ["onnx"]},
+        "device": {"type": device.type, "gpus": [0]},
+    }
+    if not layout["test_dir"]:
+        raw["data"]["test_split"] = TEST_SPLIT
+    if not layout["val_dir"]:
+        raw["data"]["val_split"] = VAL_SPLIT
+    choose("data.augment.hflip", flips, why_flips)
+    choose("data.augment.crop_scale_min", raw["data"]["augment"]["crop_scale_min"],
+           "random crops of at least this share of the image: milder than ImageNet's 0.08 for a short run")
+    smallest, largest = min(counts.values()), max(counts.values())
+    choose("loss.class_weights", raw["loss"]["class_weights"],
+           f"classes from {smallest} to {largest} images: " + ("rarer classes weigh more" if scan.unbalanced
+                                                              else "balanced enough"))
+    choose("loss.label_smoothing", 0.1, "torchvision's and timm's recipes: less over-confident, better calibrated")
+    choose("optimizer.name", "adamw", "one optimizer that suits every candidate network, with a one-cycle schedule")
+    choose("optimizer.norm_weight_decay", 0.0, "no weight decay on normalisation weights and biases (torchvision, "
+                                               "timm)")
+    choose("scheduler.name", "onecycle", "warm-up over 30% of the steps, then cosine annealing: fastai's "
+                                         "fit_one_cycle; fits a fixed number of epochs")
+    choose("eval.tta", tta, "flip test-time augmentation: the mean of the image's and its mirror's logits"
+           if tta else f"no mirror images: {why_flips}")
+
+    return raw
+
+
+def _with_overrides(cfg: RunConfig, choices: list[Choice], overrides: list[str]) -> tuple[RunConfig, list[Choice]]:
+    """The user's `--set` values, last: applied, and listed as theirs in place of Auto's choice of the same key."""
+    cfg = cfg.with_overrides(overrides) if overrides else cfg
+    for item in overrides:
+        key, _, _ = item.partition("=")
+        node = cfg.to_dict()
+        for part in key.strip().split("."):
+            node = node[part]
+        choices = [c for c in choices if c.key != key.strip()]
+        choices.append(Choice(key.strip(), node, "set by you (--set)"))
+    return cfg, choices
 
 
 def sweep_lr(cfg: RunConfig, steps: int) -> tuple[float, str]:
