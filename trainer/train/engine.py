@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from trainer.core.config import ConfigError, RunConfig, load_config
-from trainer.core.errors import InputError, first_line
+from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir
 from trainer.data.cache import Interrupted
+from trainer.deploy.finish import finish_run
 from trainer.device.strategy import LaunchError, Strategy, make_strategy
 from trainer.model.checkpoint import CheckpointWriteError, TrainState, describe_write_failure
 from trainer.train.loop import Diverged, Loop
@@ -137,18 +138,9 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
-        if state == "completed" and strategy.is_main:
-            if cfg.data.test_dir or parts.data.test:
-                evaluate_test_set(run, reporter, parts.data.test, cfg.data)
-            export_formats(run, reporter, cfg.export.formats)
-        code = EXIT_OK
-        message = "stopped by request; resume to continue" if state == "stopped" else ""
-        if loop.out_of_budget:
-            message = (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
-                       f"with `main.py resume RUN_DIR --epochs N`)")
-        if loop.state.early_stopped:
-            message = (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving "
-                       f"(continue it with `main.py resume RUN_DIR --epochs N`)")
+        if state == "completed" and strategy.is_main:  # the run's end is the deploy package's: test set, exports
+            finish_run(run, reporter, parts.data.test, cfg)
+        code, message = EXIT_OK, ending_message(state, loop, cfg)
     except Interrupted:
         state, code = "stopped", EXIT_OK
         message = "stopped by request while preparing, before the first step; start it again to continue"
@@ -233,45 +225,15 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
                  strategy.description, parts.precision.amp, parts.precision_reason, parts.data.cache, parts.workers)
 
 
-def evaluate_test_set(run: RunDir, reporter: Reporter, held_out: list[tuple[str, int]], data) -> None:
-    """data.test_dir (or the images data.test_split held out), once, with best.pt: eval/test/ and a `test` event
-    (what the run summary shows)."""
-    from trainer.deploy.evaluation import evaluate_run, evaluate_samples, summary
-    from trainer.deploy.inference import load_run_model
-
-    reporter.prepare("test", "evaluating the test set with best.pt")
-    if data.test_dir:
-        folder, metrics = evaluate_run(run.path, None, "best", overwrite=True)  # an extended run evaluates it again
-    else:
-        where = f"{data.train_dir} (data.test_split {data.test_split:g}: {len(held_out)} images held out)"
-        metrics = evaluate_samples(run.path, load_run_model(run, "best"), held_out, "test", where)
-        folder = run.path / "eval" / "test"
-    reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
-    run.write_status(test_acc=metrics["accuracy"])  # the runs table's test column
-    log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
-
-
-def export_formats(run: RunDir, reporter: Reporter, formats: list[str]) -> None:
-    """export.formats: best.pt into RUN_DIR/exports/model.EXT (+ its model card), each with an `export` event."""
-    from trainer.core.catalog import EXPORT_FORMATS
-    from trainer.deploy.export import export_run
-    from trainer.deploy.model_card import read_card, summary
-
-    for fmt in formats:
-        reporter.prepare("export", f"exporting best.pt as {fmt}")
-        try:
-            path = export_run(run, fmt, run.path / "exports" / f"model{EXPORT_FORMATS[fmt]}")
-        except Exception as e:  # noqa: BLE001 - the run trained: its checkpoints stand, the export can be redone
-            message = (f"export as {fmt} failed ({first_line(e)}); the run and its checkpoints are kept: export it "
-                       f"again with `main.py export {run.path} --format {fmt}`")
-            log.warning("%s", message)
-            trace_log.debug("%s", traceback.format_exc())
-            reporter.emit("warning", kind="export_failed", message=message, format=fmt)
-            continue
-        card = read_card(path) or {}
-        reporter.emit("export", format=fmt, path=str(path), bytes=card.get("file", {}).get("bytes"),
-                      top1=(card.get("metrics") or {}).get("top1"), batch1_ms=(card.get("speed") or {}).get("batch1_ms"))
-        log.info("exported best.pt as %s: %s (%s)", fmt, path, summary(card) if card else "no model card")
+def ending_message(state: str, loop: Loop, cfg) -> str:
+    """Why a run that ended well ended: stopped, its budget spent, or stopped improving."""
+    if loop.out_of_budget:
+        return (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
+                f"with `main.py resume RUN_DIR --epochs N`)")
+    if loop.state.early_stopped:
+        return (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving "
+                f"(continue it with `main.py resume RUN_DIR --epochs N`)")
+    return "stopped by request; resume to continue" if state == "stopped" else ""
 
 
 def _emit_safely(reporter: Reporter, event: str, **fields) -> None:
