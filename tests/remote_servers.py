@@ -42,10 +42,13 @@ def slurm():
         pytest.skip("SLURM did not start within 120 s (tests/servers/start_slurm.sh)")
     if done.returncode != 0:
         pytest.skip(f"SLURM did not start: {done.stderr.strip()[-300:]}")
+    os.environ["SLURM_CONF"] = str(TEST_SLURM_CONF)  # this process's squeue/sinfo; the cluster host's command sets it
     return True
 
 
 REMOTE_COMMAND = f"{sys.executable} {REPO / 'main.py'}"
+# the test cluster's own configuration (tests/servers/start_slurm.sh): never the machine's /etc/slurm
+TEST_SLURM_CONF = Path(os.environ.get("TRAINDECK_TEST_SLURM", "/tmp/traindeck-test-slurm")) / "slurm.conf"
 
 
 @pytest.fixture
@@ -58,7 +61,8 @@ def hosts(sshd, tmp_path, monkeypatch):
     options = ["-F", str(sshd["config"])]
     entries = {
         "loop": {"ssh": "loop", "command": REMOTE_COMMAND, "runs": str(remote_runs), "ssh_options": options},
-        "cluster": {"ssh": "loop", "command": REMOTE_COMMAND, "runs": str(remote_runs), "scheduler": "slurm",
+        "cluster": {"ssh": "loop", "command": f"env SLURM_CONF={TEST_SLURM_CONF} {REMOTE_COMMAND}",
+                    "runs": str(remote_runs), "scheduler": "slurm",
                     "ssh_options": options},
         "nokey": {"ssh": "loop-nokey", "command": REMOTE_COMMAND, "runs": str(remote_runs), "ssh_options": options},
         "down": {"ssh": "127.0.0.1", "command": REMOTE_COMMAND, "runs": str(remote_runs),
