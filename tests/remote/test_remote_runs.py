@@ -108,10 +108,19 @@ def test_stop_while_the_host_is_starting_the_run_stops_it_there_and_leaves_a_mir
     the trainer went on there, with no mirror here: nobody could see or stop it."""
     config = write_config(tmp_path, shapes_dir, train={"epochs": 200}, monitor={"log_every": 1})
     proc = start_remote_train(config, hosts["local_runs"])
+    def asked_to_start() -> bool:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                line = " ".join(child.cmdline())
+            except psutil.Error:  # ended (or a zombie) while being looked at
+                continue
+            if "agent" in line and "start" in line:
+                return True
+        return False
+
     deadline = time.time() + 60
-    while time.time() < deadline and not any("agent" in " ".join(c.cmdline()) and "start" in " ".join(c.cmdline())
-                                             for c in psutil.Process(proc.pid).children(recursive=True)):
-        time.sleep(0.05)  # the host has been asked to start it: pre-flight there
+    while time.time() < deadline and not asked_to_start():
+        time.sleep(0.05)  # until the host has been asked to start it: pre-flight there
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, (out, err)
