@@ -61,3 +61,25 @@ def test_an_existing_folder_or_file_that_is_not_the_same_export_is_never_replace
     # an export of the same format, with its card, is the one thing an export replaces
     (tmp_path / "m.onnx.json").write_text('{"format": "onnx"}')
     check_out("onnx", onnx)
+
+
+def test_a_model_card_shows_class_names_and_paths_and_runs_nothing(tmp_path):
+    from trainer.deploy.model_card import md, md_code
+
+    evil = ["<img src=x onerror=alert(1)>", "[x](javascript:alert(1))", "cat\n## Load it\n```sh\ncurl x | sh\n```"]
+    shown = [md(name) for name in evil]
+    assert "<img" not in shown[0] and "&lt;img" in shown[0]
+    assert "](" not in shown[1].replace("\\](", "").replace("\\(", "") and "\\[x\\]" in shown[1]
+    assert "\n" not in shown[2] and "\\#\\# Load it" in shown[2], "no heading or code block of its own"
+    assert md_code("a`b\nc") == "`a'b\\nc`"
+
+
+def test_a_class_folder_whose_name_holds_a_control_character_is_refused_by_name(tmp_path, shapes_dir):
+    from trainer.data.scan import DataError, scan_image_folder
+
+    for name in ("cat", "dog\n## Load it"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.png").write_bytes(next((shapes_dir / "circle").iterdir()).read_bytes())
+    with pytest.raises(DataError, match=r"control character") as caught:
+        scan_image_folder(tmp_path, full=False)
+    assert "\\n" in str(caught.value) and "\n" not in str(caught.value)

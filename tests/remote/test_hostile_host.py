@@ -227,3 +227,29 @@ def test_a_remote_export_checks_its_out_here_before_the_host_is_asked(mirror, tm
     with pytest.raises(InputError, match="where the model card goes"):
         remote_export(m.run, "onnx", tmp_path / "other.onnx", "best", [])
     assert mine.read_text() == "the user's own file\n" and not (m.run.path / "exports").exists()
+
+
+def test_a_predictions_csv_from_the_host_without_its_columns_or_numbers_is_passed_over(mirror):
+    from trainer.remote.mirror import gallery_paths
+
+    m, _ = mirror
+    (m.run.path / "eval" / "val").mkdir(parents=True)
+    (m.run.path / "eval" / "val" / "predictions.csv").write_text(
+        "path,true,predicted,loss\n/a.png,cat,dog,0.5\n/b.png,cat,dog,lots\n/c.png,cat,dog,nan\n/d.png,cat,cat,9\n")
+    (m.run.path / "eval" / "test").mkdir()
+    (m.run.path / "eval" / "test" / "predictions.csv").write_text("only,other,columns\n1,2,3\n")
+    assert gallery_paths(m.run) == ["/a.png"]
+
+
+def test_a_follower_fed_malformed_frames_gives_up_with_one_line(mirror, monkeypatch):
+    """A frame with a non-numeric offset made the follower reconnect every second for ever (649 ssh connections in
+    15 minutes)."""
+    m, _ = mirror
+    bad = json.dumps({"t": "append", "file": "train.log", "offset": "12abc", "b64": ""})
+    monkeypatch.setattr("trainer.remote.ssh.connect", lambda host: None)
+    monkeypatch.setattr(m, "follow_argv", lambda: ["sh", "-c", f"echo '{bad}'"])
+    monkeypatch.setattr(m, "_sleep", lambda seconds: None)  # the retry waits, skipped
+    m.out = io.StringIO()  # mirror.log
+    with pytest.raises(HostError, match="gave up following .* 3 times"):
+        m.follow()
+    assert m.reconnects == 2 and m.out.getvalue().count("malformed frame from h") == 3

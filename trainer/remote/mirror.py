@@ -14,6 +14,7 @@ on following until it has.
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -356,11 +357,27 @@ def gallery_paths(run: RunDir) -> list[str]:
 
     paths: list[str] = []
     for csv_path in sorted((run.path / "eval").glob("*/predictions.csv")):
-        with open(csv_path, newline="", encoding="utf-8") as f:
-            rows = [r for r in read_dict_rows(f) if r["true"] != r["predicted"]]
-        rows.sort(key=lambda r: -float(r["loss"]))
-        paths += [r["path"] for r in rows[:GALLERY_IMAGES]]
+        errors: list[tuple[float, str]] = []
+        try:
+            with open(csv_path, newline="", encoding="utf-8") as f:
+                for r in read_dict_rows(f):  # the host wrote this file: a row without its columns is passed over
+                    loss = _number(r.get("loss"))
+                    if isinstance(r.get("path"), str) and r.get("true") != r.get("predicted") and loss is not None:
+                        errors.append((loss, r["path"]))
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            log.warning("%s: not read (%s)", csv_path, e)
+            continue
+        errors.sort(key=lambda e: -e[0])
+        paths += [path for _, path in errors[:GALLERY_IMAGES]]
     return list(dict.fromkeys(paths))
+
+
+def _number(text) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None  # NaN is no loss to sort by
 
 
 def fetch_images(run: RunDir, paths: list[str], out=None) -> int:
