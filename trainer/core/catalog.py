@@ -5,6 +5,8 @@ Torch-free, so the app offers exactly what the trainer accepts without importing
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # model.name -> "module:Class" of TrainDeck's own networks (built by `trainer.model.models`)
 BUILTIN_MODELS = {"small_cnn": "trainer.model.models:SmallCNN"}
 
@@ -13,30 +15,66 @@ SUGGESTED_TORCHVISION = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_small
                          "efficientnet_b0", "convnext_tiny", "vit_b_16", "densenet121", "vgg11_bn", "alexnet",
                          "squeezenet1_1")
 
-# export format -> file suffix it is written with; the program formats first, the default first of all
-EXPORT_FORMATS = {"exported_program": ".pt2", "onnx": ".onnx", "onnx_int8": ".int8.onnx", "onnx_fp16": ".fp16.onnx",
-                  "executorch": ".pte", "coreml": ".mlpackage", "state_dict": ".pt", "safetensors": ".safetensors",
-                  "torchscript": ".ts.pt"}
+@dataclass(frozen=True)
+class ExportFormat:
+    """One export format, declared once. Its code (writer, loader, the lines that load it in each consumer's API, the
+    runtime it is measured in) is in `module`, as functions named after it: `write_NAME`, `load_NAME`,
+    `snippets_NAME`, and where they differ from the default `runtime_NAME`, `runs_here_NAME`, `check_NAME`,
+    `not_measured_NAME` (trainer/deploy/formats/). Adding a format is one entry and one module."""
+
+    name: str
+    suffix: str  # the file suffix it is written with
+    description: str  # what it is, in a line (the app's tooltips, the model card)
+    module: str
+    graph: bool = True  # a network graph (flip test-time augmentation goes inside it), not weights alone
+    one_image: bool = False  # takes batch 1, as apps call it
+    converter: tuple[str, str] | None = None  # (the module its converter is, the command that installs it)
+    deprecated: str | None = None  # why it is kept only for old consumers
+
+
+# Views of the registry, kept in step by `register_export_format`: name -> suffix (the program formats first, the
+# default first of all), description, converter, deprecation.
+EXPORT_REGISTRY: dict[str, ExportFormat] = {}
+EXPORT_FORMATS: dict[str, str] = {}
+EXPORT_DESCRIPTIONS: dict[str, str] = {}
+EXPORT_CONVERTERS: dict[str, tuple[str, str]] = {}
+DEPRECATED_EXPORT_FORMATS: dict[str, str] = {}
+
+
+def register_export_format(fmt: ExportFormat) -> None:
+    """Add a format: the CLI's choices, the config's check, the Export dialog and `export.formats` all read these."""
+    EXPORT_REGISTRY[fmt.name] = fmt
+    EXPORT_FORMATS[fmt.name] = fmt.suffix
+    EXPORT_DESCRIPTIONS[fmt.name] = fmt.description
+    if fmt.converter:
+        EXPORT_CONVERTERS[fmt.name] = fmt.converter
+    if fmt.deprecated:
+        DEPRECATED_EXPORT_FORMATS[fmt.name] = fmt.deprecated
+
+
+_FORMATS = "trainer.deploy.formats."
+for _format in (
+    ExportFormat("exported_program", ".pt2", "torch.export program (fp32), loaded with torch.export.load",
+                 _FORMATS + "program"),
+    ExportFormat("onnx", ".onnx", "ONNX (fp32), for ONNX Runtime, OpenCV, TensorRT and most servers", _FORMATS + "onnx"),
+    ExportFormat("onnx_int8", ".int8.onnx", "ONNX with int8 weights and activations (ONNX Runtime quantization, "
+                 "calibrated on training images): about a quarter of the size, faster on CPUs", _FORMATS + "onnx"),
+    ExportFormat("onnx_fp16", ".fp16.onnx", "ONNX with fp16 weights and arithmetic (inputs and outputs stay fp32): "
+                 "half the size, for GPUs", _FORMATS + "onnx"),
+    ExportFormat("executorch", ".pte", "ExecuTorch program (.pte, XNNPACK, batch 1) for Android, iOS and embedded "
+                 "Linux", _FORMATS + "mobile", one_image=True, converter=("executorch", "pip install executorch")),
+    ExportFormat("coreml", ".mlpackage", "Core ML package (.mlpackage, fp16, batch 1) for iOS and macOS apps",
+                 _FORMATS + "mobile", one_image=True, converter=("coremltools", "pip install coremltools")),
+    ExportFormat("state_dict", ".pt", "the weights alone (torch.save), for the same torchvision model",
+                 _FORMATS + "weights", graph=False),
+    ExportFormat("safetensors", ".safetensors", "the weights alone (safetensors), for the same torchvision model",
+                 _FORMATS + "weights", graph=False),
+    ExportFormat("torchscript", ".ts.pt", "TorchScript (deprecated), for older LibTorch programs", _FORMATS + "program",
+                 deprecated="TorchScript (torch.jit) is deprecated since torch 2.14; exported_program (torch.export) "
+                            "replaces it"),
+):
+    register_export_format(_format)
 DEFAULT_EXPORT_FORMAT = "exported_program"  # torch.export: what torch 2.14 keeps developing
-# format -> what it is, in a line (the app's tooltips, the model card)
-EXPORT_DESCRIPTIONS = {
-    "exported_program": "torch.export program (fp32), loaded with torch.export.load",
-    "onnx": "ONNX (fp32), for ONNX Runtime, OpenCV, TensorRT and most servers",
-    "onnx_int8": "ONNX with int8 weights and activations (ONNX Runtime quantization, calibrated on training images): "
-                 "about a quarter of the size, faster on CPUs",
-    "onnx_fp16": "ONNX with fp16 weights and arithmetic (inputs and outputs stay fp32): half the size, for GPUs",
-    "executorch": "ExecuTorch program (.pte, XNNPACK, batch 1) for Android, iOS and embedded Linux",
-    "coreml": "Core ML package (.mlpackage, fp16, batch 1) for iOS and macOS apps",
-    "state_dict": "the weights alone (torch.save), for the same torchvision model",
-    "safetensors": "the weights alone (safetensors), for the same torchvision model",
-    "torchscript": "TorchScript (deprecated), for older LibTorch programs",
-}
-# format -> (the module its converter is, the command that installs it): converters TrainDeck does not depend on
-EXPORT_CONVERTERS = {"executorch": ("executorch", "pip install executorch"),
-                     "coreml": ("coremltools", "pip install coremltools")}
-# format -> why it is kept only for old consumers (shown in the app, printed by `main.py export`)
-DEPRECATED_EXPORT_FORMATS = {"torchscript": "TorchScript (torch.jit) is deprecated since torch 2.14; "
-                                            "exported_program (torch.export) replaces it"}
 # --int8: how onnx_int8 quantizes (auto: static for networks with convolutions, dynamic for the others)
 INT8_METHODS = ("auto", "static", "dynamic")
 CALIBRATION_IMAGES = 200  # the training images onnx_int8 is calibrated on, by default (a seeded sample)

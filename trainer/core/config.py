@@ -206,7 +206,7 @@ class ExportConfig:
     formats: list[str] = opt(factory=list, doc="export best.pt in these formats when the run completes, into "
                              "RUN_DIR/exports/model.EXT with its model card (.json and .md) and measured "
                              "accuracy, size and speed (" + ", ".join(EXPORT_FORMATS) + ")",
-                             choices=tuple(EXPORT_FORMATS))
+                             choices=EXPORT_FORMATS)  # the registry itself: a format registered later is allowed too
 
 
 @dataclass

@@ -23,19 +23,24 @@ from pathlib import Path
 import torch
 
 from trainer import __version__
-from trainer.core.catalog import CALIBRATION_IMAGES, EXPORT_CONVERTERS, EXPORT_DESCRIPTIONS, EXPORT_FORMATS, INT8_METHODS
+from trainer.core.catalog import (
+    CALIBRATION_IMAGES,
+    EXPORT_CONVERTERS,
+    EXPORT_DESCRIPTIONS,
+    EXPORT_FORMATS,
+    EXPORT_REGISTRY,
+    INT8_METHODS,
+)
 from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir
+from trainer.deploy import formats
 from trainer.deploy.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
 from trainer.deploy.model_card import markdown, out_problem
 
 log = logging.getLogger(__name__)
 
 # what carries its computation (eval.tta too): every format but the weight files
-GRAPH_FORMATS = ("onnx", "onnx_int8", "onnx_fp16", "exported_program", "torchscript", "executorch", "coreml")
-ONE_IMAGE_FORMATS = ("executorch", "coreml")  # take batch 1, as apps call them
-ONNX_OPSET = 18  # what the dynamo exporter targets well and onnxruntime >= 1.16 runs
 
 
 class ExportError(InputError, ValueError):
@@ -83,7 +88,7 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
 
         calibration_images(run, state["config"], options.calibration, options.calibration_images, 0)
     check_writable(out.parent)
-    in_graph = fmt in GRAPH_FORMATS
+    in_graph = EXPORT_REGISTRY[fmt].graph
     net = loaded.net.to(memory_format=torch.contiguous_format)
     if pre.get("tta") and in_graph:
         net = FlipAveraged(net).eval()
@@ -93,7 +98,7 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         target = work / out.name
-        conversion = _write(net, fmt, target, reference, run, options, work)
+        conversion = formats.part(fmt, "write")(net, target, formats.WriteContext(reference, run, options, work))
         sidecar = {"format": fmt, "model_name": state["model_name"], "classes": state["classes"],
                    "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
                    "source_run": str(run.path), "checkpoint": str(loaded.source), "epoch": state["epoch"],
@@ -132,82 +137,11 @@ def check_writable(folder: Path) -> None:
         raise ExportError(f"--out: {folder}: cannot write there ({e.strerror or first_line(e)})") from e
 
 
-def _write(model: torch.nn.Module, fmt: str, path: Path, reference: LoadedModel, run: RunDir, options: ExportOptions,
-           work: Path) -> dict | None:
-    """Write `model` as `fmt` to `path`; for the converted formats, what the conversion did."""
-    size = reference.preprocess.image_size
-    example = torch.zeros(2, 3, size, size)
-    if fmt == "state_dict":
-        torch.save(model.state_dict(), path)
-    elif fmt == "safetensors":
-        from safetensors.torch import save_file
-
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    elif fmt == "exported_program":
-        batch = torch.export.Dim("batch", min=1, max=4096)
-        program = torch.export.export(model, (example,), dynamic_shapes={"x": {0: batch}} if _arg_name(model) == "x"
-                                      else ({0: batch},))
-        torch.export.save(program, path)
-    elif fmt == "torchscript":  # deprecated (catalog.DEPRECATED_EXPORT_FORMATS): torch warns on each call
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
-            torch.jit.save(torch.jit.trace(model, example), str(path))
-    elif fmt == "onnx":
-        torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
-                          dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=ONNX_OPSET,
-                          dynamo=False)
-    elif fmt in ("onnx_int8", "onnx_fp16"):
-        from trainer.deploy import quantize
-
-        fp32 = work / "fp32.onnx"
-        _write(model, "onnx", fp32, reference, run, options, work)
-        if fmt == "onnx_fp16":
-            return quantize.fp16_onnx(fp32, path)
-        method, why = quantize.int8_method(fp32, options.int8)
-        batches, where = _calibration(run, reference, options) if method == "static" else (None, None)
-        done = quantize.int8_onnx(fp32, path, method, batches, work)
-        return {**done, "why": why, **({"calibrated_on": where} if where else {})}
-    elif fmt == "executorch":
-        from trainer.deploy.mobile import write_executorch
-
-        write_executorch(model, path, size)
-    elif fmt == "coreml":
-        from trainer.deploy.mobile import write_coreml
-
-        write_coreml(model, path, size, reference.classes)
-    return None
-
-
-def _calibration(run: RunDir, reference: LoadedModel, options: ExportOptions) -> tuple[list, str]:
-    """The calibration images, decoded and normalised as the export's input, in batches; where they come from."""
-    import numpy as np
-
-    from trainer.deploy.export_data import CalibrationError, calibration_images
-    from trainer.deploy.quantize import CALIBRATION_BATCH
-
-    config = reference.state["config"]
-    paths, where = calibration_images(run, config, options.calibration, options.calibration_images,
-                                      int(config.get("train", {}).get("seed", 0)))
-    from trainer.deploy.export_measure import readable_images
-
-    pre = reference.preprocess
-    images = readable_images(paths, pre.decode)
-    if not images:
-        raise CalibrationError(f"--calibration: none of the {len(paths)} images chosen could be read ({where})")
-    found = pre.to_input(torch.stack(images))
-    batches = [np.ascontiguousarray(found[i:i + CALIBRATION_BATCH].numpy())
-               for i in range(0, len(found), CALIBRATION_BATCH)]
-    return batches, where.replace(f"{len(paths)} images", f"{len(found)} images", 1)
-
-
 def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, reference: LoadedModel,
           conversion: dict | None) -> dict:
     """The model card's content: the sidecar, the file, what was measured (or why not), the training, the snippets."""
     from trainer.deploy import export_measure as measure
     from trainer.deploy.export_data import measure_set
-    from trainer.deploy.mobile import check_coreml, runs_here
     from trainer.deploy.model_card import CARD_VERSION, load_snippets
 
     state, classes = reference.state, reference.classes
@@ -218,12 +152,12 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
     if conversion:
         card["conversion"] = conversion
     not_measured = {}
-    if runs_here(fmt):
+    if formats.runs_here(fmt):
         try:
             exported = load_model(target)
         except InputError as e:
             raise ExportError(f"{name}: the {fmt} file written does not load back ({e})") from e
-        card["checked"] = f"loaded back with {measure.runtime(fmt)} and measured"
+        card["checked"] = f"loaded back with {formats.runtime(fmt)} and measured"
         images, why = measure_set(run, classes, int(state["config"].get("train", {}).get("seed", 0)))
         if images is None:
             not_measured["accuracy"] = why
@@ -233,23 +167,17 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
             except ValueError as e:
                 not_measured["accuracy"] = str(e)
         sample = measure.sample_images(images, size, reference.preprocess.decode)
-        one = fmt in ONE_IMAGE_FORMATS
-        card["speed"] = {**measure.speed(exported, sample, one_at_a_time=one), "runtime": measure.runtime(fmt),
+        one = EXPORT_REGISTRY[fmt].one_image
+        card["speed"] = {**measure.speed(exported, sample, one_at_a_time=one), "runtime": formats.runtime(fmt),
                          "machine": measure.machine(),
                          "checkpoint": measure.speed(reference, sample, one_at_a_time=one)}
-    else:
+    else:  # a file this machine cannot run: its format's own check of what was written
         try:
-            check_coreml(target, size, len(classes))
-        except Exception as e:  # noqa: BLE001 - whatever coremltools says about a package it cannot read
-            raise ExportError(f"{name}: the Core ML package written does not load back ({first_line(e)})") from e
-        card["checked"] = "loaded back with coremltools; its input (images, 1 x 3 x S x S) and output checked"
-        not_measured["accuracy and speed"] = "Core ML runs on macOS and iOS only"
-    if fmt == "onnx_fp16":
-        import onnxruntime
-
-        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
-            not_measured["GPU speed"] = ("fp16 is for GPUs; this ONNX Runtime has no CUDA provider (pip install "
-                                         "onnxruntime-gpu where there is one), so its speed here is the CPU's")
+            card["checked"], why = formats.part(fmt, "check")(target, size, len(classes))
+        except Exception as e:  # noqa: BLE001 - whatever the converter says about a file it cannot read
+            raise ExportError(f"{name}: the {fmt} file written does not load back ({first_line(e)})") from e
+        not_measured["accuracy and speed"] = why
+    not_measured.update(formats.part(fmt, "not_measured", dict)())
     if not_measured:
         card["not_measured"] = not_measured
     card["training"] = training_facts(run, state)
@@ -277,12 +205,6 @@ def training_facts(run: RunDir, state: dict) -> dict:
     return {"run": run.path.name, "epochs_trained": state["epoch"], "config": state["config"], "data": data,
             "weights": weights.get("name") or weights.get("file") if weights else None,
             "precision": start.get("precision")}
-
-
-def _arg_name(model: torch.nn.Module) -> str:
-    import inspect
-
-    return next(iter(inspect.signature(model.forward).parameters), "x")
 
 
 @dataclass

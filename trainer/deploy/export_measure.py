@@ -100,21 +100,6 @@ def speed(model: LoadedModel, images: torch.Tensor, one_at_a_time: bool = False)
             "batch_ms": 1000 * statistics.median(many), "images_per_s": batch / statistics.median(many)}
 
 
-def runtime(fmt: str) -> str:
-    """What runs a format here, with its version, for the card."""
-    if fmt.startswith("onnx"):
-        import onnxruntime
-
-        return f"ONNX Runtime {onnxruntime.__version__}, CPUExecutionProvider"
-    if fmt == "executorch":
-        from importlib.metadata import version
-
-        return f"ExecuTorch {version('executorch')} Python runtime, XNNPACK"
-    if fmt == "coreml":
-        return "Core ML (macOS)"
-    return f"torch {torch.__version__}, CPU, fp32, {torch.get_num_threads()} threads"
-
-
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:

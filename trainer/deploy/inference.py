@@ -21,8 +21,9 @@ from trainer.core.config import ModelConfig
 from trainer.core.errors import InputError, first_line
 from trainer.core.rundir import RunDir
 from trainer.data.loader import Normalise, decode_image
+from trainer.deploy import formats
 from trainer.device.precision import autocast
-from trainer.model.checkpoint import UnsafeFileError, load_weights_only, read_checkpoint
+from trainer.model.checkpoint import UnsafeFileError, read_checkpoint
 from trainer.model.models import create_model
 
 log = logging.getLogger(__name__)
@@ -154,46 +155,10 @@ def load_model(source: Path, which: str = "best") -> LoadedModel:
 
 
 def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:
-    if fmt in ("state_dict", "safetensors"):
-        model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
-        if fmt == "safetensors":
-            from safetensors.torch import load_file
-
-            model.load_state_dict(load_file(str(export)))
-        else:
-            model.load_state_dict(load_weights_only(export))
-        return model
-    if fmt == "exported_program":
-        quiet = logging.getLogger("torch.export")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)  # it logs its own traceback for a damaged file before raising
-        try:
-            return torch.export.load(str(export)).module()
-        finally:
-            quiet.setLevel(level)
-    if fmt == "torchscript":  # deprecated, still loaded for the files people have
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
-            return torch.jit.load(str(export))
-    if fmt in ("onnx", "onnx_int8", "onnx_fp16"):
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(str(export), providers=["CPUExecutionProvider"])
-        return lambda x: torch.from_numpy(session.run(None, {"images": x.contiguous().numpy()})[0])
-    if fmt in ("executorch", "coreml"):
-        from trainer.deploy import mobile
-
-        try:
-            return mobile.load_executorch(export) if fmt == "executorch" else mobile.load_coreml(export)
-        except ImportError as e:
-            raise ModelFileError(f"{export}: needs {e.name}, which is not installed here (pip install {e.name})") from e
-        except RuntimeError as e:
-            if fmt == "coreml":
-                raise ModelFileError(f"{export}: {e}") from e
-            raise
-    raise ModelFileError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+    """The export as images -> logits, by its format's own loader (trainer/deploy/formats/)."""
+    if fmt not in EXPORT_FORMATS:
+        raise ModelFileError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
+    return formats.part(fmt, "load")(export, meta)
 
 
 @dataclass

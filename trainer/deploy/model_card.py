@@ -57,56 +57,13 @@ def out_problem(fmt: str, out: Path) -> str | None:
     return None
 
 
-def _model_lines(model_name: str, classes: int) -> tuple[str, str]:
-    """(import, construction) of the network a weights-only export loads into."""
-    if model_name.startswith("timm:"):
-        return "import timm, torch", f'model = timm.create_model("{model_name[5:]}", num_classes={classes}).eval()'
-    if ":" in model_name or model_name == "small_cnn":
-        return "import torch", f"model = YourNetwork(num_classes={classes}).eval()  # {model_name}'s class"
-    return ("import torch, torchvision",
-            f'model = torchvision.models.get_model("{model_name}", num_classes={classes}).eval()')
-
-
 def load_snippets(fmt: str, name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
-    """Consumer -> the lines that load the file `name` and classify `x` (float32, (N, 3, size, size), normalised)."""
-    onnx_python = (f'import onnxruntime\nsession = onnxruntime.InferenceSession("{name}")\n'
-                   'logits = session.run(None, {"images": x})[0]  # x: float32 numpy array')
-    onnx_csharp = (f'using var session = new InferenceSession("{name}");\n'
-                   'var inputs = new[] { NamedOnnxValue.CreateFromTensor("images", x) };  // DenseTensor<float>\n'
-                   'using var logits = session.Run(inputs);')
-    if fmt.startswith("onnx"):
-        return {"ONNX Runtime (Python)": onnx_python, "ONNX Runtime (C#)": onnx_csharp}
-    if fmt == "exported_program":
-        return {"PyTorch (Python)": f'import torch\nmodel = torch.export.load("{name}").module()\n'
-                                    "logits = model(x)  # x: float32 torch tensor"}
-    if fmt == "torchscript":
-        return {"PyTorch (Python)": f'import torch\nmodel = torch.jit.load("{name}")\nlogits = model(x)',
-                "LibTorch (C++)": f'auto model = torch::jit::load("{name}");\n'
-                                  "std::vector<torch::jit::IValue> inputs{x};\n"
-                                  "auto logits = model.forward(inputs).toTensor();"}
-    imports, build = _model_lines(model_name, classes)
-    if fmt == "state_dict":
-        return {"PyTorch (Python)": f'{imports}\n{build}\nmodel.load_state_dict(torch.load("{name}", weights_only=True))'}
-    if fmt == "safetensors":
-        return {"PyTorch + safetensors (Python)": f"{imports}\nfrom safetensors.torch import load_file\n{build}\n"
-                                                  f'model.load_state_dict(load_file("{name}"))'}
-    if fmt == "executorch":
-        return {"ExecuTorch (Python)": f"from executorch.runtime import Runtime\n"
-                                       f'method = Runtime.get().load_program("{name}").load_method("forward")\n'
-                                       "logits = method.execute([x])[0]  # x: float32 torch tensor, batch 1",
-                "ExecuTorch (Android, Kotlin)": f'val module = Module.load(filesDir.path + "/{name}")\n'
-                                                f"val input = Tensor.fromBlob(pixels, longArrayOf(1, 3, {size}, {size}))\n"
-                                                "val logits = module.forward(EValue.from(input))[0].toTensor()"
-                                                ".dataAsFloatArray"}
-    if fmt == "coreml":
-        return {"Core ML (Swift)": f'let url = try MLModel.compileModel(at: Bundle.main.url(forResource: "{Path(name).stem}",'
-                                   ' withExtension: "mlpackage")!)\n'
-                                   "let model = try MLModel(contentsOf: url)\n"
-                                   'let logits = try model.prediction(from: MLDictionaryFeatureProvider(dictionary: '
-                                   '["images": x])).featureValue(for: "logits")!.multiArrayValue!',
-                "coremltools (Python, macOS)": f'import coremltools\nmodel = coremltools.models.MLModel("{name}")\n'
-                                               'logits = model.predict({"images": x})["logits"]  # x: numpy, batch 1'}
-    return {}
+    """Consumer -> the lines that load the file `name` and classify `x` (float32, (N, 3, size, size), normalised):
+    the format's own (trainer/deploy/formats/)."""
+    from trainer.deploy import formats  # its modules import torch only inside their functions
+
+    snippets = formats.part(fmt, "snippets")
+    return snippets(name, model_name, classes, size) if snippets else {}
 
 
 def summary(card: dict) -> str:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from trainer.core.errors import ModelError
+
 INPUT, OUTPUT = "images", "logits"  # the names every TrainDeck export gives its input and output
 
 
@@ -34,7 +36,8 @@ def _quiet_converter_logs():
             lg.setLevel(level)
 
 
-def write_executorch(model: torch.nn.Module, path: Path, image_size: int) -> None:
+def write_executorch(model: torch.nn.Module, path: Path, context) -> None:
+    image_size = context.image_size
     with _quiet_converter_logs():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
@@ -44,16 +47,20 @@ def write_executorch(model: torch.nn.Module, path: Path, image_size: int) -> Non
     path.write_bytes(lowered.buffer)
 
 
-def load_executorch(path: Path) -> Callable[[torch.Tensor], torch.Tensor]:
+def load_executorch(path: Path, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:
     """An ExecuTorch program as images -> logits; a batch is run one image at a time (the program takes one)."""
     with _quiet_converter_logs():
-        from executorch.runtime import Runtime
+        try:
+            from executorch.runtime import Runtime
+        except ImportError as e:
+            raise ModelError(f"{path}: needs {e.name}, which is not installed here (pip install {e.name})") from e
 
         method = Runtime.get().load_program(str(path)).load_method("forward")
     return lambda x: torch.cat([method.execute([x[i:i + 1].contiguous()])[0] for i in range(len(x))])
 
 
-def write_coreml(model: torch.nn.Module, path: Path, image_size: int, classes: list[str]) -> None:
+def write_coreml(model: torch.nn.Module, path: Path, context) -> None:
+    image_size, classes = context.image_size, context.reference.classes
     os.environ.setdefault("TQDM_DISABLE", "1")  # coremltools' progress bars: a screenful on stderr per export
     with _quiet_converter_logs():
         import coremltools as ct
@@ -67,8 +74,9 @@ def write_coreml(model: torch.nn.Module, path: Path, image_size: int, classes: l
     converted.save(str(path))
 
 
-def check_coreml(path: Path, image_size: int, n_classes: int) -> None:
-    """Load a Core ML package back and check its input and output; ValueError naming what differs."""
+def check_coreml(path: Path, image_size: int, n_classes: int) -> tuple[str, str]:
+    """Load a Core ML package back and check its input and output; ValueError naming what differs. (What was
+    checked, why it was not run.)"""
     with _quiet_converter_logs():
         import coremltools as ct
 
@@ -80,20 +88,55 @@ def check_coreml(path: Path, image_size: int, n_classes: int) -> None:
     out_shape = list(produced.type.multiArrayType.shape)
     if produced.name != OUTPUT or (out_shape and out_shape[-1] != n_classes):
         raise ValueError(f"{path}: output {produced.name} {out_shape}, expected {OUTPUT} [1, {n_classes}]")
+    return ("loaded back with coremltools; its input (images, 1 x 3 x S x S) and output checked",
+            "Core ML runs on macOS and iOS only")
 
 
-def load_coreml(path: Path) -> Callable[[torch.Tensor], torch.Tensor]:
+def load_coreml(path: Path, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:
     """A Core ML package as images -> logits, on macOS (Core ML's runtime exists only on Apple's systems)."""
-    if sys.platform != "darwin":
-        raise RuntimeError("Core ML models run on macOS and iOS only; this file cannot be run here")
+    if not runs_here_coreml():
+        raise ModelError(f"{path}: Core ML models run on macOS and iOS only; this file cannot be run here")
     with _quiet_converter_logs():
-        import coremltools as ct
+        try:
+            import coremltools as ct
+        except ImportError as e:
+            raise ModelError(f"{path}: needs {e.name}, which is not installed here (pip install {e.name})") from e
 
         model = ct.models.MLModel(str(path))
     return lambda x: torch.cat([torch.from_numpy(model.predict({INPUT: x[i:i + 1].numpy()})[OUTPUT]).float()
                                 for i in range(len(x))])
 
 
-def runs_here(fmt: str) -> bool:
-    """Whether an export of `fmt` can be run (and so measured) on this machine."""
-    return fmt != "coreml" or sys.platform == "darwin"
+def runs_here_coreml() -> bool:
+    """Core ML's runtime exists on Apple's systems only: elsewhere a package is loaded back and checked, not run."""
+    return sys.platform == "darwin"
+
+
+def runtime_executorch() -> str:
+    from importlib.metadata import version
+
+    return f"ExecuTorch {version('executorch')} Python runtime, XNNPACK"
+
+
+def runtime_coreml() -> str:
+    return "Core ML (macOS)"
+
+
+def snippets_executorch(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+    return {"ExecuTorch (Python)": f"from executorch.runtime import Runtime\n"
+                                   f'method = Runtime.get().load_program("{name}").load_method("forward")\n'
+                                   "logits = method.execute([x])[0]  # x: float32 torch tensor, batch 1",
+            "ExecuTorch (Android, Kotlin)": f'val module = Module.load(filesDir.path + "/{name}")\n'
+                                            f"val input = Tensor.fromBlob(pixels, longArrayOf(1, 3, {size}, {size}))\n"
+                                            "val logits = module.forward(EValue.from(input))[0].toTensor()"
+                                            ".dataAsFloatArray"}
+
+
+def snippets_coreml(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+    return {"Core ML (Swift)": f'let url = try MLModel.compileModel(at: Bundle.main.url(forResource: "{Path(name).stem}",'
+                               ' withExtension: "mlpackage")!)\n'
+                               "let model = try MLModel(contentsOf: url)\n"
+                               'let logits = try model.prediction(from: MLDictionaryFeatureProvider(dictionary: '
+                               '["images": x])).featureValue(for: "logits")!.multiArrayValue!',
+            "coremltools (Python, macOS)": f'import coremltools\nmodel = coremltools.models.MLModel("{name}")\n'
+                                           'logits = model.predict({"images": x})["logits"]  # x: numpy, batch 1'}

@@ -1,0 +1,82 @@
+"""One export format, one place (issue #33): a format declared in this module alone, with its writer, loader and load
+snippet, is offered by the CLI, accepted by the config check and listed by the Export dialog, and it exports, loads
+back and is measured like the built-in ones."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers import train_here, write_config
+
+from trainer.core.catalog import (
+    DEPRECATED_EXPORT_FORMATS,
+    EXPORT_CONVERTERS,
+    EXPORT_DESCRIPTIONS,
+    EXPORT_FORMATS,
+    EXPORT_REGISTRY,
+    ExportFormat,
+    register_export_format,
+)
+
+NAME = "npz_weights"
+
+
+# ---- the format: these four functions and the registry entry below are all of it ---------------------------------
+def write_npz_weights(model, path, context) -> None:
+    with open(path, "wb") as f:  # np.savez would add .npz to a name without it
+        np.savez(f, **{k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
+
+
+def load_npz_weights(path, meta):
+    import torch
+
+    from trainer.core.config import ModelConfig
+    from trainer.model.models import create_model
+
+    model = create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
+    with np.load(path) as arrays:
+        model.load_state_dict({k: torch.from_numpy(arrays[k]) for k in arrays.files})
+    return model
+
+
+def snippets_npz_weights(name, model_name, classes, size):
+    return {"NumPy (Python)": f'import numpy\nweights = dict(numpy.load("{name}"))'}
+
+
+@pytest.fixture
+def npz_format():
+    register_export_format(ExportFormat(NAME, ".npz", "the weights as a NumPy archive", __name__, graph=False))
+    yield NAME
+    for table in (EXPORT_REGISTRY, EXPORT_FORMATS, EXPORT_DESCRIPTIONS, EXPORT_CONVERTERS, DEPRECATED_EXPORT_FORMATS):
+        table.pop(NAME, None)
+
+
+def test_a_format_declared_in_one_module_is_offered_checked_exported_and_measured(npz_format, shapes_dir, tmp_path,
+                                                                                   capsys):
+    from trainer import cli
+    from trainer.core.config import ConfigError, RunConfig
+
+    # the config's check takes it (and still refuses what is not a format)
+    assert RunConfig.from_dict({"export": {"formats": [NAME]}}).export.formats == [NAME]
+    with pytest.raises(ConfigError, match="export.formats"):
+        RunConfig.from_dict({"export": {"formats": ["npz_weight"]}})
+    # the CLI offers it, and an export in it is written, loaded back, measured and carded
+    run, code = train_here(write_config(tmp_path, shapes_dir, train={"epochs": 1}), tmp_path / "runs")
+    assert code == 0
+    out = tmp_path / "model.npz"
+    assert cli.main(["export", str(run.path), "--format", NAME, "--out", str(out)]) == 0, capsys.readouterr().err
+    card = json.loads((tmp_path / "model.npz.json").read_text())
+    assert card["format"] == NAME and card["metrics"]["agreement"] == 1.0 and card["speed"]["batch1_ms"] > 0
+    assert card["load"] == snippets_npz_weights("model.npz", card["model_name"], 0, 0)
+    assert "NumPy (Python)" in (tmp_path / "model.npz.md").read_text()
+
+
+def test_the_export_dialog_lists_a_registered_format(npz_format, qtbot, tmp_path):
+    from app.export_dialog import ExportDialog
+
+    dialog = ExportDialog(str(tmp_path))
+    qtbot.addWidget(dialog)
+    offered = [dialog.format.itemData(i) for i in range(dialog.format.count())]
+    assert NAME in offered and offered[0] == "exported_program"
+    dialog.format.setCurrentIndex(offered.index(NAME))
+    assert dialog.out.text().endswith("model.npz") and "NumPy archive" in dialog.about.text()

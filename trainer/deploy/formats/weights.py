@@ -1,0 +1,61 @@
+"""The weights alone: `state_dict` (torch.save) and `safetensors`, loaded into the same network by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_state_dict(model, path: Path, context) -> None:
+    import torch
+
+    torch.save(model.state_dict(), path)
+
+
+def write_safetensors(model, path: Path, context) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+
+
+def _network(meta: dict):
+    from trainer.core.config import ModelConfig
+    from trainer.model.models import create_model
+
+    return create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
+
+
+def load_state_dict(path: Path, meta: dict):
+    from trainer.model.checkpoint import load_weights_only
+
+    model = _network(meta)
+    model.load_state_dict(load_weights_only(path))
+    return model
+
+
+def load_safetensors(path: Path, meta: dict):
+    from safetensors.torch import load_file
+
+    model = _network(meta)
+    model.load_state_dict(load_file(str(path)))
+    return model
+
+
+def _model_lines(model_name: str, classes: int) -> tuple[str, str]:
+    """(import, construction) of the network a weights-only export loads into."""
+    if model_name.startswith("timm:"):
+        return "import timm, torch", f'model = timm.create_model("{model_name[5:]}", num_classes={classes}).eval()'
+    if ":" in model_name or model_name == "small_cnn":
+        return "import torch", f"model = YourNetwork(num_classes={classes}).eval()  # {model_name}'s class"
+    return ("import torch, torchvision",
+            f'model = torchvision.models.get_model("{model_name}", num_classes={classes}).eval()')
+
+
+def snippets_state_dict(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+    imports, build = _model_lines(model_name, classes)
+    return {"PyTorch (Python)": f'{imports}\n{build}\nmodel.load_state_dict(torch.load("{name}", weights_only=True))'}
+
+
+def snippets_safetensors(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+    imports, build = _model_lines(model_name, classes)
+    return {"PyTorch + safetensors (Python)": f"{imports}\nfrom safetensors.torch import load_file\n{build}\n"
+                                              f'model.load_state_dict(load_file("{name}"))'}
