@@ -22,10 +22,14 @@ def test_a_long_history_is_bounded_and_keeps_spikes_and_dips():
 
 
 def test_missing_values_survive_as_gaps_without_hiding_real_ones():
-    s = Series(max_points=100)
-    for i in range(1000):
-        s.append(i, None if i % 2 else float(i))
-    assert np.isfinite(s.y).sum() > 0 and s.y[np.isfinite(s.y)].max() >= 990
+    s = Series(capacity=64, max_points=1000)  # thinned as it grows (four times here): the gap survives the thinning
+    for i in range(3000):
+        s.append(i, None if 400 <= i < 500 else float(i))  # 100 steps without a value: a gap in the curve
+    assert s.decimations >= 3 and len(s) <= 2000
+    gap = s.x[np.isnan(s.y)]
+    assert len(gap) > 0 and 400 <= gap.min() and gap.max() < 500, "the gap is still drawn, where it was"
+    real = s.y[np.isfinite(s.y)]
+    assert real.max() >= 2990 and not np.isnan(s.y[s.x < 400]).any(), "and no real value is hidden by it"
 
 
 def test_smoothing_continues_across_decimation_like_over_the_raw_stream():

@@ -58,7 +58,8 @@ def test_a_missing_dataset_on_the_host_is_refused_by_the_trainer_there(hosts, tm
 
 
 def test_the_remote_folder_browser_and_scan_read_the_host(hosts, shapes_dir):
-    done = run_here("agent", "ls", shapes_dir)  # what the app runs there through `ssh`
+    done = run_here("agent", "ls", shapes_dir, "--host", "loop")  # what the app's folder browser runs, over ssh
+    assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
     assert [(e["name"], e["images"]) for e in listing["entries"]] == [
         ("circle", 30), ("cross", 30), ("square", 30), ("triangle", 30)]
