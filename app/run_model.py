@@ -55,6 +55,7 @@ class RunModel(QObject, RunState):
     stepLogged = Signal(dict)
     epochEnded = Signal(dict)
     warningRaised = Signal(dict)
+    replanned = Signal(dict)  # train.replan changed the run's epochs
     errorRaised = Signal(dict)
     systemSampled = Signal(dict)
     tested = Signal(dict)  # the test set's metrics, at the end of a run with data.test_dir

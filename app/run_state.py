@@ -42,6 +42,7 @@ class RunState:
         self.layers: list[str] = []
         self.group_names: list[str] = []
         self.warnings: list[dict] = []
+        self.replans: list[dict] = []  # train.replan's re-plans of this segment, oldest first
         self.errors: list[dict] = []
         self.histograms: dict[tuple[str, str], list[dict]] = {}  # (layer, kind) -> events, oldest first
         self.step_loss = Series()
@@ -59,6 +60,9 @@ class RunState:
 
     @property
     def epochs(self) -> int:
+        """The run's epochs: as configured, or as train.replan last re-planned them."""
+        if self.replans:
+            return self.replans[-1]["epochs"]
         return self.start_event.get("config", {}).get("train", {}).get("epochs", 0)
 
     def apply(self, e: dict, now: float | None = None) -> str | None:
@@ -88,6 +92,7 @@ class RunState:
             if self.segments > 1:
                 self._drop_superseded(e.get("start_step") or 0, e.get("start_epoch") or 0)
             self.start_event = e
+            self.replans = []
             self.group_names = [g["name"] for g in e.get("param_groups", [])]
             while len(self.lr) < len(self.group_names):
                 self.lr.append(Series())
@@ -139,6 +144,10 @@ class RunState:
             self.cpu.append(t, e.get("cpu_percent"))
             self.memory.append(t, e.get("rss_mb"))
             return "systemSampled"
+        if kind == "replan":
+            self.replans.append(e)
+            self._eta_origin, self.eta_s = None, None  # the pace is measured afresh against the new length
+            return "replanned"
         if kind == "warning":
             self.warnings.append(e)
             return "warningRaised"

@@ -170,3 +170,23 @@ def test_progressive_resizing_trains_small_then_full_size_and_validates_at_full_
     epochs = [e for e in read_events(run_dir / "events.jsonl") if e["event"] == "epoch"]
     assert [e["image_size"] for e in epochs] == [16, 24, 32]
     assert load_weights_only(run_dir / "checkpoints" / "last.pt")["preprocess"]["image_size"] == 32
+
+
+def test_a_re_planned_schedule_stays_continuous_and_anneals_at_the_new_end():
+    """train.replan moves a run's end: the learning rate does not jump where it moves, and reaches its floor there."""
+    from trainer.core.config import SchedulerConfig
+    from trainer.core.schedule import Stretch, lr_factor
+
+    cfg = SchedulerConfig(name="onecycle")
+    total = 100  # 10 epochs of 10 steps, as first planned
+    stretch = Stretch(total)
+    factor = lambda step: lr_factor(stretch.virtual(step), 10, total, cfg)  # noqa: E731
+    assert [stretch.virtual(s) for s in (0, 37, 99)] == [0, 37, 99], "untouched until a re-plan"
+    before = factor(40)
+    stretch.restretch(40, 250)  # faster than planned: 25 epochs in all
+    assert factor(40) == pytest.approx(before)
+    assert factor(41) == pytest.approx(before, rel=0.02), "no jump"
+    assert factor(250) == pytest.approx(lr_factor(total, 10, total, cfg)), "annealed at the new end"
+    stretch.restretch(100, 120)  # then slower: the end comes sooner
+    assert factor(120) == pytest.approx(lr_factor(total, 10, total, cfg))
+    assert all(factor(s) >= factor(s + 1) - 1e-12 for s in range(100, 120)), "from there on, only decaying"

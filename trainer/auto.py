@@ -50,6 +50,7 @@ EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed var
 VAL_SPLIT = TEST_SPLIT = 0.15
 MIN_MINUTES = 0.5
 MAX_MINUTES = 7 * 24 * 60  # a week
+PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
 MIN_TRAIN_S = 10  # left for training after planning, at least, or Auto says the budget is too small
 
 
@@ -127,8 +128,12 @@ def measure(model_name: str, weights: str | None, size: int, batch: int, classes
     x = torch.randn(batch, 3, size, size, device=device).to(memory_format=memory_format)
     y = torch.randint(0, classes, (batch,), device=device)
 
+    busy_s = float(os.environ.get(PROBE_BUSY_ENV) or 0)
+
     def train_step() -> float:
         start = time.perf_counter()
+        if busy_s:
+            time.sleep(busy_s)  # a machine busy while Auto probes (tests, benchmarks): the probe reads it slow
         with autocast(precision, device.type):
             loss = torch.nn.functional.cross_entropy(net(x), y)
         loss.backward()
@@ -224,6 +229,10 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                    f"measured ({train_images} training images at {chosen.train_images_per_s:.0f}/s, "
                                    f"{val_images} validation images{' twice (flip)' if tta else ''})")
     cfg.train.budget = round(left_s / 60, 2)
+    cfg.train.replan = True
+    choose("train.replan", True, "the epochs above come from a short probe: after each epoch the trainer re-plans "
+                                 "them from the speed it measures, so the run fills its budget whatever the machine "
+                                 "is doing, with the schedule's annealing completed")
     choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
                                              f"stops there whatever happens (the test set and export come after)")
     steps_total = epochs * math.ceil(train_images / chosen.batch)

@@ -118,6 +118,7 @@ class Dashboard(QWidget):
         model.preparing.connect(self._preparing)
         model.runStarted.connect(self._run_started)
         model.warningRaised.connect(self._warning)
+        model.replanned.connect(self._replanned)
         model.errorRaised.connect(self._error)
         model.systemSampled.connect(self._system)
         model.logAppended.connect(self._log)
@@ -177,6 +178,9 @@ class Dashboard(QWidget):
         step = e.get("step") or (self.model.last_step.get("step") if self.model else None)
         if step is not None:
             self.curves.mark_warning(step)
+
+    def _replanned(self, e: dict) -> None:
+        self.warnings.addItem(f"↻ re-planned: {e.get('old_epochs')} → {e.get('epochs')} epochs ({e.get('why', '')})")
 
     def _error(self, e: dict) -> None:
         self.warnings.addItem(f"✖ {e.get('message', '')}")

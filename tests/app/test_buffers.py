@@ -62,3 +62,4 @@ def test_what_is_drawn_is_thinned_but_keeps_ends_and_extremes():
     few = Series()
     few.append(1, 2.0)
     assert list(few.x[few.display_index()]) == [1]
+

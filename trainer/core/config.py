@@ -169,6 +169,10 @@ class TrainConfig:
                         "launch anew): no epoch is begun that would end past it, judged by the last epoch's time, and "
                         "at the first log step past it the epoch is cut short, validated and the run ends completed; "
                         "the test set and exports come after it (0 = none)", ge=0)
+    replan: bool = opt(False, "with train.budget: after each epoch, re-plan train.epochs from the epoch time measured "
+                       "so far (the median, the first epoch's warm-up left out) so the run ends inside the budget, "
+                       "with the learning-rate schedule re-stretched to end its annealing there (a `replan` event "
+                       "says old -> new and why; Auto turns it on)")
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
     progressive_resize: float = opt(0.0, "progressive resizing: train the first epochs at this fraction of "

@@ -11,6 +11,8 @@ constant.
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 
 from trainer.core.config import ConfigError, SchedulerConfig
 
@@ -22,7 +24,7 @@ def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerC
         warmup = 0.3 * total_steps
     if step < warmup:
         return (step + 1) / warmup
-    epoch = step // max(1, steps_per_epoch)
+    epoch = int(step // max(1, steps_per_epoch))
     if cfg.name == "none":
         return 1.0
     if cfg.name == "step":
@@ -36,6 +38,40 @@ def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerC
         floor = 0.0 if cfg.name == "cosine" else 1e-3
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
     raise ConfigError([f"scheduler.name: unknown schedule {cfg.name!r}"])
+
+
+@dataclass
+class Stretch:
+    """The schedule's clock for a run whose length is re-planned (`train.replan`): the schedule is laid out over
+    `total` steps, and the optimizer step is mapped onto it, linearly from the last re-plan, so that the schedule's
+    end falls at `end_step`. The learning rate stays continuous at a re-plan. With a `deadline` (one process: its
+    own clock decides, and no other rank's could differ) the schedule is also never behind the share of the training
+    time spent, so its annealing completes by the deadline even when the machine slows down at the end."""
+
+    total: int
+    origin_step: int = 0
+    origin_virtual: float = 0.0
+    end_step: int = 0
+    deadline: tuple[float, float] | None = None  # (training began, the budget ends), time.time() seconds
+
+    def __post_init__(self):
+        self.end_step = self.end_step or self.total
+
+    def virtual(self, step: int) -> float:
+        """Where optimizer step `step` is on the schedule's own clock (the step itself until a re-plan)."""
+        if self.end_step == self.total and self.origin_step == 0 and self.deadline is None:
+            return step
+        span = max(1, self.end_step - self.origin_step)
+        virtual = self.origin_virtual + (step - self.origin_step) * (self.total - self.origin_virtual) / span
+        if self.deadline is not None:
+            start, end = self.deadline
+            spent = min(1.0, max(0.0, (time.time() - start) / max(end - start, 1e-9)))
+            virtual = max(virtual, spent * self.total)
+        return virtual
+
+    def restretch(self, step: int, end_step: int) -> None:
+        """From optimizer step `step` on, the schedule ends at `end_step` instead."""
+        self.origin_virtual, self.origin_step, self.end_step = self.virtual(step), step, max(end_step, step + 1)
 
 
 PROGRESSIVE_STEP = 8  # progressive sizes are multiples of this

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
 import time
 
 import torch
@@ -29,6 +30,11 @@ from trainer.train.reporter import Reporter
 from trainer.train.stats import LAYER_STATS, histogram
 
 log = logging.getLogger("trainer")
+
+REPLAN_WINDOW = 10  # recent epochs whose mean time train.replan plans from
+REPLAN_GROWTH = 1.1  # more epochs are planned only when more than this many times as many (+1) fit
+REPLAN_MARGIN = 0.95  # share of the budget left that the re-planned epochs may fill
+MAX_EPOCHS = 100000  # train.epochs' own limit
 EVAL_BATCH_FACTOR = 2  # validation batches are this many training batches
 
 
@@ -50,6 +56,7 @@ class Loop:
         self._val_logits: torch.Tensor | None = None
         self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
         self.out_of_budget = False  # the run ended because train.budget was spent
+        self.epoch_seconds: list[float] = []  # this launch's epochs, as measured (train.replan plans from them)
         # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
         self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
             cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
@@ -62,8 +69,11 @@ class Loop:
         if self.parts.average is not None and st.step == 0:
             self.parts.average.reset()  # a fresh run: every rank's network holds rank 0's weights by now
         last_seconds = None
+        if cfg.train.replan and cfg.train.budget and self.strategy.world_size == 1:
+            self.parts.stretch.deadline = (time.time(), self.started + cfg.train.budget * 60)
         while st.epoch < cfg.train.epochs:
-            if last_seconds is not None and self.budget_left() < last_seconds:
+            # (with train.replan the plan made after the last epoch has already said whether this one fits)
+            if last_seconds is not None and not cfg.train.replan and self.budget_left() < last_seconds:
                 log.info("train.budget: %.1f min left, less than an epoch (%.0f s): the run ends here",
                          self.budget_left() / 60, last_seconds)
                 self.out_of_budget = True
@@ -75,6 +85,7 @@ class Loop:
             train_loss, train_acc, images = result
             metrics = self.evaluate()
             seconds = last_seconds = time.time() - start
+            self.epoch_seconds.append(seconds)
             is_best = metrics["val_acc"] > st.best_acc
             st.best_acc = max(st.best_acc, metrics["val_acc"])
             if is_best and self.strategy.is_main:  # written before the epoch event: the app reads it on that event
@@ -90,6 +101,8 @@ class Loop:
             st.epoch += 1
             st.batch_in_epoch = 0
             st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics)  # before the save records it
+            if cfg.train.replan and cfg.train.budget and not st.early_stopped and not self.out_of_budget:
+                self.replan()  # before the save: a run re-planned to end here saves its last epoch
             saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
                      or st.early_stopped or self.out_of_budget)
             if saved:
@@ -108,6 +121,32 @@ class Loop:
                     self.save(is_best=False)
                 return "stopped"
         return "completed"
+
+    def replan(self) -> None:
+        """train.replan: the epochs that fit in the budget left, from the mean time of the recent epochs (the first
+        epoch of a launch, with its warm-up and cache building, only while it is the one measured; a mean, so the
+        epochs that also write a checkpoint count); the schedule re-stretched to end there. Fewer epochs are planned
+        as soon as they no longer fit, more only when clearly more fit (no re-plan on every epoch's noise). A
+        `replan` event says old -> new and why; no time for another epoch ends the run as its budget would."""
+        cfg, st = self.cfg, self.state
+        measured = self.epoch_seconds[1:] or self.epoch_seconds
+        estimate = statistics.fmean(measured[-REPLAN_WINDOW:])
+        epochs = max(st.epoch, min(MAX_EPOCHS, st.epoch + int(self.budget_left() * REPLAN_MARGIN // estimate)))
+        old = cfg.train.epochs
+        if epochs == old or old < epochs <= old * REPLAN_GROWTH + 1:
+            return
+        cfg.train.epochs = epochs
+        self.parts.stretch.restretch(st.step, epochs * self.parts.steps_per_epoch)
+        self.reporter.epochs = epochs
+        why = (f"{estimate:.3g} s per epoch measured, {self.budget_left():.0f} s of the budget left: "
+               + ("faster than planned" if epochs > old else "slower than planned"))
+        self.reporter.emit("replan", epoch=st.epoch, old_epochs=old, epochs=epochs, epoch_s=round(estimate, 3),
+                           budget_left_s=round(self.budget_left(), 1), why=why)
+        log.info("train.replan: %d -> %d epochs (%s)", old, epochs, why)
+        if epochs == st.epoch:
+            self.out_of_budget = True  # the budget ends the run here, as it would at the next epoch's start
+        if self.strategy.is_main:
+            self.run.write_status(epochs=epochs)
 
     def image_size(self, epoch: int) -> int:
         """The training image size of `epoch` (train.progressive_resize; validation is always at data.image_size)."""

@@ -7,7 +7,7 @@ from torch import nn
 
 from trainer.core.config import ConfigError, LossConfig, OptimizerConfig, SchedulerConfig
 from trainer.core.groups import assign_groups, unmatched_message, unmatched_patterns
-from trainer.core.schedule import lr_factor
+from trainer.core.schedule import Stretch, lr_factor
 
 
 def build_param_groups(model: nn.Module, cfg: OptimizerConfig) -> list[dict]:
@@ -137,7 +137,8 @@ def build_loss(cfg: LossConfig, num_classes: int, class_counts: list[int] | None
     raise ConfigError([f"loss.name: unknown loss {cfg.name!r}"])
 
 
-def build_scheduler(optimizer, steps_per_epoch: int, epochs: int, cfg: SchedulerConfig):
+def build_scheduler(optimizer, steps_per_epoch: int, epochs: int, cfg: SchedulerConfig, stretch: Stretch | None = None):
+    """The per-step schedule; with `stretch`, on its clock (a run whose length is re-planned)."""
     total = steps_per_epoch * epochs
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, steps_per_epoch, total, cfg))
+        optimizer, lambda step: lr_factor(stretch.virtual(step) if stretch else step, steps_per_epoch, total, cfg))

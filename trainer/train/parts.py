@@ -14,6 +14,7 @@ from torch import nn
 
 from trainer.core.config import RunConfig
 from trainer.core.groups import is_head_parameter, pattern_matches
+from trainer.core.schedule import Stretch
 from trainer.data import loader as data_mod
 from trainer.device.machine import fast_gpu_math
 from trainer.device.precision import Precision, choose_precision, fill_momentum_buffers
@@ -47,6 +48,7 @@ class Parts:
     anomalies: AnomalyWatch
     histogram_layers: list[str]
     steps_per_epoch: int
+    stretch: Stretch  # the schedule's clock (train.replan moves its end)
     mean: list[float]  # the normalisation in effect (data.mean/std, or what auto means for these weights)
     std: list[float]
     normalisation_source: str
@@ -144,7 +146,8 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
     batches = data_mod.epoch_batches(len(data.train), cfg.data.batch_size, seed=cfg.train.seed, epoch=0,
                                      rank=strategy.rank, world=strategy.world_size)
     steps_per_epoch = math.ceil(len(batches) / cfg.train.grad_accum_steps)
-    scheduler = build_scheduler(optimizer, steps_per_epoch, cfg.train.epochs, cfg.scheduler)
+    stretch = Stretch(steps_per_epoch * cfg.train.epochs)  # moved only by train.replan
+    scheduler = build_scheduler(optimizer, steps_per_epoch, cfg.train.epochs, cfg.scheduler, stretch)
     precision_name, precision_reason = choose_precision(cfg.train.amp, strategy.device)
     average = WeightAverage(net, cfg.train.ema) if cfg.train.ema else None
     if cfg.train.compile:
@@ -164,6 +167,6 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         aug_generator=torch.Generator(), monitor=monitor,
         anomalies=AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish),
         histogram_layers=chosen or ([names[0], names[-1]] if len(names) > 1 else names),
-        steps_per_epoch=steps_per_epoch, mean=mean, std=std, normalisation_source=source, weights=weights,
+        steps_per_epoch=steps_per_epoch, stretch=stretch, mean=mean, std=std, normalisation_source=source, weights=weights,
         head=head, backbone=backbone, backbone_norms=backbone_norms, linear_probe=cfg.model.freeze_backbone,
         unfreeze_at_epoch=cfg.model.unfreeze_at_epoch, average=average)
