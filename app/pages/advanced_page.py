@@ -176,7 +176,7 @@ class AdvancedPage(QWidget):
                 self.table.item(row, 3).setText(self.set_by.get(key, "") if key in differing else "")
         finally:
             self._loading = False
-        self.summary.setText(f"{len(differing)} differ from the defaults: " + ", ".join(
+        self.summary.setText(f"{len(differing)} differ{'s' if len(differing) == 1 else ''} from the defaults: " + ", ".join(
             f"{key} = {value_text(value)}" for key, value in differing.items()) if differing
             else "All of them are at their defaults.")
         self._filter()
