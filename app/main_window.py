@@ -156,6 +156,8 @@ class MainWindow(QMainWindow):
         self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
         self.model_page.parametersChanged.connect(lambda _: self._validate_timer.start())
         self.model_page.described.connect(self._model_described)
+        # until the new model is described, the Dataset page does not show the previous one's normalisation
+        self.model_page.describing.connect(lambda: self.dataset_page.show_normalisation(self.current_raw(), None))
         self.binder.widgets["model.freeze_backbone"].toggled.connect(lambda _: self.model_page.show_frozen())
         self.optimizer_page.lrFindRequested.connect(self.find_lr)
         self.dataset_page.auto.requested.connect(self.auto_plan)

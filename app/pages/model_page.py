@@ -73,6 +73,7 @@ def store_item(key: str, value) -> QStandardItem:
 class ModelPage(QWidget):
     parametersChanged = Signal(list)  # [(name, numel)]
     described = Signal(dict)  # the chosen model's describe-model answer (head, weights names, normalisation)
+    describing = Signal()  # another model or weights chosen: what the last answer said no longer holds
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
@@ -244,6 +245,7 @@ class ModelPage(QWidget):
         if self._job is not None:
             self._job.cancel()
         self.count.setText(f"describing {name}…")
+        self.describing.emit()
         args = ["describe-model", name, "--classes", str(self._classes)]
         weights = self.weights.currentText().strip()
         if is_weights_name(weights):

@@ -434,3 +434,12 @@ def test_stop_while_the_trainer_is_still_starting_says_stopped(qtbot, make_windo
         pytest.skip("this machine made the run directory before the Stop arrived")
     assert window.run_model.state == "stopped", window.run_model.message
     assert "stopped" in window.state_label.text() and "code -15" not in window.state_label.text()
+
+
+def test_the_normalisation_line_never_shows_the_previous_model_s_weights(qtbot, make_window, shapes_dir, tmp_path):
+    window = make_window(write_config(tmp_path, shapes_dir))
+    qtbot.waitUntil(lambda: "auto:" in window.dataset_page.normalisation.text(), timeout=60_000)
+    window.model_page.name.setCurrentText("resnet18")
+    window.model_page.describe()
+    assert "working out" in window.dataset_page.normalisation.text(), "not the small CNN's answer any more"
+    qtbot.waitUntil(lambda: window.model_page._job is None, timeout=60_000)  # described: no job left running
