@@ -62,7 +62,7 @@ class AdvancedPage(QWidget):
         self.summary.setWordWrap(True)
         self.only_changed = QCheckBox("Only the settings that differ from the defaults")
         self.only_changed.setObjectName("advancedOnlyChanged")
-        self.only_changed.toggled.connect(lambda _: self._filter())
+        self.only_changed.toggled.connect(lambda _: self._filter(self.differing()))
         self.reset = QPushButton("Reset the selected to their defaults")
         self.reset.setObjectName("advancedReset")
         self.reset.clicked.connect(self.reset_selected)
@@ -179,9 +179,8 @@ class AdvancedPage(QWidget):
         self.summary.setText(f"{len(differing)} differ{'s' if len(differing) == 1 else ''} from the defaults: " + ", ".join(
             f"{key} = {value_text(value)}" for key, value in differing.items()) if differing
             else "All of them are at their defaults.")
-        self._filter()
+        self._filter(differing)
 
-    def _filter(self) -> None:
-        differing = self.differing()
+    def _filter(self, differing: dict) -> None:
         for row, (key, _, _) in enumerate(self.keys):
             self.table.setRowHidden(row, self.only_changed.isChecked() and key not in differing)

@@ -153,9 +153,9 @@ class Mirror:
                     raise FrameError(f"status.json from the host is not a JSON object: {frame['data'][:80]!r}")
                 self._status(status)
             else:
-                path = mirror_path(self.run.path, frame["file"])
+                path = mirror_path(self.run.path, frame["file"])  # checked before any folder is made
                 path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(mirror_path(self.run.path, frame["file"]), frame["data"])
+                atomic_write_bytes(path, frame["data"])
         elif kind == "job":
             self.job_state = {k: frame.get(k) for k in ("job", "state", "reason", "active")}
             self.remote["job"] = self.job_state
