@@ -173,6 +173,7 @@ class MainWindow(QMainWindow):
         self.runs.changed.connect(self._update_buttons)
         self.dataset_page.default_manifest = self.default_manifest_path
         self.binder.widgets["data.train_dir"].textChanged.connect(lambda _: self._dataset_changed())
+        self.dataset_page.folderSettled.connect(self._use_folder_splits)
         self.dashboard.results.markRequested.connect(self._mark_image)
         self.dashboard.results.undoRequested.connect(self.dataset_page.undo)
         self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
@@ -594,19 +595,21 @@ class MainWindow(QMainWindow):
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(real).name)[:40] or "dataset"
         return self.runs_dir / "configs" / f"{name}-{hashlib.sha1(real.encode()).hexdigest()[:8]}.exclude.yaml"
 
-    def _dataset_changed(self) -> None:
-        """A folder laid out as train/ val/ test/ is used as those splits (the scan's rule, as Auto does); a manifest
-        TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
-        folder = self.binder.widgets["data.train_dir"].text().strip()
-        layout = find_layout(folder) if folder else None
-        if layout and os.path.normpath(layout["train_dir"]) != os.path.normpath(folder):
-            self.binder.widgets["data.val_dir"].setText(layout["val_dir"] or "")
-            self.advanced_page.set_value("data.test_dir", layout["test_dir"])
-            self.binder.widgets["data.train_dir"].setText(layout["train_dir"])  # scans it, and comes back here
-            splits = ", ".join(f"{s}/" for s in ("train", "val", "test") if layout[f"{s}_dir"])
-            self.statusBar().showMessage(f"{folder} holds {splits}: they are used as the training, validation and "
-                                         f"test sets", 10000)
+    def _use_folder_splits(self, folder: str) -> None:
+        """A folder laid out as train/ val/ test/ is used as those splits (the scan's rule, as Auto does). A host's
+        folders are not on this machine: its scan there says what it holds."""
+        layout = find_layout(folder) if not self.device_page.host else None
+        if layout is None or os.path.normpath(layout["train_dir"]) == os.path.normpath(folder):
             return
+        self.binder.widgets["data.val_dir"].setText(layout["val_dir"] or "")
+        self.advanced_page.set_value("data.test_dir", layout["test_dir"])
+        self.binder.widgets["data.train_dir"].setText(layout["train_dir"])
+        splits = ", ".join(f"{s}/" for s in ("train", "val", "test") if layout[f"{s}_dir"])
+        self.statusBar().showMessage(f"{folder} holds {splits}: they are used as the training, validation and test "
+                                     f"sets", 10000)
+
+    def _dataset_changed(self) -> None:
+        """A manifest TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
         exclude = self.binder.widgets["data.exclude"]
         current = exclude.text().strip()
         made_here = not current or Path(current).parent == self.runs_dir / "configs"

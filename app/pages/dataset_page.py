@@ -125,6 +125,7 @@ def is_run_copy(manifest_path: str) -> bool:
 
 class DatasetPage(QWidget):
     scanned = Signal(object)  # ScanResult, or None when the folder cannot be scanned
+    folderSettled = Signal(str)  # data.train_dir, about to be scanned
     manifestChanged = Signal(dict)  # real path -> new class (None: excluded), after each scan
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
@@ -300,6 +301,11 @@ class DatasetPage(QWidget):
         self.scan()
 
     def scan(self) -> None:
+        if self.train_dir and not getattr(self, "_held", None):
+            # once per settled folder, not per keystroke: the window may turn a parent of train/ val/ test/ into
+            # those splits (the folder field then holds its train/, scanned now, not again after the debounce)
+            self.folderSettled.emit(self.train_dir)
+            self._debounce.stop()
         folder, manifest_path = self.train_dir, self.manifest_path
         self._scan_serial += 1
         serial = self._scan_serial

@@ -374,7 +374,7 @@ def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, 
     window = make_window(write_config(tmp_path, shapes_dir))
     window.binder.widgets["data.train_dir"].setText(str(dataset))  # the parent, as a user picks it
     qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None
-                    and window.dataset_page.scan_result.root.endswith("train"), timeout=30_000)
+                    and window.dataset_page.scan_result.root == str(dataset / "train"), timeout=30_000)
     scan = window.dataset_page.scan_result
     assert sorted(scan.classes) == sorted(p.name for p in (dataset / "train").iterdir()), "not train, val, test"
     cfg = window.current_config()

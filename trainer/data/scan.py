@@ -226,8 +226,9 @@ def find_layout(folder: str | os.PathLike) -> dict:
     ask it.)"""
     folder = Path(folder)
     for root in (folder, folder.parent):
-        try:
-            subs = {p.name.lower(): str(p) for p in root.iterdir() if p.is_dir()}
+        try:  # scandir's entry types: no stat per file, however many images the folder holds
+            with os.scandir(root) as entries:
+                subs = {e.name.lower(): e.path for e in entries if e.is_dir()}
         except OSError:
             continue
         found = {split: next((subs[n] for n in names if n in subs), None) for split, names in SPLIT_NAMES.items()}
