@@ -2,6 +2,7 @@
 be checked before launch leaves no run directory behind."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -185,12 +186,17 @@ def test_a_run_directory_deleted_mid_run_is_named(shapes_dir, tmp_path):
     while not any(e["event"] == "step" for e in read_events(run_dir / "events.jsonl")):
         assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
         time.sleep(0.05)
+    events = read_events(run_dir / "events.jsonl")
+    per_epoch = next(e for e in events if e["event"] == "run_start")["steps_per_epoch"]
+    seen = max(e["step"] for e in events if e["event"] == "step")
     shutil.rmtree(run_dir)
-    deleted = time.time()
     out, err = proc.communicate(timeout=120)
-    assert time.time() - deleted < 10, "noticed at the next log step, not at the end of the epoch"
     assert proc.returncode == 1
     assert f"the run directory {run_dir} was deleted" in err, err[-2000:]
+    noticed = re.search(r"noticed at epoch (\d+), step (\d+)", err)
+    assert noticed, "noticed at a log step, not when the end of the epoch failed to write: " + err[-2000:]
+    epoch, step = map(int, noticed.groups())
+    assert epoch == 1 and seen <= step < per_epoch, (seen, step, per_epoch)
     assert "Traceback" not in err
 
 

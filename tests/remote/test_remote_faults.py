@@ -4,7 +4,6 @@ run directory left behind here or there."""
 from __future__ import annotations
 
 import json
-import time
 
 from helpers import run_here, write_config
 
@@ -17,14 +16,12 @@ def test_an_unknown_host_is_named_with_the_hosts_file(hosts, shapes_dir, tmp_pat
 
 
 def test_an_unreachable_host_and_a_refused_key_fail_fast_with_what_to_do(hosts):
-    started = time.time()
     done = run_here("probe-devices", "--host", "down")
     assert done.returncode == 2 and "down: cannot reach 127.0.0.1" in done.stderr
     assert "Connection refused" in done.stderr
     done = run_here("hosts", "check", "nokey")
     assert done.returncode == 2
     assert "nokey: loop-nokey refused the login" in done.stderr and "ssh-copy-id loop-nokey" in done.stderr
-    assert time.time() - started < 20  # BatchMode: never waits for a password
     assert "Traceback" not in done.stderr
 
 

@@ -16,6 +16,8 @@ stop_ours() {  # the daemons of an earlier start of this script, by the pids the
     rm -f "$pidfile"
   done
 }
+mkdir -p "$DIR"
+exec 9>"$DIR/start.lock"; flock -w 120 9  # one start at a time (each test worker's session may call this script)
 if munge_works && slurm_up; then exit 0; fi
 HOST=$(hostname -s)
 CPUS=$(nproc)

@@ -50,6 +50,14 @@ class RunDirUsed(InputError, RuntimeError):
     """The run directory already holds a run (training into it again would overwrite it)."""
 
 
+class RunDirDeleted(FileNotFoundError):
+    """The run's directory went while the run was going (noticed where the message says)."""
+
+    def __init__(self, path: Path, epoch: int, step: int):
+        super().__init__(f"the run directory {path} was deleted while the run was going (noticed at epoch {epoch}, "
+                         f"step {step}); nothing more could be saved")
+
+
 @dataclass
 class RunDir:
     path: Path

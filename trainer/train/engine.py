@@ -20,7 +20,7 @@ import torch
 
 from trainer.core.config import ConfigError, RunConfig, load_config
 from trainer.core.errors import InputError
-from trainer.core.rundir import RunDir
+from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.data.cache import Interrupted
 from trainer.deploy.finish import finish_run
 from trainer.device.strategy import LaunchError, Strategy, make_strategy
@@ -92,7 +92,7 @@ def setup_logging(run: RunDir, rank: int) -> None:
 
 def describe_failure(exc: BaseException, run: RunDir) -> str:
     """A one-line reason for a failed run, with a hint for the failures users can fix."""
-    if isinstance(exc, InputError):
+    if isinstance(exc, (InputError, RunDirDeleted)):
         return str(exc)
     if not run.path.is_dir():
         return f"the run directory {run.path} was deleted while the run was going; nothing more could be saved"

@@ -16,7 +16,7 @@ import time
 import torch
 
 from trainer.core.config import EarlyStopConfig, RunConfig
-from trainer.core.rundir import RunDir
+from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.core.schedule import progressive_size
 from trainer.data import loader as data_mod
 from trainer.deploy.evaluation import Predictions, write_evaluation
@@ -270,7 +270,7 @@ class Loop:
         rank was asked to stop."""
         st, s, parts = self.state, self.strategy, self.parts
         if s.is_main and not self.run.path.is_dir():  # deleted under us: stop now, not at the end of the epoch
-            raise FileNotFoundError(f"{self.run.path}: the run directory was deleted")
+            raise RunDirDeleted(self.run.path, st.epoch + 1, st.step)
         # Agreed by every rank (one all-reduce): loss sum, count, non-finite losses, non-finite gradients, stop
         # requests; so every rank takes the same divergence and stop decisions.
         zero = torch.zeros((), device=s.device)
