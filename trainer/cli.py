@@ -18,7 +18,7 @@ from trainer.core.catalog import (
     INT8_METHODS,
     RUN_CHECKPOINTS,
 )
-from trainer.core.config import load_config
+from trainer.core.config import config_from, load_config, read_config_file
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
 from trainer.data.scan import printable_path
@@ -232,13 +232,14 @@ def cmd_slurm(args) -> int:
     import time
 
     from trainer.runs.launch import write_slurm_array, write_slurm_files
-    from trainer.runs.sweep import is_sweep_file, read_sweep
+    from trainer.runs.sweep import is_sweep, sweep_from
 
     runs = Path(default_runs_dir()).resolve()
     if args.cpus_per_task is not None and args.cpus_per_task < 1:
         raise CommandError(f"--cpus-per-task: must be at least 1, got {args.cpus_per_task}")
-    if is_sweep_file(args.config):
-        sweep = read_sweep(args.config)
+    raw = read_config_file(args.config)  # a sweep file or a run config: parsed once
+    if is_sweep(raw):
+        sweep = sweep_from(raw, args.config)
         if sweep.method == "optuna":
             raise CommandError(f"{args.config}: a SLURM job array runs grid and random sweeps; an optuna study "
                                f"needs its trials one after another (run it with main.py sweep)")
@@ -249,7 +250,7 @@ def cmd_slurm(args) -> int:
         print(f"wrote {script.resolve()} (a job array of {len(sweep.trials_values())} trials) and their configs in "
               f"{trials}; submit it with: sbatch {script}")
         return 0
-    cfg = load_config(args.config, args.set)
+    cfg = config_from(raw, args.config, args.set)
     if args.out:
         config_path = write_slurm_files(cfg, args.out, runs, args.cpus_per_task)
         print(f"wrote {Path(args.out).resolve()} and the config it trains, {config_path}; submit it with: "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import json
 import random
 import subprocess
 from pathlib import Path
@@ -35,6 +33,7 @@ from trainer.core.rundir import RunDir
 from trainer.data.manifest import Manifest, read_manifest, write_manifest
 from trainer.data.scan import DataError, ScanResult, scan_image_folder
 from trainer.data.suggest import flip_rule, suggest
+from trainer.remote.protocol import read_scan
 from trainer.runs.launch import main_command
 
 THUMB = 56
@@ -63,12 +62,8 @@ def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QIm
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")
-    answer = json.loads(done.stdout)
-    raw = answer["result"]
-    for key in ("samples", "bad_files", "image_sizes"):
-        raw[key] = [tuple(item) for item in raw[key]]
-    thumbs = [(name, QImage.fromData(base64.b64decode(data))) for name, data in answer["thumbs"]]
-    return ScanResult(**raw), thumbs, None, None  # flips judged by the class names alone
+    result, thumbs = read_scan(done.stdout, f"{host}: `agent scan`")
+    return result, [(name, QImage.fromData(png)) for name, png in thumbs], None, None  # flips: by the names alone
 
 
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,

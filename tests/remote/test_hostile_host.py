@@ -253,3 +253,38 @@ def test_a_follower_fed_malformed_frames_gives_up_with_one_line(mirror, monkeypa
     with pytest.raises(HostError, match="gave up following .* 3 times"):
         m.follow()
     assert m.reconnects == 2 and m.out.getvalue().count("malformed frame from h") == 3
+
+
+GOOD_LISTING = {"path": "/data", "parent": "/", "entries": [{"name": "cats", "folders": 0, "images": 3}]}
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"entries": [{"name": "../../etc", "folders": 0, "images": 1}]}, "not a folder name: '../../etc'"),
+    ({"entries": [{"name": "a/b", "folders": 0, "images": 1}]}, "not a folder name"),
+    ({"entries": [{"name": "x", "folders": "many", "images": 1}]}, r"entries\[0\]\.folders: expected int"),
+    ({"entries": [{"name": "x", "folders": 0}]}, r"entries\[0\]: no images"),
+    ({"path": ["/"]}, "path: expected str"),
+    ({"entries": [{"name": "x", "folders": 0, "images": 0}] * 1001}, "more than 1000 folders"),
+    ({"extra": 1}, "unknown field 'extra'"),
+])
+def test_a_folder_listing_from_the_host_is_checked_before_the_browser_sees_it(change, said):
+    assert protocol.listing_answer(GOOD_LISTING, "lab: `agent ls`") == GOOD_LISTING
+    with pytest.raises(FrameError, match=said):
+        protocol.listing_answer({**GOOD_LISTING, **change}, "lab: `agent ls`")
+
+
+def test_a_scan_from_the_host_becomes_a_scan_result_or_one_line():
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 10
+    good = {"result": {"root": "/data", "classes": ["a", "b"], "samples": [["/data/a/1.png", 0]],
+                       "bad_files": [["/data/b/x.png", "truncated"]], "image_sizes": [[32, 24]]},
+            "thumbs": [["a", protocol.encode(png)]]}
+    result, thumbs = protocol.read_scan(json.dumps(good), "lab: `agent scan`")
+    assert result.classes == ["a", "b"] and result.samples == [("/data/a/1.png", 0)]
+    assert result.image_sizes == [(32, 24)] and result.counts == {"a": 1, "b": 0} and thumbs == [("a", png)]
+    for bad, said in ((dict(good, result={**good["result"], "samples": [["/x", "zero"]]}), r"samples\[0\]\[1\]"),
+                      (dict(good, result={**good["result"], "evil": 1}), "unknown field 'evil'"),
+                      (dict(good, thumbs=[["a", "not base64!"]]), r"thumbs\[0\]: its data is not base64"),
+                      (dict(good, thumbs=[["a", "A" * (2 << 20)]]), "more than 1048576 bytes"),
+                      ([], "expected an object")):
+        with pytest.raises(FrameError, match=said):
+            protocol.read_scan(json.dumps(bad), "lab: `agent scan`")

@@ -17,7 +17,8 @@ stop_ours() {  # the daemons of an earlier start of this script, by the pids the
   done
 }
 mkdir -p "$DIR"
-exec 9>"$DIR/start.lock"; flock -w 120 9  # one start at a time (each test worker's session may call this script)
+# One start at a time. The daemons must not inherit the lock's descriptor (they would hold the lock for good): 9>&-.
+exec 9>"$DIR/start.lock"; flock -w 100 9 || { echo "another start of the test cluster holds $DIR/start.lock" >&2; exit 1; }
 if munge_works && slurm_up; then exit 0; fi
 HOST=$(hostname -s)
 CPUS=$(nproc)
@@ -28,7 +29,7 @@ chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/
 chmod 700 /etc/munge; chmod 400 /etc/munge/munge.key
 if ! munge_works; then
   # A socket left by a munged that is gone (a machine restored from a snapshot) makes a plain start refuse: --force.
-  runuser -u munge -- /usr/sbin/munged --force 2>/dev/null || /usr/sbin/munged --force
+  runuser -u munge -- /usr/sbin/munged --force 2>/dev/null 9>&- || /usr/sbin/munged --force 9>&-
   for _ in $(seq 25); do munge_works && break; sleep 0.2; done
   munge_works || { echo "munge does not work: $(munge -n </dev/null 2>&1 | tail -1); $(tail -3 /var/log/munge/munged.log 2>/dev/null)" >&2; exit 1; }
 fi
@@ -56,8 +57,8 @@ NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
 stop_ours; sleep 0.5
-/usr/sbin/slurmctld -f "$SLURM_CONF" || { echo "slurmctld did not start: $(tail -3 "$DIR/slurmctld.log" 2>/dev/null)" >&2; exit 1; }
-/usr/sbin/slurmd -f "$SLURM_CONF" -N "$HOST" || { echo "slurmd did not start: $(tail -3 "$DIR/slurmd.log" 2>/dev/null)" >&2; exit 1; }
+/usr/sbin/slurmctld -f "$SLURM_CONF" 9>&- || { echo "slurmctld did not start: $(tail -3 "$DIR/slurmctld.log" 2>/dev/null)" >&2; exit 1; }
+/usr/sbin/slurmd -f "$SLURM_CONF" -N "$HOST" 9>&- || { echo "slurmd did not start: $(tail -3 "$DIR/slurmd.log" 2>/dev/null)" >&2; exit 1; }
 deadline=$(( $(date +%s) + 45 ))
 while [ "$(date +%s)" -lt "$deadline" ]; do
   slurm_up && exit 0

@@ -7,6 +7,7 @@ validation messages, `docs/config.md` and the app's forms all come from these de
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -330,6 +331,11 @@ def is_user_model(name: str) -> bool:
 
 def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> RunConfig:
     """Read a YAML config file, apply `--set` overrides, resolve relative paths against its folder."""
+    return config_from(read_config_file(path), path, overrides)
+
+
+def read_config_file(path: str | os.PathLike) -> Any:
+    """The YAML of a config (or sweep) file, parsed once; ConfigError naming the file when it cannot be read."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -348,11 +354,17 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([f"invalid YAML{where}: {getattr(e, 'problem', e)}"], str(path)) from e
-    if raw is None:
-        raw = {}
+    return {} if raw is None else raw
+
+
+def config_from(raw: Any, path: str | os.PathLike, overrides: list[str] | None = None) -> RunConfig:
+    """The checked config of `raw` (the parsed file at `path`), with `--set` overrides applied (to a copy) and
+    relative paths resolved against the file's folder."""
+    path = Path(path)
     if overrides:
         if not isinstance(raw, dict):
             raise ConfigError(["top level must be a mapping of sections"], str(path))
+        raw = copy.deepcopy(raw)
         apply_overrides(raw, overrides)
     cfg = RunConfig.from_dict(raw, source=str(path))
     return cfg.resolve_paths(path.parent.resolve())

@@ -104,6 +104,16 @@ def _check(name: str, entry, path: Path) -> Host:
 
 def load_hosts(path: Path | None = None) -> dict[str, Host]:
     path = path or hosts_file()
+    hosts = _read_hosts_file(path).get("hosts")
+    if hosts is None:
+        return {}
+    if not isinstance(hosts, dict):
+        raise HostError(f"{path}: `hosts` must map names to hosts")
+    return {str(name): _check(name, entry, path) for name, entry in hosts.items()}
+
+
+def _read_hosts_file(path: Path) -> dict:
+    """The parsed hosts file (`{}` when there is none); HostError naming the file when it cannot be used."""
     if not path.exists():
         return {}
     try:
@@ -118,12 +128,7 @@ def load_hosts(path: Path | None = None) -> dict[str, Host]:
         raise HostError(f"{path}: cannot read the hosts file: {str(e)[:300]}") from None
     if not isinstance(data, dict):
         raise HostError(f"{path}: expected a mapping with `hosts:` at the top, got {type(data).__name__}")
-    hosts = data.get("hosts")
-    if hosts is None:
-        return {}
-    if not isinstance(hosts, dict):
-        raise HostError(f"{path}: `hosts` must map names to hosts")
-    return {str(name): _check(name, entry, path) for name, entry in hosts.items()}
+    return data
 
 
 def get_host(name: str) -> Host:
@@ -138,10 +143,11 @@ def get_host(name: str) -> Host:
 def save_host(host: Host) -> Path:
     path = hosts_file()
     _check(host.name, {k: v for k, v in asdict(host).items() if k != "name"}, path)
-    data = {"hosts": {}}
-    if path.exists():
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {"hosts": {}}
-        data.setdefault("hosts", {})
+    data = _read_hosts_file(path)
+    if data.get("hosts") is None:
+        data["hosts"] = {}
+    elif not isinstance(data["hosts"], dict):
+        raise HostError(f"{path}: `hosts` must map names to hosts")
     entry = {k: v for k, v in asdict(host).items() if k != "name" and v not in ("", [])}
     data["hosts"][host.name] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,8 +157,9 @@ def save_host(host: Host) -> Path:
 
 def remove_host(name: str) -> Path:
     path = hosts_file()
-    get_host(name)
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = _read_hosts_file(path)
+    if name not in (data.get("hosts") or {}):
+        get_host(name)  # says there is no such host, and which there are
     del data["hosts"][name]
     atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
     return path

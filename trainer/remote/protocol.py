@@ -14,6 +14,11 @@ members and fetched files are bounded; bytes travel as base64, so a log's offset
     beat      {}                                            nothing new; the connection is alive
     gone      {message: str}                                the run directory is not there (deleted on the host)
     end       {}                                            the run has ended and everything was sent
+
+One-shot answers (one JSON object, at most MAX_ANSWER_BYTES), checked here by `listing_answer` and `scan_answer`
+before the app's remote folder browser and the Dataset page see them:
+    agent ls    {path: str, parent: str, entries: [{name: a folder name, folders: int, images: int}]}
+    agent scan  {result: trainer.data.scan.ScanResult's fields, thumbs: [[class name, b64 of a PNG]]}
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ import binascii
 import json
 import os
 import re
+import typing
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from trainer.remote.hosts import HostError
 
@@ -112,13 +118,17 @@ def file_frame(name: str, data: bytes, **extra) -> dict:
 
 
 def _decode(frame: dict, limit: int) -> bytes:
-    text = frame.get("b64")
+    return decode(frame.get("b64"), limit, f"{frame['t']} frame")
+
+
+def decode(text: object, limit: int, what: str) -> bytes:
+    """Base64 from a host, at most `limit` bytes decoded; FrameError naming `what` otherwise."""
     if not isinstance(text, str) or len(text) > 4 * (limit // 3 + 1):
-        raise FrameError(f"{frame['t']} frame: no data, or more than {limit} bytes")
+        raise FrameError(f"{what}: no data, or more than {limit} bytes")
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise FrameError(f"{frame['t']} frame: its data is not base64") from None
+        raise FrameError(f"{what}: its data is not base64") from None
 
 
 def check_frame(frame: object) -> dict:
@@ -214,3 +224,75 @@ def parse_size_header(line: bytes, what: str) -> int:
     if not text.isdigit() or len(text) > 20 or int(text) > MAX_FETCH_BYTES:
         raise FrameError(f"{what}: the host's size line is not a size ({line[:40]!r})")
     return int(text)
+
+
+# ---- one-shot answers ----------------------------------------------------------------------------------------------
+MAX_LISTING_ENTRIES = 1000  # the agent lists at most this many folders
+MAX_THUMB_BYTES = 1 << 20  # one PNG thumbnail
+
+
+def typed(value: Any, hint: Any, what: str) -> Any:
+    """`value` (decoded JSON) checked against a type hint of str, int, float, bool, list[...] or tuple[...]; tuples
+    come back as tuples. FrameError naming `what` and the item at fault."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        if not isinstance(value, list):
+            raise FrameError(f"{what}: expected a list, got {type(value).__name__}")
+        return [typed(v, args[0], f"{what}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        if not isinstance(value, list) or len(value) != len(args):
+            raise FrameError(f"{what}: expected a list of {len(args)}, got {str(value)[:80]!r}")
+        return tuple(typed(v, a, f"{what}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    ok = isinstance(value, (int, float)) if hint is float else isinstance(value, hint)
+    if not ok or (hint in (int, float) and isinstance(value, bool)):
+        raise FrameError(f"{what}: expected {hint.__name__}, got {str(value)[:80]!r}")
+    return value
+
+
+def _fields(answer: Any, hints: dict[str, Any], what: str, required: bool = True) -> dict:
+    if not isinstance(answer, dict):
+        raise FrameError(f"{what}: expected an object, got {type(answer).__name__}")
+    unknown = sorted(set(answer) - set(hints))
+    if unknown:
+        raise FrameError(f"{what}: unknown field {str(unknown[0])[:80]!r}")
+    missing = [k for k in hints if k not in answer]
+    if required and missing:
+        raise FrameError(f"{what}: no {missing[0]}")
+    return {k: typed(v, hints[k], f"{what}.{k}") for k, v in answer.items()}
+
+
+def folder_name(name: str, what: str) -> str:
+    """One folder's name as a host gives it: never a path, so the browser's next path stays under the listed one."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name or not name.isprintable():
+        raise FrameError(f"{what}: not a folder name: {name[:80]!r}")
+    return name
+
+
+def listing_answer(answer: Any, what: str) -> dict:
+    """`agent ls`'s answer, checked: {path, parent, entries: [{name, folders, images}]}."""
+    checked = _fields(answer, {"path": str, "parent": str, "entries": list}, what)
+    entries = checked["entries"]
+    if len(entries) > MAX_LISTING_ENTRIES:
+        raise FrameError(f"{what}: more than {MAX_LISTING_ENTRIES} folders listed")
+    checked["entries"] = [_fields(e, {"name": str, "folders": int, "images": int}, f"{what}.entries[{i}]")
+                          for i, e in enumerate(entries)]
+    for i, e in enumerate(checked["entries"]):
+        folder_name(e["name"], f"{what}.entries[{i}].name")
+    return checked
+
+
+def scan_answer(answer: Any, what: str) -> dict:
+    """`agent scan`'s answer, checked and decoded: {result: a ScanResult, thumbs: [(class, PNG bytes)]}."""
+    from trainer.data.scan import ScanResult
+
+    checked = _fields(answer, {"result": dict, "thumbs": list[tuple[str, str]]}, what)
+    result = _fields(checked["result"], typing.get_type_hints(ScanResult), f"{what}.result", required=False)
+    thumbs = [(name, decode(data, MAX_THUMB_BYTES, f"{what}.thumbs[{i}]"))
+              for i, (name, data) in enumerate(checked["thumbs"])]
+    return {"result": ScanResult(**result), "thumbs": thumbs}
+
+
+def read_scan(text: str, what: str) -> tuple[Any, list[tuple[str, bytes]]]:
+    """The ScanResult and the thumbnails (class name, PNG bytes) of `main.py agent scan --host`'s output."""
+    answer = scan_answer(parse_answer(text.encode("utf-8"), what), what)
+    return answer["result"], answer["thumbs"]

@@ -61,7 +61,7 @@ def cmd_agent(args) -> int:
         if args.action not in ("ls", "scan"):
             raise HostError(f"agent {args.action}: --host is for ls and scan; the rest runs there already")
         sizes = ["--thumbs", str(args.thumbs), "--thumb-size", str(args.thumb_size)] if args.action == "scan" else []
-        return forward(args.host, ["agent", args.action, *args.agent_args, *sizes])
+        return ask_checked(args.host, ["agent", args.action, *args.agent_args, *sizes])
     from trainer.remote import agent
 
     a = args.agent_args
@@ -222,6 +222,21 @@ def forward(host_name: str, argv: list[str]) -> int:
     sys.stdout.write(done.stdout.decode("utf-8", "replace"))
     sys.stderr.write(done.stderr.decode("utf-8", "replace"))
     return done.returncode
+
+
+def ask_checked(host_name: str, argv: list[str]) -> int:
+    """`agent ls` or `agent scan` on the host: its answer printed here once the protocol has checked it (the app reads
+    this command's output, never the host's)."""
+    from trainer.remote import ssh
+    from trainer.remote.protocol import listing_answer, parse_answer, scan_answer
+
+    host = get_host(host_name)
+    ssh.check(host)
+    what = f"{host.name}: `agent {argv[1]}`"
+    answer = parse_answer(ssh.remote_main(host, argv, timeout=600).stdout, what)
+    answer = listing_answer(answer, what) if argv[1] == "ls" else (scan_answer(answer, what) and answer)
+    print(json.dumps(answer))
+    return 0
 
 
 def add_parsers(sub) -> None:

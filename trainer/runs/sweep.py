@@ -21,6 +21,7 @@ config refuses is an error naming it (exit 2).
 from __future__ import annotations
 
 import itertools
+import copy
 import math
 import random
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class Sweep:
         return isinstance(node, int) and not isinstance(node, bool)
 
     def config(self, values: dict) -> RunConfig:
-        raw = yaml.safe_load(yaml.safe_dump(self.base))
+        raw = copy.deepcopy(self.base)
         apply_overrides(raw, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in values.items()])
         return RunConfig.from_dict(raw, source=f"sweep {self.name}")
 
@@ -78,12 +79,8 @@ def draw(rng: random.Random, spec: dict, integer: bool):
     return int(round(value)) if integer else float(f"{value:.6g}")
 
 
-def is_sweep_file(path: str | Path) -> bool:
-    """A sweep file (it has `base`), not a run config."""
-    try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
+def is_sweep(raw: object) -> bool:
+    """A parsed file is a sweep (it has `base`), not a run config."""
     return isinstance(raw, dict) and "base" in raw
 
 
@@ -94,6 +91,12 @@ def read_sweep(path: str | Path) -> Sweep:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise SweepError(f"{path}: cannot be read ({first_line(e)})") from e
+    return sweep_from(raw, path)
+
+
+def sweep_from(raw: object, path: str | Path) -> Sweep:
+    """The checked sweep of `raw` (the parsed file at `path`); SweepError naming the file and key at fault."""
+    path = Path(path)
     if not isinstance(raw, dict):
         raise SweepError(f"{path}: expected a mapping with base and grid and/or random")
     unknown = sorted(set(raw) - TOP_KEYS)

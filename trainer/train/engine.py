@@ -18,7 +18,7 @@ import traceback
 import numpy as np
 import torch
 
-from trainer.core.config import ConfigError, RunConfig, load_config
+from trainer.core.config import ConfigError, RunConfig, config_from, read_config_file
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.data.cache import Interrupted
@@ -114,9 +114,10 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     stop = StopRequest(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
     stop.install()
     try:
-        cfg = load_config(run.config)
+        raw = read_config_file(run.config)
+        cfg = config_from(raw, run.config)
         if resume:
-            keep_recipe_of_older_runs(cfg, run)
+            keep_recipe_of_older_runs(cfg, raw)
         strategy = make_strategy(cfg)
     except (ConfigError, LaunchError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -185,12 +186,9 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     return code
 
 
-def keep_recipe_of_older_runs(cfg: RunConfig, run: RunDir) -> None:
-    """A run started before optimizer.norm_weight_decay existed decayed every parameter alike (and its optimizer state
-    has no no-decay groups): resumed, it goes on that way."""
-    import yaml
-
-    raw = yaml.safe_load(run.config.read_text(encoding="utf-8")) or {}
+def keep_recipe_of_older_runs(cfg: RunConfig, raw: dict) -> None:
+    """A run started before optimizer.norm_weight_decay existed (its saved config, `raw`, has no such key) decayed
+    every parameter alike (and its optimizer state has no no-decay groups): resumed, it goes on that way."""
     if "norm_weight_decay" not in (raw.get("optimizer") or {}):
         cfg.optimizer.norm_weight_decay = None
 
