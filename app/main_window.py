@@ -447,11 +447,10 @@ class MainWindow(QMainWindow):
         if not folder:
             panel.failed("choose a folder of training images first")
             return None
-        if self.device_page.host:
-            panel.failed("Auto measures and plans on this machine; choose 'This machine' under Run on")
-            return None
         exclude = self.binder.widgets["data.exclude"].text().strip()
         args = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"]
+        if self.device_page.host:  # planned there, on its devices (the folder is the host's)
+            args += ["--host", self.device_page.host]
         if exclude:
             args += ["--set", f"data.exclude={exclude}"]
         self.auto_job = job = CliJob(args, self)

@@ -18,7 +18,7 @@ from trainer.core.catalog import (
     INT8_METHODS,
     RUN_CHECKPOINTS,
 )
-from trainer.core.config import config_from, load_config, read_config_file
+from trainer.core.config import RunConfig, config_from, load_config, read_config_file
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
 from trainer.data.scan import printable_path
@@ -45,14 +45,14 @@ def cmd_train(args) -> int:
     from trainer.runs.runner import launch
 
     cfg = load_config(args.config, args.set + ([f"device.host={args.host}"] if args.host else []))
+    choices = read_choices(args.auto_choices) if args.auto_choices else None
     if cfg.device.host:
         from trainer.remote.remote_cli import remote_train
 
-        return remote_train(cfg, args)
+        return remote_train(cfg, args, choices)
     if args.detach:
         raise CommandError("--detach: only for a run on a host (device.host); a run here goes on when the app "
                            "closes anyway")
-    choices = read_choices(args.auto_choices) if args.auto_choices else None
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
                             overwrite=args.overwrite, output_log=args.output_log, choices=choices)
     print(f"run directory: {run.path}", flush=True)
@@ -92,23 +92,31 @@ def read_choices(path: str) -> list[dict]:
 
 
 def cmd_auto(args) -> int:
-    from trainer.auto import plan
+    started = time.time()
+    say = lambda text: print(f"auto: {text}", file=sys.stderr, flush=True)  # noqa: E731
+    if args.host:  # planned there, on its devices; trained there as any remote run
+        from trainer.remote.remote_cli import remote_plan
+
+        plan = remote_plan(args.host, args.folder, args.minutes, args.set, say)
+    else:
+        from trainer.auto import plan as make_plan
+
+        plan = make_plan(args.folder, args.minutes, started=started, overrides=args.set, progress=say).to_json()
+    if args.plan_only:
+        print(json.dumps(plan), flush=True)
+        return 0
+    width = max(len(c["key"]) for c in plan["choices"])
+    for c in plan["choices"]:
+        print(f"{c['key']:<{width}}  {c['value']!s:<14}  {c['why']}", flush=True)
+    cfg = RunConfig.from_dict(plan["config"])
+    if args.host:
+        return _auto_on_host(cfg, plan, args, started)
     from trainer.runs.prepare import prepare_run
     from trainer.runs.runner import launch
 
-    started = time.time()
-    result = plan(args.folder, args.minutes, started=started, overrides=args.set,
-                  progress=lambda text: print(f"auto: {text}", file=sys.stderr, flush=True))
-    if args.plan_only:
-        print(json.dumps(result.to_json()), flush=True)
-        return 0
-    width = max(len(c.key) for c in result.choices)
-    for c in result.choices:
-        print(f"{c.key:<{width}}  {c.value!s:<14}  {c.why}", flush=True)
-    cfg = result.config
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
                             label=f"auto-{cfg.model.name}", output_log=args.output_log, checked=False,
-                            choices=result.to_json()["choices"])
+                            choices=plan["choices"])
     print(f"run directory: {run.path}", flush=True)
     code = report_end(run, launch(run, cfg, lock=lock))
     for path in sorted((run.path / "exports").glob("model.*")):
@@ -117,6 +125,20 @@ def cmd_auto(args) -> int:
         print(f"exported: {path}", flush=True)
     print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
           f"included)", flush=True)
+    return code
+
+
+def _auto_on_host(cfg: RunConfig, plan: dict, args, started: float) -> int:
+    """The host's plan trained there: a normal remote run. The seconds spent here beyond the host's own planning
+    (ssh, this process) come out of the training budget too."""
+    from trainer.remote.remote_cli import remote_train
+
+    overhead_s = max(0.0, time.time() - started - float(plan["planning_s"]))
+    cfg.train.budget = round(max(cfg.train.budget - overhead_s / 60, 0.01), 2)
+    args.detach = False
+    code = remote_train(cfg, args, plan["choices"], bring_exports=True)
+    print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (planned and trained "
+          f"on {args.host})", flush=True)
     return code
 
 
@@ -133,6 +155,8 @@ def _parser_auto(sub) -> None:
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
     p.add_argument("--plan-only", action="store_true", help="print the plan as JSON (config, choices, probes) "
                    "without training; the app starts it as a run")
+    p.add_argument("--host", help="plan and train on this host (main.py hosts): the scan, the speed probe and the "
+                   "learning-rate sweep run there, on its devices")
     p.add_argument("--output-log", help="as for train")
     p.set_defaults(func=cmd_auto)
 

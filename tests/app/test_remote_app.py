@@ -113,3 +113,21 @@ def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results
     window.dashboard.tabs.setCurrentWidget(window.dashboard.results)
     qtbot.waitUntil(lambda: window.dashboard.results.evaluation is not None, timeout=20_000)
     assert window.dashboard.results.evaluation.metrics["images"] > 0
+
+
+def test_the_auto_box_with_a_host_chosen_plans_there_and_starts_a_run_there(qtbot, make_window, hosts, shapes_dir,
+                                                                            tmp_path, monkeypatch):
+    window = make_window(write_config(tmp_path, shapes_dir), runs_dir=hosts["local_runs"])
+    choose_host(qtbot, window, "loop")
+    started = []
+    monkeypatch.setattr(window.runs, "start", lambda cfg, choices=None: started.append((cfg, choices)))
+    panel = window.dataset_page.auto
+    panel.minutes.setValue(0.5)
+    panel.button.click()
+    qtbot.waitUntil(lambda: bool(started) or panel.button.isEnabled(), timeout=120_000)
+    assert started, panel.status.text()
+    cfg, choices = started[0]
+    assert cfg.device.host == "loop" and window.device_page.host == "loop", "the run goes where it was planned"
+    assert choices[0] == {"key": "planned on", "value": "loop", "why": choices[0]["why"]}
+    shown = [panel.choices.item(i, 0).text() for i in range(panel.choices.rowCount())]
+    assert shown[0] == "planned on" and "model.name" in shown

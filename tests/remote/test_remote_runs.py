@@ -4,6 +4,7 @@ there and the run resumes, Export and Try it bring what they need home."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -130,3 +131,38 @@ def test_stop_while_the_host_is_starting_the_run_stops_it_there_and_leaves_a_mir
     assert status["state"] == "stopped" and status["remote"]["alive"] is False
     remote = json.loads((hosts["remote_runs"] / mirror.name / "status.json").read_text())
     assert remote["state"] == "stopped", "stopped there, not left training"
+
+
+def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts, shapes_dir, tmp_path):
+    """`main.py auto FOLDER --host NAME`: the host's TrainDeck scans, probes and plans (its command, wrapped here,
+    notes what it is asked), the plan comes back checked, and the run is a normal remote run with its export home."""
+    import yaml
+    from remote_servers import REMOTE_COMMAND
+
+    asked = tmp_path / "asked-on-the-host.txt"
+    wrapper = tmp_path / "traindeck-on-the-host.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexec {REMOTE_COMMAND} "$@"\n')
+    wrapper.chmod(0o755)
+    entries = {**hosts["entries"], "gpubox": {**hosts["entries"]["loop"], "command": str(wrapper)}}
+    hosts["file"].write_text(yaml.safe_dump({"hosts": entries}))
+
+    done = run_main("auto", shapes_dir, "--minutes", "0.5", "--host", "gpubox", "--runs-dir", hosts["local_runs"],
+                    timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    commands = asked.read_text().splitlines()
+    assert f"auto {shapes_dir} --minutes 0.5 --plan-only" in commands, commands
+    assert any(c.startswith("agent start") for c in commands), "trained there"
+    assert "auto: planning on gpubox" in done.stderr
+    assert re.search(r"^planned on\s+gpubox\s", done.stdout, re.M), done.stdout
+
+    (mirror,) = (hosts["local_runs"] / "remote" / "gpubox").iterdir()
+    status = json.loads((mirror / "status.json").read_text())
+    assert status["state"] == "completed", status
+    choices = {c["key"]: c for c in json.loads((mirror / "auto.json").read_text())["choices"]}
+    assert choices["planned on"]["value"] == "gpubox"
+    assert "images/s" in choices["model.name"]["why"], "the host's own speed probe chose the network"
+    config = yaml.safe_load((mirror / "config.yaml").read_text())
+    assert config["train"]["budget"] > 0 and config["train"]["replan"], "Auto's budget and closed loop, there"
+    onnx = mirror / "exports" / "model.onnx"
+    assert f"exported: {onnx}" in done.stdout
+    assert onnx.stat().st_size > 1000 and json.loads((mirror / "exports" / "model.onnx.json").read_text())["classes"]

@@ -19,6 +19,7 @@ One-shot answers (one JSON object, at most MAX_ANSWER_BYTES), checked here by `l
 before the app's remote folder browser and the Dataset page see them:
     agent ls    {path: str, parent: str, entries: [{name: a folder name, folders: int, images: int}]}
     agent scan  {result: trainer.data.scan.ScanResult's fields, thumbs: [[class name, b64 of a PNG]]}
+    auto --plan-only  {config: a run config, choices: [{key, value, why}], probes: [PROBE_FIELDS], planning_s}
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import binascii
 import json
 import os
 import re
+import types
 import typing
 from pathlib import Path
 from typing import IO, Any
@@ -235,6 +237,20 @@ def typed(value: Any, hint: Any, what: str) -> Any:
     """`value` (decoded JSON) checked against a type hint of str, int, float, bool, list[...] or tuple[...]; tuples
     come back as tuples. FrameError naming `what` and the item at fault."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            try:
+                return typed(value, option, what)
+            except FrameError:
+                continue
+        raise FrameError(f"{what}: expected {' or '.join(getattr(a, '__name__', str(a)) for a in args)}, "
+                         f"got {str(value)[:80]!r}")
+    if hint is type(None):
+        if value is not None:
+            raise FrameError(f"{what}: expected null, got {str(value)[:80]!r}")
+        return None
     if origin is list:
         if not isinstance(value, list):
             raise FrameError(f"{what}: expected a list, got {type(value).__name__}")
@@ -296,3 +312,19 @@ def read_scan(text: str, what: str) -> tuple[Any, list[tuple[str, bytes]]]:
     """The ScanResult and the thumbnails (class name, PNG bytes) of `main.py agent scan --host`'s output."""
     answer = scan_answer(parse_answer(text.encode("utf-8"), what), what)
     return answer["result"], answer["thumbs"]
+
+
+# `auto --plan-only`'s probes: trainer.auto.Measured's fields (a test keeps the two the same; this module stays torch-free)
+PROBE_FIELDS = {"model": str, "weights": str | None, "size": int, "batch": int, "train_images_per_s": float,
+                "eval_images_per_s": float, "epoch_s": float, "epochs": int}
+PLAN_FIELDS = {"config": dict, "choices": list, "probes": list, "planning_s": float}
+CHOICE_FIELDS = {"key": str, "value": object, "why": str}
+
+
+def plan_answer(answer: Any, what: str) -> dict:
+    """Auto's plan made on a host (`auto --plan-only` there), checked: its fields and their types. The config in it is
+    then checked as any config is (RunConfig.from_dict) by the caller."""
+    checked = _fields(answer, PLAN_FIELDS, what)
+    checked["choices"] = [_fields(c, CHOICE_FIELDS, f"{what}.choices[{i}]") for i, c in enumerate(checked["choices"])]
+    checked["probes"] = [_fields(p, PROBE_FIELDS, f"{what}.probes[{i}]") for i, p in enumerate(checked["probes"])]
+    return checked

@@ -12,10 +12,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from trainer.core.config import ConfigError, RunConfig
 from trainer.core.errors import InputError
+from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir, default_runs_dir, planned_run_dir, report_end, run_label
 from trainer.remote.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
-from trainer.remote.protocol import FrameError
+from trainer.remote.protocol import FrameError, parse_answer
 
 
 # ---- hosts ---------------------------------------------------------------------------------------
@@ -90,7 +92,7 @@ def cmd_agent(args) -> int:
 
 
 # ---- the local side ------------------------------------------------------------------------------
-def remote_train(cfg, args) -> int:
+def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bool = False) -> int:
     """`main.py train` of a config whose device.host names a host: start it there (or sbatch it), make its mirror
     here, follow it until it ends (the app's Stop: SIGTERM to this process stops it there)."""
     from trainer.remote import ssh
@@ -127,6 +129,8 @@ def remote_train(cfg, args) -> int:
     if host.slurm:
         print(f"submitted SLURM job {answer['job']} on {host.name}", flush=True)
     create_mirror(local, host, answer["run_dir"], answer.get("job"), answer.get("output"), args.output_log)
+    if choices is not None:  # Auto's choices, kept with the run here as for a run trained here (the Runs page)
+        atomic_write_text(local.auto_choices, json.dumps({"choices": choices}, indent=1))
     print(f"run directory: {local.path} (on {host.name}: {answer['run_dir']})", flush=True)
     mirror = Mirror(local)
     if stopped:
@@ -134,7 +138,51 @@ def remote_train(cfg, args) -> int:
         mirror.request_stop()
     elif args.detach:
         return 0
-    return report_end(local, mirror.follow())
+    code = report_end(local, mirror.follow())
+    if bring_exports and code == 0:
+        _bring_exports_home(local, cfg.export.formats)
+    return code
+
+
+def _bring_exports_home(run: RunDir, formats: list[str]) -> None:
+    """The exports the host wrote at the run's end (and their cards), fetched into the mirror, as `main.py export`
+    of the mirror would; one that is not there is said, and the run stays completed."""
+    from trainer.core.catalog import EXPORT_FORMATS
+    from trainer.remote.mirror import fetch
+
+    for fmt in formats:
+        name = f"exports/model{EXPORT_FORMATS[fmt]}"
+        try:
+            path = fetch(run, name)
+            fetch(run, f"{name}.json")
+        except HostError as e:
+            print(f"warning: the {fmt} export did not come home ({e}); `main.py export {run.path}` makes it again",
+                  file=sys.stderr, flush=True)
+            continue
+        print(f"exported: {path}", flush=True)
+
+
+def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str], say) -> dict:
+    """Auto's plan made on the host (`auto --plan-only` there: its scan, its speed probe on its devices, its
+    learning-rate sweep), checked by the protocol and as a config; device.host set to the host, so it trains there."""
+    from trainer.remote import ssh
+    from trainer.remote.protocol import plan_answer
+
+    host = get_host(host_name)
+    ssh.check(host)
+    say(f"planning on {host.name}: the scan, the speed probe and the learning-rate sweep run there")
+    argv = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"] + (["--set", *overrides] if overrides else [])
+    what = f"{host.name}: `auto --plan-only`"
+    plan = plan_answer(parse_answer(ssh.remote_main(host, argv, timeout=minutes * 60 + 120).stdout, what), what)
+    try:
+        cfg = RunConfig.from_dict(plan["config"], source=f"the plan made on {host.name}")
+    except ConfigError as e:
+        raise FrameError(f"{what}: {e}") from None
+    cfg.device.host = host.name
+    plan["config"] = cfg.to_dict()
+    plan["choices"].insert(0, {"key": "planned on", "value": host.name,
+                               "why": f"--host {host.name}: scanned, measured and planned there, where it trains"})
+    return plan
 
 
 def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
@@ -228,7 +276,7 @@ def ask_checked(host_name: str, argv: list[str]) -> int:
     """`agent ls` or `agent scan` on the host: its answer printed here once the protocol has checked it (the app reads
     this command's output, never the host's)."""
     from trainer.remote import ssh
-    from trainer.remote.protocol import listing_answer, parse_answer, scan_answer
+    from trainer.remote.protocol import listing_answer, scan_answer
 
     host = get_host(host_name)
     ssh.check(host)
