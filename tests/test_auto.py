@@ -18,6 +18,7 @@ def tree_state(folder):
     return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
 
 
+@pytest.mark.slow  # Auto spends its whole 30 s budget, then tests and exports
 def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_explained(
         shapes_dir, tmp_path, torch_home):
     """With a machine busy while Auto probes (each timed probe step made slower), the plan has too few epochs: the
@@ -71,6 +72,7 @@ def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_e
     assert RunConfig.from_dict(raw).train.budget == cfg.train.budget > 0
 
 
+@pytest.mark.slow  # probes pretrained networks at 64 px and up
 def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, torch_home):
     from test_pretrained import seed_resnet18
 

@@ -17,6 +17,8 @@ from trainer.core.rundir import RunDir
 from trainer.deploy.export_data import calibration_images
 from trainer.model.checkpoint import read_checkpoint
 
+pytestmark = pytest.mark.slow  # resnet18 trained on real photographs for 8 epochs, then every deploy format
+
 
 def _bench_common():
     spec = importlib.util.spec_from_file_location("bench_common", REPO / "bench" / "common.py")

@@ -115,6 +115,7 @@ def test_anomaly_watch_warns_on_spikes_and_gradient_extremes():
     assert [w["kind"] for w in watch.check(4, 1.0, 1e-9)] == ["vanishing_gradients"]
 
 
+@pytest.mark.slow  # an LR sweep, then a run at the rate it suggests
 def test_lr_finder_suggestion_trains_well(tmp_path):
     data = write_demo_dataset(tmp_path / "demo", per_class=150, size=32, seed=5)
     cfg = write_config(tmp_path, data, data={"image_size": 24, "batch_size": 32}, train={"epochs": 8},

@@ -125,6 +125,7 @@ def test_auto_memory_format_is_channels_last_only_where_it_is_faster(monkeypatch
     assert choose_memory_format("auto", "mine.py:Net", model, gpu) == torch.contiguous_format, "your own model"
 
 
+@pytest.mark.slow  # a resnet18 in emulated fp16
 def test_fp16_resnet18_survives_an_overflow_on_its_first_step():
     """The fp16 NaN of issue #22: resnet18, fused SGD with momentum, and a first step whose gradients overflow
     (as resnet18's did on real photos at the initial loss scale). Fused SGD created its momentum buffers with
