@@ -75,13 +75,46 @@ def digits(root: Path) -> Path:
     return root
 
 
-def run_auto(folder: Path, minutes: float, work: Path) -> dict:
+class Hog:
+    """`count` processes spinning on the CPU (another program busy beside Auto), started and stopped on demand."""
+
+    def __init__(self, count: int):
+        self.count, self.procs = count, []
+
+    def start(self) -> None:
+        if not self.procs:
+            self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        self.procs = []
+
+
+def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never", hogs: int = 1) -> dict:
+    """Auto through its command line; with `hog_during` "planning" or "training", a CPU hog runs beside it for that
+    phase only (training starts at Auto's `run directory:` line)."""
+    hog = Hog(hogs)
     start = time.time()
-    done = subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "auto", str(folder), "--minutes", str(minutes),
-                           "--runs-dir", str(work)], capture_output=True, text=True, cwd=REPO)
+    if hog_during == "planning":
+        hog.start()
+    proc = subprocess.Popen([TRAINDECK_PYTHON, str(REPO / "main.py"), "auto", str(folder), "--minutes", str(minutes),
+                             "--runs-dir", str(work)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+    try:
+        for line in proc.stdout:
+            if line.startswith("run directory:") and hog_during == "planning":
+                hog.stop()
+            elif line.startswith("run directory:") and hog_during == "training":
+                hog.start()
+        err = proc.stderr.read()
+        proc.wait()
+    finally:
+        hog.stop()
     wall = time.time() - start
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    if proc.returncode != 0:
+        return {"error": err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}"}
     (run,) = [p for p in work.iterdir() if p.is_dir()]
     best = json.loads((run / "eval" / "test" / "metrics.json").read_text())["accuracy"]
     subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "evaluate", str(run), "--checkpoint", "last", "--data",
@@ -91,9 +124,12 @@ def run_auto(folder: Path, minutes: float, work: Path) -> dict:
     choices = {c["key"]: c["value"] for c in json.loads((run / "auto.json").read_text())["choices"]}
     events = [json.loads(line) for line in (run / "events.jsonl").open()]
     end = next(e for e in events if e["event"] == "run_end")
+    replans = [e for e in events if e["event"] == "replan"]
     return {"best_acc": best, "final_acc": final, "wall_s": wall, "train_s": end["time"] - events[0]["time"],
-            "epochs": status.get("epoch"), "model": choices.get("model.name"), "size": choices.get("data.image_size"),
-            "planned_epochs": choices.get("train.epochs")}
+            "budget_used": (end["time"] - start) / (minutes * 60), "epochs": status.get("epoch"),
+            "model": choices.get("model.name"), "size": choices.get("data.image_size"),
+            "planned_epochs": choices.get("train.epochs"), "probe": choices.get("probe"),
+            "replanned_to": replans[-1]["epochs"] if replans else None}
 
 
 def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, work: Path) -> dict:
@@ -108,8 +144,35 @@ def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, wo
     return {**json.loads(out.read_text()), "wall_s": time.time() - start}
 
 
+def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int) -> None:
+    """Auto with a CPU hog beside it during planning only, during training only, and never (interleaved)."""
+    results = []
+    for repeat in range(repeats):
+        for hog_during in ("never", "planning", "training"):
+            with tempfile.TemporaryDirectory(prefix="bench-auto-robust-") as tmp:
+                print(f"repeat {repeat + 1}, {minutes:g} min, {name}, hog during {hog_during} ...", flush=True)
+                r = run_auto(folder, minutes, Path(tmp), hog_during, hogs)
+            r.update(hog_during=hog_during, dataset=name, minutes=minutes, repeat=repeat, hogs=hogs)
+            print("   ", json.dumps(r), flush=True)
+            results.append(r)
+            save_result("auto_robustness", {"machine": machine(), "results": results})
+    print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
+    print("| hog during | budget used | epochs planned -> trained | probe | test top-1 (best.pt) |")
+    print("|---|---|---|---|---|")
+    for hog_during in ("never", "planning", "training"):
+        for r in (r for r in results if r["hog_during"] == hog_during):
+            if "error" in r:
+                print(f"| {hog_during} | failed: {r['error']} |")
+                continue
+            print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {r['planned_epochs']} -> {r['epochs']} | "
+                  f"{r['probe']} | {100 * r['best_acc']:.1f}% |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--robustness", action="store_true", help="Auto alone, with a CPU hog during planning, "
+                        "during training, and never (the first of --budgets and --datasets)")
+    parser.add_argument("--hogs", type=int, default=1, help="--robustness: spinning processes in the hog")
     parser.add_argument("--budgets", type=float, nargs="+", default=[2, 5, 10])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--datasets", nargs="+", default=["digits", "photos"])
@@ -117,6 +180,10 @@ def main() -> None:
     parser.add_argument("--peers-python", default=sys.executable)
     args = parser.parse_args()
     folders = {"digits": digits(DATA / "auto-digits"), "photos": photos(DATA / "auto-photos")}
+    if args.robustness:
+        name = args.datasets[0]
+        robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs)
+        return
     results = []
     for repeat in range(args.repeats):
         for minutes in args.budgets:

@@ -182,3 +182,39 @@ def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_pr
     assert chosen["model.name"] == result.probes[0].model
     with pytest.raises(AutoError, match="leaves nothing to train in"):
         plan(str(shapes_dir), 0.5, started=time.time() - 60)  # the whole budget gone: said, not a crash
+
+
+def test_the_machine_s_other_load_is_measured_without_auto_s_own_work():
+    import subprocess
+    import sys
+
+    from trainer.device.machine import OtherLoad
+
+    load = OtherLoad()
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:  # this process's own work is not "other programs"
+        pass
+    assert load.share() < 0.5
+    load = OtherLoad()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(1.5)
+        busy = load.share()  # read before the hogs are reaped (then their time would count as this process's)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy > 0.5, busy
+
+
+def test_the_plan_says_the_machine_was_busy_while_it_measured(shapes_dir, torch_home, monkeypatch):
+    from trainer import auto
+
+    monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.8)
+    result = auto.plan(str(shapes_dir), 0.5, started=time.time() - 8)  # one probe, no LR sweep
+    epochs = next(c for c in result.choices if c.key == "train.epochs")
+    assert "the machine was busy while Auto measured (other programs used 80% of the CPU)" in epochs.why
+    assert "re-plans the epochs from the speed it measures" in epochs.why
+    monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.05)
+    epochs = next(c for c in auto.plan(str(shapes_dir), 0.5, started=time.time() - 8).choices if c.key == "train.epochs")
+    assert "busy" not in epochs.why and "median of 3 timed steps after a warm-up step" in epochs.why

@@ -33,6 +33,7 @@ from trainer.core.config import RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, median_short_side, suggested_image_size
+from trainer.device.machine import OtherLoad
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ VAL_SPLIT = TEST_SPLIT = 0.15
 MIN_MINUTES = 0.5
 MAX_MINUTES = 7 * 24 * 60  # a week
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
+PROBE_STEPS = 3  # timed training steps per candidate (their median), after the warm-up step
+BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measures: the plan says the machine was busy
 MIN_TRAIN_S = 10  # left for training after planning, at least, or Auto says the budget is too small
 
 
@@ -112,7 +115,7 @@ def batch_for(size: int, cuda: bool) -> int:
 
 
 def measure(model_name: str, weights: str | None, size: int, batch: int, classes: int, device: torch.device,
-            precision: str, reject_below: float = 0.0, steps: int = 2) -> Measured:
+            precision: str, reject_below: float = 0.0, steps: int = PROBE_STEPS) -> Measured:
     """Images per second of training steps (forward, backward, AdamW) and of validation batches of `model_name` at
     `size`, at the run's precision and memory format. Content does not change the speed: random images. After the
     warm-up step, a candidate slower than `reject_below` images/s is not measured further."""
@@ -190,8 +193,10 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     sizes = candidate_sizes(scan, bool(cached))
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
+    load = OtherLoad()
     chosen, probes = _probe(candidates, sizes, need, train_s, (train_images, val_images, len(scan.classes)), tta,
                             device, precision, lambda: time.time() - started > budget_s * PLAN_SHARE * 0.6, say)
+    how_busy = _how_busy(load.share())
     reason = (f"{why_kind}; the first of {', '.join(n for n, _ in candidates)} (best first) that trains at least "
               f"{need} epochs in the budget: {chosen.train_images_per_s:.0f} images/s measured at {chosen.size} px")
     if chosen.epochs < need:
@@ -227,7 +232,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     cfg.train.epochs = epochs
     choose("train.epochs", epochs, f"{left_s / 60:.1f} min left after planning, {chosen.epoch_s:.1f} s per epoch "
                                    f"measured ({train_images} training images at {chosen.train_images_per_s:.0f}/s, "
-                                   f"{val_images} validation images{' twice (flip)' if tta else ''})")
+                                   f"{val_images} validation images{' twice (flip)' if tta else ''}){how_busy}")
     cfg.train.budget = round(left_s / 60, 2)
     cfg.train.replan = True
     choose("train.replan", True, "the epochs above come from a short probe: after each epoch the trainer re-plans "
@@ -251,6 +256,15 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
     cfg, choices = _with_overrides(cfg, choices, overrides or [])
     return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, time.time() - started)
+
+
+def _how_busy(others: float) -> str:
+    """What the plan says of the machine while the probe measured (its speeds read low when it was busy)."""
+    if others >= BUSY_SHARE:
+        return (f"; the machine was busy while Auto measured (other programs used {others:.0%} of the CPU), so these "
+                f"speeds read low: the trainer re-plans the epochs from the speed it measures (train.replan)")
+    return (f"; the median of {PROBE_STEPS} timed steps after a warm-up step, other programs using {others:.0%} of "
+            f"the CPU meanwhile")
 
 
 def _scan(root: Path, say: Callable[[str], None]) -> tuple[dict, ScanResult]:

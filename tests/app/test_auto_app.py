@@ -67,7 +67,7 @@ def test_the_auto_button_plans_shows_every_choice_and_trains_within_the_budget(q
     assert window.budget_label.text() == "budget 2.5 min" and "2.5 min" in window.start_action.toolTip()
 
 
-def test_auto_refuses_without_a_folder_or_on_a_host_and_says_why(qtbot, make_window, shapes_dir, tmp_path):
+def test_auto_refuses_without_a_folder_or_with_a_missing_one_and_says_why(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window(write_config(tmp_path, shapes_dir))
     window.binder.widgets["data.train_dir"].setText("")
     assert window.auto_plan(1.0) is None

@@ -128,6 +128,6 @@ def test_the_auto_box_with_a_host_chosen_plans_there_and_starts_a_run_there(qtbo
     assert started, panel.status.text()
     cfg, choices = started[0]
     assert cfg.device.host == "loop" and window.device_page.host == "loop", "the run goes where it was planned"
-    assert choices[0] == {"key": "planned on", "value": "loop", "why": choices[0]["why"]}
+    assert choices[0] == {"key": "device.host", "value": "loop", "why": choices[0]["why"]}
     shown = [panel.choices.item(i, 0).text() for i in range(panel.choices.rowCount())]
-    assert shown[0] == "planned on" and "model.name" in shown
+    assert shown[0] == "device.host" and "model.name" in shown

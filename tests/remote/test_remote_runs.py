@@ -153,13 +153,13 @@ def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts
     assert f"auto {shapes_dir} --minutes 0.5 --plan-only" in commands, commands
     assert any(c.startswith("agent start") for c in commands), "trained there"
     assert "auto: planning on gpubox" in done.stderr
-    assert re.search(r"^planned on\s+gpubox\s", done.stdout, re.M), done.stdout
+    assert re.search(r"^device.host\s+gpubox\s", done.stdout, re.M), done.stdout
 
     (mirror,) = (hosts["local_runs"] / "remote" / "gpubox").iterdir()
     status = json.loads((mirror / "status.json").read_text())
     assert status["state"] == "completed", status
     choices = {c["key"]: c for c in json.loads((mirror / "auto.json").read_text())["choices"]}
-    assert choices["planned on"]["value"] == "gpubox"
+    assert choices["device.host"]["value"] == "gpubox"
     assert "images/s" in choices["model.name"]["why"], "the host's own speed probe chose the network"
     config = yaml.safe_load((mirror / "config.yaml").read_text())
     assert config["train"]["budget"] > 0 and config["train"]["replan"], "Auto's budget and closed loop, there"

@@ -6,6 +6,7 @@ The rules that turn facts into verdicts are `trainer.device.devices`' (torch-fre
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import torch
 import torch.distributed as dist
@@ -50,3 +51,31 @@ def check_device(cfg: RunConfig) -> None:
         raise LaunchError("; ".join(problems))
 
 
+
+
+class OtherLoad:
+    """How much of this machine's CPU other programs used from now until `share()`: the machine's busy time less this
+    process's own (and its children's), over the wall time of all its cores. Auto reads it around its speed probe: a
+    probe on a busy machine reads slow, and the plan says so."""
+
+    def __init__(self):
+        import psutil
+
+        self._psutil = psutil
+        self._me = psutil.Process()
+        self._start = (time.perf_counter(), self._busy(), self._mine())
+
+    def _busy(self) -> float:
+        t = self._psutil.cpu_times()
+        return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+
+    def _mine(self) -> float:
+        t = self._me.cpu_times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def share(self) -> float:
+        """The others' share of all the cores' time since this was made, 0 to 1."""
+        wall0, busy0, mine0 = self._start
+        wall = time.perf_counter() - wall0
+        others = (self._busy() - busy0) - (self._mine() - mine0)
+        return max(0.0, min(1.0, others / max(wall * (self._psutil.cpu_count() or 1), 1e-6)))

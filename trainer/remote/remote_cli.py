@@ -180,7 +180,7 @@ def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str
         raise FrameError(f"{what}: {e}") from None
     cfg.device.host = host.name
     plan["config"] = cfg.to_dict()
-    plan["choices"].insert(0, {"key": "planned on", "value": host.name,
+    plan["choices"].insert(0, {"key": "device.host", "value": host.name,
                                "why": f"--host {host.name}: scanned, measured and planned there, where it trains"})
     return plan
 
