@@ -92,11 +92,15 @@ def read_choices(path: str) -> list[dict]:
 
 
 def cmd_auto(args) -> int:
+    from trainer.runs.prepare import choices_lines
+
     started = time.time()
     say = lambda text: print(f"auto: {text}", file=sys.stderr, flush=True)  # noqa: E731
-    if args.host:  # planned there, on its devices; trained there as any remote run
-        from trainer.remote.remote_cli import remote_plan
+    if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
+        from trainer.remote.remote_cli import remote_auto, remote_plan
 
+        if not args.plan_only:
+            return remote_auto(args, say, started)
         plan = remote_plan(args.host, args.folder, args.minutes, args.set, say)
     else:
         from trainer.auto import plan as make_plan
@@ -105,15 +109,11 @@ def cmd_auto(args) -> int:
     if args.plan_only:
         print(json.dumps(plan), flush=True)
         return 0
-    width = max(len(c["key"]) for c in plan["choices"])
-    for c in plan["choices"]:
-        print(f"{c['key']:<{width}}  {c['value']!s:<14}  {c['why']}", flush=True)
-    cfg = RunConfig.from_dict(plan["config"])
-    if args.host:
-        return _auto_on_host(cfg, plan, args, started)
+    print("\n".join(choices_lines(plan["choices"])), flush=True)
     from trainer.runs.prepare import prepare_run
     from trainer.runs.runner import launch
 
+    cfg = RunConfig.from_dict(plan["config"])
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
                             label=f"auto-{cfg.model.name}", output_log=args.output_log, checked=False,
                             choices=plan["choices"])
@@ -125,20 +125,6 @@ def cmd_auto(args) -> int:
         print(f"exported: {path}", flush=True)
     print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
           f"included)", flush=True)
-    return code
-
-
-def _auto_on_host(cfg: RunConfig, plan: dict, args, started: float) -> int:
-    """The host's plan trained there: a normal remote run. The seconds spent here beyond the host's own planning
-    (ssh, this process) come out of the training budget too."""
-    from trainer.remote.remote_cli import remote_train
-
-    overhead_s = max(0.0, time.time() - started - float(plan["planning_s"]))
-    cfg.train.budget = round(max(cfg.train.budget - overhead_s / 60, 0.01), 2)
-    args.detach = False
-    code = remote_train(cfg, args, plan["choices"], bring_exports=True)
-    print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (planned and trained "
-          f"on {args.host})", flush=True)
     return code
 
 

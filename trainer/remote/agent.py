@@ -204,6 +204,31 @@ def submit(config_text: str, runs: str, partition: str, cpus_per_task: int | Non
     return {"job": job, "run_dir": str(runs_dir / f"slurm-{job}"), "output": str(folder / f"slurm-{job}.out")}
 
 
+AUTO_JOB_MAX_CPUS = 8  # an Auto job's CPU request when none is given: a node's CPUs, up to this many
+
+
+def submit_auto(folder: str, minutes: float, overrides: list[str], runs: str, partition: str,
+                cpus_per_task: int | None) -> dict:
+    """SLURM: Auto inside a job (slurm_auto_script), one GPU where the partition's nodes have them; the folder is
+    checked now, not after the wait in the queue."""
+    from trainer.core.errors import InputError
+    from trainer.remote import slurm
+    from trainer.runs.launch import REPO_ROOT, slurm_auto_script
+
+    if not Path(os.path.expanduser(folder)).is_dir():
+        raise InputError(f"{folder}: no such folder on this host")
+    chosen = slurm.check_request(partition, 1, cpus_per_task or 1, 0)
+    cpus = cpus_per_task or min(chosen.cpus, AUTO_JOB_MAX_CPUS)
+    runs_dir = Path(os.path.expanduser(runs)).resolve()
+    configs = runs_dir / "configs"
+    configs.mkdir(parents=True, exist_ok=True)
+    script = configs / f"slurm-auto-{time.strftime('%Y%m%d-%H%M%S')}.sh"
+    script.write_text(slurm_auto_script(os.path.expanduser(folder), minutes, overrides, runs_dir, cpus,
+                                        min(1, chosen.gpus)), encoding="utf-8")
+    job = slurm.submit(str(script), partition, str(configs / "slurm-%j.out"), str(REPO_ROOT))
+    return {"job": job, "run_dir": str(runs_dir / f"slurm-{job}"), "output": str(configs / f"slurm-{job}.out")}
+
+
 def stop(run_dir: str, kill: bool, job: int | None) -> dict:
     from trainer.remote import slurm
 

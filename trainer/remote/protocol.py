@@ -38,7 +38,7 @@ from trainer.remote.hosts import HostError
 
 PROTOCOL = 2  # 2: bytes as base64 (exact offsets), the `gone` frame
 APPENDED = ("events.jsonl", "train.log", "output.log")  # followed by byte offset
-WHOLE = ("status.json", "config.yaml", "exclude.yaml", "notes.md", "lr_find.json")  # sent whole when changed
+WHOLE = ("status.json", "config.yaml", "exclude.yaml", "notes.md", "lr_find.json", "auto.json")  # sent whole when changed
 EVAL_DIR = "eval"
 EVAL_FILES = ("metrics.json", "predictions.csv")
 JOB_OUTPUT = "slurm.out"

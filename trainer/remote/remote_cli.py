@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
@@ -79,6 +81,9 @@ def cmd_agent(args) -> int:
         print(json.dumps(agent.resume(a[0], args.epochs)))
     elif args.action == "submit":
         print(json.dumps(agent.submit(sys.stdin.read(), args.runs, args.partition or "", args.cpus_per_task)))
+    elif args.action == "submit-auto":
+        print(json.dumps(agent.submit_auto(a[0], args.minutes, a[1:], args.runs, args.partition or "",
+                                           args.cpus_per_task)))
     elif args.action == "follow":
         offsets = dict(item.split("=", 1) for item in args.offset)
         agent.Follower(a[0], {k: int(v) for k, v in offsets.items()}, args.job, args.job_output).follow()
@@ -97,15 +102,10 @@ def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bo
     here, follow it until it ends (the app's Stop: SIGTERM to this process stops it there)."""
     from trainer.remote import ssh
     from trainer.remote.agent import START_WAIT_S
-    from trainer.remote.mirror import Mirror, create_mirror, mirrors_dir
 
     host = get_host(cfg.device.host)
     ssh.check(host)
-    runs = args.runs_dir or default_runs_dir()
-    local = RunDir(args.run_dir) if args.run_dir else planned_run_dir(mirrors_dir(runs, host.name),
-                                                                      run_label(cfg.model.name))
-    if local.path.exists() and any(local.path.iterdir()):
-        raise HostError(f"{local.path}: already holds a run; train into a new directory")
+    local = _new_mirror_dir(args, host, cfg.model.name)
     cfg.device.host = ""  # there, it is a local run
     text = cfg.to_yaml()
     # Stop (SIGTERM) while the host starts the run is not lost: noted now, and the run is stopped there as soon as
@@ -122,6 +122,25 @@ def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bo
                                      timeout=START_WAIT_S)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return _follow_started(local, host, answer, args, stopped, choices, bring_exports)
+
+
+def _new_mirror_dir(args, host: Host, label: str) -> RunDir:
+    """Where a run on `host` is mirrored here: --run-dir, or a new folder under the runs folder's remote/HOST/."""
+    from trainer.remote.mirror import mirrors_dir
+
+    runs = args.runs_dir or default_runs_dir()
+    local = RunDir(args.run_dir) if args.run_dir else planned_run_dir(mirrors_dir(runs, host.name), run_label(label))
+    if local.path.exists() and any(local.path.iterdir()):
+        raise HostError(f"{local.path}: already holds a run; train into a new directory")
+    return local
+
+
+def _follow_started(local: RunDir, host: Host, answer, args, stopped: list[float], choices: list[dict] | None,
+                    bring_exports: bool) -> int:
+    """A run the host has just started (or submitted): its mirror made here and followed to its end."""
+    from trainer.remote.mirror import Mirror, create_mirror
+
     if not isinstance(answer, dict) or not isinstance(answer.get("run_dir"), str) or (
             host.slurm and not isinstance(answer.get("job"), int)):
         raise FrameError(f"{host.name}: the answer to the start has no run directory{' or job' if host.slurm else ''}: "
@@ -140,7 +159,8 @@ def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bo
         return 0
     code = report_end(local, mirror.follow())
     if bring_exports and code == 0:
-        _bring_exports_home(local, cfg.export.formats)
+        _bring_exports_home(local, RunConfig.from_dict(yaml.safe_load(local.config.read_text(encoding="utf-8"))
+                                                       ).export.formats)  # the config the host trained
     return code
 
 
@@ -160,6 +180,51 @@ def _bring_exports_home(run: RunDir, formats: list[str]) -> None:
                   file=sys.stderr, flush=True)
             continue
         print(f"exported: {path}", flush=True)
+
+
+def remote_auto(args, say, started: float) -> int:
+    """`main.py auto FOLDER --minutes N --host NAME`: on an SSH host, the plan made there (`remote_plan`) and trained
+    there as a remote run; on a SLURM host, Auto inside a job (the job's node plans, then trains; the budget counts
+    from the job's start). Either way the run is mirrored here and its export brought home."""
+    from trainer.runs.prepare import choices_lines
+
+    host = get_host(args.host)
+    if host.slurm:
+        code = _auto_job(host, args, say)
+        print(f"time: {(time.time() - started) / 60:.1f} min here, the {args.minutes:g} min budget counted from the "
+              f"job's start on {host.name}", flush=True)
+        return code
+    plan = remote_plan(host.name, args.folder, args.minutes, args.set, say)
+    print("\n".join(choices_lines(plan["choices"])), flush=True)
+    cfg = RunConfig.from_dict(plan["config"])
+    # the seconds spent here beyond the host's own planning (ssh, this process) come out of the training budget too
+    overhead_s = max(0.0, time.time() - started - float(plan["planning_s"]))
+    cfg.train.budget = round(max(cfg.train.budget - overhead_s / 60, 0.01), 2)
+    args.detach = False
+    code = remote_train(cfg, args, plan["choices"], bring_exports=True)
+    print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (planned and trained "
+          f"on {host.name})", flush=True)
+    return code
+
+
+def _auto_job(host: Host, args, say) -> int:
+    from trainer.remote import ssh
+    from trainer.remote.agent import START_WAIT_S
+
+    ssh.check(host)
+    local = _new_mirror_dir(args, host, "auto")
+    say(f"submitting Auto to {host.name}: the job's node scans, measures and plans, then trains "
+        f"({args.minutes:g} min from the job's start; the time it pends is not spent)")
+    stopped: list[float] = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
+    try:
+        folder = f"./{args.folder}" if args.folder.startswith("-") else args.folder  # a value there, not an option
+        answer = ssh.remote_json(host, ["agent", "submit-auto", folder, *args.set, f"--minutes={args.minutes:g}",
+                                        f"--runs={host.runs}", f"--partition={host.partition}"], timeout=START_WAIT_S)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    args.detach = False
+    return _follow_started(local, host, answer, args, stopped, None, bring_exports=True)
 
 
 def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str], say) -> dict:
@@ -302,13 +367,14 @@ def add_parsers(sub) -> None:
     p.set_defaults(func=cmd_hosts)
 
     p = sub.add_parser("agent", help="the host side of remote runs (run over SSH by the app; docs/remote.md)")
-    p.add_argument("action", choices=("version", "ls", "scan", "start", "resume", "submit", "follow", "stop", "send",
-                                       "pack"))
+    p.add_argument("action", choices=("version", "ls", "scan", "start", "resume", "submit", "submit-auto", "follow",
+                                       "stop", "send", "pack"))
     p.add_argument("--host", help="ls, scan: on this host (main.py hosts)")
     p.add_argument("agent_args", nargs="*")
     p.add_argument("--runs")
     p.add_argument("--name")
     p.add_argument("--epochs", type=int)
+    p.add_argument("--minutes", type=float, help="submit-auto: Auto's budget, from the job's start")
     p.add_argument("--partition")
     p.add_argument("--cpus-per-task", type=int)
     p.add_argument("--offset", action="append", default=[])

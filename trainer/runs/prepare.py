@@ -57,6 +57,12 @@ def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, ru
     return run, lock
 
 
+def choices_lines(choices: list[dict]) -> list[str]:
+    """Auto's choices as `main.py auto` prints them: key, value, why, in columns."""
+    width = max((len(c["key"]) for c in choices), default=0)
+    return [f"{c['key']:<{width}}  {c['value']!s:<14}  {c['why']}" for c in choices]
+
+
 def extend_run(run: RunDir, cfg: RunConfig, status: dict, total: int) -> str | None:
     """Raise the run's train.epochs to `total` (its config.yaml, atomically); what the schedule does then."""
     from trainer.core.events import read_events
