@@ -190,8 +190,11 @@ def _parser_resume(sub) -> None:
 
 
 def cmd_check_data(args) -> int:
+    from dataclasses import asdict
+
+    from trainer.data.duplicates import ImageRef, find_duplicates, format_duplicates
     from trainer.data.manifest import read_manifest
-    from trainer.data.scan import format_report, scan_image_folder
+    from trainer.data.scan import find_layout, format_report, scan_image_folder
 
     if args.host:
         if args.json or args.exclude:
@@ -201,13 +204,23 @@ def cmd_check_data(args) -> int:
         return forward(args.host, ["check-data", args.dir])
     if args.exclude and not Path(args.exclude).is_file():
         raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
-    result = scan_image_folder(args.dir, manifest=read_manifest(args.exclude) if args.exclude else None)
-    print(format_report(result))
+    manifest = read_manifest(args.exclude) if args.exclude else None
+    layout = find_layout(args.dir)  # a folder with its own train/ val/ test/: each split, and the leaks between them
+    splits = {name: scan_image_folder(layout[f"{name}_dir"], manifest=manifest if name == "train" else None)
+              for name in ("train", "val", "test") if layout[f"{name}_dir"]}
+    for result in splits.values():
+        print(format_report(result))
+    found = find_duplicates(ImageRef(name, path, r.classes[label]) for name, r in splits.items()
+                            for path, label in r.samples)
+    print("\n".join(format_duplicates(found)))
+    result = splits["train"]
     if args.json:
         Path(args.json).write_text(json.dumps({
             "root": result.root, "classes": result.classes, "counts": result.counts,
             "bad_files": result.bad_files, "warnings": result.warnings, "problems": result.problems(),
-            "excluded": result.excluded, "relabelled": result.relabelled}))
+            "excluded": result.excluded, "relabelled": result.relabelled,
+            "splits": {name: r.root for name, r in splits.items()},
+            "duplicates": [{"leak": g.leak, "images": [asdict(i) for i in g.images]} for g in found.groups]}))
     return 1 if result.problems() else 0
 
 

@@ -30,8 +30,9 @@ from app.forms import Binder, FullHeight
 from app.thumbnails import load_thumbnails
 from trainer.core.config import key_choices
 from trainer.core.rundir import RunDir
+from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
 from trainer.data.manifest import Manifest, read_manifest, write_manifest
-from trainer.data.scan import DataError, ScanResult, scan_image_folder
+from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, suggest
 from trainer.remote.protocol import read_scan
 from trainer.runs.launch import main_command
@@ -52,7 +53,19 @@ def _scan_with_thumbnails(folder: str, manifest_path: str) -> tuple[ScanResult, 
         for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
             if not image.isNull():
                 thumbs.append((name, image))
-    return result, thumbs, manifest, flip_rule(result)  # decodes a sample: here, off the GUI thread
+    return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result)  # off the GUI thread
+
+
+def _duplicates(folder: str, result: ScanResult) -> Duplicates:
+    """Byte-identical images in the training folder and, for a folder with its own splits, across train/val/test."""
+    images = [ImageRef("train", path, result.classes[label]) for path, label in result.samples]
+    layout = find_layout(folder)
+    for split in ("val", "test"):
+        other_dir = layout[f"{split}_dir"]
+        if other_dir and Path(other_dir).resolve() != Path(folder).resolve():
+            other = scan_image_folder(other_dir, full=False)
+            images += [ImageRef(split, path, other.classes[label]) for path, label in other.samples]
+    return find_duplicates(images)
 
 
 def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QImage]], None]:
@@ -63,7 +76,15 @@ def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QIm
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")
     result, thumbs = read_scan(done.stdout, f"{host}: `agent scan`")
-    return result, [(name, QImage.fromData(png)) for name, png in thumbs], None, None  # flips: by the names alone
+    return result, [(name, QImage.fromData(png)) for name, png in thumbs], None, None, None  # flips: by the names
+
+
+def duplicates_warning(found: Duplicates | None, root: str) -> list[str]:
+    """The Dataset page's line for exact duplicates (none, or none looked for on a host: no line)."""
+    if not found or not found.groups:
+        return []
+    return [f"{len(found.groups)} image(s) are in the dataset more than once ({len(found.leaks)} across train/val/test, "
+            f"{len(found.conflicting)} under two classes); `main.py check-data {root}` lists them"]
 
 
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,
@@ -331,7 +352,7 @@ class DatasetPage(QWidget):
     def _show(self, serial: int, payload) -> None:
         if serial != self._scan_serial:
             return  # a newer scan is under way
-        result, thumbs, manifest, self.flips = payload
+        result, thumbs, manifest, self.flips, duplicates = payload
         self.scan_result = result
         self._show_manifest(manifest)
         self.scan_error = ""
@@ -341,7 +362,7 @@ class DatasetPage(QWidget):
             text += f"; {len(result.bad_files)} unusable"
         if result.excluded or result.relabelled:
             text += f"; the manifest leaves out {result.excluded} and relabels {result.relabelled}"
-        for w in result.warnings:
+        for w in result.warnings + duplicates_warning(duplicates, result.root):
             text += f"<br><span style='color:#b8860b'>warning: {w}</span>"
         for p in result.problems():
             text += f"<br><span style='color:#c9302c'>{p}</span>"

@@ -381,6 +381,24 @@ def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, 
     assert (cfg.data.train_dir, cfg.data.val_dir, cfg.data.test_dir) == (
         str(dataset / "train"), str(dataset / "val"), str(dataset / "test"))
     assert "train/, val/, test/" in window.statusBar().currentMessage()
+    assert "more than once" not in window.dataset_page.summary.text(), "no copies: no line"
+
+
+def test_the_dataset_page_says_when_test_images_are_also_in_training(qtbot, make_window, shapes_dir, tmp_path):
+    import shutil
+
+    from trainer.data.demo_data import write_demo_dataset
+
+    dataset = tmp_path / "leaky"
+    for split in ("train", "test"):
+        write_demo_dataset(dataset / split, per_class=4, size=16, seed=len(split))
+    leaked = next((dataset / "test" / "circle").glob("*.png"))
+    shutil.copy(leaked, dataset / "train" / "circle" / "copy.png")
+    window = make_window(write_config(tmp_path, dataset / "train"))
+    qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
+    said = window.dataset_page.summary.text()
+    assert "1 image(s) are in the dataset more than once (1 across train/val/test, 0 under two classes)" in said
+    assert f"main.py check-data {dataset / 'train'}" in said
 
 
 def test_a_missing_qt_library_is_named_with_its_package_and_no_window_is_tried(monkeypatch, capsys):

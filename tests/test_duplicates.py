@@ -1,0 +1,46 @@
+"""Exact duplicates and leaks (issue #35, first part): `check-data` on a folder with train/ val/ test/ names every copy
+of a test image in training, every copy filed under two classes, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from helpers import run_here
+
+from trainer.data.demo_data import write_demo_dataset
+from trainer.data.duplicates import ImageRef, find_duplicates
+
+
+def test_leaks_across_splits_and_copies_under_two_classes_are_named_and_nothing_else(tmp_path):
+    root = tmp_path / "shapes"
+    for split, seed in (("train", 1), ("val", 2), ("test", 3)):
+        write_demo_dataset(root / split, per_class=12, size=24, seed=seed)
+    before = sorted(p.name for p in (root / "train" / "circle").iterdir())
+    leaked = next((root / "test" / "square").glob("*.png"))
+    shutil.copy(leaked, root / "train" / "square" / "seen-in-training.png")  # the test score would be a lie
+    twice = next((root / "train" / "circle").glob("*.png"))
+    shutil.copy(twice, root / "train" / "triangle" / "filed-twice.png")  # one image, two labels
+    out = tmp_path / "report.json"
+
+    done = run_here("check-data", root / "train", "--json", out)
+    assert done.returncode == 0, done.stderr
+    assert "exact duplicates: 2 group(s), 2 copy(ies); 1 leak(s) across splits, 1 filed under different classes" \
+        in done.stdout
+    assert f"leak: train/square/seen-in-training.png = test/square/{leaked.name}" in done.stdout
+    assert f"different classes: train/circle/{twice.name} = train/triangle/filed-twice.png" in done.stdout
+    report = json.loads(out.read_text())
+    assert set(report["splits"]) == {"train", "val", "test"}
+    groups = {frozenset(i["path"] for i in g["images"]): g["leak"] for g in report["duplicates"]}
+    assert groups == {frozenset({str(root / "train" / "square" / "seen-in-training.png"), str(leaked)}): True,
+                      frozenset({str(twice), str(root / "train" / "triangle" / "filed-twice.png")}): False}
+    assert sorted(p.name for p in (root / "train" / "circle").iterdir()) == before, "nothing moved or removed"
+
+
+def test_a_file_reached_twice_through_a_link_is_one_image_and_same_sized_images_are_read_to_tell_them_apart(tmp_path):
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    a.write_bytes(b"\x89PNG" + b"\x00" * 100)
+    b.write_bytes(b"\x89PNG" + b"\x00" * 99 + b"\x01")  # the same size, other bytes
+    (tmp_path / "link.png").symlink_to(a)
+    found = find_duplicates([ImageRef("train", str(p), "x") for p in (a, b, tmp_path / "link.png")])
+    assert found.groups == [] and found.unreadable == []

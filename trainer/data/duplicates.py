@@ -1,0 +1,120 @@
+"""Exact duplicates and leaks (issue #35, its first part): images whose bytes are the same, within a split or across
+train/val/test. Torch-free.
+
+A copy of a test image in the training set makes the test score a lie (the network has seen the answer); a copy
+filed under two classes is a label error by construction. Files are grouped by size first and only files that share
+a size are read (streamed, BLAKE2b), so a folder of unique images costs one `stat` per file. Near-duplicates (resized
+or recompressed copies) need the network's embeddings and are not found here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from trainer.data.scan import printable_path
+
+CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    split: str  # train, val or test
+    path: str
+    label: str  # its class
+
+
+@dataclass
+class DuplicateGroup:
+    """Files with the same bytes."""
+
+    images: list[ImageRef]
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted({i.split for i in self.images})
+
+    @property
+    def leak(self) -> bool:
+        """The same image in two splits (train and test, say)."""
+        return len(self.splits) > 1
+
+    @property
+    def labels(self) -> list[str]:
+        return sorted({i.label for i in self.images})
+
+
+@dataclass
+class Duplicates:
+    groups: list[DuplicateGroup] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why): a file that went while reading
+
+    @property
+    def leaks(self) -> list[DuplicateGroup]:
+        return [g for g in self.groups if g.leak]
+
+    @property
+    def conflicting(self) -> list[DuplicateGroup]:
+        """Copies filed under different classes."""
+        return [g for g in self.groups if len(g.labels) > 1]
+
+    @property
+    def copies(self) -> int:
+        """Images beyond the first of each group (what excluding the copies would leave out)."""
+        return sum(len(g.images) - 1 for g in self.groups)
+
+
+def _digest(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def find_duplicates(images: Iterable[ImageRef]) -> Duplicates:
+    """The groups of byte-identical files among `images` (a file listed twice counts once), largest groups first."""
+    out = Duplicates()
+    by_size: dict[int, list[ImageRef]] = defaultdict(list)
+    seen: set[str] = set()
+    for image in images:
+        real = os.path.realpath(image.path)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            by_size[os.stat(real).st_size].append(image)
+        except OSError as e:
+            out.unreadable.append((image.path, e.strerror or str(e)))
+    for same_size in by_size.values():
+        if len(same_size) < 2:
+            continue
+        by_digest: dict[str, list[ImageRef]] = defaultdict(list)
+        for image in same_size:
+            try:
+                by_digest[_digest(image.path)].append(image)
+            except OSError as e:
+                out.unreadable.append((image.path, e.strerror or str(e)))
+        out.groups += [DuplicateGroup(sorted(g, key=lambda i: (i.split != "train", i.path)))
+                       for g in by_digest.values() if len(g) > 1]
+    out.groups.sort(key=lambda g: (-len(g.images), g.images[0].path))
+    return out
+
+
+def format_duplicates(found: Duplicates, limit: int = 10) -> list[str]:
+    """The lines `check-data` prints: a summary, then the leaks and the conflicting copies first (at most `limit`)."""
+    if not found.groups:
+        return ["exact duplicates: none"]
+    lines = [f"exact duplicates: {len(found.groups)} group(s), {found.copies} copy(ies); {len(found.leaks)} leak(s) "
+             f"across splits, {len(found.conflicting)} filed under different classes"]
+    shown = sorted(found.groups, key=lambda g: (not g.leak, len(g.labels) < 2))[:limit]
+    for g in shown:
+        what = "leak" if g.leak else "different classes" if len(g.labels) > 1 else "copy"
+        members = " = ".join(printable_path(f"{i.split}/{i.label}/{os.path.basename(i.path)}") for i in g.images)
+        lines.append(f"  {what}: {members}")
+    if len(found.groups) > limit:
+        lines.append(f"  ... and {len(found.groups) - limit} more group(s) (--json lists them all)")
+    return lines
