@@ -218,3 +218,32 @@ def test_the_plan_says_the_machine_was_busy_while_it_measured(shapes_dir, torch_
     monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.05)
     epochs = next(c for c in auto.plan(str(shapes_dir), 0.5, started=time.time() - 8).choices if c.key == "train.epochs")
     assert "busy" not in epochs.why and "median of 3 timed steps after a warm-up step" in epochs.why
+
+
+def test_a_machine_that_slows_down_before_the_last_epoch_still_gets_an_annealed_last_epoch():
+    """The machine slowed: after epoch 3 no whole epoch fits in the 20 s left. Ending there left the learning rate
+    mid-way (planned for epochs the machine turned out too slow for); one process plans a last epoch instead, which the
+    budget cuts short while the deadline anneals its schedule. Across ranks (no deadline) the run ends there."""
+    from types import SimpleNamespace
+
+    from trainer.core.config import RunConfig
+    from trainer.core.schedule import Stretch
+    from trainer.train.loop import Loop
+
+    def loop_after_epoch_3(deadline):
+        loop = Loop.__new__(Loop)
+        loop.cfg = RunConfig.from_dict({"train": {"epochs": 5, "budget": 2.0, "replan": True}})
+        loop.state = SimpleNamespace(epoch=3, step=300)
+        loop.started = time.time() - 100  # 20 s of the 120 s budget left
+        loop.epoch_seconds = [30.0, 30.0, 30.0]  # an epoch now takes 30 s
+        loop.parts = SimpleNamespace(stretch=Stretch(500, deadline=deadline), steps_per_epoch=100)
+        loop.reporter = SimpleNamespace(epochs=5, emit=lambda *a, **k: None)
+        loop.strategy = SimpleNamespace(is_main=False)
+        loop.out_of_budget = False
+        loop.replan()
+        return loop
+
+    one = loop_after_epoch_3((time.time() - 100, time.time() + 20))
+    assert one.cfg.train.epochs == 4 and not one.out_of_budget, "a last epoch, cut short by the budget"
+    ranks = loop_after_epoch_3(None)
+    assert ranks.cfg.train.epochs == 3 and ranks.out_of_budget

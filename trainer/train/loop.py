@@ -127,11 +127,16 @@ class Loop:
         epoch of a launch, with its warm-up and cache building, only while it is the one measured; a mean, so the
         epochs that also write a checkpoint count); the schedule re-stretched to end there. Fewer epochs are planned
         as soon as they no longer fit, more only when clearly more fit (no re-plan on every epoch's noise). A
-        `replan` event says old -> new and why; no time for another epoch ends the run as its budget would."""
+        `replan` event says old -> new and why. No time for a whole epoch: in one process a last one that the budget
+        cuts short (the deadline anneals its schedule); across ranks the run ends here, as its budget would."""
         cfg, st = self.cfg, self.state
         measured = self.epoch_seconds[1:] or self.epoch_seconds
         estimate = statistics.fmean(measured[-REPLAN_WINDOW:])
         epochs = max(st.epoch, min(MAX_EPOCHS, st.epoch + int(self.budget_left() * REPLAN_MARGIN // estimate)))
+        if epochs == st.epoch and self.parts.stretch.deadline is not None and self.budget_left() > 0:
+            # no whole epoch fits: one more, cut short by the budget, on a schedule the deadline anneals (ending the
+            # run here would leave its learning rate mid-way, planned for an epoch the machine turned out too slow for)
+            epochs = st.epoch + 1
         old = cfg.train.epochs
         if epochs == old or old < epochs <= old * REPLAN_GROWTH + 1:
             return
