@@ -121,15 +121,18 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
                     str(folder / "test"), "--name", "final"], capture_output=True, cwd=REPO, check=True)
     final = json.loads((run / "eval" / "final" / "metrics.json").read_text())["accuracy"]
     status = json.loads((run / "status.json").read_text())
-    choices = {c["key"]: c["value"] for c in json.loads((run / "auto.json").read_text())["choices"]}
+    listed = json.loads((run / "auto.json").read_text())["choices"]
+    choices = {c["key"]: c["value"] for c in listed}
+    choices_why = {c["key"]: c["why"] for c in listed}
     events = [json.loads(line) for line in (run / "events.jsonl").open()]
     end = next(e for e in events if e["event"] == "run_end")
     replans = [e for e in events if e["event"] == "replan"]
     return {"best_acc": best, "final_acc": final, "wall_s": wall, "train_s": end["time"] - events[0]["time"],
             "budget_used": (end["time"] - start) / (minutes * 60), "epochs": status.get("epoch"),
             "model": choices.get("model.name"), "size": choices.get("data.image_size"),
-            "planned_epochs": choices.get("train.epochs"), "probe": choices.get("probe"),
-            "replanned_to": replans[-1]["epochs"] if replans else None}
+            "planned_epochs": choices.get("train.epochs"), "replanned_to": replans[-1]["epochs"] if replans else None,
+            "ended": status.get("reason") or ("early stopped" if "early stop" in status.get("message", "") else ""),
+            "busy_said": "was busy while Auto measured" in str(choices_why.get("train.epochs", ""))}
 
 
 def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, work: Path) -> dict:
@@ -157,15 +160,17 @@ def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int)
             results.append(r)
             save_result("auto_robustness", {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
-    print("| hog during | budget used | epochs planned -> trained | probe | test top-1 (best.pt) |")
-    print("|---|---|---|---|---|")
+    print("| hog during | budget used | ended by | epochs planned -> re-planned -> trained | plan says busy | "
+          "test top-1 (best.pt) |")
+    print("|---|---|---|---|---|---|")
     for hog_during in ("never", "planning", "training"):
         for r in (r for r in results if r["hog_during"] == hog_during):
             if "error" in r:
                 print(f"| {hog_during} | failed: {r['error']} |")
                 continue
-            print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {r['planned_epochs']} -> {r['epochs']} | "
-                  f"{r['probe']} | {100 * r['best_acc']:.1f}% |")
+            print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {r.get('ended') or 'its epochs'} | "
+                  f"{r['planned_epochs']} -> {r['replanned_to']} -> {r['epochs']} | {r.get('busy_said')} | "
+                  f"{100 * r['best_acc']:.1f}% |")
 
 
 def main() -> None:

@@ -202,6 +202,13 @@ def cmd_check_data(args) -> int:
         from trainer.remote.remote_cli import forward
 
         return forward(args.host, ["check-data", args.dir])
+    if args.labels:  # multi-label: the labels file against the folder's images (not class folders)
+        from trainer.data.labels import check_against_folder, format_labels_report, read_labels
+        from trainer.data.scan import image_paths
+
+        labels = read_labels(args.labels)
+        print("\n".join(format_labels_report(labels, check_against_folder(labels, image_paths(args.dir)))))
+        return 0
     if args.exclude and not Path(args.exclude).is_file():
         raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
     manifest = read_manifest(args.exclude) if args.exclude else None
@@ -230,6 +237,8 @@ def _parser_check_data(sub) -> None:
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--exclude", help="a data.exclude manifest to honour (images left out or relabelled)")
     p.add_argument("--host", help="scan the folder on this host (main.py hosts)")
+    p.add_argument("--labels", help="multi-label: a labels file (CSV: file,labels or one-hot) to check against the "
+                   "folder's images (docs/multilabel.md)")
     p.set_defaults(func=cmd_check_data)
 
 

@@ -1,0 +1,206 @@
+"""Multi-label data (issue #36, its first part): the labels file beside the images, read and checked. Torch-free.
+
+Two CSV layouts, told apart by the header:
+
+    file,labels              one row per image, its labels separated by `;` or `|` (an empty cell: no label)
+    file,cat,outdoor,night   one-hot: a column per label, 1 or 0 (also true/false, yes/no; empty is 0)
+
+Paths are relative to the labels file's folder (absolute ones are taken as they are). UTF-8 with or without a BOM,
+LF or CRLF lines. Every problem names the file, its line and the value; the first few are listed and the rest
+counted, so a file of a million bad rows is still one short message.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+from trainer.core.errors import InputError
+
+MAX_LABELS_BYTES = 512 << 20  # a labels file of 10^6 rows is ~50 MB
+MAX_LABEL_NAME = 100
+SHOWN_PROBLEMS = 5
+SEPARATORS = re.compile(r"[;|]")
+FORBIDDEN_IN_NAMES = set(",/\\;|")
+TRUE, FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
+
+
+class LabelsError(InputError, ValueError):
+    """A labels file that cannot be used; the message names the file, the line and the value."""
+
+
+@dataclass
+class Labels:
+    path: str
+    names: list[str]  # the labels, in the file's order (one-hot: its columns; a list: first seen first)
+    items: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # (image path, its labels' indices)
+    line_of: dict[str, int] = field(default_factory=dict)  # image path -> its line in the file
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c = Counter(i for _, labels in self.items for i in labels)
+        return {name: c.get(i, 0) for i, name in enumerate(self.names)}
+
+    @property
+    def unlabelled(self) -> int:
+        """Images listed with no label at all (a negative for every label)."""
+        return sum(1 for _, labels in self.items if not labels)
+
+    def co_occurrence(self) -> Counter:
+        """How often each pair of labels is on the same image: {(a, b): n}, a before b in `names`."""
+        pairs: Counter = Counter()
+        for _, labels in self.items:
+            pairs.update((self.names[a], self.names[b]) for a, b in combinations(sorted(labels), 2))
+        return pairs
+
+
+def _problems(path: Path, problems: list[str]) -> LabelsError:
+    shown = problems[:SHOWN_PROBLEMS]
+    more = f"; and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
+    return LabelsError(f"{path}: " + "; ".join(shown) + more)
+
+
+def _label_name(name: str) -> str | None:
+    """Why `name` cannot be a label's name (None when it can)."""
+    if not name:
+        return "an empty label name"
+    if FORBIDDEN_IN_NAMES & set(name) or not name.isprintable():
+        return f"label {name[:MAX_LABEL_NAME]!r} holds a comma, a slash, ; or | or a control character"
+    if len(name) > MAX_LABEL_NAME:
+        return f"label {name[:40]!r}... is longer than {MAX_LABEL_NAME} characters"
+    return None
+
+
+def _text(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_LABELS_BYTES + 1)
+    except OSError as e:
+        raise LabelsError(f"{path}: cannot read the labels file ({e.strerror or e})") from None
+    if len(raw) > MAX_LABELS_BYTES:
+        raise LabelsError(f"{path}: more than {MAX_LABELS_BYTES >> 20} MB; a labels file is a line per image")
+    try:
+        return raw.decode("utf-8-sig")  # a BOM (Excel's "CSV UTF-8") is not part of the first column's name
+    except UnicodeDecodeError as e:
+        raise LabelsError(f"{path}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
+
+
+def read_labels(path: str | os.PathLike) -> Labels:
+    """The labels file at `path`, checked: LabelsError naming the lines at fault."""
+    path = Path(path)
+    rows = csv.reader(io.StringIO(_text(path), newline=""))
+    header = [cell.strip() for cell in next(rows, [])]
+    if not header or header[0].lower() != "file" or len(header) < 2:
+        raise LabelsError(f"{path}: line 1: expected a header `file,labels` or `file,LABEL1,LABEL2,...`, got "
+                          f"{','.join(header)[:120]!r}")
+    one_hot = not (len(header) == 2 and header[1].lower() == "labels")
+    problems: list[str] = []
+    names: list[str] = []
+    if one_hot:
+        for name in header[1:]:
+            why = _label_name(name)
+            if why:
+                problems.append(f"line 1: {why}")
+            elif name in names:
+                problems.append(f"line 1: label {name!r} is a column twice")
+            names.append(name)
+        if problems:
+            raise _problems(path, problems)
+    index = {name: i for i, name in enumerate(names)}
+    folder = path.parent
+    seen: dict[str, int] = {}
+    items: list[tuple[str, tuple[int, ...]]] = []
+    for line, row in enumerate(rows, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        file = row[0].strip()
+        if not file:
+            problems.append(f"line {line}: no file name")
+            continue
+        image = os.path.normpath(file if os.path.isabs(file) else folder / file)
+        if image in seen:
+            problems.append(f"line {line}: {file!r} is listed again (first on line {seen[image]})")
+            continue
+        seen[image] = line
+        if one_hot:
+            labels = _one_hot(row, header, line, problems)
+        else:
+            labels = _listed(row, index, names, line, problems)
+        if labels is not None:
+            items.append((image, labels))
+    if problems:
+        raise _problems(path, problems)
+    if not items:
+        raise LabelsError(f"{path}: no images listed (a line per image under the header)")
+    if not any(labels for _, labels in items):
+        raise LabelsError(f"{path}: every image has an empty label set; give each image its labels")
+    return Labels(str(path), names, items, seen)
+
+
+def _one_hot(row: list[str], header: list[str], line: int, problems: list[str]) -> tuple[int, ...] | None:
+    if len(row) != len(header):
+        problems.append(f"line {line}: {len(row)} cells for the header's {len(header)}")
+        return None
+    labels = []
+    for i, cell in enumerate(row[1:]):
+        value = cell.strip().lower()
+        if value in TRUE:
+            labels.append(i)
+        elif value not in FALSE:
+            problems.append(f"line {line}: {header[i + 1]} is {cell.strip()[:40]!r}, not 1 or 0")
+            return None
+    return tuple(labels)
+
+
+def _listed(row: list[str], index: dict[str, int], names: list[str], line: int,
+            problems: list[str]) -> tuple[int, ...] | None:
+    if len(row) > 2:
+        problems.append(f"line {line}: {len(row)} cells; separate an image's labels with ; or | (a comma starts "
+                        f"another cell), or quote the cell")
+        return None
+    labels = set()
+    for name in (n.strip() for n in SEPARATORS.split(row[1] if len(row) > 1 else "")):
+        if not name:
+            continue
+        why = _label_name(name)
+        if why:
+            problems.append(f"line {line}: {why}")
+            return None
+        if name not in index:
+            index[name] = len(names)
+            names.append(name)
+        labels.add(index[name])
+    return tuple(sorted(labels))
+
+
+def check_against_folder(labels: Labels, images: list[str]) -> list[str]:
+    """The images of the folder (`images`) the labels file does not list; LabelsError naming the lines of the ones it
+    lists that are not there (a typo, or the wrong folder)."""
+    present = {os.path.normpath(p) for p in images}
+    missing = [image for image, _ in labels.items if image not in present]
+    if missing:
+        raise _problems(Path(labels.path), [f"line {labels.line_of[m]}: {m} is not an image in the folder"
+                                            for m in missing])
+    listed = set(labels.line_of)
+    return sorted(present - listed)
+
+
+def format_labels_report(labels: Labels, unlisted: list[str], pairs: int = 5) -> list[str]:
+    """The lines `check-data --labels` prints: per-label counts, the most frequent pairs, what has no label."""
+    lines = [f"{labels.path}: {len(labels.names)} labels on {len(labels.items)} images "
+             f"({labels.unlabelled} with no label)"]
+    width = max(len(n) for n in labels.names)
+    lines += [f"  {name:<{width}}  {n}" for name, n in labels.counts.items()]
+    together = labels.co_occurrence().most_common(pairs)
+    if together:
+        lines.append("most often together: " + ", ".join(f"{a} + {b} ({n})" for (a, b), n in together))
+    if unlisted:
+        lines.append(f"not in the labels file: {len(unlisted)} image(s) of the folder (first: {unlisted[0]}); they are "
+                     f"left out")
+    return lines
