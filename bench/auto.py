@@ -158,7 +158,7 @@ def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int)
             r.update(hog_during=hog_during, dataset=name, minutes=minutes, repeat=repeat, hogs=hogs)
             print("   ", json.dumps(r), flush=True)
             results.append(r)
-            save_result("auto_robustness", {"machine": machine(), "results": results})
+            save_result(f"auto_robustness_{name}", {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
     print("| hog during | budget used | ended by | epochs planned -> re-planned -> trained | plan says busy | "
           "test top-1 (best.pt) |")
