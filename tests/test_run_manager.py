@@ -11,16 +11,28 @@ from trainer.model.checkpoint import TrainState
 from trainer.train.loop import no_longer_improving
 
 
-@pytest.mark.parametrize("metric, values, patience, min_delta, stops_at", [
-    ("val_loss", [1.0, 0.9, 0.95, 0.91, 0.92], 2, 0.0, 4),  # no new low after 0.9 for two epochs
-    ("val_loss", [1.0, 0.9, 0.87, 0.86, 0.5], 2, 0.05, 4),  # 0.03 and 0.04 are below min_delta
-    ("val_acc", [0.5, 0.6, 0.6, 0.7, 0.7, 0.7], 2, 0.0, 6),  # a tie is not an improvement
-    ("val_acc", [0.5, 0.4, 0.3], 0, 0.0, None),  # patience 0: off
+@pytest.mark.parametrize("metric, values, patience, min_delta, share, stops_at", [
+    ("val_loss", [1.0, 0.9, 0.95, 0.91, 0.92], 2, 0.0, 0.0, 4),  # no new low after 0.9 for two epochs
+    ("val_loss", [1.0, 0.9, 0.87, 0.86, 0.5], 2, 0.05, 0.0, 4),  # 0.03 and 0.04 are below min_delta
+    ("val_acc", [0.5, 0.6, 0.6, 0.7, 0.7, 0.7], 2, 0.0, 0.0, 6),  # a tie is not an improvement
+    ("val_acc", [0.5, 0.4, 0.3], 0, 0.0, 0.5, None),  # patience 0: off, whatever the share
+    ("val_acc", [0.5, 0.6] + [0.6] * 6, 2, 0.0, 0.5, 6),  # half of 8 epochs: waits 4, not 2
 ])
-def test_early_stopping_on_a_scripted_metric(metric, values, patience, min_delta, stops_at):
-    es, st = EarlyStopConfig(metric=metric, patience=patience, min_delta=min_delta), TrainState()
-    stopped = [epoch for epoch, v in enumerate(values, start=1) if no_longer_improving(es, st, {metric: v})]
+def test_early_stopping_on_a_scripted_metric(metric, values, patience, min_delta, share, stops_at):
+    es = EarlyStopConfig(metric=metric, patience=patience, min_delta=min_delta, share=share)
+    st = TrainState()
+    stopped = [epoch for epoch, v in enumerate(values, start=1) if no_longer_improving(es, st, {metric: v}, 8)]
     assert (stopped[0] if stopped else None) == stops_at
+
+
+def test_a_run_re_planned_longer_waits_longer_before_it_stops():
+    """Auto's patience was a third of the plan: a probe that read a busy machine slow planned 16 epochs (patience 5),
+    the trainer re-planned 49, and early stopping ended it at epoch 15 with 41% of its budget unused. With
+    early_stop.share the wait follows the epochs as they stand."""
+    es, st = EarlyStopConfig(metric="val_acc", patience=3, share=0.33), TrainState()
+    values = [0.5, 0.7] + [0.7] * 20
+    stopped = [epoch for epoch, v in enumerate(values, start=1) if no_longer_improving(es, st, {"val_acc": v}, 49)]
+    assert stopped and stopped[0] == 2 + 16, "a third of 49 epochs, not of the 16 first planned"
 
 
 def test_an_early_stopped_run_is_completed_and_can_be_extended_on_the_documented_schedule(tmp_path, shapes_dir):

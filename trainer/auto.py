@@ -29,11 +29,12 @@ from pathlib import Path
 
 import torch
 
-from trainer.core.config import RunConfig
+from trainer.core.config import EarlyStopConfig, RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, median_short_side, suggested_image_size
 from trainer.device.machine import OtherLoad
+from trainer.train.loop import patience_of
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe s
 PROBE_STEPS = 3  # timed training steps per candidate (their median), after the warm-up step
 BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measures: the plan says the machine was busy
 MIN_TRAIN_S = 10  # left for training after planning, at least, or Auto says the budget is too small
+EARLY_STOP_MIN, EARLY_STOP_SHARE = 3, 0.33  # Auto's early stopping waits a third of the run's epochs, at least 3
 
 
 class AutoError(InputError, ValueError):
@@ -247,10 +249,14 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                            f"{steps_total} steps; validated, checkpointed and exported")
     else:
         choose("train.ema", 0.0, f"only {steps_total} steps: too few to average")
-    patience = max(3, epochs // 3)
-    cfg.train.early_stop.metric, cfg.train.early_stop.patience = "val_acc", patience
-    choose("train.early_stop.patience", patience, f"stop when validation accuracy has not improved for {patience} "
-                                                  f"epochs (a third of the run)")
+    patience = patience_of(EarlyStopConfig(patience=EARLY_STOP_MIN, share=EARLY_STOP_SHARE), epochs)
+    es = cfg.train.early_stop
+    es.metric, es.patience, es.share = "val_acc", EARLY_STOP_MIN, EARLY_STOP_SHARE
+    choose("train.early_stop.patience", es.patience, f"stop when validation accuracy has not improved for "
+                                                     f"{patience} epochs (a third of the run; at least "
+                                                     f"{EARLY_STOP_MIN})")
+    choose("train.early_stop.share", es.share, "the patience follows the run's epochs as the trainer re-plans them "
+                                               "(a run re-planned longer waits longer before it stops)")
     choose("train.progressive_resize", 0.0, "off: with few epochs, a changing size makes each epoch's time less "
                                             "predictable, and the budget is the rule")
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")

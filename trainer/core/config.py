@@ -161,6 +161,9 @@ class EarlyStopConfig:
     metric: str = opt("val_loss", "the validation metric watched", choices=("val_acc", "val_loss"))
     patience: int = opt(0, "stop after this many epochs without improvement (0 = off)", ge=0, le=100000)
     min_delta: float = opt(0.0, "smallest change that counts as an improvement", ge=0)
+    share: float = opt(0.0, "with patience on: wait at least this share of train.epochs as it stands (re-planned "
+                       "epochs included, train.replan), so a run re-planned longer also waits longer; Auto uses a "
+                       "third (0 = patience alone)", ge=0, le=1)
 
 
 @dataclass

@@ -100,7 +100,7 @@ class Loop:
                                       best_acc=st.best_acc, val_acc=metrics["val_acc"])
             st.epoch += 1
             st.batch_in_epoch = 0
-            st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics)  # before the save records it
+            st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics, cfg.train.epochs)  # before the save
             if cfg.train.replan and cfg.train.budget and not st.early_stopped and not self.out_of_budget:
                 self.replan()  # before the save: a run re-planned to end here saves its last epoch
             saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
@@ -444,9 +444,9 @@ class Loop:
         return str(path)
 
 
-def no_longer_improving(es: EarlyStopConfig, st: TrainState, metrics: dict) -> bool:
-    """Track `es.metric` in `st`; True once it has gone `es.patience` epochs without improving by more than
-    `es.min_delta` (val_acc must rise, val_loss fall). Always False with patience 0 (off)."""
+def no_longer_improving(es: EarlyStopConfig, st: TrainState, metrics: dict, epochs: int = 0) -> bool:
+    """Track `es.metric` in `st`; True once it has gone `patience_of(es, epochs)` epochs without improving by more
+    than `es.min_delta` (val_acc must rise, val_loss fall). Always False with patience 0 (off)."""
     if not es.patience or metrics.get(es.metric) is None:
         return False
     value, best = metrics[es.metric], st.early_stop_best
@@ -454,4 +454,9 @@ def no_longer_improving(es: EarlyStopConfig, st: TrainState, metrics: dict) -> b
         st.early_stop_best, st.early_stop_wait = value, 0
     else:
         st.early_stop_wait += 1
-    return st.early_stop_wait >= es.patience
+    return st.early_stop_wait >= patience_of(es, epochs)
+
+
+def patience_of(es: EarlyStopConfig, epochs: int) -> int:
+    """The epochs early stopping waits: `es.patience`, or `es.share` of the run's `epochs` when that is more."""
+    return max(es.patience, round(es.share * epochs))
