@@ -44,3 +44,15 @@ def test_a_file_reached_twice_through_a_link_is_one_image_and_same_sized_images_
     (tmp_path / "link.png").symlink_to(a)
     found = find_duplicates([ImageRef("train", str(p), "x") for p in (a, b, tmp_path / "link.png")])
     assert found.groups == [] and found.unreadable == []
+
+
+def test_large_files_of_one_size_that_differ_only_at_the_end_are_told_apart_and_true_copies_found(tmp_path):
+    from trainer.data import duplicates
+
+    head = b"\x00" * (duplicates.PREFIX + 10)
+    a, b, c = tmp_path / "a.bmp", tmp_path / "b.bmp", tmp_path / "c.bmp"
+    a.write_bytes(head + b"A")
+    b.write_bytes(head + b"B")  # the same first 64 KiB: read whole, then told apart
+    c.write_bytes(head + b"A")
+    found = find_duplicates([ImageRef("train", str(p), "x") for p in (a, b, c)])
+    assert [[i.path for i in g.images] for g in found.groups] == [[str(a), str(c)]]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from trainer.data.scan import printable_path
 
 CHUNK = 1 << 20
+PREFIX = 64 << 10  # same-sized files are compared on this many first bytes before they are read whole
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,36 @@ class Duplicates:
         return sum(len(g.images) - 1 for g in self.groups)
 
 
-def _digest(path: str) -> str:
+def _digest(path: str, limit: int | None = None) -> str:
+    """BLAKE2b of the file's bytes (the first `limit` of them when given)."""
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
+        left = limit
+        while chunk := f.read(CHUNK if left is None else min(CHUNK, left)):
             h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+                if left <= 0:
+                    break
     return h.hexdigest()
+
+
+def _same_bytes(images: list[ImageRef], size: int, out: Duplicates) -> list[list[ImageRef]]:
+    """`images` (all of `size` bytes) grouped by their bytes: first by their first PREFIX bytes, and read whole only
+    when those match (a folder of same-sized images is not read whole to find that they differ)."""
+    groups: list[list[ImageRef]] = [images]
+    for limit in ((PREFIX, None) if size > PREFIX else (None,)):
+        split: list[list[ImageRef]] = []
+        for group in groups:
+            by_digest: dict[str, list[ImageRef]] = defaultdict(list)
+            for image in group:
+                try:
+                    by_digest[_digest(image.path, limit)].append(image)
+                except OSError as e:
+                    out.unreadable.append((image.path, e.strerror or str(e)))
+            split += [g for g in by_digest.values() if len(g) > 1]
+        groups = split
+    return groups
 
 
 def find_duplicates(images: Iterable[ImageRef]) -> Duplicates:
@@ -89,17 +114,11 @@ def find_duplicates(images: Iterable[ImageRef]) -> Duplicates:
             by_size[os.stat(real).st_size].append(image)
         except OSError as e:
             out.unreadable.append((image.path, e.strerror or str(e)))
-    for same_size in by_size.values():
+    for size, same_size in by_size.items():
         if len(same_size) < 2:
             continue
-        by_digest: dict[str, list[ImageRef]] = defaultdict(list)
-        for image in same_size:
-            try:
-                by_digest[_digest(image.path)].append(image)
-            except OSError as e:
-                out.unreadable.append((image.path, e.strerror or str(e)))
         out.groups += [DuplicateGroup(sorted(g, key=lambda i: (i.split != "train", i.path)))
-                       for g in by_digest.values() if len(g) > 1]
+                       for g in _same_bytes(same_size, size, out)]
     out.groups.sort(key=lambda g: (-len(g.images), g.images[0].path))
     return out
 

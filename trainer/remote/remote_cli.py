@@ -12,9 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from trainer.core.config import ConfigError, RunConfig
+from trainer.core.config import ConfigError, RunConfig, load_config
 from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir, default_runs_dir, planned_run_dir, report_end, run_label
@@ -159,8 +157,7 @@ def _follow_started(local: RunDir, host: Host, answer, args, stopped: list[float
         return 0
     code = report_end(local, mirror.follow())
     if bring_exports and code == 0:
-        _bring_exports_home(local, RunConfig.from_dict(yaml.safe_load(local.config.read_text(encoding="utf-8"))
-                                                       ).export.formats)  # the config the host trained
+        _bring_exports_home(local, load_config(local.config).export.formats)  # the config the host trained
     return code
 
 
