@@ -147,23 +147,25 @@ def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, wo
     return {**json.loads(out.read_text()), "wall_s": time.time() - start}
 
 
-def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int) -> None:
+def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
+               conditions: tuple[str, ...] = ("never", "planning", "training")) -> None:
     """Auto with a CPU hog beside it during planning only, during training only, and never (interleaved)."""
     results = []
     for repeat in range(repeats):
-        for hog_during in ("never", "planning", "training"):
+        for hog_during in conditions:
             with tempfile.TemporaryDirectory(prefix="bench-auto-robust-") as tmp:
                 print(f"repeat {repeat + 1}, {minutes:g} min, {name}, hog during {hog_during} ...", flush=True)
                 r = run_auto(folder, minutes, Path(tmp), hog_during, hogs)
             r.update(hog_during=hog_during, dataset=name, minutes=minutes, repeat=repeat, hogs=hogs)
             print("   ", json.dumps(r), flush=True)
             results.append(r)
-            save_result(f"auto_robustness_{name}", {"machine": machine(), "results": results})
+            save_result(f"auto_robustness_{name}" + ("" if len(conditions) == 3 else "_" + "_".join(conditions)),
+                        {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
     print("| hog during | budget used | ended by | epochs planned -> re-planned -> trained | plan says busy | "
           "test top-1 (best.pt) |")
     print("|---|---|---|---|---|---|")
-    for hog_during in ("never", "planning", "training"):
+    for hog_during in conditions:
         for r in (r for r in results if r["hog_during"] == hog_during):
             if "error" in r:
                 print(f"| {hog_during} | failed: {r['error']} |")
@@ -178,6 +180,8 @@ def main() -> None:
     parser.add_argument("--robustness", action="store_true", help="Auto alone, with a CPU hog during planning, "
                         "during training, and never (the first of --budgets and --datasets)")
     parser.add_argument("--hogs", type=int, default=1, help="--robustness: spinning processes in the hog")
+    parser.add_argument("--hog-during", nargs="+", default=["never", "planning", "training"],
+                        choices=("never", "planning", "training"), help="--robustness: these conditions only")
     parser.add_argument("--budgets", type=float, nargs="+", default=[2, 5, 10])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--datasets", nargs="+", default=["digits", "photos"])
@@ -187,7 +191,7 @@ def main() -> None:
     folders = {"digits": digits(DATA / "auto-digits"), "photos": photos(DATA / "auto-photos")}
     if args.robustness:
         name = args.datasets[0]
-        robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs)
+        robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs, tuple(args.hog_during))
         return
     results = []
     for repeat in range(args.repeats):

@@ -249,14 +249,15 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                            f"{steps_total} steps; validated, checkpointed and exported")
     else:
         choose("train.ema", 0.0, f"only {steps_total} steps: too few to average")
-    patience = patience_of(EarlyStopConfig(patience=EARLY_STOP_MIN, share=EARLY_STOP_SHARE), epochs)
     es = cfg.train.early_stop
-    es.metric, es.patience, es.share = "val_acc", EARLY_STOP_MIN, EARLY_STOP_SHARE
+    es.metric, es.share = "val_acc", EARLY_STOP_SHARE
+    es.patience = patience_of(EarlyStopConfig(patience=EARLY_STOP_MIN, share=EARLY_STOP_SHARE), epochs)
     choose("train.early_stop.patience", es.patience, f"stop when validation accuracy has not improved for "
-                                                     f"{patience} epochs (a third of the run; at least "
+                                                     f"{es.patience} epochs (a third of the planned run, at least "
                                                      f"{EARLY_STOP_MIN})")
-    choose("train.early_stop.share", es.share, "the patience follows the run's epochs as the trainer re-plans them "
-                                               "(a run re-planned longer waits longer before it stops)")
+    choose("train.early_stop.share", es.share, "a run the trainer re-plans longer waits a third of its new length; "
+                                               "one re-planned shorter keeps the wait planned here (a slower machine "
+                                               "is not a reason to give up sooner)")
     choose("train.progressive_resize", 0.0, "off: with few epochs, a changing size makes each epoch's time less "
                                             "predictable, and the budget is the rule")
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
