@@ -128,7 +128,9 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
     end = next(e for e in events if e["event"] == "run_end")
     replans = [e for e in events if e["event"] == "replan"]
     return {"best_acc": best, "final_acc": final, "wall_s": wall, "train_s": end["time"] - events[0]["time"],
-            "budget_used": (end["time"] - start) / (minutes * 60), "epochs": status.get("epoch"),
+            "budget_used": (end["time"] - start) / (minutes * 60),
+            "trained_share": (max(e["time"] for e in events if e["event"] == "epoch") - start) / (minutes * 60),
+            "epochs": status.get("epoch"),
             "model": choices.get("model.name"), "size": choices.get("data.image_size"),
             "planned_epochs": choices.get("train.epochs"), "replanned_to": replans[-1]["epochs"] if replans else None,
             "ended": status.get("reason") or ("early stopped" if "early stop" in status.get("message", "") else ""),
@@ -162,15 +164,16 @@ def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
             save_result(f"auto_robustness_{name}" + ("" if len(conditions) == 3 else "_" + "_".join(conditions)),
                         {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
-    print("| hog during | budget used | ended by | epochs planned -> re-planned -> trained | plan says busy | "
-          "test top-1 (best.pt) |")
-    print("|---|---|---|---|---|---|")
+    print("| hog during | budget used (to run_end) | last epoch ended at | ended by | epochs planned -> re-planned -> "
+          "trained | plan says busy | test top-1 (best.pt) |")
+    print("|---|---|---|---|---|---|---|")
     for hog_during in conditions:
         for r in (r for r in results if r["hog_during"] == hog_during):
             if "error" in r:
                 print(f"| {hog_during} | failed: {r['error']} |")
                 continue
-            print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {r.get('ended') or 'its epochs'} | "
+            print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {100 * r['trained_share']:.0f}% | "
+                  f"{r.get('ended') or 'its epochs'} | "
                   f"{r['planned_epochs']} -> {r['replanned_to']} -> {r['epochs']} | {r.get('busy_said')} | "
                   f"{100 * r['best_acc']:.1f}% |")
 
