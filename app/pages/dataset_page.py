@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import random
 import subprocess
 from pathlib import Path
@@ -38,12 +39,15 @@ from trainer.remote.protocol import read_scan
 from trainer.runs.launch import main_command
 
 THUMB = 56
+# what a scan hands the page: the scan, thumbnails, the manifest, the flip rule, the exact duplicates (None: not looked
+# for, as on a host)
+ScanPayload = tuple[ScanResult, list[tuple[str, QImage]], "Manifest | None", object, "Duplicates | None"]
 THUMBS_PER_CLASS = 6
 
 
-def _scan_with_thumbnails(folder: str, manifest_path: str) -> tuple[ScanResult, list[tuple[str, QImage]], Manifest | None]:
+def _scan_with_thumbnails(folder: str, manifest_path: str) -> ScanPayload:
     """Runs on the thread pool: header scan (honouring the manifest) plus a few decoded thumbnails per class
-    (QImage is thread-safe)."""
+    (QImage is thread-safe), the flip rule and the exact duplicates."""
     manifest = read_manifest(manifest_path) if manifest_path else None
     result = scan_image_folder(folder, full=False, manifest=manifest)
     rng = random.Random(0)
@@ -68,7 +72,7 @@ def _duplicates(folder: str, result: ScanResult) -> Duplicates:
     return find_duplicates(images)
 
 
-def remote_scan(host: str, folder: str) -> tuple[ScanResult, list[tuple[str, QImage]], None]:
+def remote_scan(host: str, folder: str) -> ScanPayload:
     """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`), with its thumbnails."""
     done = subprocess.run(main_command("agent", "scan", folder, "--host", host, "--thumbs", THUMBS_PER_CLASS,
                                        "--thumb-size", THUMB), capture_output=True, text=True, timeout=600)
@@ -363,7 +367,7 @@ class DatasetPage(QWidget):
         if result.excluded or result.relabelled:
             text += f"; the manifest leaves out {result.excluded} and relabels {result.relabelled}"
         for w in result.warnings + duplicates_warning(duplicates, result.root):
-            text += f"<br><span style='color:#b8860b'>warning: {w}</span>"
+            text += f"<br><span style='color:#b8860b'>warning: {html.escape(w)}</span>"
         for p in result.problems():
             text += f"<br><span style='color:#c9302c'>{p}</span>"
         self.summary.setText(text)
