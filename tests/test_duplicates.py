@@ -3,6 +3,7 @@ of a test image in training, every copy filed under two classes, and nothing els
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 
@@ -56,3 +57,28 @@ def test_large_files_of_one_size_that_differ_only_at_the_end_are_told_apart_and_
     c.write_bytes(head + b"A")
     found = find_duplicates([ImageRef("train", str(p), "x") for p in (a, b, c)])
     assert [[i.path for i in g.images] for g in found.groups] == [[str(a), str(c)]]
+
+
+def test_check_data_with_a_run_says_what_the_leak_was_worth_to_its_test_score(tmp_path):
+    from helpers import train_here, write_config
+
+    root = tmp_path / "shapes"
+    for split, seed in (("train", 1), ("test", 3)):
+        write_demo_dataset(root / split, per_class=10, size=24, seed=seed)
+    leaked = sorted((root / "test" / "circle").glob("*.png"))[:3]  # three test images also in training
+    for image in leaked:
+        shutil.copy(image, root / "train" / "circle" / f"copy-{image.name}")
+    cfg = write_config(tmp_path, root / "train", data={"test_dir": str(root / "test")}, train={"epochs": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+
+    done = run_here("check-data", root, "--run", run.path)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader((run.path / "eval" / "test" / "predictions.csv").open()))
+    right = [r["true"] == r["predicted"] for r in rows]
+    right_without = [ok for ok, r in zip(right, rows) if r["path"] not in {str(p) for p in leaked}]
+    assert len(rows) == 40 and len(right_without) == 37 and "3 leak(s) across splits" in done.stdout
+    assert (f"the run's test top-1: {sum(right) / 40:.1%} on 40 images; without the 3 leaked ones "
+            f"{sum(right_without) / 37:.1%} on 37: the leak was worth ") in done.stdout
+    missing = run_here("check-data", root, "--run", tmp_path / "nowhere")
+    assert missing.returncode == 2 and "no test evaluation in that run" in missing.stderr

@@ -192,7 +192,7 @@ def _parser_resume(sub) -> None:
 def cmd_check_data(args) -> int:
     from dataclasses import asdict
 
-    from trainer.data.duplicates import ImageRef, find_duplicates, format_duplicates
+    from trainer.data.duplicates import ImageRef, find_duplicates, format_duplicates, leak_worth
     from trainer.data.manifest import read_manifest
     from trainer.data.scan import find_layout, format_report, scan_image_folder
 
@@ -220,6 +220,11 @@ def cmd_check_data(args) -> int:
     found = find_duplicates(ImageRef(name, path, r.classes[label]) for name, r in splits.items()
                             for path, label in r.samples)
     print("\n".join(format_duplicates(found)))
+    if args.run:  # what the leaks were worth to that run's test score
+        predictions = Path(args.run) / "eval" / "test" / "predictions.csv"
+        if not predictions.is_file():
+            raise CommandError(f"--run: {predictions}: no test evaluation in that run (main.py evaluate RUN first)")
+        print(leak_worth(predictions, found).line())
     result = splits["train"]
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -237,6 +242,8 @@ def _parser_check_data(sub) -> None:
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--exclude", help="a data.exclude manifest to honour (images left out or relabelled)")
     p.add_argument("--host", help="scan the folder on this host (main.py hosts)")
+    p.add_argument("--run", help="a run evaluated on this folder's test/: its test accuracy with and without the "
+                   "leaked images")
     p.add_argument("--labels", help="multi-label: a labels file (CSV: file,labels or one-hot) to check against the "
                    "folder's images (docs/multilabel.md)")
     p.set_defaults(func=cmd_check_data)

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from trainer.core.csvfile import true_text
 from trainer.data.scan import printable_path
 
 CHUNK = 1 << 20
@@ -137,3 +138,38 @@ def format_duplicates(found: Duplicates, limit: int = 10) -> list[str]:
     if len(found.groups) > limit:
         lines.append(f"  ... and {len(found.groups) - limit} more group(s) (--json lists them all)")
     return lines
+
+
+@dataclass
+class LeakWorth:
+    images: int  # test images the run was scored on
+    correct: int
+    leaked: int  # of them, copies of a training or validation image
+    correct_without: int  # correct among the others
+
+    def line(self) -> str:
+        with_all = self.correct / self.images
+        rest = self.images - self.leaked
+        if not self.leaked or not rest:
+            return f"the run's test top-1: {with_all:.1%} on {self.images} images; none of them is a leak"
+        without = self.correct_without / rest
+        return (f"the run's test top-1: {with_all:.1%} on {self.images} images; without the {self.leaked} leaked ones "
+                f"{without:.1%} on {rest}: the leak was worth {100 * (with_all - without):+.1f} points")
+
+
+def leak_worth(predictions_csv: str | os.PathLike, found: Duplicates) -> LeakWorth:
+    """A run's test accuracy with and without the test images that are copies of another split's (its
+    `eval/test/predictions.csv`, as `main.py evaluate` writes it)."""
+    import csv
+
+    leaked = {os.path.realpath(i.path) for g in found.leaks for i in g.images if i.split == "test"}
+    images = correct = n_leaked = correct_without = 0
+    with open(predictions_csv, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            right = row["true"] == row["predicted"]
+            images, correct = images + 1, correct + right
+            if os.path.realpath(true_text(row["path"])) in leaked:
+                n_leaked += 1
+            else:
+                correct_without += right
+    return LeakWorth(images, correct, n_leaked, correct_without)
