@@ -283,6 +283,7 @@ def test_a_scan_from_the_host_becomes_a_scan_result_or_one_line():
     assert result.image_sizes == [(32, 24)] and result.counts == {"a": 1, "b": 0} and thumbs == [("a", png)]
     for bad, said in ((dict(good, result={**good["result"], "samples": [["/x", "zero"]]}), r"samples\[0\]\[1\]"),
                       (dict(good, result={**good["result"], "evil": 1}), "unknown field 'evil'"),
+                      (dict(good, result={"classes": ["a"]}), r"result: no root"),
                       (dict(good, thumbs=[["a", "not base64!"]]), r"thumbs\[0\]: its data is not base64"),
                       (dict(good, thumbs=[["a", "A" * (2 << 20)]]), "more than 1048576 bytes"),
                       ([], "expected an object")):

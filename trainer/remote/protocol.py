@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import os
 import re
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -234,8 +236,8 @@ MAX_THUMB_BYTES = 1 << 20  # one PNG thumbnail
 
 
 def typed(value: Any, hint: Any, what: str) -> Any:
-    """`value` (decoded JSON) checked against a type hint of str, int, float, bool, list[...] or tuple[...]; tuples
-    come back as tuples. FrameError naming `what` and the item at fault."""
+    """`value` (decoded JSON) checked against a type hint: str, int, float, bool, dict, list[...], tuple[...], an
+    optional (X | None) or object (anything); tuples come back as tuples. FrameError naming `what` and the item."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is object:
         return value
@@ -265,14 +267,15 @@ def typed(value: Any, hint: Any, what: str) -> Any:
     return value
 
 
-def _fields(answer: Any, hints: dict[str, Any], what: str, required: bool = True) -> dict:
+def _fields(answer: Any, hints: dict[str, Any], what: str, required: Iterable[str] | None = None) -> dict:
+    """`answer` checked as an object of `hints`' fields: none unknown, the `required` ones (all, by default) there."""
     if not isinstance(answer, dict):
         raise FrameError(f"{what}: expected an object, got {type(answer).__name__}")
     unknown = sorted(set(answer) - set(hints))
     if unknown:
         raise FrameError(f"{what}: unknown field {str(unknown[0])[:80]!r}")
-    missing = [k for k in hints if k not in answer]
-    if required and missing:
+    missing = [k for k in (hints if required is None else required) if k not in answer]
+    if missing:
         raise FrameError(f"{what}: no {missing[0]}")
     return {k: typed(v, hints[k], f"{what}.{k}") for k, v in answer.items()}
 
@@ -302,7 +305,9 @@ def scan_answer(answer: Any, what: str) -> dict:
     from trainer.data.scan import ScanResult
 
     checked = _fields(answer, {"result": dict, "thumbs": list[tuple[str, str]]}, what)
-    result = _fields(checked["result"], typing.get_type_hints(ScanResult), f"{what}.result", required=False)
+    needed = [f.name for f in dataclasses.fields(ScanResult)
+              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    result = _fields(checked["result"], typing.get_type_hints(ScanResult), f"{what}.result", required=needed)
     thumbs = [(name, decode(data, MAX_THUMB_BYTES, f"{what}.thumbs[{i}]"))
               for i, (name, data) in enumerate(checked["thumbs"])]
     return {"result": ScanResult(**result), "thumbs": thumbs}
