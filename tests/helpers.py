@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from trainer.core.config import load_config, save_config
+from trainer.core.events import read_events
 from trainer.core.rundir import RunDir, new_run_dir
 
 REPO = Path(__file__).resolve().parent.parent
@@ -199,3 +200,20 @@ def build_parts(config_path: Path, overrides=None):
     strategy = make_strategy(cfg)
     seed_everything(cfg.train.seed)
     return cfg, build(cfg, strategy, reporter_for(run.events, True, cfg.monitor.system_every_s), lambda: False)
+
+
+def wait_for_event(run_dir: Path, predicate, timeout: float = 120, proc: subprocess.Popen | None = None) -> dict:
+    """The first event of the run in `run_dir` that `predicate` accepts, as the trainer writes it. A hang guard:
+    TimeoutError after `timeout` s; with `proc`, its stderr as soon as it exits without one."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run_dir / "events.jsonl").exists():
+            for e in read_events(run_dir / "events.jsonl"):
+                if predicate(e):
+                    return e
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the trainer exited ({proc.returncode}) first: {proc.communicate()[1][-2000:]}")
+        time.sleep(0.05)
+    raise TimeoutError(f"no matching event in {run_dir} in {timeout:g} s")

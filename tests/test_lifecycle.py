@@ -5,11 +5,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
-from helpers import REPO, process_tree_gone, run_here, run_main, write_config
+from helpers import REPO, process_tree_gone, run_here, run_main, wait_for_event, write_config
 
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
@@ -21,17 +20,6 @@ def start_train(cfg_path, run_dir, *extra):
     return subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg_path), "--run-dir", str(run_dir),
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, cwd=REPO)
-
-
-def wait_for_event(run_dir, predicate, timeout=120):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if (run_dir / "events.jsonl").exists():
-            for e in read_events(run_dir / "events.jsonl"):
-                if predicate(e):
-                    return e
-        time.sleep(0.05)
-    raise TimeoutError(f"no matching event in {run_dir}")
 
 
 def slow_config(tmp_path, shapes_dir, **sections):

@@ -206,8 +206,7 @@ def test_a_resume_across_the_unfreeze_epoch_equals_an_uninterrupted_run(shapes_d
     import sys
     import time
 
-    from helpers import REPO
-    from test_lifecycle import wait_for_event
+    from helpers import REPO, wait_for_event
 
     # the built-in CNN from scratch: the unfreezing logic is the same with or without pretrained weights, and fast
     cfg = write_config(tmp_path, shapes_dir, model={"name": "small_cnn", "unfreeze_at_epoch": 1},

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 import yaml
-from helpers import REPO, run_here, train_here, write_config
+from helpers import REPO, run_here, train_here, wait_for_event, write_config
 from PIL import Image
 
 from trainer import cli
@@ -182,10 +182,7 @@ def test_a_run_directory_deleted_mid_run_is_named(shapes_dir, tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(run_dir)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not any(e["event"] == "step" for e in read_events(run_dir / "events.jsonl")):
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()[1][-2000:]
-        time.sleep(0.05)
+    wait_for_event(run_dir, lambda e: e["event"] == "step", proc=proc)
     events = read_events(run_dir / "events.jsonl")
     per_epoch = next(e for e in events if e["event"] == "run_start")["steps_per_epoch"]
     seen = max(e["step"] for e in events if e["event"] == "step")
