@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.core.config import EarlyStopConfig, RunConfig
+from trainer.core.config import RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, median_short_side, suggested_image_size
@@ -250,8 +250,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     else:
         choose("train.ema", 0.0, f"only {steps_total} steps: too few to average")
     es = cfg.train.early_stop
-    es.metric, es.share = "val_acc", EARLY_STOP_SHARE
-    es.patience = patience_of(EarlyStopConfig(patience=EARLY_STOP_MIN, share=EARLY_STOP_SHARE), epochs)
+    es.metric, es.share, es.patience = "val_acc", EARLY_STOP_SHARE, EARLY_STOP_MIN
+    es.patience = patience_of(es, epochs)  # a third of the plan: a re-plan lengthens it, never shortens it
     choose("train.early_stop.patience", es.patience, f"stop when validation accuracy has not improved for "
                                                      f"{es.patience} epochs (a third of the planned run, at least "
                                                      f"{EARLY_STOP_MIN})")

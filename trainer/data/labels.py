@@ -60,7 +60,7 @@ class Labels:
         return pairs
 
 
-def _problems(path: Path, problems: list[str]) -> LabelsError:
+def _refusal(path: Path, problems: list[str]) -> LabelsError:
     shown = problems[:SHOWN_PROBLEMS]
     more = f"; and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
     return LabelsError(f"{path}: " + "; ".join(shown) + more)
@@ -111,7 +111,7 @@ def read_labels(path: str | os.PathLike) -> Labels:
                 problems.append(f"line 1: label {name!r} is a column twice")
             names.append(name)
         if problems:
-            raise _problems(path, problems)
+            raise _refusal(path, problems)
     index = {name: i for i, name in enumerate(names)}
     folder = path.parent
     seen: dict[str, int] = {}
@@ -135,7 +135,7 @@ def read_labels(path: str | os.PathLike) -> Labels:
         if labels is not None:
             items.append((image, labels))
     if problems:
-        raise _problems(path, problems)
+        raise _refusal(path, problems)
     if not items:
         raise LabelsError(f"{path}: no images listed (a line per image under the header)")
     if not any(labels for _, labels in items):
@@ -185,7 +185,7 @@ def check_against_folder(labels: Labels, images: list[str]) -> list[str]:
     present = {os.path.normpath(p) for p in images}
     missing = [image for image, _ in labels.items if image not in present]
     if missing:
-        raise _problems(Path(labels.path), [f"line {labels.line_of[m]}: {m} is not an image in the folder"
+        raise _refusal(Path(labels.path), [f"line {labels.line_of[m]}: {m} is not an image in the folder"
                                             for m in missing])
     listed = set(labels.line_of)
     return sorted(present - listed)

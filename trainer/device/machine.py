@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import time
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -59,14 +60,11 @@ class OtherLoad:
     probe on a busy machine reads slow, and the plan says so."""
 
     def __init__(self):
-        import psutil
-
-        self._psutil = psutil
         self._me = psutil.Process()
         self._start = (time.perf_counter(), self._busy(), self._mine())
 
     def _busy(self) -> float:
-        t = self._psutil.cpu_times()
+        t = psutil.cpu_times()
         return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
     def _mine(self) -> float:
@@ -78,4 +76,4 @@ class OtherLoad:
         wall0, busy0, mine0 = self._start
         wall = time.perf_counter() - wall0
         others = (self._busy() - busy0) - (self._mine() - mine0)
-        return max(0.0, min(1.0, others / max(wall * (self._psutil.cpu_count() or 1), 1e-6)))
+        return max(0.0, min(1.0, others / max(wall * (psutil.cpu_count() or 1), 1e-6)))
