@@ -88,7 +88,7 @@ def duplicates_warning(found: Duplicates | None, root: str) -> list[str]:
     if not found or not found.groups:
         return []
     return [f"{len(found.groups)} image(s) are in the dataset more than once ({len(found.leaks)} across train/val/test, "
-            f"{len(found.conflicting)} under two classes); `main.py check-data {root}` lists them"]
+            f"{len(found.conflicting)} under two classes): main.py check-data {root} lists them"]
 
 
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,
