@@ -1,7 +1,8 @@
 """The Dataset page's Auto box: a time budget, one button, and then every choice Auto made with its reason.
 
 Auto itself runs in the trainer (`main.py auto FOLDER --minutes N --plan-only`, a subprocess); this box only asks
-and shows what it answered. The main window loads the plan into the forms and starts it as a run.
+and shows what it answered. The main window loads the plan into the forms and starts it as a run; for a SLURM host
+the trainer answers that the plan is made inside the job, and the choices are shown when the job has made them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class AutoPanel(QGroupBox):
         self.minutes.setValue(10)
         self.minutes.setSuffix(" min")
         self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")
+        self.shown_run = None  # the run whose job-made choices are shown (Auto on a SLURM host)
         self.button = QPushButton("Train the best model in this time")
         self.button.setObjectName("autoStart")
         self.button.clicked.connect(lambda: self.requested.emit(self.minutes.value()))
@@ -85,6 +87,23 @@ class AutoPanel(QGroupBox):
         self.status.setText(f"Planned in {seconds:.0f} s; the run is on the Training page. The forms keep the plan, "
                             f"but not its time budget (that was the run's): Start trains with no budget unless you "
                             f"set one (Advanced page, train.budget). New (Ctrl+N) starts from the defaults.")
+        self._fill(choices)
+
+    def waiting_for_job(self, why: str) -> None:
+        """Auto submitted as a job that plans where it lands: the run is going, its choices are not made yet."""
+        self.button.setEnabled(True)
+        self.shown_run = None
+        self.choices.hide()
+        self.status.setText(f"{why}. The run is on the Training page; its choices appear here once the job has "
+                            f"made them.")
+
+    def show_job_choices(self, choices: list[dict], run, host: str) -> None:
+        self.shown_run = run
+        self.status.setText(f"Planned inside the job on {host}; the run is on the Training page. The forms were left "
+                            f"as they were: this plan is the job's.")
+        self._fill(choices)
+
+    def _fill(self, choices: list[dict]) -> None:
         self.choices.setRowCount(len(choices))
         for i, c in enumerate(choices):
             for j, text in enumerate((c["key"], shown_value(c["value"]), c["why"])):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import shlex
@@ -454,6 +455,7 @@ class MainWindow(QMainWindow):
         if exclude:
             args += ["--set", f"data.exclude={exclude}"]
         self.auto_job = job = CliJob(args, self)
+        self._auto_asked = (folder, minutes, [f"data.exclude={exclude}"] if exclude else [])
         panel.planning("starting")
         job.progress.connect(lambda line: panel.planning(line.removeprefix("auto: ").strip())
                              if line.startswith("auto: ") else None)
@@ -467,6 +469,9 @@ class MainWindow(QMainWindow):
 
     def _auto_planned(self, plan: dict) -> None:
         self.auto_job = None
+        if plan.get("in_job"):  # the trainer's answer for a SLURM host: the plan is made inside the job
+            self._auto_in_job(plan)
+            return
         try:
             cfg = RunConfig.from_dict(plan["config"])
         except (ConfigError, KeyError, TypeError) as e:
@@ -482,6 +487,28 @@ class MainWindow(QMainWindow):
         # The budget was that run's: the form keeps Auto's other choices (marked on the Advanced page), not its clock.
         self.advanced_page.set_value("train.budget", 0.0)
         self.validate()
+        self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def _auto_in_job(self, plan: dict) -> None:
+        """Auto submitted to a SLURM host as one run: its choices are shown once the job has made them (its
+        auto.json, mirrored); the forms are left as they were (the plan is the job's)."""
+        folder, minutes, overrides = self._auto_asked
+        run = self.runs.start_auto(folder, minutes, plan["host"], overrides)
+        panel = self.dataset_page.auto
+        panel.waiting_for_job(plan["why"])
+
+        def show_when_planned(_event) -> None:
+            if panel.shown_run == run.path:
+                return
+            try:
+                choices = json.loads(run.auto_choices.read_text(encoding="utf-8"))["choices"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return  # not mirrored yet: the next epoch looks again
+            panel.show_job_choices(choices, run.path, plan["host"])
+
+        self.runs.model.runStarted.connect(show_when_planned)
+        self.runs.model.epochEnded.connect(show_when_planned)
+        self.runs.model.finished.connect(lambda *_: show_when_planned(None))
         self.nav.setCurrentRow(PAGES.index("Training"))
 
     def copy_command(self) -> None:

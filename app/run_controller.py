@@ -55,7 +55,7 @@ class RunController(QObject):
         self.model: RunModel | None = None
         self.process = TrainerProcess(self)
         # a started run's config, output (and Auto's choices) until the trainer takes them
-        self._pending: tuple[Path, Path, Path] | None = None
+        self._pending: tuple[Path | None, Path, Path | None] | None = None
         self._stop_requested = False  # Stop was pressed for the process now running
         self.process.ended.connect(self._process_ended)
         self._followers: dict[Path, subprocess.Popen] = {}  # started by reattach_remote
@@ -96,6 +96,22 @@ class RunController(QObject):
         self.process.grace_ms = REMOTE_GRACE_MS if cfg.device.host else self.process.default_grace_ms
         self._stop_requested = False
         self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
+        self.watch(run)
+        return run
+
+    def start_auto(self, folder: str, minutes: float, host: str, overrides: list[str]) -> RunDir:
+        """Auto on `host` as one trainer process, `main.py auto FOLDER --minutes N --host HOST` (as the trainer
+        answered for a SLURM host: its plan is made inside the job); mirrored into a new folder under remote/HOST/."""
+        run = planned_run_dir(mirrors_dir(self.runs_dir, host), run_label("auto"))
+        pending = self.runs_dir / PENDING
+        pending.mkdir(parents=True, exist_ok=True)
+        output = pending / f"{run.name}.output.log"
+        self._pending = (None, output, None)
+        command = main_command("auto", folder, "--minutes", f"{minutes:g}", "--host", host, "--run-dir", run.path,
+                               "--output-log", output, *(["--set", *overrides] if overrides else []))
+        self.process.grace_ms = REMOTE_GRACE_MS
+        self._stop_requested = False
+        self.process.start(command, output, cwd=str(REPO_ROOT))
         self.watch(run)
         return run
 
@@ -240,7 +256,7 @@ class RunController(QObject):
         self.changed.emit()
 
     def _drop_pending_config(self) -> None:
-        if self._pending is not None:
+        if self._pending is not None and self._pending[0] is not None:
             self._pending[0].unlink(missing_ok=True)
 
     def _process_ended(self, code: int) -> None:

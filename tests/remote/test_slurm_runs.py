@@ -83,24 +83,3 @@ def test_a_request_no_node_can_meet_is_refused_before_submitting(slurm, hosts, s
     assert not (hosts["local_runs"] / "remote").exists()
     queue = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
     assert "traindeck" not in queue
-
-
-def test_auto_on_a_slurm_host_plans_inside_the_job_and_brings_the_model_home(slurm, hosts, shapes_dir):
-    """On a SLURM host Auto runs inside the job: the node the job lands on scans, measures and plans (its progress
-    is in the job's output), then trains; the budget counts from the job's start, less Auto's own planning."""
-    import re
-
-    done = run_main("auto", shapes_dir, "--minutes", "0.5", "--host", "cluster", "--runs-dir", hosts["local_runs"],
-                    timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "submitted SLURM job" in done.stdout and "auto: submitting Auto to cluster" in done.stderr
-    (mirror,) = (hosts["local_runs"] / "remote" / "cluster").iterdir()
-    status = json.loads((mirror / "status.json").read_text())
-    assert status["state"] == "completed" and status["remote"]["job"]["active"] is False
-    job_output = (hosts["remote_runs"] / "configs" / f"slurm-{status['remote']['job']['job']}.out").read_text()
-    assert "auto: measuring" in job_output and "run directory:" in job_output, "planned inside the job, there"
-    choices = {c["key"]: c for c in json.loads((mirror / "auto.json").read_text())["choices"]}
-    planning_s = float(re.search(r"less (\d+) s of planning", choices["train.budget"]["why"]).group(1))
-    assert abs(60 * choices["train.budget"]["value"] + planning_s - 30) <= 1.5, "the budget lost nothing but planning"
-    onnx = mirror / "exports" / "model.onnx"
-    assert f"exported: {onnx}" in done.stdout and onnx.stat().st_size > 1000
