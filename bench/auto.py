@@ -2,13 +2,15 @@
 
     python bench/auto.py --budgets 2 5 --repeats 1 --peers-python /path/to/venv/bin/python
 
-Two folders of real images, each laid out train/ val/ test/ (the same files for every tool; every tool validates
+Three folders of real images, each laid out train/ val/ test/ (the same files for every tool; every tool validates
 on val/ and is scored on test/, which none of them trains or selects on):
 - digits: scikit-learn's 1,797 handwritten digit scans (8x8 grey, written as 32 px RGB PNGs), 10 classes;
   test 20%, val 15% of the rest, stratified.
 - photos: crops of six real photographs (scikit-image's astronaut, chelsea, coffee, rocket; scikit-learn's china and
   flower), 56-96 px squares saved at 96 px, one class per photograph; train crops (120 a class) come from the left
   55% of each photograph, val (30) from the next 17%, test (50) from the right 28%, so no pixel is in two splits.
+- photos12: the same from twelve photographs (the six above and scikit-image's brick, grass, gravel, Hubble deep
+  field, immunohistochemistry and retina, the grey ones as RGB), with more images a class: 400 train, 60 val, 100 test.
 
 The tools, each run as its users run it, from scratch (no pretrained weights can be fetched here):
 - auto: `main.py auto FOLDER --minutes M` (planning included in the budget).
@@ -36,11 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, machine, photos, save_result
+from common import MORE_PHOTOS, REPO, SCIKIT_IMAGE_PHOTOS, SCIKIT_LEARN_PHOTOS, machine, photos, save_result
 
 DATA = REPO / "bench" / ".data"
 PEERS = ("fastai", "ultralytics", "torchvision")
-SIZES = {"digits": 32, "photos": 96}
+SIZES = {"digits": 32, "photos": 96, "photos12": 96}
 TRAINDECK_PYTHON = sys.executable  # what the peers train at (Auto chooses its own)
 
 
@@ -115,7 +117,9 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
     wall = time.time() - start
     if proc.returncode != 0:
         return {"error": err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}"}
-    (run,) = [p for p in work.iterdir() if p.is_dir()]
+    runs = sorted((p for p in work.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime_ns)
+    run = next(p for p in runs if (p / "eval" / "test" / "metrics.json").exists())  # the one Auto finished
+    made_way = [json.loads((p / "auto.json").read_text())["choices"] for p in runs if p != run]  # train.min_epochs
     best = json.loads((run / "eval" / "test" / "metrics.json").read_text())["accuracy"]
     subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "evaluate", str(run), "--checkpoint", "last", "--data",
                     str(folder / "test"), "--name", "final"], capture_output=True, cwd=REPO, check=True)
@@ -134,7 +138,9 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
             "model": choices.get("model.name"), "size": choices.get("data.image_size"),
             "planned_epochs": choices.get("train.epochs"), "replanned_to": replans[-1]["epochs"] if replans else None,
             "ended": status.get("reason") or ("early stopped" if "early stop" in status.get("message", "") else ""),
-            "busy_said": "was busy while Auto measured" in str(choices_why.get("train.epochs", ""))}
+            "busy_said": "was busy while Auto measured" in str(choices_why.get("train.epochs", "")),
+            "made_way": [next(f"{c['value']}" for c in m if c["key"] == "model.name") + " @ " +
+                         next(f"{c['value']}" for c in m if c["key"] == "data.image_size") for m in made_way]}
 
 
 def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, work: Path) -> dict:
@@ -165,8 +171,8 @@ def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
                         {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
     print("| hog during | budget used (to run_end) | last epoch ended at | ended by | epochs planned -> re-planned -> "
-          "trained | plan says busy | test top-1 (best.pt) |")
-    print("|---|---|---|---|---|---|---|")
+          "trained | plan says busy | network (a first one too slow ->) | test top-1 (best.pt) |")
+    print("|---|---|---|---|---|---|---|---|")
     for hog_during in conditions:
         for r in (r for r in results if r["hog_during"] == hog_during):
             if "error" in r:
@@ -175,6 +181,7 @@ def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
             print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {100 * r['trained_share']:.0f}% | "
                   f"{r.get('ended') or 'its epochs'} | "
                   f"{r['planned_epochs']} -> {r['replanned_to']} -> {r['epochs']} | {r.get('busy_said')} | "
+                  f"{', '.join(r.get('made_way') or []) or '-'} -> {r['model']} @ {r['size']} | "
                   f"{100 * r['best_acc']:.1f}% |")
 
 
@@ -187,11 +194,14 @@ def main() -> None:
                         choices=("never", "planning", "training"), help="--robustness: these conditions only")
     parser.add_argument("--budgets", type=float, nargs="+", default=[2, 5, 10])
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--datasets", nargs="+", default=["digits", "photos"])
+    parser.add_argument("--datasets", nargs="+", default=["digits", "photos", "photos12"])
     parser.add_argument("--tools", nargs="+", default=["auto", *PEERS])
     parser.add_argument("--peers-python", default=sys.executable)
+    parser.add_argument("--name", default="auto", help="the results file: bench/results/NAME.json")
     args = parser.parse_args()
-    folders = {"digits": digits(DATA / "auto-digits"), "photos": photos(DATA / "auto-photos")}
+    folders = {"digits": digits(DATA / "auto-digits"), "photos": photos(DATA / "auto-photos"),
+               "photos12": photos(DATA / "auto-photos12", per_class=(400, 60, 100),
+                                  names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS + MORE_PHOTOS)}
     if args.robustness:
         name = args.datasets[0]
         robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs, tuple(args.hog_during))
@@ -211,7 +221,7 @@ def main() -> None:
                     r.update(tool=tool, dataset=name, minutes=minutes, repeat=repeat)
                     print("   ", json.dumps(r), flush=True)
                     results.append(r)
-                    save_result("auto", {"machine": machine(), "results": results})
+                    save_result(args.name, {"machine": machine(), "results": results})
     print(f"\n{machine()}")
     print("| data | budget | tool | test top-1 best / final | wall time | epochs | model @ size |")
     print("|---|---|---|---|---|---|---|")

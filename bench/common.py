@@ -157,6 +157,7 @@ def trainer_loop(raw: dict, prefix: str):
 
 SCIKIT_IMAGE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")  # shipped in scikit-image's wheel
 SCIKIT_LEARN_PHOTOS = ("china", "flower")
+MORE_PHOTOS = ("brick", "grass", "gravel", "hubble_deep_field", "immunohistochemistry", "retina")  # scikit-image's too
 
 
 def photographs(names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> dict:
@@ -171,7 +172,8 @@ def photographs(names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> dict:
             out[name] = load_sample_image(f"{name}.jpg")
         else:
             out[name] = getattr(sk, name)()
-    return {k: np.asarray(v)[..., :3] for k, v in out.items()}
+    return {k: np.asarray(v)[..., :3] if np.asarray(v).ndim == 3 else np.stack([np.asarray(v)] * 3, axis=-1)
+            for k, v in out.items()}  # grey photographs as RGB
 
 
 def photos(root: Path, per_class=(120, 30, 50), seed: int = 0, names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> Path:

@@ -217,3 +217,48 @@ def wait_for_event(run_dir: Path, predicate, timeout: float = 120, proc: subproc
             raise AssertionError(f"the trainer exited ({proc.returncode}) first: {proc.communicate()[1][-2000:]}")
         time.sleep(0.05)
     raise TimeoutError(f"no matching event in {run_dir} in {timeout:g} s")
+
+
+def digits_with_flipped_labels(root, share: float, seed: int = 0) -> dict[str, str]:
+    """scikit-learn's 1,797 handwritten digits as 32 px PNGs in root/DIGIT/, `share` of them filed under another
+    digit; the path of each of those -> the digit it shows."""
+    import random
+
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    rng = random.Random(seed)
+    flipped = set(rng.sample(range(len(digits.target)), round(share * len(digits.target))))
+    paths = {}
+    for i, (pixels, label) in enumerate(zip(digits.images, digits.target)):
+        filed = rng.choice([d for d in range(10) if d != label]) if i in flipped else int(label)
+        folder = root / str(filed)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{i:04d}.png"
+        Image.fromarray((pixels * 255 / 16).astype("uint8")).resize((32, 32), Image.BILINEAR).convert("RGB").save(path)
+        if i in flipped:
+            paths[str(path)] = str(label)
+    return paths
+
+
+class OtherPrograms:
+    """`count` processes spinning on the CPU that are not this process's children (another program busy on the
+    machine, which a process's own live children are not): started through a shell that leaves them behind."""
+
+    def __init__(self, count: int):
+        self.count, self.pids = count, []
+
+    def __enter__(self) -> "OtherPrograms":
+        for _ in range(self.count):
+            out = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.pids.append(int(out.strip()))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

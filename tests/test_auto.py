@@ -4,10 +4,13 @@ its reason; and the pieces it stands on (train.budget, data.test_split, export.f
 import csv
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
-from helpers import run_here, write_config
+from helpers import REPO, OtherPrograms, run_here, wait_for_event, write_config
 
 from trainer.core.config import RunConfig, load_config
 from trainer.core.events import read_events
@@ -117,22 +120,45 @@ def test_auto_refuses_bad_input_in_one_line_before_making_anything(shapes_dir, t
     assert not (tmp_path / "runs").exists()
 
 
-def test_train_budget_ends_a_long_run_in_time_and_keeps_a_model(shapes_dir, tmp_path):
-    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 100000, "budget": 0.1})  # 6 s
-    result = run_here("train", cfg, "--run-dir", tmp_path / "run")
-    assert result.returncode == 0, result.stderr[-2000:]
+def test_a_budget_run_stopped_and_resumed_spends_what_was_left_on_the_epochs_it_re_planned(shapes_dir, tmp_path):
+    """train.budget is the run's, not each segment's: stopped after its first re-plan and resumed, the run goes on
+    with the epochs it re-planned, the learning rate from where it was, and the budget its first segment left; it ends
+    inside it with a model. Through the trainer's own clock (its events), not this machine's speed."""
+    config = write_config(tmp_path, shapes_dir, train={"epochs": 1, "budget": 0.2, "replan": True},  # 12 s
+                          scheduler={"name": "onecycle"})
     run = RunDir(tmp_path / "run")
+    proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(config), "--run-dir", str(run.path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    replan = wait_for_event(run.path, lambda e: e["event"] == "replan", proc=proc)
+    wait_for_event(run.path, lambda e: e["event"] == "epoch" and e["epoch"] > replan["epoch"], proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert run.read_status()["state"] == "stopped"
+    result = run_here("resume", run.path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
     events = read_events(run.events)
-    # through the trainer's own clock, not this machine's speed: no step begun after the budget ran out from the
-    # trainer's first event (the step in flight at that moment may end just past it)
+    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
+    first, second = events[:starts[1]], events[starts[1]:]
+    replanned = [e["epochs"] for e in first if e["event"] == "replan"][-1]
+    assert second[0]["config"]["train"]["epochs"] == replanned, "the resumed run kept the epochs it had re-planned"
+    lr_before = [e["lr"][0] for e in first if e["event"] == "step"][-1]
+    lr_after = [e["lr"][0] for e in second if e["event"] == "step"][0]
+    assert 0.5 < lr_after / lr_before < 2, ("the schedule went on from where it was", lr_before, lr_after)
     steps = [e["time"] for e in events if e["event"] == "step"]
-    interval = max((b - a for a, b in zip(steps, steps[1:])), default=0)
-    assert steps[-1] - events[0]["time"] <= 6 + interval, "the budget counts from the trainer's start"
+    interval = max(b - a for a, b in zip(steps, steps[1:]) if b > a)
+    trained = sum(max(e["time"] for e in part if e["event"] == "step") - part[0]["time"] for part in (first, second))
+    assert trained <= 12 + interval, f"{trained:.1f} s trained over both segments: the budget is the run's"
     status = run.read_status()
-    assert status["state"] == "completed" and status["reason"] == "budget" and "train.budget" in status["message"]
-    end = read_events(run.events)[-1]
-    assert end["event"] == "run_end" and end["reason"] == "budget" and end["budget_epoch"] == status["epoch"] >= 1
+    planned = [e["epochs"] for e in events if e["event"] == "replan"][-1]
+    assert status["state"] == "completed" and (status["epoch"] == planned or status["reason"] == "budget"), status
+    assert events[-1]["event"] == "run_end" and status["epoch"] > replan["epoch"] + 1
     assert (run.checkpoints / "best.pt").exists()
+    # continued for more epochs, as its end message says: the epochs given are the rule, the budget was the run's
+    more = run_here("resume", run.path, "--epochs", status["epoch"] + 1)
+    added = f"epochs {status['epoch'] + 1} to {status['epoch'] + 1} added train without one"
+    assert more.returncode == 0 and added in more.stdout, more.stderr[-2000:]
+    assert run.read_status()["epoch"] == status["epoch"] + 1 and run.read_status()["reason"] is None
 
 
 def test_a_budget_spent_inside_the_first_epoch_cuts_it_short_and_still_validates_it(shapes_dir, tmp_path):
@@ -184,10 +210,63 @@ def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_pr
         plan(str(shapes_dir), 0.5, started=time.time() - 60)  # the whole budget gone: said, not a crash
 
 
-def test_the_machine_s_other_load_is_measured_without_auto_s_own_work():
-    import subprocess
-    import sys
+def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path, torch_home):
+    """Measured again after a first epoch that showed too few epochs fit: only the candidates after the slow one
+    (its smaller sizes, then the faster networks) are measured, the reason says why, and there is no third round;
+    after the last candidate there is nothing to go on with."""
+    from trainer.auto import AutoError, candidate_sizes, plan
+    from trainer.data.demo_data import write_demo_dataset
+    from trainer.data.scan import scan_image_folder
 
+    folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)  # resnet18 and small_cnn, 3 sizes
+    first = plan(str(folder), 0.5, started=time.time() - 8)  # one probe, no LR sweep
+    chosen = {c.key: c for c in first.choices}
+    assert chosen["train.min_epochs"].value == first.config.train.min_epochs
+    slow = (first.config.model.name, first.config.data.image_size, "it was too slow in its first epoch")
+    again = plan(str(folder), 0.5, started=time.time() - 8, faster_than=slow)
+    assert (again.config.model.name, again.config.data.image_size) != slow[:2]
+    assert again.config.data.image_size < slow[1] or again.config.model.name != slow[0]
+    assert all((p.model, p.size) != slow[:2] for p in again.probes), "the slow one is not measured again"
+    reasons = {c.key: c.why for c in again.choices}
+    assert "measured again because it was too slow in its first epoch" in reasons["model.name"]
+    assert again.config.train.min_epochs == 0 and "measured again once already" in reasons["train.min_epochs"]
+    last = ("small_cnn", min(candidate_sizes(scan_image_folder(folder, full=False), False)), "too slow")
+    with pytest.raises(AutoError, match="no network faster than small_cnn"):
+        plan(str(folder), 0.5, started=time.time() - 8, faster_than=last)
+
+
+def test_the_first_epoch_ends_a_run_that_cannot_train_its_min_epochs_in_the_budget():
+    """train.min_epochs: after the first epoch (30 s) of a 2-minute budget only 3 more fit, fewer than 12: the run
+    ends there (completed, reason too_slow), saying why; a run that had resumed mid-way is left to re-plan."""
+    from types import SimpleNamespace
+
+    from trainer.core.config import RunConfig
+    from trainer.core.schedule import Stretch
+    from trainer.train.loop import Loop
+
+    def loop_after_epoch_1(step):
+        loop = Loop.__new__(Loop)
+        loop.cfg = RunConfig.from_dict({"train": {"epochs": 20, "budget": 2.0, "replan": True, "min_epochs": 12}})
+        loop.state = SimpleNamespace(epoch=1, step=step, early_stopped=False)
+        loop.started = time.time() - 30
+        loop.epoch_seconds = [30.0]
+        loop.parts = SimpleNamespace(stretch=Stretch(2000), steps_per_epoch=100)
+        events = []
+        loop.reporter = SimpleNamespace(epochs=20, emit=lambda event, **fields: events.append(fields))
+        loop.strategy = SimpleNamespace(is_main=False, world_size=1)
+        loop.out_of_budget, loop.too_slow = False, ""
+        loop.replan()
+        return loop, events
+
+    loop, events = loop_after_epoch_1(100)
+    assert loop.too_slow.startswith("3 epochs fit") and "fewer than train.min_epochs (12)" in loop.too_slow
+    assert loop.end_reason() == {"reason": "too_slow", "too_slow": loop.too_slow}
+    assert events[-1]["epochs"] == 1 and "the run ends here" in events[-1]["why"]
+    resumed, _ = loop_after_epoch_1(150)  # not its first epoch's end (a resumed run): re-planned, not ended
+    assert not resumed.too_slow and resumed.cfg.train.epochs == 3
+
+
+def test_the_machine_s_other_load_is_measured_without_auto_s_own_work():
     from trainer.device.machine import OtherLoad
 
     load = OtherLoad()
@@ -196,15 +275,37 @@ def test_the_machine_s_other_load_is_measured_without_auto_s_own_work():
         pass
     assert load.share() < 0.5
     load = OtherLoad()
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
-    try:
+    with OtherPrograms(os.cpu_count() or 1):
         time.sleep(1.5)
-        busy = load.share()  # read before the hogs are reaped (then their time would count as this process's)
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+        busy = load.share()
     assert busy > 0.5, busy
+
+
+def test_training_threads_give_way_to_other_programs_and_come_back():
+    """device.share_cpu: with every core kept busy by other programs, torch trains on one thread (a thread sharing its
+    core slows every parallel step); once they are gone, on all its threads again."""
+    import psutil
+    import torch
+
+    from trainer.device.machine import CpuThreads
+
+    cores = psutil.cpu_count() or 1
+    if cores < 2:
+        pytest.skip("one core: nothing to give way")
+    before = torch.get_num_threads()
+    fit = CpuThreads(cores, every_s=0.5)
+    with OtherPrograms(cores):
+        time.sleep(1.0)
+        changed = fit.check()
+    try:
+        assert changed is not None and changed[1] == 1 and torch.get_num_threads() == 1, changed
+        assert changed[2] > cores / 2, "the other programs' cores, measured"
+        fit.check()  # the last slice of the other programs' time
+        time.sleep(0.7)
+        back = fit.check()
+        assert back is not None and back[1] == cores and torch.get_num_threads() == cores, back
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_plan_says_the_machine_was_busy_while_it_measured(shapes_dir, torch_home, monkeypatch):

@@ -165,8 +165,11 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
 
 
 def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,
-         started: float | None = None, overrides: list[str] | None = None) -> Plan:
-    """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why."""
+         started: float | None = None, overrides: list[str] | None = None,
+         faster_than: tuple[str, int, str] | None = None) -> Plan:
+    """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why.
+    `faster_than` (network, size, why): a run of that network at that size turned out too slow in its first epoch;
+    only the candidates after it (smaller sizes, then faster networks) are considered."""
     started = started or time.time()
     say = progress or (lambda text: None)
     if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
@@ -193,17 +196,26 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         candidates = [(name, None) for name in SCRATCH if big or name != "resnet18"]
         why_kind = "no pretrained weights in the torch hub cache (Auto does not download): from scratch"
     sizes = candidate_sizes(scan, bool(cached))
+    order = [(name, weights, size) for name, weights in candidates for size in sizes]  # best first
+    if faster_than:
+        tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == faster_than[:2]]
+        order = order[tried[0] + 1:] if tried else order
+        if not order:
+            raise AutoError(f"no network faster than {faster_than[0]} at {faster_than[1]} px to go on with")
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
     load = OtherLoad()
-    chosen, probes = _probe(candidates, sizes, need, train_s, (train_images, val_images, len(scan.classes)), tta,
+    chosen, probes = _probe(order, need, train_s, (train_images, val_images, len(scan.classes)), tta,
                             device, precision, lambda: time.time() - started > budget_s * PLAN_SHARE * 0.6, say)
     how_busy = _how_busy(load.share())
-    reason = (f"{why_kind}; the first of {', '.join(n for n, _ in candidates)} (best first) that trains at least "
+    names = ", ".join(dict.fromkeys(name for name, _, _ in order))
+    reason = (f"{why_kind}; the first of {names} (best first) that trains at least "
               f"{need} epochs in the budget: {chosen.train_images_per_s:.0f} images/s measured at {chosen.size} px")
     if chosen.epochs < need:
-        reason = (f"{why_kind}; none of {', '.join(n for n, _ in candidates)} trains {need} epochs in the budget: "
+        reason = (f"{why_kind}; none of {names} trains {need} epochs in the budget: "
                   f"the fastest measured ({chosen.train_images_per_s:.0f} images/s at {chosen.size} px)")
+    if faster_than:
+        reason += f"; measured again because {faster_than[2]}"
     choose("model.name", chosen.model, reason)
     if chosen.weights:
         choose("model.weights", chosen.weights, f"{chosen.model}'s ImageNet weights, found in the cache")
@@ -240,6 +252,13 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("train.replan", True, "the epochs above come from a short probe: after each epoch the trainer re-plans "
                                  "them from the speed it measures, so the run fills its budget whatever the machine "
                                  "is doing, with the schedule's annealing completed")
+    faster_left = chosen.epochs >= need and (chosen.model, chosen.weights, chosen.size) != order[-1]
+    cfg.train.min_epochs = need if faster_left and not faster_than else 0
+    choose("train.min_epochs", cfg.train.min_epochs,
+           "off: Auto has measured again once already; this run re-plans its epochs and goes on" if faster_than else
+           f"if the first epoch shows fewer than {need} epochs fit (the machine got slower than the probe measured), "
+           f"the run ends there and Auto measures the faster candidates again for the time left" if faster_left else
+           "off: no faster candidate is left to go on with")
     choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
                                              f"stops there whatever happens (the test set and export come after)")
     steps_total = epochs * math.ceil(train_images / chosen.batch)
@@ -263,6 +282,16 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
     cfg, choices = _with_overrides(cfg, choices, overrides or [])
     return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, time.time() - started)
+
+
+def trained_as_one_run(plan: dict, by: str) -> dict:
+    """A plan (`Plan.to_json()`) that `by` (the app, a run on a host) trains as one ordinary run, where nobody would go
+    on with a faster network: train.min_epochs off, said in its choice (the run still re-plans its epochs)."""
+    plan["config"]["train"]["min_epochs"] = 0
+    plan["choices"] = [c for c in plan["choices"] if c["key"] != "train.min_epochs"] + [
+        {"key": "train.min_epochs", "value": 0, "why": f"off: {by} trains this plan as one run, which re-plans its "
+                                                       f"epochs (train.replan) but does not go on with another network"}]
+    return plan
 
 
 def _how_busy(others: float) -> str:
@@ -334,34 +363,31 @@ def _device_choices(choose: Callable) -> tuple[torch.device, str]:
     return device, precision
 
 
-def _probe(candidates: list, sizes: list[int], need: int, train_s: float, images: tuple[int, int, int], tta: bool,
-           device: torch.device, precision: str, out_of_time: Callable[[], bool],
+def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, images: tuple[int, int, int],
+           tta: bool, device: torch.device, precision: str, out_of_time: Callable[[], bool],
            say: Callable[[str], None]) -> tuple[Measured, list[Measured]]:
-    """Measure the candidates, best first, each at the sizes largest first, until one trains `need` epochs in
-    `train_s`; else the one that trains the most. At least one is always measured (a slow scan may have used the
-    probe's time already)."""
+    """Measure the (network, weights, size) candidates in `order` (the best networks first, each at its sizes
+    largest first) until one trains `need` epochs in `train_s`; else the one that trains the most. At least one is
+    always measured (a slow scan may have used the probe's time already)."""
     train_images, val_images, classes = images
     cuda = device.type == "cuda"
     probes: list[Measured] = []
     chosen: Measured | None = None
-    for name, weights in candidates:
-        for size in sizes:
-            if probes and out_of_time():
-                break  # the probe has used its share (a slow scan included); the fastest measured so far wins below
-            batch = batch_for(size, cuda)
-            # the slowest speed that still trains `need` epochs
-            floor = train_images * need / max(train_s, 1.0)
-            say(f"measuring {name} at {size} px")
-            m = measure(name, weights, size, batch, classes, device, precision, reject_below=floor)
-            m.epoch_s = epoch_seconds(m, train_images, val_images, tta)
-            m.epochs = int(train_s * EPOCH_MARGIN // m.epoch_s)
-            probes.append(m)
-            log.info("auto probe: %s at %d px, batch %d: %.0f images/s training, %.0f validating -> %d epochs",
-                     name, size, batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
-            if m.epochs >= need:
-                chosen = m
-                break
-        if chosen is not None:
+    for name, weights, size in order:
+        if probes and out_of_time():
+            break  # the probe has used its share (a slow scan included); the fastest measured so far wins below
+        batch = batch_for(size, cuda)
+        # the slowest speed that still trains `need` epochs
+        floor = train_images * need / max(train_s, 1.0)
+        say(f"measuring {name} at {size} px")
+        m = measure(name, weights, size, batch, classes, device, precision, reject_below=floor)
+        m.epoch_s = epoch_seconds(m, train_images, val_images, tta)
+        m.epochs = int(train_s * EPOCH_MARGIN // m.epoch_s)
+        probes.append(m)
+        log.info("auto probe: %s at %d px, batch %d: %.0f images/s training, %.0f validating -> %d epochs",
+                 name, size, batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
+        if m.epochs >= need:
+            chosen = m
             break
     if chosen is None:  # nothing trains enough epochs: the fastest measured
         chosen = max(probes, key=lambda p: p.epochs)

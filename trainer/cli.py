@@ -18,7 +18,7 @@ from trainer.core.catalog import (
     INT8_METHODS,
     RUN_CHECKPOINTS,
 )
-from trainer.core.config import RunConfig, config_from, load_config, read_config_file
+from trainer.core.config import RunConfig, config_from, load_config, read_config_file, save_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
 from trainer.data.scan import printable_path
@@ -27,8 +27,8 @@ log = logging.getLogger("traindeck")
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "grad-cam", "queue", "sweep", "standby",
-            "hosts", "agent", "mirror", "fetch")
+            "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "audit", "grad-cam", "queue", "sweep",
+            "standby", "hosts", "agent", "mirror", "fetch")
 
 
 class CommandError(InputError):
@@ -92,33 +92,30 @@ def read_choices(path: str) -> list[dict]:
 
 
 def cmd_auto(args) -> int:
-    from trainer.runs.prepare import choices_lines
-
     started = time.time()
     say = lambda text: print(f"auto: {text}", file=sys.stderr, flush=True)  # noqa: E731
     if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
-        from trainer.remote.remote_cli import remote_auto, remote_plan
+        from trainer.remote.remote_cli import plans_in_job, remote_auto, remote_plan
 
         if not args.plan_only:
             return remote_auto(args, say, started)
-        plan = remote_plan(args.host, args.folder, args.minutes, args.set, say)
+        plan = plans_in_job(args.host) or remote_plan(args.host, args.folder, args.minutes, args.set, say)
     else:
         from trainer.auto import plan as make_plan
 
         plan = make_plan(args.folder, args.minutes, started=started, overrides=args.set, progress=say).to_json()
-    if args.plan_only:
+    from trainer.auto import trained_as_one_run
+
+    if args.plan_only:  # whoever trains it (the app, `auto --host` here) trains it as one run
+        if not plan.get("in_job"):
+            plan = trained_as_one_run(plan, "whoever asked for this plan (the app, --plan-only)")
         print(json.dumps(plan), flush=True)
         return 0
-    print("\n".join(choices_lines(plan["choices"])), flush=True)
-    from trainer.runs.prepare import prepare_run
-    from trainer.runs.runner import launch
-
-    cfg = RunConfig.from_dict(plan["config"])
-    run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
-                            label=f"auto-{cfg.model.name}", output_log=args.output_log, checked=False,
-                            choices=plan["choices"])
-    print(f"run directory: {run.path}", flush=True)
-    code = report_end(run, launch(run, cfg, lock=lock))
+    if args.run_dir:  # someone follows that one directory (a SLURM job's mirror): no second run elsewhere
+        plan = trained_as_one_run(plan, "Auto with --run-dir (what follows the run watches that directory)")
+    run, code = _train_plan(plan, args, args.run_dir)
+    if run.read_status().get("reason") == "too_slow":  # train.min_epochs: the machine slowed down since the probe
+        run, code = _go_on_faster(run, args, started, say)
     for path in sorted((run.path / "exports").glob("model.*")):
         if path.suffix == ".json":
             continue
@@ -126,6 +123,45 @@ def cmd_auto(args) -> int:
     print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
           f"included)", flush=True)
     return code
+
+
+def _train_plan(plan: dict, args, run_dir: str | None) -> tuple[RunDir, int]:
+    """Auto's plan trained here as a run (its choices printed, and kept as the run's auto.json)."""
+    from trainer.runs.prepare import choices_lines, prepare_run
+    from trainer.runs.runner import launch
+
+    print("\n".join(choices_lines(plan["choices"])), flush=True)
+    cfg = RunConfig.from_dict(plan["config"])
+    run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=run_dir,
+                            label=f"auto-{cfg.model.name}", output_log=args.output_log, checked=False,
+                            choices=plan["choices"])
+    print(f"run directory: {run.path}", flush=True)
+    return run, report_end(run, launch(run, cfg, lock=lock))
+
+
+def _go_on_faster(first: RunDir, args, started: float, say) -> tuple[RunDir, int]:
+    """The first epoch of Auto's run showed too few epochs fit (train.min_epochs): the faster candidates measured
+    again, as the machine is now, for the time left, and the best of them trained in a new run; when none is left
+    (or no time to measure), the first run goes on as it is."""
+    from trainer.auto import MIN_MINUTES, AutoError
+    from trainer.auto import plan as make_plan
+    from trainer.runs.runner import launch
+
+    cfg = load_config(first.config)
+    why = f"{cfg.model.name} at {cfg.data.image_size} px was too slow in {first.name}: {first.read_status()['message']}"
+    say(f"{why}; measuring the faster candidates again")
+    minutes_left = args.minutes - (time.time() - started) / 60
+    try:
+        if minutes_left < MIN_MINUTES:
+            raise AutoError(f"{minutes_left:.2f} min left, too little to measure again")
+        plan = make_plan(args.folder, minutes_left, started=time.time(), overrides=args.set, progress=say,
+                         faster_than=(cfg.model.name, cfg.data.image_size, why)).to_json()
+    except AutoError as e:
+        say(f"{e}: {first.name} goes on as it is")
+        cfg.train.min_epochs = 0
+        save_config(cfg, first.config)
+        return first, report_end(first, launch(first, cfg, resume=True))
+    return _train_plan(plan, args, None)
 
 
 def _parser_auto(sub) -> None:
@@ -140,7 +176,8 @@ def _parser_auto(sub) -> None:
     where.add_argument("--run-dir", help="use this run directory")
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
     p.add_argument("--plan-only", action="store_true", help="print the plan as JSON (config, choices, probes) "
-                   "without training; the app starts it as a run")
+                   "without training; the app starts it as a run. With a SLURM --host, the plan is made inside the "
+                   "job: the answer says so ({\"in_job\": true}) and `auto --host` without --plan-only runs it")
     p.add_argument("--host", help="plan and train on this host (main.py hosts): the scan, the speed probe and the "
                    "learning-rate sweep run there, on its devices")
     p.add_argument("--output-log", help="as for train")
@@ -225,6 +262,9 @@ def cmd_check_data(args) -> int:
         if not predictions.is_file():
             raise CommandError(f"--run: {predictions}: no test evaluation in that run (main.py evaluate RUN first)")
         print(leak_worth(predictions, found).line())
+        issues = Path(args.run) / "audit" / "label_issues.csv"
+        print(f"label issues: {sum(1 for _ in issues.open(encoding='utf-8')) - 1} suspects in {issues}" if
+              issues.is_file() else f"label issues: not looked for yet (main.py audit {args.run})")
     result = splits["train"]
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -373,6 +413,34 @@ def _parser_evaluate(sub) -> None:
     p.add_argument("--name", help="the evaluation's name under RUN_DIR/eval/ (default: the folder's; val is reserved)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation of the same folder")
     p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_audit(args) -> int:
+    """The label issues of a run's labelled images (trainer.deploy.audit): printed, and kept under RUN/audit/."""
+    from dataclasses import asdict
+
+    from trainer.deploy.audit import audit_run, format_audit
+
+    run = RunDir(args.run_dir)
+    if not run.config.exists():
+        raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
+    audit = audit_run(run, args.folds)
+    if args.json:
+        print(json.dumps({"images": audit.images, "folds": audit.folds, "reused": audit.reused,
+                          "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects]}))
+    else:
+        print("\n".join(format_audit(audit, run, args.top)))
+    return 0
+
+
+def _parser_audit(sub) -> None:
+    p = sub.add_parser("audit", help="find the run's images that are probably labelled wrong (cleanlab's confident "
+                       "learning on out-of-sample probabilities), most likely first")
+    p.add_argument("run_dir")
+    p.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted linear probe (default 5)")
+    p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")
+    p.add_argument("--json", action="store_true", help="every suspect as JSON")
+    p.set_defaults(func=cmd_audit)
 
 
 def cmd_queue(args) -> int:
@@ -688,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
         _parser_slurm,
         _parser_describe_model,
         _parser_evaluate,
+        _parser_audit,
         _parser_queue,
         _parser_sweep,
         _parser_grad_cam,

@@ -169,14 +169,18 @@ class EarlyStopConfig:
 @dataclass
 class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
-    budget: float = opt(0.0, "time budget in minutes from the trainer's start (preparing the data included; each "
-                        "launch anew): no epoch is begun that would end past it, judged by the last epoch's time, and "
-                        "at the first log step past it the epoch is cut short, validated and the run ends completed; "
-                        "the test set and exports come after it (0 = none)", ge=0)
+    budget: float = opt(0.0, "time budget in minutes from the trainer's start (preparing the data included; a "
+                        "resumed run spends what its earlier segments left, and `resume --epochs` lifts it): no "
+                        "epoch is begun that would end past it, judged by the last epoch's time, and at the first log "
+                        "step past it the epoch is cut short, validated and the run ends completed; the test set and "
+                        "exports come after it (0 = none)", ge=0)
     replan: bool = opt(False, "with train.budget: after each epoch, re-plan train.epochs from the epoch time measured "
                        "so far (the median, the first epoch's warm-up left out) so the run ends inside the budget, "
                        "with the learning-rate schedule re-stretched to end its annealing there (a `replan` event "
                        "says old -> new and why; Auto turns it on)")
+    min_epochs: int = opt(0, "with train.replan: when the first epoch shows that fewer epochs than this fit in the "
+                          "budget, the run ends after it (completed, reason too_slow) instead of training too few; "
+                          "Auto sets it when a faster network is left to go on with (0 = off)", ge=0, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
     progressive_resize: float = opt(0.0, "progressive resizing: train the first epochs at this fraction of "
@@ -236,6 +240,9 @@ class DeviceConfig:
     timeout_s: int = opt(120, "seconds a rank waits for the others before giving up", ge=5)
     host: str = opt("", "where to run: empty for this machine, or a host of hosts.yaml (main.py hosts; SSH or SLURM "
                     "through it); its data paths are paths on that host")
+    share_cpu: bool = opt(True, "one process on the CPU: every 5 s, fit torch's threads to the cores other programs "
+                                "leave free (a thread sharing its core with another program slows every step), and "
+                                "take them back when the others are gone; a warning says each change")
 
 
 @dataclass

@@ -34,7 +34,7 @@ RESUMABLE_STATES = ("stopped", "failed")
 
 # status.json's `reason` for how a run ended, in words (the Runs and Queue pages show them beside the state)
 ENDINGS = {"budget": "train.budget spent", "early_stop": "early stop", "pruned": "pruned by the sweep",
-           "forced": "forced"}
+           "forced": "forced", "too_slow": "too slow for its budget"}
 
 
 def state_text(state: str, reason: str | None) -> str:

@@ -6,6 +6,7 @@ The rules that turn facts into verdicts are `trainer.device.devices`' (torch-fre
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
 
 import psutil
@@ -68,8 +69,16 @@ class OtherLoad:
         return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
     def _mine(self) -> float:
+        """This process's CPU time, its reaped children's and its live ones' (data-loading workers)."""
         t = self._me.cpu_times()
-        return t.user + t.system + t.children_user + t.children_system
+        live = 0.0
+        for child in self._me.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                live += c.user + c.system
+            except psutil.Error:
+                pass  # gone meanwhile: its time is in children_user once reaped
+        return t.user + t.system + t.children_user + t.children_system + live
 
     def share(self) -> float:
         """The others' share of all the cores' time since this was made, 0 to 1."""
@@ -77,3 +86,32 @@ class OtherLoad:
         wall = time.perf_counter() - wall0
         others = (self._busy() - busy0) - (self._mine() - mine0)
         return max(0.0, min(1.0, others / max(wall * (psutil.cpu_count() or 1), 1e-6)))
+
+
+CPU_THREADS_EVERY_S = 5.0  # how often CpuThreads looks at the other programs' load
+
+
+class CpuThreads:
+    """torch's compute threads of a one-process CPU run, fitted to the cores other programs leave it (device.
+    share_cpu). Every parallel operation waits for its slowest thread, so one thread sharing its core with another
+    program slows every step of all of them: on 2 cores one spinning process made training 4-8x slower (issue
+    #34). Checked every CPU_THREADS_EVERY_S: as many threads as cores less those the others kept busy (rounded), at
+    least one and at most the run's own; back up when they are gone."""
+
+    def __init__(self, threads: int, every_s: float = CPU_THREADS_EVERY_S):
+        self.full, self.every_s = threads, every_s
+        self._load, self._since = OtherLoad(), time.monotonic()
+
+    def check(self) -> tuple[int, int, float] | None:
+        """(threads before, threads now, cores the other programs used) when it changed the thread count."""
+        if time.monotonic() - self._since < self.every_s:
+            return None
+        cores = psutil.cpu_count() or 1
+        others = self._load.share() * cores
+        self._load, self._since = OtherLoad(), time.monotonic()
+        want = max(1, min(self.full, cores - math.floor(others + 0.5)))
+        now = torch.get_num_threads()
+        if want == now:
+            return None
+        torch.set_num_threads(want)
+        return now, want, others

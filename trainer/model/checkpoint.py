@@ -83,6 +83,7 @@ class TrainState:
     early_stop_best: float | None = None  # the watched metric's best value (train.early_stop)
     early_stop_wait: int = 0  # epochs since it last improved
     early_stopped: bool = False  # the run ended by early stopping (an extension gets its full patience again)
+    budget: dict | None = None  # train.budget: its seconds spent, the epochs re-planned and the schedule's clock
 
     def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
                       classes: list[str], mean: list[float], std: list[float],
@@ -97,7 +98,7 @@ class TrainState:
             "scaler": precision.state_dict(),
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_acc": self.best_acc,
             "early_stop": {"best": self.early_stop_best, "wait": self.early_stop_wait, "stopped": self.early_stopped},
-            "rng": rng_state(), "aug_rng": aug_generator.get_state(),
+            "rng": rng_state(), "aug_rng": aug_generator.get_state(), **({"budget": self.budget} if self.budget else {}),
             "config": config, "classes": classes, "model_name": config["model"]["name"],
             "preprocess": {"image_size": data["image_size"], "mean": mean, "std": std,
                            "resize": "short side to image_size, centre crop",
@@ -120,6 +121,7 @@ class TrainState:
         early = state.get("early_stop") or {}
         self.early_stop_best = early.get("best")
         self.early_stop_wait = 0 if early.get("stopped") else early.get("wait", 0)  # extended: full patience again
+        self.budget = state.get("budget")
         set_rng_state(state["rng"])
         if state.get("aug_rng") is not None:
             aug_generator.set_state(state["aug_rng"])

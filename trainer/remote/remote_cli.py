@@ -193,7 +193,7 @@ def remote_auto(args, say, started: float) -> int:
         return code
     plan = remote_plan(host.name, args.folder, args.minutes, args.set, say)
     print("\n".join(choices_lines(plan["choices"])), flush=True)
-    cfg = RunConfig.from_dict(plan["config"])
+    cfg = RunConfig.from_dict(plan["config"])  # (`auto --plan-only` there: train.min_epochs off, one run)
     # the seconds spent here beyond the host's own planning (ssh, this process) come out of the training budget too
     overhead_s = max(0.0, time.time() - started - float(plan["planning_s"]))
     cfg.train.budget = round(max(cfg.train.budget - overhead_s / 60, 0.01), 2)
@@ -222,6 +222,18 @@ def _auto_job(host: Host, args, say) -> int:
         signal.signal(signal.SIGTERM, previous)
     args.detach = False
     return _follow_started(local, host, answer, args, stopped, None, bring_exports=True)
+
+
+def plans_in_job(host_name: str) -> dict | None:
+    """`auto --plan-only --host NAME` on a SLURM host: no plan here or on its login node, which is not where the run
+    will run; the answer says the plan is made inside the job (`main.py auto --host NAME` submits it). None for an
+    SSH host, whose plan is made there now."""
+    host = get_host(host_name)
+    if not host.slurm:
+        return None
+    return {"in_job": True, "host": host.name,
+            "why": f"{host.name} is a SLURM cluster: Auto scans, measures and plans on the node the job lands on, "
+                   f"when the job starts (the time it pends is not spent)"}
 
 
 def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str], say) -> dict:

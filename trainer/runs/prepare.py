@@ -74,5 +74,11 @@ def extend_run(run: RunDir, cfg: RunConfig, status: dict, total: int) -> str | N
     starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
     steps = starts[-1].get("steps_per_epoch") if starts else None
     cfg.train.epochs = total
+    budget = ""
+    if cfg.train.budget:  # the epochs given are the rule now: the time budget was the first segments'
+        budget = (f"train.budget ({cfg.train.budget:g} min) was the run's until now: epochs {done + 1} to {total} "
+                  f"added train without one")
+        cfg.train.budget, cfg.train.replan = 0.0, False
     save_config(cfg, run.config)
-    return describe_extension(cfg.scheduler, cfg.optimizer.lr, done, total, steps) if steps else None
+    notes = [budget, describe_extension(cfg.scheduler, cfg.optimizer.lr, done, total, steps) if steps else ""]
+    return "; ".join(n for n in notes if n) or None

@@ -139,7 +139,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
-        if state == "completed" and strategy.is_main:  # the run's end is the deploy package's: test set, exports
+        # the run's end is the deploy package's: test set, exports (not for a run that made way: train.min_epochs)
+        if state == "completed" and strategy.is_main and not loop.too_slow:
             finish_run(run, reporter, parts.data.test, cfg)
         code, message = EXIT_OK, ending_message(state, loop, cfg)
     except Interrupted:
@@ -225,6 +226,8 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
 
 def ending_message(state: str, loop: Loop, cfg) -> str:
     """Why a run that ended well ended: stopped, its budget spent, or stopped improving."""
+    if loop.too_slow:
+        return f"{loop.too_slow}: ended after its first epoch, not tested or exported"
     if loop.out_of_budget:
         return (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
                 f"with `main.py resume RUN_DIR --epochs N`)")

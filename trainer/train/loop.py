@@ -13,6 +13,7 @@ import math
 import statistics
 import time
 
+import psutil
 import torch
 
 from trainer.core.config import EarlyStopConfig, RunConfig
@@ -21,6 +22,7 @@ from trainer.core.schedule import progressive_size
 from trainer.data import loader as data_mod
 from trainer.deploy.evaluation import Predictions, write_evaluation
 from trainer.deploy.inference import LoadedModel, Preprocess
+from trainer.device.machine import CpuThreads
 from trainer.device.precision import StepResult
 from trainer.device.strategy import Strategy
 from trainer.model.checkpoint import CheckpointWriter, TrainState, load_latest, save_checkpoint, writes_in_background
@@ -56,12 +58,17 @@ class Loop:
         self._val_logits: torch.Tensor | None = None
         self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
         self.out_of_budget = False  # the run ended because train.budget was spent
+        self.too_slow = ""  # why the run ended after its first epoch (train.min_epochs), when it did
         self.epoch_seconds: list[float] = []  # this launch's epochs, as measured (train.replan plans from them)
+        self.trained_before_s = 0.0  # train.budget: what the run's earlier segments trained (resumed from a checkpoint)
+        self.fit_started = time.time()
         # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
         self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
             cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
             str(parts.memory_format).removeprefix("torch."), cfg.eval.tta))
         reporter.epochs = cfg.train.epochs
+        one_cpu_process = strategy.device.type == "cpu" and strategy.world_size == 1
+        self.cpu_threads = CpuThreads(torch.get_num_threads()) if cfg.device.share_cpu and one_cpu_process else None
 
     def fit(self) -> str:
         """Train the remaining epochs; 'completed', or 'stopped' when asked to stop (after checkpointing)."""
@@ -70,7 +77,9 @@ class Loop:
             self.parts.average.reset()  # a fresh run: every rank's network holds rank 0's weights by now
         last_seconds = None
         if cfg.train.replan and cfg.train.budget and self.strategy.world_size == 1:
-            self.parts.stretch.deadline = (time.time(), self.started + cfg.train.budget * 60)
+            # the schedule's share of the training time counts the earlier segments' (a resumed run)
+            self.parts.stretch.deadline = (time.time() - self.trained_before_s, self.started + cfg.train.budget * 60)
+        self.fit_started = time.time()
         while st.epoch < cfg.train.epochs:
             # (with train.replan the plan made after the last epoch has already said whether this one fits)
             if last_seconds is not None and not cfg.train.replan and self.budget_left() < last_seconds:
@@ -104,7 +113,7 @@ class Loop:
             if cfg.train.replan and cfg.train.budget and not st.early_stopped and not self.out_of_budget:
                 self.replan()  # before the save: a run re-planned to end here saves its last epoch
             saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
-                     or st.early_stopped or self.out_of_budget)
+                     or st.early_stopped or self.out_of_budget or self.too_slow)
             if saved:
                 self.save(is_best=is_best)
             if st.early_stopped:
@@ -115,6 +124,8 @@ class Loop:
             if self.out_of_budget:
                 log.info("train.budget: %g min spent during epoch %d, which was cut short, validated and saved",
                          cfg.train.budget, st.epoch)
+                return "completed"
+            if self.too_slow:
                 return "completed"
             if st.epoch < cfg.train.epochs and self.stop_requested():
                 if not saved:
@@ -138,6 +149,14 @@ class Loop:
             # run here would leave its learning rate mid-way, planned for an epoch the machine turned out too slow for)
             epochs = st.epoch + 1
         old = cfg.train.epochs
+        first_epoch = st.epoch == 1 and st.step == self.parts.steps_per_epoch and self.strategy.world_size == 1
+        if first_epoch and epochs < cfg.train.min_epochs:
+            self.too_slow = (f"{epochs} epochs fit in the {self.budget_left():.0f} s of the budget left at "
+                             f"{estimate:.3g} s per epoch, fewer than train.min_epochs ({cfg.train.min_epochs})")
+            self.reporter.emit("replan", epoch=st.epoch, old_epochs=old, epochs=st.epoch, epoch_s=round(estimate, 3),
+                               budget_left_s=round(self.budget_left(), 1), why=self.too_slow + ": the run ends here")
+            log.info("train.min_epochs: %s; the run ends after its first epoch", self.too_slow)
+            return
         if epochs == old or old < epochs <= old * REPLAN_GROWTH + 1:
             return
         cfg.train.epochs = epochs
@@ -170,6 +189,8 @@ class Loop:
             return {"reason": "early_stop", "early_stop_epoch": self.state.epoch}
         if self.out_of_budget:
             return {"reason": "budget", "budget_epoch": self.state.epoch}
+        if self.too_slow:
+            return {"reason": "too_slow", "too_slow": self.too_slow}
         return {}
 
     def train_one_epoch(self) -> tuple[float, float, int] | None:
@@ -207,6 +228,7 @@ class Loop:
             if result is None or result.skipped:
                 continue
             if log_now:
+                self.fit_threads()
                 last_log, stop = self.log_step(window, result, len(batches), images_done, last_log)
                 if stop and cfg.train.budget and not self.stop.requested:  # agreed: every rank breaks here
                     self.out_of_budget = True  # the epoch so far is validated and saved; the run ends
@@ -226,6 +248,18 @@ class Loop:
             raise Diverged(self.divergence_message(st.step, float("nan")))
         seen = max(totals[2], 1.0)
         return totals[0] / seen, totals[1] / seen, images_done * s.world_size
+
+    def fit_threads(self) -> None:
+        """device.share_cpu: torch's threads fitted to the cores other programs leave (a warning says so)."""
+        changed = self.cpu_threads.check() if self.cpu_threads is not None else None
+        if changed is None:
+            return
+        old, new, others = changed
+        why = (f"other programs are using {others:.1f} of the {psutil.cpu_count()} cores: training on {new} "
+               f"thread(s) instead of {old}" if new < old else
+               f"the other programs left cores free ({others:.1f} used): training on {new} threads again")
+        self.reporter.emit("warning", kind="cpu_threads", message=f"{why} (device.share_cpu)", step=self.state.step)
+        log.info("device.share_cpu: %s", why)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, *, last_micro: bool = True,
                    log_now: bool = False) -> tuple[torch.Tensor, torch.Tensor, StepResult | None]:
@@ -409,10 +443,42 @@ class Loop:
                 f"train.clip_grad_norm, or train.on_nonfinite: skip")
 
     # ---- checkpoints -------------------------------------------------------------------------
+    def budget_state(self) -> dict | None:
+        """What a resumed run with train.budget continues from: the budget's seconds spent (from this segment's
+        process start, and the earlier segments'), the seconds trained, the epochs as re-planned and the schedule's
+        clock (train.replan's re-stretch)."""
+        if not self.cfg.train.budget:
+            return None
+        s, now = self.parts.stretch, time.time()
+        return {"spent_s": round(now - self.started, 3), "trained_s": round(now - self.fit_started
+                                                                            + self.trained_before_s, 3),
+                "epochs": self.cfg.train.epochs,
+                "stretch": {"total": s.total, "origin_step": s.origin_step, "origin_virtual": s.origin_virtual,
+                            "end_step": s.end_step}}
+
+    def continue_budget(self, saved: dict | None) -> None:
+        """A resumed run with train.budget spends what its earlier segments left, not a new budget: the budget's
+        clock moved back by what they spent; with train.replan, the epochs they re-planned and the schedule's clock
+        where they left it (the learning rate goes on from where it was, annealing by the same end)."""
+        cfg = self.cfg
+        if not cfg.train.budget or not saved:
+            return
+        self.started -= float(saved["spent_s"])
+        self.trained_before_s = float(saved.get("trained_s", 0.0))
+        stretch = saved.get("stretch") or {}
+        if cfg.train.replan and stretch.get("total") == self.parts.stretch.total:
+            cfg.train.epochs = self.reporter.epochs = int(saved["epochs"])
+            s = self.parts.stretch
+            s.origin_step, s.origin_virtual, s.end_step = (stretch["origin_step"], stretch["origin_virtual"],
+                                                           stretch["end_step"])
+        log.info("train.budget: %.0f s spent by the earlier segments, %.0f s left; %d epochs planned",
+                 float(saved["spent_s"]), self.budget_left(), cfg.train.epochs)
+
     def save(self, is_best: bool) -> None:
         """Rank 0 writes the checkpoint; every rank waits so none runs ahead into the next collective."""
         if self.strategy.is_main:
             st, parts = self.state, self.parts
+            st.budget = self.budget_state()
             state = st.to_checkpoint(model=parts.eval_net, trained=parts.net if parts.average else None,
                                      optimizer=parts.optimizer, scheduler=parts.scheduler,
                                      precision=parts.precision, aug_generator=parts.aug_generator,
@@ -440,6 +506,7 @@ class Loop:
                            precision=parts.precision, aug_generator=parts.aug_generator,
                            average=parts.average.module if parts.average else None)
         st = self.state
+        self.continue_budget(st.budget)
         log.info("resumed from %s at epoch %d, batch %d, step %d", path, st.epoch + 1, st.batch_in_epoch, st.step)
         return str(path)
 
