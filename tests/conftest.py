@@ -25,6 +25,21 @@ def shapes_dir(tmp_path_factory) -> Path:
     return write_demo_dataset(tmp_path_factory.mktemp("shapes") / "train", per_class=30, size=24, seed=1)
 
 
+@pytest.fixture(scope="session")
+def flipped_digits_run(tmp_path_factory):
+    """(run, flipped path -> the digit it shows, config): a short run on scikit-learn's 1,797 real handwritten digits
+    with 5% of them filed under another digit (the label errors the audit must find)."""
+    from helpers import digits_with_flipped_labels, train_here, write_config
+
+    tmp = tmp_path_factory.mktemp("flipped")
+    flipped = digits_with_flipped_labels(tmp / "digits", 0.05)
+    config = write_config(tmp, tmp / "digits", data={"image_size": 32, "batch_size": 64},
+                          optimizer={"name": "adamw", "lr": 0.003}, train={"epochs": 4, "seed": 0})
+    run, code = train_here(config, tmp / "runs")
+    assert code == 0, run.tail_log()
+    return run, flipped, config
+
+
 @pytest.fixture
 def torch_home(tmp_path, monkeypatch):
     """An empty torch hub cache (TORCH_HOME) for this test: pretrained weights are only what the test seeds there,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QImage, QPixmap
+from PySide6.QtGui import QColor, QFont, QImage, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
@@ -223,6 +223,13 @@ class ResultsTab(QWidget):
         self.all_errors = QPushButton("All errors")
         self.all_errors.setToolTip("the misclassified images, highest loss first")
         self.all_errors.clicked.connect(self.show_errors)
+        self.issues_button = QPushButton("Label issues")
+        self.issues_button.setObjectName("labelIssues")
+        self.issues_button.setToolTip("the run's images that are probably labelled wrong, most likely first (main.py "
+                                      "audit: confident learning on out-of-sample probabilities, in a separate "
+                                      "process). Keys: E exclude, R relabel as suggested, K keep (next)")
+        self.issues_button.clicked.connect(self.find_label_issues)
+        self._issues_job: CliJob | None = None
         self.gallery = QListWidget()
         self.gallery.setObjectName("gallery")
         self.gallery.setViewMode(QListWidget.ViewMode.IconMode)
@@ -237,7 +244,11 @@ class ResultsTab(QWidget):
         gl.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
         row.addWidget(self.gallery_title, 1)
+        row.addWidget(self.issues_button)
         row.addWidget(self.all_errors)
+        for key, action in (("E", lambda: self._decide(None)), ("R", lambda: self._decide("suggested")),
+                            ("K", self._keep)):  # one key per decision while going down the list
+            QShortcut(QKeySequence(key), self.gallery, action, context=Qt.ShortcutContext.WidgetShortcut)
         gl.addLayout(row)
         gl.addWidget(self.gallery, 1)
 
@@ -426,6 +437,45 @@ class ResultsTab(QWidget):
             errors = self.evaluation.errors()
             self._fill(errors, f"{len(errors)} misclassified images, highest loss first")
 
+    def find_label_issues(self) -> None:
+        """`main.py audit RUN --json` in a subprocess; its suspects fill the gallery, most likely wrong first."""
+        if self.model is None or self._issues_job is not None:
+            return
+        self.issues_button.setEnabled(False)
+        self.gallery_title.setText("Looking for label issues: the run's images through its network, then a "
+                                   "cross-fitted probe…")
+        job = self._issues_job = CliJob(["audit", str(self.model.run.path), "--json"], self)
+        job.done.connect(self._issues_found)
+        job.failed.connect(self._issues_failed)
+
+    def _issues_found(self, report: dict) -> None:
+        self._issues_job = None
+        self.issues_button.setEnabled(True)
+        suspects = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, suspect=True)
+                    for s in report["suspects"]]
+        self._fill(suspects, f"{len(suspects)} of {report['images']} images probably labelled wrong, most likely "
+                             f"first (E exclude · R relabel as suggested · K keep)")
+        self.side_tabs.setCurrentIndex(0)
+        if suspects:
+            self.gallery.setCurrentRow(0)
+            self.gallery.setFocus()
+
+    def _issues_failed(self, error: str) -> None:
+        self._issues_job = None
+        self.issues_button.setEnabled(True)
+        self.gallery_title.setText(f"Label issues: {error}")
+
+    def _decide(self, new_class: str | None) -> None:
+        """A key's decision for the selected image (exclude, or relabel as suggested) into the manifest, then on to
+        the next; nothing for an image the run does not train on."""
+        if self.selected is not None and self.exclude_button.isEnabled():
+            self.markRequested.emit(self.selected.path, self.selected.predicted if new_class else None)
+            self._keep()
+
+    def _keep(self) -> None:
+        """On to the next image (the decision for this one is to leave it as it is, or was just made)."""
+        self.gallery.setCurrentRow(min(self.gallery.currentRow() + 1, self.gallery.count() - 1))
+
     def show_cell(self, true: str, predicted: str) -> None:
         if self.evaluation is None:
             return
@@ -446,8 +496,9 @@ class ResultsTab(QWidget):
         for p in self.shown:
             item = QListWidgetItem(f"{p.true} → {p.predicted}\n{100 * p.confidence:.0f}%" if p.wrong
                                    else f"{p.true}\n{100 * p.confidence:.0f}%")
-            item.setToolTip(f"{p.path}\ntrue {p.true}, predicted {p.predicted} ({100 * p.confidence:.1f}%), "
-                            f"loss {p.loss:.3f}")
+            item.setToolTip(f"{p.path}\ngiven {p.true}, suggested {p.predicted} (label quality {p.confidence:.3f})"
+                            if p.suspect else f"{p.path}\ntrue {p.true}, predicted {p.predicted} "
+                                              f"({100 * p.confidence:.1f}%), loss {p.loss:.3f}")
             self.gallery.addItem(item)
         self._thumb_serial += 1
         serial, paths = self._thumb_serial, [p.path for p in self.shown]
@@ -482,7 +533,7 @@ class ResultsTab(QWidget):
             button.setEnabled(in_training)
         self.exclude_button.setToolTip(EXCLUDE_TIP if in_training else NOT_IN_TRAINING)
         self.relabel_button.setToolTip("" if in_training else NOT_IN_TRAINING)
-        if p.predicted in self.evaluation.classes:
+        if self.relabel_choice.findText(p.predicted) >= 0:
             self.relabel_choice.setCurrentText(p.predicted)
 
     def _in_training_folder(self, path: str) -> bool:
@@ -498,8 +549,10 @@ class ResultsTab(QWidget):
     def _show_details(self, p: Prediction) -> None:
         top = "<br>".join(f"{c}: {100 * prob:.1f}%" for c, prob in p.top_k)
         state = self._mark_state(p.path)
-        self.details.setText(f"<b>{Path(p.path).name}</b><br>true <b>{p.true}</b> · predicted <b>{p.predicted}</b> "
-                             f"({100 * p.confidence:.1f}%) · loss {p.loss:.3f}<br>{top}"
+        said = (f"given <b>{p.true}</b> · suggested <b>{p.predicted}</b> · label quality {p.confidence:.3f} (the "
+                f"given label's probability, out of sample)" if p.suspect else
+                f"true <b>{p.true}</b> · predicted <b>{p.predicted}</b> ({100 * p.confidence:.1f}%) · loss {p.loss:.3f}")
+        self.details.setText(f"<b>{Path(p.path).name}</b><br>{said}<br>{top}"
                              + (f"<br><span style='color:#b8860b'>{state}</span>" if state else "")
                              + f"<br><span style='color:#777'>{p.path}</span>")
 

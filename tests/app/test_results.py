@@ -208,3 +208,26 @@ def test_ten_classes_in_a_narrow_pane_show_every_column_numbered(qtbot, tmp_path
     assert tab.matrix.viewport().rect().contains(last), "the tenth column is whole, with no scrolling"
     assert tab.matrix_model.headerData(9, Qt.Orientation.Horizontal) == "9"
     assert tab.matrix_model.headerData(9, Qt.Orientation.Vertical) == "digit_9  9"
+
+
+def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_window, flipped_digits_run):
+    """Label issues from the Results tab: `main.py audit` in a subprocess, its suspects most likely first (the flipped
+    digits among them), and E, R, K decide each one into the manifest and move on."""
+    pytest.importorskip("cleanlab", reason="pip install cleanlab (the .[dev] set-up installs it)")
+    run, flipped, cfg = flipped_digits_run
+    window = make_window(cfg, runs_dir=run.path.parent)
+    tab = open_results(qtbot, window, run)
+    tab.issues_button.click()
+    qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].suspect, timeout=180_000)
+    assert "probably labelled wrong" in tab.gallery_title.text() and tab.gallery.currentRow() == 0
+    assert sum(p.path in flipped for p in tab.shown[:10]) >= 5, "the flipped digits head the list"
+    assert "given <b>" in tab.details.text() and "suggested <b>" in tab.details.text()
+    first, second = tab.shown[0], tab.shown[1]
+    qtbot.keyClick(tab.gallery, Qt.Key.Key_E)  # exclude, next
+    qtbot.keyClick(tab.gallery, Qt.Key.Key_R)  # relabel as suggested, next
+    qtbot.keyClick(tab.gallery, Qt.Key.Key_K)  # keep, next
+    assert tab.gallery.currentRow() == 3
+    manifest = cfg.with_name("config.exclude.yaml")
+    qtbot.waitUntil(lambda: manifest.exists() and len(read_manifest(manifest).relabel) == 1, timeout=20_000)
+    assert read_manifest(manifest).exclude == [os.path.realpath(first.path)]
+    assert read_manifest(manifest).relabel == {os.path.realpath(second.path): second.predicted}

@@ -1,0 +1,93 @@
+"""Label errors (issue #35): how many of the labels a test flipped does `main.py audit` put at the top of its list?
+
+    python bench/audit.py --shares 0.05 0.10 --epochs 4 12
+
+scikit-learn's 1,797 real handwritten digits (32 px PNGs), `share` of them filed under another digit (the test's own
+helper, tests/helpers.py), a small_cnn run of `epochs` on them (AdamW 3e-3, batch 64, the folder's 20% validation
+split), then the audit: precision at the number flipped (= recall there), precision and recall of cleanlab's whole
+list, the share of flipped images found whose suggested label is the digit shown, and the audit's time (the first,
+and the second that reuses the kept probabilities).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from common import REPO, machine, save_result
+
+sys.path.insert(0, str(REPO / "tests"))
+from helpers import digits_with_flipped_labels  # noqa: E402 - the test's own folder builder
+
+
+def main_py(*args) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, str(REPO / "main.py"), *map(str, args)], check=True, capture_output=True,
+                   cwd=REPO)
+    return time.perf_counter() - start
+
+
+def one(share: float, epochs: int, seed: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+        tmp = Path(tmp)
+        flipped = digits_with_flipped_labels(tmp / "digits", share, seed)
+        config = tmp / "config.yaml"
+        config.write_text(yaml.safe_dump({
+            "data": {"train_dir": str(tmp / "digits"), "image_size": 32, "batch_size": 64, "num_workers": 0},
+            "model": {"name": "small_cnn"}, "optimizer": {"name": "adamw", "lr": 0.003},
+            "train": {"epochs": epochs, "seed": seed}}))
+        train_s = main_py("train", config, "--run-dir", tmp / "run")
+        audit_s = main_py("audit", tmp / "run")
+        again_s = main_py("audit", tmp / "run")
+        rows = list(csv.DictReader((tmp / "run" / "audit" / "label_issues.csv").open()))
+    listed = {r["path"] for r in rows}
+    top = {r["path"] for r in rows[:len(flipped)]}
+    found = [r for r in rows if r["path"] in flipped]
+    return {"share": share, "epochs": epochs, "seed": seed, "flipped": len(flipped), "listed": len(rows),
+            "precision_at_flipped": len(top & set(flipped)) / len(flipped),
+            "list_precision": len(listed & set(flipped)) / max(1, len(listed)),
+            "list_recall": len(listed & set(flipped)) / len(flipped),
+            "suggestion_right": sum(r["suggested"] == flipped[r["path"]] for r in found) / max(1, len(found)),
+            "train_s": train_s, "audit_s": audit_s, "audit_again_s": again_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shares", type=float, nargs="+", default=[0.05, 0.10])
+    parser.add_argument("--epochs", type=int, nargs="+", default=[4, 12])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = parser.parse_args()
+    results = []
+    for seed in args.seeds:
+        for share in args.shares:
+            for epochs in args.epochs:
+                r = one(share, epochs, seed)
+                print(r, flush=True)
+                results.append(r)
+                save_result("audit", {"machine": machine(), "results": results})
+    print(f"\n{machine()}")
+    print("| flipped | run epochs | precision at the number flipped | cleanlab's list: precision / recall | "
+          "suggestion right | audit s (again) |")
+    print("|---|---|---|---|---|---|")
+    import statistics as st
+
+    for share in args.shares:
+        for epochs in args.epochs:
+            rs = [r for r in results if r["share"] == share and r["epochs"] == epochs]
+            def med(key: str, rs=rs) -> float:
+                return st.median(r[key] for r in rs)
+
+            print(f"| {share:.0%} ({rs[0]['flipped']}) | {epochs} | {med('precision_at_flipped'):.2f} "
+                  f"({min(r['precision_at_flipped'] for r in rs):.2f}-{max(r['precision_at_flipped'] for r in rs):.2f})"
+                  f" | {med('list_precision'):.2f} / {med('list_recall'):.2f} | {med('suggestion_right'):.2f} | "
+                  f"{med('audit_s'):.1f} ({med('audit_again_s'):.1f}) |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Label errors in a run's data (issue #35, `main.py audit RUN`): which labelled images of the run's folders are
+probably labelled wrong, ranked, with the label the evidence suggests.
+
+Out-of-sample first: every image's class probabilities come from a model that did not see that image's label. Here
+that is a linear probe (multinomial logistic regression) on the run's own embeddings (the input of its last linear
+layer), cross-fitted over k stratified folds: cheap (one pass of the network over the images, then seconds), where a
+k-fold of whole training runs would cost k runs. The probabilities go to cleanlab's confident learning
+(`cleanlab.filter.find_label_issues`, ranked by its self-confidence label-quality score).
+
+The result is kept beside the run (`audit/oof.npz`: per image the probabilities, fold and embedding; and
+`audit/label_issues.csv`), and reused while the images, their labels (the manifest included) and the checkpoint are
+unchanged. The images are read, never moved or rewritten; fixing a label goes through the manifest.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainer.core.config import load_config
+from trainer.core.errors import InputError
+from trainer.core.files import atomic_write_bytes, atomic_write_text
+from trainer.core.rundir import RunDir
+from trainer.data.loader import load_manifest
+from trainer.data.scan import DataError, scan_image_folder
+from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
+
+log = logging.getLogger(__name__)
+
+FOLDS = 5
+MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
+INSTALL = "pip install cleanlab scikit-learn (or pip install -e '.[data]')"
+
+
+class AuditError(InputError, ValueError):
+    pass
+
+
+@dataclass
+class Suspect:
+    path: str
+    given: str
+    suggested: str
+    score: float  # cleanlab's label quality (self-confidence): the probability of the given label, out of sample
+    fold: int
+
+
+@dataclass
+class Audit:
+    images: int
+    folds: int
+    suspects: list[Suspect]  # most likely wrong first
+    skipped: dict[str, str]  # path -> why it could not be read
+    reused: bool  # the out-of-sample probabilities were kept from an earlier audit of the same data
+
+
+def labelled_images(run: RunDir) -> tuple[list[str], list[tuple[str, int]]]:
+    """(classes, (path, label) of every labelled image the run's folders hold: data.train_dir, and data.val_dir
+    when set), with the run's manifest (data.exclude) applied."""
+    cfg = load_config(run.config).data
+    manifest = load_manifest(cfg)
+    classes: list[str] | None = None
+    samples: list[tuple[str, int]] = []
+    for key, folder in (("data.train_dir", cfg.train_dir), ("data.val_dir", cfg.val_dir)):
+        if not folder:
+            continue
+        try:
+            scan = scan_image_folder(folder, manifest=manifest)
+        except DataError as e:
+            raise AuditError(f"{key}: {e}") from e
+        if classes is not None and scan.classes != classes:
+            raise AuditError(f"{key}: {folder}: its classes differ from data.train_dir's")
+        classes = scan.classes
+        samples += scan.samples
+    return classes or [], samples
+
+
+def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, list[int],
+                                                                              dict[str, str]]:
+    """(embeddings, softmax probabilities, the index of each row in `paths`, unreadable path -> why): the input of the
+    network's last linear layer for each image that could be read."""
+    last = [m for m in model.net.modules() if isinstance(m, torch.nn.Linear)]
+    if not last:
+        raise AuditError(f"{model.source}: the network has no linear layer to take embeddings from")
+    captured: list[torch.Tensor] = []
+    hook = last[-1].register_forward_hook(lambda mod, args, out: captured.append(args[0].detach().float().flatten(1)))
+    rows, probs, kept, skipped = [], [], [], {}
+    try:
+        for start in range(0, len(paths), batch):
+            images = []
+            for i, path in enumerate(paths[start:start + batch], start=start):
+                try:
+                    images.append(model.preprocess.decode(path))
+                    kept.append(i)
+                except Exception as e:  # noqa: BLE001 - any unreadable file is listed, not fatal
+                    skipped[path] = f"cannot read image ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
+            if not images:
+                continue
+            captured.clear()
+            with torch.inference_mode(), model.preprocess.autocast("cpu"):
+                logits = model.net(model.preprocess.to_input(torch.stack(images))).float()
+            rows.append(captured[-1].cpu().numpy())
+            probs.append(torch.softmax(logits, 1).cpu().numpy())
+    finally:
+        hook.remove()
+    if not rows:
+        return np.zeros((0, 0), np.float32), np.zeros((0, len(model.classes)), np.float32), kept, skipped
+    return np.concatenate(rows), np.concatenate(probs), kept, skipped
+
+
+def out_of_sample(embeddings: np.ndarray, labels: np.ndarray, classes: int, folds: int,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, fold) per row: each row's from a logistic regression fitted on the other folds (stratified;
+    the embeddings standardised on the training folds)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    probs = np.zeros((len(labels), classes), np.float64)
+    fold_of = np.zeros(len(labels), np.int64)
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    for fold, (fit_rows, held_rows) in enumerate(splitter.split(embeddings, labels)):
+        probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000, C=0.5))
+        probe.fit(embeddings[fit_rows], labels[fit_rows])
+        probs[np.ix_(held_rows, probe.classes_)] = probe.predict_proba(embeddings[held_rows])
+        fold_of[held_rows] = fold
+    return probs, fold_of
+
+
+def rank_issues(labels: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row indices of the label issues, most likely wrong first; every row's label-quality score): cleanlab's
+    confident learning."""
+    from cleanlab.filter import find_label_issues
+    from cleanlab.rank import get_label_quality_scores
+
+    ranked = find_label_issues(labels, probs, return_indices_ranked_by="self_confidence")
+    return np.asarray(ranked, dtype=np.int64), get_label_quality_scores(labels, probs, method="self_confidence")
+
+
+def fingerprint(samples: list[tuple[str, int]], checkpoint: Path, folds: int) -> str:
+    """What the kept probabilities depend on: each image's path, label, size and time, the checkpoint, the folds."""
+    h = hashlib.blake2b(digest_size=16)
+    for path, label in samples:
+        st = os.stat(path)
+        h.update(f"{path}\0{label}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    st = checkpoint.stat()
+    h.update(f"{checkpoint}\0{st.st_size}\0{st.st_mtime_ns}\0{folds}".encode())
+    return h.hexdigest()
+
+
+def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
+    """The label issues of the run's labelled images (see the module's docstring); kept under RUN/audit/."""
+    try:
+        import cleanlab  # noqa: F401
+        import sklearn  # noqa: F401
+    except ImportError as e:
+        raise AuditError(f"finding label errors needs cleanlab and scikit-learn ({e.name} is missing): {INSTALL}") \
+            from None
+    model = load_run_model(run, "best")
+    classes, samples = labelled_images(run)
+    if classes != model.classes:
+        raise AuditError(f"{run.path}: the folder's classes {classes} differ from the run's {model.classes}")
+    counts = np.bincount([label for _, label in samples], minlength=len(classes))
+    if not samples:
+        raise AuditError(f"{run.path}: its folders hold no labelled images")
+    if folds < 2 or counts.min() < max(folds, MIN_PER_CLASS):
+        thin = classes[int(counts.argmin())]
+        raise AuditError(f"--folds {folds}: class {thin!r} has {int(counts.min())} images; every class needs at least "
+                         f"as many images as folds (and folds at least 2)")
+    key = fingerprint(samples, model.source, folds)
+    kept_file = run.path / "audit" / "oof.npz"
+    paths = [p for p, _ in samples]
+    reused = False
+    if kept_file.is_file():
+        with np.load(kept_file, allow_pickle=False) as kept:
+            if str(kept["fingerprint"]) == key:
+                probs, fold_of, rows = kept["probs"], kept["fold"], kept["rows"]
+                skipped = json.loads(str(kept["skipped"]))
+                reused = True
+    if not reused:
+        embeddings, _, rows, skipped = embed(model, paths)
+        rows = np.asarray(rows, np.int64)
+        labels = np.asarray([samples[i][1] for i in rows], np.int64)
+        probs, fold_of = out_of_sample(embeddings, labels, len(classes), folds)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, fingerprint=key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings,
+                            paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
+        kept_file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(kept_file, buffer.getvalue())
+    labels = np.asarray([samples[i][1] for i in rows], np.int64)
+    ranked, quality = rank_issues(labels, probs)
+    suspects = [Suspect(paths[rows[r]], classes[labels[r]], classes[int(probs[r].argmax())], float(quality[r]),
+                        int(fold_of[r])) for r in ranked]
+    write_issues(run.path / "audit" / "label_issues.csv", suspects)
+    return Audit(len(rows), folds, suspects, skipped, reused)
+
+
+def write_issues(path: Path, suspects: list[Suspect]) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["rank", "path", "given", "suggested", "score", "fold"])
+    for rank, s in enumerate(suspects, 1):
+        writer.writerow([rank, s.path, s.given, s.suggested, f"{s.score:.4f}", s.fold])
+    atomic_write_text(path, out.getvalue())
+
+
+def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
+    """What `main.py audit` prints: the count, how it was found, and the `top` suspects."""
+    share = len(audit.suspects) / max(1, audit.images)
+    lines = [f"label issues: {len(audit.suspects)} of {audit.images} images ({share:.1%}), most likely wrong first "
+             f"(cleanlab's confident learning on out-of-sample probabilities of a {audit.folds}-fold linear probe on "
+             f"the run's embeddings{'; kept from the last audit' if audit.reused else ''})"]
+    for s in audit.suspects[:top]:
+        lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {s.path}")
+    if len(audit.suspects) > top:
+        lines.append(f"  ... {len(audit.suspects) - top} more in {run.path / 'audit' / 'label_issues.csv'}")
+    for path, why in list(audit.skipped.items())[:5]:
+        lines.append(f"skipped {path}: {why}")
+    return lines
