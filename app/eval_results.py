@@ -22,8 +22,8 @@ class Prediction:
     confidence: float
     loss: float
     top_k: list[tuple[str, float]] = field(default_factory=list)
-    suspect: bool = False  # a label issue (`main.py audit`): true is the given label, predicted the suggested one,
-    # confidence the label-quality score
+    audit: str = ""  # `main.py audit`'s "issue" (confidence: the label-quality score) or "outlier" (confidence: the
+    # distance to its nearest images); true is the given label, predicted the suggested one
 
     @property
     def wrong(self) -> bool:

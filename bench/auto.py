@@ -156,7 +156,7 @@ def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, wo
 
 
 def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
-               conditions: tuple[str, ...] = ("never", "planning", "training")) -> None:
+               conditions: tuple[str, ...] = ("never", "planning", "training"), out: str | None = None) -> None:
     """Auto with a CPU hog beside it during planning only, during training only, and never (interleaved)."""
     results = []
     for repeat in range(repeats):
@@ -167,7 +167,7 @@ def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
             r.update(hog_during=hog_during, dataset=name, minutes=minutes, repeat=repeat, hogs=hogs)
             print("   ", json.dumps(r), flush=True)
             results.append(r)
-            save_result(f"auto_robustness_{name}" + ("" if len(conditions) == 3 else "_" + "_".join(conditions)),
+            save_result(out or f"auto_robustness_{name}" + ("" if len(conditions) == 3 else "_" + "_".join(conditions)),
                         {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
     print("| hog during | budget used (to run_end) | last epoch ended at | ended by | epochs planned -> re-planned -> "
@@ -204,7 +204,8 @@ def main() -> None:
                                   names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS + MORE_PHOTOS)}
     if args.robustness:
         name = args.datasets[0]
-        robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs, tuple(args.hog_during))
+        robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs, tuple(args.hog_during),
+                   None if args.name == "auto" else args.name)
         return
     results = []
     for repeat in range(args.repeats):

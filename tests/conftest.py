@@ -27,17 +27,19 @@ def shapes_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def flipped_digits_run(tmp_path_factory):
-    """(run, flipped path -> the digit it shows, config): a short run on scikit-learn's 1,797 real handwritten digits
-    with 5% of them filed under another digit (the label errors the audit must find)."""
-    from helpers import digits_with_flipped_labels, train_here, write_config
+    """(run, flipped path -> the digit it shows, config, photo crops): a short run on scikit-learn's 1,797 real
+    handwritten digits with 5% of them filed under another digit (the label errors the audit must find), and four
+    crops of a photograph among them (the outliers)."""
+    from helpers import digits_with_flipped_labels, photo_crops_among, train_here, write_config
 
     tmp = tmp_path_factory.mktemp("flipped")
     flipped = digits_with_flipped_labels(tmp / "digits", 0.05)
+    crops = photo_crops_among(tmp / "digits", 4)
     config = write_config(tmp, tmp / "digits", data={"image_size": 32, "batch_size": 64},
                           optimizer={"name": "adamw", "lr": 0.003}, train={"epochs": 4, "seed": 0})
     run, code = train_here(config, tmp / "runs")
     assert code == 0, run.tail_log()
-    return run, flipped, config
+    return run, flipped, config, crops
 
 
 @pytest.fixture

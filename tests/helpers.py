@@ -262,3 +262,19 @@ class OtherPrograms:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def photo_crops_among(root, count: int) -> list[str]:
+    """`count` 32 px crops of a real photograph (scikit-image's astronaut), one into each of the first class folders
+    of `root`: images like none of the others; their paths."""
+    from PIL import Image
+    from skimage import data
+
+    photo = Image.fromarray(data.astronaut())
+    folders = sorted(p for p in root.iterdir() if p.is_dir())
+    paths = []
+    for i, folder in enumerate(folders[:count]):
+        path = folder / f"photo-{i}.png"
+        photo.crop((100 * i, 50, 100 * i + 200, 250)).resize((32, 32), Image.BILINEAR).save(path)
+        paths.append(str(path))
+    return paths

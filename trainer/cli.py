@@ -262,9 +262,10 @@ def cmd_check_data(args) -> int:
         if not predictions.is_file():
             raise CommandError(f"--run: {predictions}: no test evaluation in that run (main.py evaluate RUN first)")
         print(leak_worth(predictions, found).line())
-        issues = Path(args.run) / "audit" / "label_issues.csv"
-        print(f"label issues: {sum(1 for _ in issues.open(encoding='utf-8')) - 1} suspects in {issues}" if
-              issues.is_file() else f"label issues: not looked for yet (main.py audit {args.run})")
+        for name, what in (("label_issues", "label issues"), ("outliers", "outliers")):  # the run's last audit
+            listed = Path(args.run) / "audit" / f"{name}.csv"
+            print(f"{what}: {sum(1 for _ in listed.open(encoding='utf-8')) - 1} in {listed}" if listed.is_file()
+                  else f"{what}: not looked for yet (main.py audit {args.run})")
     result = splits["train"]
     if args.json:
         Path(args.json).write_text(json.dumps({
@@ -427,7 +428,8 @@ def cmd_audit(args) -> int:
     audit = audit_run(run, args.folds)
     if args.json:
         print(json.dumps({"images": audit.images, "folds": audit.folds, "reused": audit.reused,
-                          "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects]}))
+                          "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects],
+                          "outliers": [asdict(o) for o in audit.outliers]}))
     else:
         print("\n".join(format_audit(audit, run, args.top)))
     return 0
@@ -435,7 +437,7 @@ def cmd_audit(args) -> int:
 
 def _parser_audit(sub) -> None:
     p = sub.add_parser("audit", help="find the run's images that are probably labelled wrong (cleanlab's confident "
-                       "learning on out-of-sample probabilities), most likely first")
+                       "learning on out-of-sample probabilities), most likely first, and those far from every other")
     p.add_argument("run_dir")
     p.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted linear probe (default 5)")
     p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")

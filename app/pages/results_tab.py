@@ -54,6 +54,13 @@ HEADER_MARGIN = 8  # px beside a column's label (the header draws no sort arrow)
 LOW, HIGH = QColor(255, 255, 255), QColor(31, 94, 168)
 
 
+def audit_measure(p: Prediction) -> str:
+    """What the audit measured of an image it listed."""
+    if p.audit == "outlier":
+        return f"mean cosine distance {p.confidence:.3f} to its nearest images"
+    return f"label quality {p.confidence:.3f} (the given label's probability, out of sample)"
+
+
 def _blend(share: float) -> QColor:
     s = max(0.0, min(1.0, share))
     return QColor(*(round(a + (b - a) * s) for a, b in zip(LOW.getRgb()[:3], HIGH.getRgb()[:3])))
@@ -228,7 +235,12 @@ class ResultsTab(QWidget):
         self.issues_button.setToolTip("the run's images that are probably labelled wrong, most likely first (main.py "
                                       "audit: confident learning on out-of-sample probabilities, in a separate "
                                       "process). Keys: E exclude, R relabel as suggested, K keep (next)")
-        self.issues_button.clicked.connect(self.find_label_issues)
+        self.issues_button.clicked.connect(lambda: self.find_label_issues("suspects"))
+        self.outliers_button = QPushButton("Outliers")
+        self.outliers_button.setObjectName("outliers")
+        self.outliers_button.setToolTip("the run's images farthest from every other (their embeddings' distance to "
+                                        "their nearest ones), for a look: E exclude, K keep")
+        self.outliers_button.clicked.connect(lambda: self.find_label_issues("outliers"))
         self._issues_job: CliJob | None = None
         self.gallery = QListWidget()
         self.gallery.setObjectName("gallery")
@@ -245,6 +257,7 @@ class ResultsTab(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.gallery_title, 1)
         row.addWidget(self.issues_button)
+        row.addWidget(self.outliers_button)
         row.addWidget(self.all_errors)
         for key, action in (("E", lambda: self._decide(None)), ("R", lambda: self._decide("suggested")),
                             ("K", self._keep)):  # one key per decision while going down the list
@@ -437,33 +450,43 @@ class ResultsTab(QWidget):
             errors = self.evaluation.errors()
             self._fill(errors, f"{len(errors)} misclassified images, highest loss first")
 
-    def find_label_issues(self) -> None:
-        """`main.py audit RUN --json` in a subprocess; its suspects fill the gallery, most likely wrong first."""
+    def find_label_issues(self, kind: str = "suspects") -> None:
+        """`main.py audit RUN --json` in a subprocess (a second time it reuses what it kept); its `kind`, "suspects"
+        (probably labelled wrong) or "outliers" (far from every other image), fill the gallery, worst first."""
         if self.model is None or self._issues_job is not None:
             return
-        self.issues_button.setEnabled(False)
-        self.gallery_title.setText("Looking for label issues: the run's images through its network, then a "
-                                   "cross-fitted probe…")
+        for button in (self.issues_button, self.outliers_button):
+            button.setEnabled(False)
+        self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
         job = self._issues_job = CliJob(["audit", str(self.model.run.path), "--json"], self)
-        job.done.connect(self._issues_found)
+        job.done.connect(lambda report: self._issues_found(report, kind))
         job.failed.connect(self._issues_failed)
 
-    def _issues_found(self, report: dict) -> None:
+    def _issues_found(self, report: dict, kind: str) -> None:
         self._issues_job = None
-        self.issues_button.setEnabled(True)
-        suspects = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, suspect=True)
-                    for s in report["suspects"]]
-        self._fill(suspects, f"{len(suspects)} of {report['images']} images probably labelled wrong, most likely "
-                             f"first (E exclude · R relabel as suggested · K keep)")
+        for button in (self.issues_button, self.outliers_button):
+            button.setEnabled(True)
+        if kind == "outliers":
+            found = [Prediction(o["path"], o["label"], o["suggested"], o["distance"], 0.0, audit="outlier")
+                     for o in report["outliers"]]
+            title = (f"{len(found)} of {report['images']} images far from every other, farthest first "
+                     f"(E exclude · R relabel as suggested · K keep)")
+        else:
+            found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, audit="issue")
+                     for s in report["suspects"]]
+            title = (f"{len(found)} of {report['images']} images probably labelled wrong, most likely first "
+                     f"(E exclude · R relabel as suggested · K keep)")
+        self._fill(found, title)
         self.side_tabs.setCurrentIndex(0)
-        if suspects:
+        if found:
             self.gallery.setCurrentRow(0)
             self.gallery.setFocus()
 
     def _issues_failed(self, error: str) -> None:
         self._issues_job = None
-        self.issues_button.setEnabled(True)
-        self.gallery_title.setText(f"Label issues: {error}")
+        for button in (self.issues_button, self.outliers_button):
+            button.setEnabled(True)
+        self.gallery_title.setText(f"Audit: {error}")
 
     def _decide(self, new_class: str | None) -> None:
         """A key's decision for the selected image (exclude, or relabel as suggested) into the manifest, then on to
@@ -494,11 +517,11 @@ class ResultsTab(QWidget):
         self.gallery_title.setText(title + more)
         self.gallery.clear()
         for p in self.shown:
-            item = QListWidgetItem(f"{p.true} → {p.predicted}\n{100 * p.confidence:.0f}%" if p.wrong
-                                   else f"{p.true}\n{100 * p.confidence:.0f}%")
-            item.setToolTip(f"{p.path}\ngiven {p.true}, suggested {p.predicted} (label quality {p.confidence:.3f})"
-                            if p.suspect else f"{p.path}\ntrue {p.true}, predicted {p.predicted} "
-                                              f"({100 * p.confidence:.1f}%), loss {p.loss:.3f}")
+            score = f"{p.confidence:.2f}" if p.audit else f"{100 * p.confidence:.0f}%"
+            item = QListWidgetItem(f"{p.true} → {p.predicted}\n{score}" if p.wrong else f"{p.true}\n{score}")
+            item.setToolTip(f"{p.path}\ngiven {p.true}, suggested {p.predicted} ({audit_measure(p)})" if p.audit
+                            else f"{p.path}\ntrue {p.true}, predicted {p.predicted} ({100 * p.confidence:.1f}%), "
+                                 f"loss {p.loss:.3f}")
             self.gallery.addItem(item)
         self._thumb_serial += 1
         serial, paths = self._thumb_serial, [p.path for p in self.shown]
@@ -549,8 +572,7 @@ class ResultsTab(QWidget):
     def _show_details(self, p: Prediction) -> None:
         top = "<br>".join(f"{c}: {100 * prob:.1f}%" for c, prob in p.top_k)
         state = self._mark_state(p.path)
-        said = (f"given <b>{p.true}</b> · suggested <b>{p.predicted}</b> · label quality {p.confidence:.3f} (the "
-                f"given label's probability, out of sample)" if p.suspect else
+        said = (f"given <b>{p.true}</b> · suggested <b>{p.predicted}</b> · {audit_measure(p)}" if p.audit else
                 f"true <b>{p.true}</b> · predicted <b>{p.predicted}</b> ({100 * p.confidence:.1f}%) · loss {p.loss:.3f}")
         self.details.setText(f"<b>{Path(p.path).name}</b><br>{said}<br>{top}"
                              + (f"<br><span style='color:#b8860b'>{state}</span>" if state else "")

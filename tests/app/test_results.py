@@ -212,13 +212,14 @@ def test_ten_classes_in_a_narrow_pane_show_every_column_numbered(qtbot, tmp_path
 
 def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_window, flipped_digits_run):
     """Label issues from the Results tab: `main.py audit` in a subprocess, its suspects most likely first (the flipped
-    digits among them), and E, R, K decide each one into the manifest and move on."""
+    digits among them), and E, R, K decide each one into the manifest and move on; then the outliers (the crops of a
+    photograph among the digits) from what the audit kept."""
     pytest.importorskip("cleanlab", reason="pip install cleanlab (the .[dev] set-up installs it)")
-    run, flipped, cfg = flipped_digits_run
+    run, flipped, cfg, crops = flipped_digits_run
     window = make_window(cfg, runs_dir=run.path.parent)
     tab = open_results(qtbot, window, run)
     tab.issues_button.click()
-    qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].suspect, timeout=180_000)
+    qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "issue", timeout=180_000)
     assert "probably labelled wrong" in tab.gallery_title.text() and tab.gallery.currentRow() == 0
     assert sum(p.path in flipped for p in tab.shown[:10]) >= 5, "the flipped digits head the list"
     assert "given <b>" in tab.details.text() and "suggested <b>" in tab.details.text()
@@ -231,3 +232,7 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     qtbot.waitUntil(lambda: manifest.exists() and len(read_manifest(manifest).relabel) == 1, timeout=20_000)
     assert read_manifest(manifest).exclude == [os.path.realpath(first.path)]
     assert read_manifest(manifest).relabel == {os.path.realpath(second.path): second.predicted}
+    tab.outliers_button.click()  # the audit kept its work: the outliers come from it
+    qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "outlier", timeout=60_000)
+    assert "far from every other" in tab.gallery_title.text() and "cosine distance" in tab.details.text()
+    assert set(crops) <= {p.path for p in tab.shown}, "the photograph's crops among them"

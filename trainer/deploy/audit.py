@@ -1,5 +1,6 @@
-"""Label errors in a run's data (issue #35, `main.py audit RUN`): which labelled images of the run's folders are
-probably labelled wrong, ranked, with the label the evidence suggests.
+"""Label errors and outliers in a run's data (issue #35, `main.py audit RUN`): which labelled images of the run's
+folders are probably labelled wrong, ranked, with the label the evidence suggests; and which are far from every other
+image (the mean cosine distance of their embedding to its nearest ones, beyond Tukey's far-out fence).
 
 Out-of-sample first: every image's class probabilities come from a model that did not see that image's label. Here
 that is a linear probe (multinomial logistic regression) on the run's own embeddings (the input of its last linear
@@ -20,7 +21,7 @@ import io
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 FOLDS = 5
 MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
+OUTLIER_K = 10  # an image's typicality: its mean distance to this many nearest images
+OUTLIER_IQR = 3.0  # listed beyond Q3 + this many interquartile ranges of those distances (Tukey's far-out fence)
 INSTALL = "pip install cleanlab scikit-learn (or pip install -e '.[data]')"
 
 
@@ -55,12 +58,22 @@ class Suspect:
 
 
 @dataclass
+class Outlier:
+    path: str
+    label: str
+    suggested: str  # the probe's most probable class for it
+    distance: float  # mean cosine distance to its OUTLIER_K nearest images
+    fence: float  # the distance beyond which an image is listed (Tukey's far-out fence of all of them)
+
+
+@dataclass
 class Audit:
     images: int
     folds: int
     suspects: list[Suspect]  # most likely wrong first
     skipped: dict[str, str]  # path -> why it could not be read
     reused: bool  # the out-of-sample probabilities were kept from an earlier audit of the same data
+    outliers: list[Outlier] = field(default_factory=list)  # farthest from every other image first
 
 
 def labelled_images(run: RunDir) -> tuple[list[str], list[tuple[str, int]]]:
@@ -147,6 +160,20 @@ def rank_issues(labels: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.n
     return np.asarray(ranked, dtype=np.int64), get_label_quality_scores(labels, probs, method="self_confidence")
 
 
+def outlier_distances(embeddings: np.ndarray, k: int = OUTLIER_K) -> tuple[np.ndarray, float]:
+    """(each row's mean cosine distance to its k nearest other rows, the far-out fence of those distances)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    k = min(k, len(unit) - 1)
+    if k < 1:
+        return np.zeros(len(unit)), float("inf")
+    distances, _ = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(unit).kneighbors(unit)
+    mean = distances[:, 1:].mean(axis=1)  # the first neighbour is the image itself
+    q1, q3 = np.percentile(mean, [25, 75])
+    return mean, float(q3 + OUTLIER_IQR * (q3 - q1))
+
+
 def fingerprint(samples: list[tuple[str, int]], checkpoint: Path, folds: int) -> str:
     """What the kept probabilities depend on: each image's path, label, size and time, the checkpoint, the folds."""
     h = hashlib.blake2b(digest_size=16)
@@ -185,7 +212,7 @@ def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
         with np.load(kept_file, allow_pickle=False) as kept:
             if str(kept["fingerprint"]) == key:
                 probs, fold_of, rows = kept["probs"], kept["fold"], kept["rows"]
-                skipped = json.loads(str(kept["skipped"]))
+                embeddings, skipped = kept["embeddings"], json.loads(str(kept["skipped"]))
                 reused = True
     if not reused:
         embeddings, _, rows, skipped = embed(model, paths)
@@ -202,7 +229,12 @@ def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
     suspects = [Suspect(paths[rows[r]], classes[labels[r]], classes[int(probs[r].argmax())], float(quality[r]),
                         int(fold_of[r])) for r in ranked]
     write_issues(run.path / "audit" / "label_issues.csv", suspects)
-    return Audit(len(rows), folds, suspects, skipped, reused)
+    distance, fence = outlier_distances(embeddings)
+    far = [r for r in np.argsort(-distance) if distance[r] > fence]
+    outliers = [Outlier(paths[rows[r]], classes[labels[r]], classes[int(probs[r].argmax())], float(distance[r]), fence)
+                for r in far]
+    write_outliers(run.path / "audit" / "outliers.csv", outliers)
+    return Audit(len(rows), folds, suspects, skipped, reused, outliers)
 
 
 def write_issues(path: Path, suspects: list[Suspect]) -> None:
@@ -211,6 +243,15 @@ def write_issues(path: Path, suspects: list[Suspect]) -> None:
     writer.writerow(["rank", "path", "given", "suggested", "score", "fold"])
     for rank, s in enumerate(suspects, 1):
         writer.writerow([rank, s.path, s.given, s.suggested, f"{s.score:.4f}", s.fold])
+    atomic_write_text(path, out.getvalue())
+
+
+def write_outliers(path: Path, outliers: list[Outlier]) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["rank", "path", "label", "suggested", "distance", "fence"])
+    for rank, o in enumerate(outliers, 1):
+        writer.writerow([rank, o.path, o.label, o.suggested, f"{o.distance:.4f}", f"{o.fence:.4f}"])
     atomic_write_text(path, out.getvalue())
 
 
@@ -224,6 +265,11 @@ def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
         lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {s.path}")
     if len(audit.suspects) > top:
         lines.append(f"  ... {len(audit.suspects) - top} more in {run.path / 'audit' / 'label_issues.csv'}")
+    fence = f" (mean cosine distance to its {OUTLIER_K} nearest images over {audit.outliers[0].fence:.3f})" \
+        if audit.outliers else ""
+    lines.append(f"outliers: {len(audit.outliers)} images far from every other{fence}, farthest first")
+    for o in audit.outliers[:top]:
+        lines.append(f"  {o.distance:.3f}  {o.label}  {o.path}")
     for path, why in list(audit.skipped.items())[:5]:
         lines.append(f"skipped {path}: {why}")
     return lines
