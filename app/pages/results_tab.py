@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QPushButton,
     QRadioButton,
+    QSizePolicy,
     QSlider,
     QSplitter,
     QTableView,
@@ -58,7 +59,7 @@ def audit_measure(p: Prediction) -> str:
     """What the audit measured of an image it listed."""
     if p.audit == "outlier":
         return f"mean cosine distance {p.confidence:.3f} to its nearest images"
-    return f"label quality {p.confidence:.3f} (the given label's probability, out of sample)"
+    return f"the given label's probability, out of sample: {100 * p.confidence:.2g}%"
 
 
 def _blend(share: float) -> QColor:
@@ -227,6 +228,8 @@ class ResultsTab(QWidget):
         """The gallery of a cell's images, the most confused pairs, per-class figures and the reliability diagram."""
         self.gallery_title = QLabel("")
         self.gallery_title.setObjectName("galleryTitle")
+        self.gallery_title.setWordWrap(True)  # a long title wraps: it must not widen the pane past the window
+        self.gallery_title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.all_errors = QPushButton("All errors")
         self.all_errors.setToolTip("the misclassified images, highest loss first")
         self.all_errors.clicked.connect(self.show_errors)
@@ -517,7 +520,8 @@ class ResultsTab(QWidget):
         self.gallery_title.setText(title + more)
         self.gallery.clear()
         for p in self.shown:
-            score = f"{p.confidence:.2f}" if p.audit else f"{100 * p.confidence:.0f}%"
+            score = (f"{p.confidence:.3f}" if p.audit == "outlier" else f"{100 * p.confidence:.2g}%" if p.audit
+                     else f"{100 * p.confidence:.0f}%")  # an issue: the given label's probability, often tiny
             item = QListWidgetItem(f"{p.true} → {p.predicted}\n{score}" if p.wrong else f"{p.true}\n{score}")
             item.setToolTip(f"{p.path}\ngiven {p.true}, suggested {p.predicted} ({audit_measure(p)})" if p.audit
                             else f"{p.path}\ntrue {p.true}, predicted {p.predicted} ({100 * p.confidence:.1f}%), "
