@@ -264,7 +264,7 @@ def cmd_check_data(args) -> int:
         print(leak_worth(predictions, found).line())
         for name, what in (("label_issues", "label issues"), ("outliers", "outliers")):  # the run's last audit
             listed = Path(args.run) / "audit" / f"{name}.csv"
-            print(f"{what}: {sum(1 for _ in listed.open(encoding='utf-8')) - 1} in {listed}" if listed.is_file()
+            print(f"{what}: {len(listed.read_text(encoding='utf-8').splitlines()) - 1} in {listed}" if listed.is_file()
                   else f"{what}: not looked for yet (main.py audit {args.run})")
     result = splits["train"]
     if args.json:

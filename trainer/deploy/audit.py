@@ -15,7 +15,6 @@ unchanged. The images are read, never moved or rewritten; fixing a label goes th
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -28,7 +27,8 @@ import numpy as np
 import torch
 
 from trainer.core.config import load_config
-from trainer.core.errors import InputError
+from trainer.core.csvfile import dict_rows_text
+from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_bytes, atomic_write_text
 from trainer.core.rundir import RunDir
 from trainer.data.loader import load_manifest
@@ -97,16 +97,15 @@ def labelled_images(run: RunDir) -> tuple[list[str], list[tuple[str, int]]]:
     return classes or [], samples
 
 
-def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, list[int],
-                                                                              dict[str, str]]:
-    """(embeddings, softmax probabilities, the index of each row in `paths`, unreadable path -> why): the input of the
-    network's last linear layer for each image that could be read."""
+def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> tuple[np.ndarray, list[int], dict[str, str]]:
+    """(embeddings, the index of each row in `paths`, unreadable path -> why): the input of the network's last
+    linear layer for each image that could be read."""
     last = [m for m in model.net.modules() if isinstance(m, torch.nn.Linear)]
     if not last:
         raise AuditError(f"{model.source}: the network has no linear layer to take embeddings from")
     captured: list[torch.Tensor] = []
     hook = last[-1].register_forward_hook(lambda mod, args, out: captured.append(args[0].detach().float().flatten(1)))
-    rows, probs, kept, skipped = [], [], [], {}
+    rows, kept, skipped = [], [], {}
     try:
         for start in range(0, len(paths), batch):
             images = []
@@ -115,19 +114,14 @@ def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> tuple[np.
                     images.append(model.preprocess.decode(path))
                     kept.append(i)
                 except Exception as e:  # noqa: BLE001 - any unreadable file is listed, not fatal
-                    skipped[path] = f"cannot read image ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})"
-            if not images:
-                continue
-            captured.clear()
-            with torch.inference_mode(), model.preprocess.autocast("cpu"):
-                logits = model.net(model.preprocess.to_input(torch.stack(images))).float()
-            rows.append(captured[-1].cpu().numpy())
-            probs.append(torch.softmax(logits, 1).cpu().numpy())
+                    skipped[path] = f"cannot read image ({first_line(e)})"
+            if images:
+                with torch.inference_mode(), model.preprocess.autocast("cpu"):
+                    model.net(model.preprocess.to_input(torch.stack(images)))
+                rows.append(captured.pop().cpu().numpy())
     finally:
         hook.remove()
-    if not rows:
-        return np.zeros((0, 0), np.float32), np.zeros((0, len(model.classes)), np.float32), kept, skipped
-    return np.concatenate(rows), np.concatenate(probs), kept, skipped
+    return (np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)), kept, skipped
 
 
 def out_of_sample(embeddings: np.ndarray, labels: np.ndarray, classes: int, folds: int,
@@ -204,55 +198,54 @@ def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
         thin = classes[int(counts.argmin())]
         raise AuditError(f"--folds {folds}: class {thin!r} has {int(counts.min())} images; every class needs at least "
                          f"as many images as folds (and folds at least 2)")
-    key = fingerprint(samples, model.source, folds)
-    kept_file = run.path / "audit" / "oof.npz"
-    paths = [p for p, _ in samples]
-    reused = False
-    if kept_file.is_file():
-        with np.load(kept_file, allow_pickle=False) as kept:
-            if str(kept["fingerprint"]) == key:
-                probs, fold_of, rows = kept["probs"], kept["fold"], kept["rows"]
-                embeddings, skipped = kept["embeddings"], json.loads(str(kept["skipped"]))
-                reused = True
-    if not reused:
-        embeddings, _, rows, skipped = embed(model, paths)
-        rows = np.asarray(rows, np.int64)
-        labels = np.asarray([samples[i][1] for i in rows], np.int64)
-        probs, fold_of = out_of_sample(embeddings, labels, len(classes), folds)
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, fingerprint=key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings,
-                            paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
-        kept_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(kept_file, buffer.getvalue())
+    probs, fold_of, rows, embeddings, skipped, reused = _out_of_sample_kept(run, model, classes, samples, folds)
     labels = np.asarray([samples[i][1] for i in rows], np.int64)
     ranked, quality = rank_issues(labels, probs)
-    suspects = [Suspect(paths[rows[r]], classes[labels[r]], classes[int(probs[r].argmax())], float(quality[r]),
+    suspects = [Suspect(samples[rows[r]][0], classes[labels[r]], classes[int(probs[r].argmax())], float(quality[r]),
                         int(fold_of[r])) for r in ranked]
     write_issues(run.path / "audit" / "label_issues.csv", suspects)
     distance, fence = outlier_distances(embeddings)
     far = [r for r in np.argsort(-distance) if distance[r] > fence]
-    outliers = [Outlier(paths[rows[r]], classes[labels[r]], classes[int(probs[r].argmax())], float(distance[r]), fence)
+    outliers = [Outlier(samples[rows[r]][0], classes[labels[r]], classes[int(probs[r].argmax())], float(distance[r]), fence)
                 for r in far]
     write_outliers(run.path / "audit" / "outliers.csv", outliers)
     return Audit(len(rows), folds, suspects, skipped, reused, outliers)
 
 
+def _out_of_sample_kept(run: RunDir, model: LoadedModel, classes: list[str], samples: list[tuple[str, int]],
+                        folds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, str], bool]:
+    """(probabilities, folds, sample index of each row, embeddings, skipped files, reused): from RUN/audit/oof.npz
+    while its fingerprint matches, else computed and kept there."""
+    key = fingerprint(samples, model.source, folds)
+    kept_file = run.path / "audit" / "oof.npz"
+    if kept_file.is_file():
+        with np.load(kept_file, allow_pickle=False) as kept:
+            if str(kept["fingerprint"]) == key:
+                return (kept["probs"], kept["fold"], kept["rows"], kept["embeddings"],
+                        json.loads(str(kept["skipped"])), True)
+    paths = [p for p, _ in samples]
+    embeddings, rows, skipped = embed(model, paths)
+    rows = np.asarray(rows, np.int64)
+    labels = np.asarray([samples[i][1] for i in rows], np.int64)
+    probs, fold_of = out_of_sample(embeddings, labels, len(classes), folds)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, fingerprint=key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings,
+                        paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
+    kept_file.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(kept_file, buffer.getvalue())
+    return probs, fold_of, rows, embeddings, skipped, False
+
+
 def write_issues(path: Path, suspects: list[Suspect]) -> None:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["rank", "path", "given", "suggested", "score", "fold"])
-    for rank, s in enumerate(suspects, 1):
-        writer.writerow([rank, s.path, s.given, s.suggested, f"{s.score:.4f}", s.fold])
-    atomic_write_text(path, out.getvalue())
+    rows = [{"rank": rank, "path": x.path, "given": x.given, "suggested": x.suggested, "score": f"{x.score:.4f}",
+             "fold": x.fold} for rank, x in enumerate(suspects, 1)]
+    atomic_write_text(path, dict_rows_text(["rank", "path", "given", "suggested", "score", "fold"], rows))
 
 
 def write_outliers(path: Path, outliers: list[Outlier]) -> None:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["rank", "path", "label", "suggested", "distance", "fence"])
-    for rank, o in enumerate(outliers, 1):
-        writer.writerow([rank, o.path, o.label, o.suggested, f"{o.distance:.4f}", f"{o.fence:.4f}"])
-    atomic_write_text(path, out.getvalue())
+    rows = [{"rank": rank, "path": o.path, "label": o.label, "suggested": o.suggested, "distance": f"{o.distance:.4f}",
+             "fence": f"{o.fence:.4f}"} for rank, o in enumerate(outliers, 1)]
+    atomic_write_text(path, dict_rows_text(["rank", "path", "label", "suggested", "distance", "fence"], rows))
 
 
 def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
