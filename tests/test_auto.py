@@ -218,7 +218,7 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
     from trainer.data.demo_data import write_demo_dataset
     from trainer.data.scan import scan_image_folder
 
-    folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)  # resnet18 and small_cnn, 3 sizes
+    folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)  # resnet18 at 96 px, small_cnn at 3 sizes
     first = plan(str(folder), 0.5, started=time.time() - 8)  # one probe, no LR sweep
     chosen = {c.key: c for c in first.choices}
     assert chosen["train.min_epochs"].value == first.config.train.min_epochs

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 # Pretrained networks, best first (ImageNet top-1 of their DEFAULT weights), considered when their file is cached.
 PRETRAINED = ("convnext_tiny", "efficientnet_b0", "resnet50", "mobilenet_v3_large", "resnet18", "mobilenet_v3_small")
 SCRATCH = ("resnet18", "small_cnn")  # without cached weights: resnet18 where the images are large enough
-SCRATCH_RESNET_MIN_SIZE = 96  # below this resnet18's stem leaves too little of the image; small_cnn instead
+SCRATCH_RESNET_MIN_SIZE = 96  # below this resnet18's stem leaves too little of the image: small_cnn at that size
 SIZES = (224, 192, 160, 128, 112, 96, 64, 48, 32)
 MIN_EPOCHS = {"pretrained": 5, "scratch": 12}  # fewer than this and a smaller candidate does better
 MAX_EPOCHS = 200
@@ -192,11 +192,11 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         candidates = [(name, "DEFAULT") for name in cached]
         why_kind = f"ImageNet weights in the cache for {', '.join(cached)}"
     else:
-        big = (suggested_image_size(scan) or 32) >= SCRATCH_RESNET_MIN_SIZE
-        candidates = [(name, None) for name in SCRATCH if big or name != "resnet18"]
+        candidates = [(name, None) for name in SCRATCH]
         why_kind = "no pretrained weights in the torch hub cache (Auto does not download): from scratch"
     sizes = candidate_sizes(scan, bool(cached))
-    order = [(name, weights, size) for name, weights in candidates for size in sizes]  # best first
+    order = [(name, weights, size) for name, weights in candidates for size in sizes  # best first
+             if weights or name != "resnet18" or size >= SCRATCH_RESNET_MIN_SIZE]
     if faster_than:
         tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == faster_than[:2]]
         order = order[tried[0] + 1:] if tried else order
