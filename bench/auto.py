@@ -194,6 +194,8 @@ def main() -> None:
                         choices=("never", "planning", "training"), help="--robustness: these conditions only")
     parser.add_argument("--budgets", type=float, nargs="+", default=[2, 5, 10])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--first-repeat", type=int, default=1, help="number the repeats from this one (it sets the "
+                        "tools' rotated order, so more repeats can be added to an earlier file's)")
     parser.add_argument("--datasets", nargs="+", default=["digits", "photos", "photos12"])
     parser.add_argument("--tools", nargs="+", default=["auto", *PEERS])
     parser.add_argument("--peers-python", default=sys.executable)
@@ -208,7 +210,7 @@ def main() -> None:
                    None if args.name == "auto" else args.name)
         return
     results = []
-    for repeat in range(args.repeats):
+    for repeat in range(args.first_repeat - 1, args.first_repeat - 1 + args.repeats):
         for minutes in args.budgets:
             for name in args.datasets:
                 tools = args.tools[repeat % len(args.tools):] + args.tools[:repeat % len(args.tools)]  # interleaved
