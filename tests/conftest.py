@@ -27,19 +27,21 @@ def shapes_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def flipped_digits_run(tmp_path_factory):
-    """(run, flipped path -> the digit it shows, config, photo crops): a short run on scikit-learn's 1,797 real
-    handwritten digits with 5% of them filed under another digit (the label errors the audit must find), and four
-    crops of a photograph among them (the outliers)."""
-    from helpers import digits_with_flipped_labels, photo_crops_among, train_here, write_config
+    """(run, flipped path -> the digit it shows, config, photo crops, copies): a short run on scikit-learn's 1,797
+    real handwritten digits with 5% of them filed under another digit (the label errors the audit must find), four
+    crops of a photograph among them (the outliers), 15 a class moved to a test folder and 30 of those copied back
+    into training as exact, resized and JPEG copies (the leaks; copy -> (test image, kind))."""
+    from helpers import digits_with_flipped_labels, photo_crops_among, split_off_test_with_copies, train_here, write_config
 
     tmp = tmp_path_factory.mktemp("flipped")
     flipped = digits_with_flipped_labels(tmp / "digits", 0.05)
     crops = photo_crops_among(tmp / "digits", 4)
-    config = write_config(tmp, tmp / "digits", data={"image_size": 32, "batch_size": 64},
+    copies = split_off_test_with_copies(tmp / "digits", tmp / "test", per_class=15, copies=30, keep=flipped)
+    config = write_config(tmp, tmp / "digits", data={"image_size": 32, "batch_size": 64, "test_dir": str(tmp / "test")},
                           optimizer={"name": "adamw", "lr": 0.003}, train={"epochs": 4, "seed": 0})
     run, code = train_here(config, tmp / "runs")
     assert code == 0, run.tail_log()
-    return run, flipped, config, crops
+    return run, flipped, config, crops, copies
 
 
 @pytest.fixture

@@ -278,3 +278,31 @@ def photo_crops_among(root, count: int) -> list[str]:
         photo.crop((100 * i, 50, 100 * i + 200, 250)).resize((32, 32), Image.BILINEAR).save(path)
         paths.append(str(path))
     return paths
+
+
+def split_off_test_with_copies(root, test_root, per_class: int, copies: int, keep=(), seed: int = 0) -> dict[str, tuple]:
+    """Moves `per_class` images of each class folder of `root` (none of `keep`) into test_root/CLASS/, then copies
+    `copies` of those back into `root`'s class folders in turn as exact copies, resized copies (45 px, bicubic) and
+    JPEG copies (quality 60): leaks the audit must find. Each copy's path -> (the test image, its kind)."""
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(seed)
+    tests = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".png" and str(p) not in keep)
+        (test_root / folder.name).mkdir(parents=True, exist_ok=True)
+        for path in rng.sample(files, per_class):
+            tests.append(Path(shutil.move(path, test_root / folder.name / path.name)))
+    made = {}
+    for i, source in enumerate(rng.sample(tests, copies)):
+        kind = ("exact", "resized", "jpeg")[i % 3]
+        copy = root / source.parent.name / f"copy-{kind}-{source.stem}{'.jpg' if kind == 'jpeg' else '.png'}"
+        if kind == "exact":
+            shutil.copyfile(source, copy)
+        else:
+            image = Image.open(source).convert("RGB")
+            (image.resize((45, 45), Image.BICUBIC) if kind == "resized" else image).save(copy, quality=60)
+        made[str(copy)] = (str(source), kind)
+    return made

@@ -1,6 +1,7 @@
-"""Label errors and outliers (issue #35): on real handwritten digits with 5% of the labels flipped by the test and
-four crops of a photograph among them, `main.py audit RUN` puts the flipped images at the top of its label issues and
-the crops among its outliers, keeps what it computed beside the run, and leaves the folder as it was."""
+"""Label errors, copies and outliers (issue #35): on real handwritten digits with 5% of the labels flipped by the
+test, four crops of a photograph among them and test images copied back into training, `main.py audit RUN` puts the
+flipped images at the top of its label issues, finds every copy as a leak and the crops among its outliers, keeps
+what it computed beside the run, and leaves the folder as it was."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ def tree_state(folder):
 
 
 def test_the_flipped_labels_head_the_audit_and_the_folder_is_left_as_it_was(flipped_digits_run):
-    run, flipped, _, crops = flipped_digits_run
+    run, flipped, _, crops, _ = flipped_digits_run
     before = tree_state(run.path.parent.parent / "digits")
     done = run_here("audit", run.path, "--top", "5")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "label issues:" in done.stdout and "of 1801 images" in done.stdout
+    assert "label issues:" in done.stdout and "of 1681 images" in done.stdout
     rows = list(csv.DictReader((run.path / "audit" / "label_issues.csv").open()))
     top = [r["path"] for r in rows[:len(flipped)]]
     precision = len(set(top) & set(flipped)) / len(flipped)  # at the number flipped, precision = recall
@@ -32,12 +33,34 @@ def test_the_flipped_labels_head_the_audit_and_the_folder_is_left_as_it_was(flip
     assert right >= 0.8, f"the suggested label is the digit shown for {right:.0%} of the flipped images found"
     outliers = [r["path"] for r in csv.DictReader((run.path / "audit" / "outliers.csv").open())]
     assert set(crops) <= set(outliers), "every crop of the photograph is beyond the fence"
-    assert len(outliers) < 0.03 * 1801, f"{len(outliers)} listed: the fence lets the ordinary digits be"
+    assert len(outliers) < 0.03 * 1681, f"{len(outliers)} listed: the fence lets the ordinary digits be"
     again = run_here("audit", run.path, "--json")
     report = json.loads(again.stdout)
     assert [o["path"] for o in report["outliers"]] == outliers
     assert report["reused"] is True and [s["path"] for s in report["suspects"]] == [r["path"] for r in rows]
     assert tree_state(run.path.parent.parent / "digits") == before, "nothing in the folder moved, changed or appeared"
+
+
+def test_every_copy_of_a_test_image_in_training_is_a_leak_and_look_alikes_are_not(flipped_digits_run):
+    """30 test images copied into training (10 exact, 10 resized to 45 px, 10 JPEG at quality 60): each is found
+    with its test image as a leak, of the right kind; of the other 1,797 digits only the most alike pair of the
+    whole set (two 1s, 8x8 correlation 0.994) may be taken for copies; the test score without the leaks is said."""
+    run, _, _, _, copies = flipped_digits_run
+    done = run_here("audit", run.path, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    groups = [{i["path"]: i["split"] for i in g["images"]} | {"": g} for g in report["duplicates"]]
+    for copy, (source, kind) in copies.items():
+        found = [g for g in groups if copy in g and source in g]
+        assert found, f"the {kind} copy {copy} of {source} is found"
+        g = found[0][""]
+        assert g["leak"] and g["near"] == (kind != "exact"), g
+    planted = {p for c, (s, _) in copies.items() for p in (c, s)}
+    others = [[p for p in g if p] for g in groups if not planted & set(g)]
+    assert len(others) <= 1 and all(len(g) == 2 for g in others), f"look-alikes taken for copies: {others}"
+    assert "without the 30 leaked ones" in report["leak_worth"]
+    rows = list(csv.DictReader((run.path / "audit" / "duplicates.csv").open()))
+    assert {r["path"] for r in rows if r["leak"] == "yes"} >= planted
 
 
 def test_an_audit_names_what_it_cannot_do(tmp_path, shapes_dir):

@@ -417,7 +417,8 @@ def _parser_evaluate(sub) -> None:
 
 
 def cmd_audit(args) -> int:
-    """The label issues of a run's labelled images (trainer.deploy.audit): printed, and kept under RUN/audit/."""
+    """The label issues, copies and outliers of a run's images (trainer.deploy.audit): printed, and kept under
+    RUN/audit/."""
     from dataclasses import asdict
 
     from trainer.deploy.audit import audit_run, format_audit
@@ -429,7 +430,10 @@ def cmd_audit(args) -> int:
     if args.json:
         print(json.dumps({"images": audit.images, "folds": audit.folds, "reused": audit.reused,
                           "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects],
-                          "outliers": [asdict(o) for o in audit.outliers]}))
+                          "outliers": [asdict(o) for o in audit.outliers],
+                          "duplicates": [{"near": g.near, "leak": g.leak, "similarity": g.similarity,
+                                          "images": [asdict(i) for i in g.images]} for g in audit.duplicates.groups],
+                          "leak_worth": audit.leak_worth.line() if audit.leak_worth else None}))
     else:
         print("\n".join(format_audit(audit, run, args.top)))
     return 0
@@ -437,7 +441,8 @@ def cmd_audit(args) -> int:
 
 def _parser_audit(sub) -> None:
     p = sub.add_parser("audit", help="find the run's images that are probably labelled wrong (cleanlab's confident "
-                       "learning on out-of-sample probabilities), most likely first, and those far from every other")
+                       "learning on out-of-sample probabilities), most likely first; copies (exact, resized, "
+                       "recompressed) and leaks across train/val/test; and the images far from every other")
     p.add_argument("run_dir")
     p.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted linear probe (default 5)")
     p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")

@@ -215,7 +215,7 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     digits among them), and E, R, K decide each one into the manifest and move on; then the outliers (the crops of a
     photograph among the digits) from what the audit kept."""
     pytest.importorskip("cleanlab", reason="pip install cleanlab (the .[dev] set-up installs it)")
-    run, flipped, cfg, crops = flipped_digits_run
+    run, flipped, cfg, crops, _ = flipped_digits_run
     window = make_window(cfg, runs_dir=run.path.parent)
     tab = open_results(qtbot, window, run)
     tab.issues_button.click()

@@ -1,10 +1,15 @@
-"""Exact duplicates and leaks (issue #35, its first part): images whose bytes are the same, within a split or across
-train/val/test. Torch-free.
+"""Duplicates and leaks (issue #35): images that are the same, within a split or across train/val/test. Torch-free.
 
 A copy of a test image in the training set makes the test score a lie (the network has seen the answer); a copy
-filed under two classes is a label error by construction. Files are grouped by size first and only files that share
-a size are read (streamed, BLAKE2b), so a folder of unique images costs one `stat` per file. Near-duplicates (resized
-or recompressed copies) need the network's embeddings and are not found here.
+filed under two classes is a label error by construction.
+
+- Exact copies (`find_duplicates`): files are grouped by size first and only files that share a size are read
+  (streamed, BLAKE2b), so a folder of unique images costs one `stat` per file.
+- Near copies (`find_near_duplicates`: resized or recompressed): from what the audit computes of each image, its
+  embedding (a run's network) and a 16 px grey thumbnail. Each image's nearest neighbours by either are the
+  candidates; a pair is a copy when its thumbnails correlate at NEAR_PIXELS or more. The embeddings alone cannot say
+  it: a classifier puts two different images of one class as close as an image and its JPEG copy (measured in
+  docs/data.md).
 """
 
 from __future__ import annotations
@@ -29,11 +34,17 @@ class ImageRef:
     label: str  # its class
 
 
+NEAR_NEIGHBOURS = 5  # candidates: each image's nearest by embedding and by thumbnail
+NEAR_PIXELS = 0.995  # a copy: the thumbnails' correlation at least this (copies measured >= 0.9998, others <= 0.99)
+
+
 @dataclass
 class DuplicateGroup:
-    """Files with the same bytes."""
+    """Files with the same bytes, or (`near`) copies of one image resized or recompressed."""
 
     images: list[ImageRef]
+    near: bool = False
+    similarity: float = 1.0  # near: the lowest thumbnail correlation of a pair that joined the group
 
     @property
     def splits(self) -> list[str]:
@@ -124,11 +135,55 @@ def find_duplicates(images: Iterable[ImageRef]) -> Duplicates:
     return out
 
 
-def format_duplicates(found: Duplicates, limit: int = 10) -> list[str]:
+def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Duplicates:
+    """The groups of copies among `images` (row i of `embeddings` and of the unit, zero-mean `thumbnails` is image
+    i), most alike first; a group whose files are also byte-identical is not `near`."""
+    import numpy as np
+    from sklearn.neighbors import NearestNeighbors
+
+    n = len(images)
+    if n < 2:
+        return Duplicates()
+    centred = embeddings - embeddings.mean(axis=0)
+    candidates: set[tuple[int, int]] = set()
+    for rows in (centred, thumbnails):
+        k = min(NEAR_NEIGHBOURS + 1, n)
+        _, nearest = NearestNeighbors(n_neighbors=k, metric="cosine").fit(rows).kneighbors(rows)
+        candidates |= {(min(i, int(j)), max(i, int(j))) for i in range(n) for j in nearest[i] if j != i}
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    lowest: dict[int, float] = {}
+    for i, j in sorted(candidates):
+        alike = float(np.dot(thumbnails[i], thumbnails[j]))
+        if alike >= NEAR_PIXELS:
+            a, b = root(i), root(j)
+            parent[b] = a
+            lowest[a] = min(alike, lowest.pop(b, 1.0), lowest.get(a, 1.0))
+    members: dict[int, list[int]] = defaultdict(list)
+    for i in range(n):
+        members[root(i)].append(i)
+    out = Duplicates()
+    for top, rows in members.items():
+        if len(rows) > 1:
+            group = sorted((images[r] for r in rows), key=lambda i: (i.split != "train", i.path))
+            same_bytes = find_duplicates(group).groups
+            exact = len(same_bytes) == 1 and len(same_bytes[0].images) == len(group)
+            out.groups.append(DuplicateGroup(group, near=not exact, similarity=lowest.get(top, 1.0)))
+    out.groups.sort(key=lambda g: (-g.similarity, g.images[0].path))
+    return out
+
+
+def format_duplicates(found: Duplicates, limit: int = 10, what: str = "exact duplicates") -> list[str]:
     """The lines `check-data` prints: a summary, then the leaks and the conflicting copies first (at most `limit`)."""
     if not found.groups:
-        return ["exact duplicates: none"]
-    lines = [f"exact duplicates: {len(found.groups)} group(s), {found.copies} copy(ies); {len(found.leaks)} leak(s) "
+        return [f"{what}: none"]
+    lines = [f"{what}: {len(found.groups)} group(s), {found.copies} copy(ies); {len(found.leaks)} leak(s) "
              f"across splits, {len(found.conflicting)} filed under different classes"]
     shown = sorted(found.groups, key=lambda g: (not g.leak, len(g.labels) < 2))[:limit]
     for g in shown:

@@ -1,6 +1,7 @@
-"""Label errors and outliers in a run's data (issue #35, `main.py audit RUN`): which labelled images of the run's
-folders are probably labelled wrong, ranked, with the label the evidence suggests; and which are far from every other
-image (the mean cosine distance of their embedding to its nearest ones, beyond Tukey's far-out fence).
+"""Label errors, copies and outliers in a run's data (issue #35, `main.py audit RUN`): which labelled images of the
+run's folders are probably labelled wrong, ranked, with the label the evidence suggests; which images are copies of
+another (resized or recompressed too), across train/val/test a leak (trainer.data.duplicates); and which are far from
+every other image (the mean cosine distance of their embedding to its nearest ones, beyond Tukey's far-out fence).
 
 Out-of-sample first: every image's class probabilities come from a model that did not see that image's label. Here
 that is a linear probe (multinomial logistic regression) on the run's own embeddings (the input of its last linear
@@ -8,9 +9,10 @@ layer), cross-fitted over k stratified folds: cheap (one pass of the network ove
 k-fold of whole training runs would cost k runs. The probabilities go to cleanlab's confident learning
 (`cleanlab.filter.find_label_issues`, ranked by its self-confidence label-quality score).
 
-The result is kept beside the run (`audit/oof.npz`: per image the probabilities, fold and embedding; and
-`audit/label_issues.csv`), and reused while the images, their labels (the manifest included) and the checkpoint are
-unchanged. The images are read, never moved or rewritten; fixing a label goes through the manifest.
+The result is kept beside the run (`audit/oof.npz`: per image the probabilities, fold, embedding and thumbnail;
+`audit/label_issues.csv`, `duplicates.csv`, `outliers.csv`), and reused while the images, their labels (the manifest
+included) and the checkpoint are unchanged. The images are read, never moved or rewritten; fixing a label goes
+through the manifest.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from trainer.core.config import load_config
 from trainer.core.csvfile import dict_rows_text
 from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_bytes, atomic_write_text
 from trainer.core.rundir import RunDir
+from trainer.data.duplicates import Duplicates, ImageRef, LeakWorth, find_near_duplicates, format_duplicates, leak_worth
 from trainer.data.loader import load_manifest
 from trainer.data.scan import DataError, scan_image_folder
 from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
@@ -41,6 +45,7 @@ FOLDS = 5
 MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
 OUTLIER_K = 10  # an image's typicality: its mean distance to this many nearest images
 OUTLIER_IQR = 3.0  # listed beyond Q3 + this many interquartile ranges of those distances (Tukey's far-out fence)
+THUMB = 16  # px of the grey thumbnail that tells a copy from a look-alike
 INSTALL = "pip install cleanlab scikit-learn (or pip install -e '.[data]')"
 
 
@@ -74,38 +79,57 @@ class Audit:
     skipped: dict[str, str]  # path -> why it could not be read
     reused: bool  # the out-of-sample probabilities were kept from an earlier audit of the same data
     outliers: list[Outlier] = field(default_factory=list)  # farthest from every other image first
+    duplicates: Duplicates = field(default_factory=Duplicates)  # exact and near copies, most alike first
+    leak_worth: LeakWorth | None = None  # the run's test score with and without its leaked test images
 
 
-def labelled_images(run: RunDir) -> tuple[list[str], list[tuple[str, int]]]:
-    """(classes, (path, label) of every labelled image the run's folders hold: data.train_dir, and data.val_dir
-    when set), with the run's manifest (data.exclude) applied."""
+@dataclass
+class Embedded:
+    """What one pass of the network over the audited images gives, kept in RUN/audit/oof.npz."""
+
+    rows: np.ndarray  # the index (in the audited images) of each image that could be read
+    embeddings: np.ndarray
+    thumbnails: np.ndarray  # THUMB x THUMB grey, zero-mean, unit length
+    probs: np.ndarray  # out of sample, for the labelled ones among `rows` (they come first)
+    fold: np.ndarray
+    skipped: dict[str, str]
+    reused: bool
+
+
+def audited_images(run: RunDir) -> tuple[list[str], list[ImageRef], int]:
+    """(classes, the run's images, how many of them are labelled): first every labelled image of data.train_dir and
+    data.val_dir (when set), with the run's manifest (data.exclude) applied; then data.test_dir's, as they are."""
     cfg = load_config(run.config).data
     manifest = load_manifest(cfg)
     classes: list[str] | None = None
-    samples: list[tuple[str, int]] = []
-    for key, folder in (("data.train_dir", cfg.train_dir), ("data.val_dir", cfg.val_dir)):
+    images: list[ImageRef] = []
+    labelled = 0
+    for split, key, folder in (("train", "data.train_dir", cfg.train_dir), ("val", "data.val_dir", cfg.val_dir),
+                               ("test", "data.test_dir", cfg.test_dir)):
         if not folder:
             continue
         try:
-            scan = scan_image_folder(folder, manifest=manifest)
+            scan = scan_image_folder(folder, manifest=manifest if split != "test" else None)
         except DataError as e:
             raise AuditError(f"{key}: {e}") from e
         if classes is not None and scan.classes != classes:
             raise AuditError(f"{key}: {folder}: its classes differ from data.train_dir's")
         classes = scan.classes
-        samples += scan.samples
-    return classes or [], samples
+        images += [ImageRef(split, path, scan.classes[label]) for path, label in scan.samples]
+        labelled += len(scan.samples) if split != "test" else 0
+    return classes or [], images, labelled
 
 
-def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> tuple[np.ndarray, list[int], dict[str, str]]:
-    """(embeddings, the index of each row in `paths`, unreadable path -> why): the input of the network's last
-    linear layer for each image that could be read."""
+def embed(model: LoadedModel, paths: list[str],
+          batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, list[int], dict[str, str]]:
+    """(embeddings, thumbnails, the index of each row in `paths`, unreadable path -> why): the input of the network's
+    last linear layer, and a THUMB px grey thumbnail (zero-mean, unit length), for each image that could be read."""
     last = [m for m in model.net.modules() if isinstance(m, torch.nn.Linear)]
     if not last:
         raise AuditError(f"{model.source}: the network has no linear layer to take embeddings from")
     captured: list[torch.Tensor] = []
     hook = last[-1].register_forward_hook(lambda mod, args, out: captured.append(args[0].detach().float().flatten(1)))
-    rows, kept, skipped = [], [], {}
+    rows, thumbs, kept, skipped = [], [], [], {}
     try:
         for start in range(0, len(paths), batch):
             images = []
@@ -116,12 +140,25 @@ def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> tuple[np.
                 except Exception as e:  # noqa: BLE001 - any unreadable file is listed, not fatal
                     skipped[path] = f"cannot read image ({first_line(e)})"
             if images:
+                stacked = torch.stack(images)
                 with torch.inference_mode(), model.preprocess.autocast("cpu"):
-                    model.net(model.preprocess.to_input(torch.stack(images)))
+                    model.net(model.preprocess.to_input(stacked))
                 rows.append(captured.pop().cpu().numpy())
+                thumbs.append(thumbnails(stacked))
     finally:
         hook.remove()
-    return (np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)), kept, skipped
+    if not rows:
+        return np.zeros((0, 0), np.float32), np.zeros((0, THUMB * THUMB), np.float32), kept, skipped
+    return np.concatenate(rows), np.concatenate(thumbs), kept, skipped
+
+
+def thumbnails(images: torch.Tensor) -> np.ndarray:
+    """A uint8 (N, 3, S, S) batch as THUMB x THUMB grey thumbnails, zero-mean and of unit length (a flat image: all
+    zeros, like no other image)."""
+    grey = F.adaptive_avg_pool2d(images.float().mean(dim=1, keepdim=True), THUMB).flatten(1)
+    grey -= grey.mean(dim=1, keepdim=True)
+    norm = grey.norm(dim=1, keepdim=True)
+    return torch.where(norm > 1e-3, grey / norm.clamp_min(1e-3), torch.zeros_like(grey)).numpy()
 
 
 def out_of_sample(embeddings: np.ndarray, labels: np.ndarray, classes: int, folds: int,
@@ -168,19 +205,20 @@ def outlier_distances(embeddings: np.ndarray, k: int = OUTLIER_K) -> tuple[np.nd
     return mean, float(q3 + OUTLIER_IQR * (q3 - q1))
 
 
-def fingerprint(samples: list[tuple[str, int]], checkpoint: Path, folds: int) -> str:
-    """What the kept probabilities depend on: each image's path, label, size and time, the checkpoint, the folds."""
+def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int) -> str:
+    """What the kept results depend on: each image's split, path, label, size and time, the checkpoint, the folds."""
     h = hashlib.blake2b(digest_size=16)
-    for path, label in samples:
-        st = os.stat(path)
-        h.update(f"{path}\0{label}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    for image in images:
+        st = os.stat(image.path)
+        h.update(f"{image.split}\0{image.path}\0{image.label}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     st = checkpoint.stat()
     h.update(f"{checkpoint}\0{st.st_size}\0{st.st_mtime_ns}\0{folds}".encode())
     return h.hexdigest()
 
 
 def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
-    """The label issues of the run's labelled images (see the module's docstring); kept under RUN/audit/."""
+    """The label issues, copies and outliers of the run's images (see the module's docstring); kept under
+    RUN/audit/."""
     try:
         import cleanlab  # noqa: F401
         import sklearn  # noqa: F401
@@ -188,52 +226,62 @@ def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
         raise AuditError(f"finding label errors needs cleanlab and scikit-learn ({e.name} is missing): {INSTALL}") \
             from None
     model = load_run_model(run, "best")
-    classes, samples = labelled_images(run)
+    classes, images, labelled = audited_images(run)
     if classes != model.classes:
         raise AuditError(f"{run.path}: the folder's classes {classes} differ from the run's {model.classes}")
-    counts = np.bincount([label for _, label in samples], minlength=len(classes))
-    if not samples:
+    _check_folds(run, classes, images[:labelled], folds)
+    kept = _kept_or_computed(run, model, classes, images, labelled, folds)
+    rows = kept.rows[kept.rows < labelled]  # the labelled images that could be read: the first of the rows
+    labels = np.asarray([classes.index(images[i].label) for i in rows], np.int64)
+    ranked, quality = rank_issues(labels, kept.probs)
+    suspects = [Suspect(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
+                        float(quality[r]), int(kept.fold[r])) for r in ranked]
+    write_issues(run.path / "audit" / "label_issues.csv", suspects)
+    distance, fence = outlier_distances(kept.embeddings[:len(rows)])
+    outliers = [Outlier(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
+                        float(distance[r]), fence) for r in np.argsort(-distance) if distance[r] > fence]
+    write_outliers(run.path / "audit" / "outliers.csv", outliers)
+    copies = find_near_duplicates([images[i] for i in kept.rows], kept.embeddings, kept.thumbnails)
+    write_duplicates(run.path / "audit" / "duplicates.csv", copies)
+    predictions = run.path / "eval" / "test" / "predictions.csv"
+    worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
+    return Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth)
+
+
+def _check_folds(run: RunDir, classes: list[str], labelled: list[ImageRef], folds: int) -> None:
+    if not labelled:
         raise AuditError(f"{run.path}: its folders hold no labelled images")
+    counts = np.bincount([classes.index(i.label) for i in labelled], minlength=len(classes))
     if folds < 2 or counts.min() < max(folds, MIN_PER_CLASS):
         thin = classes[int(counts.argmin())]
         raise AuditError(f"--folds {folds}: class {thin!r} has {int(counts.min())} images; every class needs at least "
                          f"as many images as folds (and folds at least 2)")
-    probs, fold_of, rows, embeddings, skipped, reused = _out_of_sample_kept(run, model, classes, samples, folds)
-    labels = np.asarray([samples[i][1] for i in rows], np.int64)
-    ranked, quality = rank_issues(labels, probs)
-    suspects = [Suspect(samples[rows[r]][0], classes[labels[r]], classes[int(probs[r].argmax())], float(quality[r]),
-                        int(fold_of[r])) for r in ranked]
-    write_issues(run.path / "audit" / "label_issues.csv", suspects)
-    distance, fence = outlier_distances(embeddings)
-    far = [r for r in np.argsort(-distance) if distance[r] > fence]
-    outliers = [Outlier(samples[rows[r]][0], classes[labels[r]], classes[int(probs[r].argmax())], float(distance[r]), fence)
-                for r in far]
-    write_outliers(run.path / "audit" / "outliers.csv", outliers)
-    return Audit(len(rows), folds, suspects, skipped, reused, outliers)
 
 
-def _out_of_sample_kept(run: RunDir, model: LoadedModel, classes: list[str], samples: list[tuple[str, int]],
-                        folds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, str], bool]:
-    """(probabilities, folds, sample index of each row, embeddings, skipped files, reused): from RUN/audit/oof.npz
-    while its fingerprint matches, else computed and kept there."""
-    key = fingerprint(samples, model.source, folds)
+def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], images: list[ImageRef], labelled: int,
+                      folds: int) -> Embedded:
+    """The network's pass over `images` and the cross-fitted probe's probabilities for the first `labelled` of them:
+    from RUN/audit/oof.npz while its fingerprint matches, else computed and kept there."""
+    key = fingerprint(images, model.source, folds)
     kept_file = run.path / "audit" / "oof.npz"
     if kept_file.is_file():
         with np.load(kept_file, allow_pickle=False) as kept:
-            if str(kept["fingerprint"]) == key:
-                return (kept["probs"], kept["fold"], kept["rows"], kept["embeddings"],
-                        json.loads(str(kept["skipped"])), True)
-    paths = [p for p, _ in samples]
-    embeddings, rows, skipped = embed(model, paths)
+            if "thumbnails" in kept and str(kept["fingerprint"]) == key:
+                return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["fold"],
+                                json.loads(str(kept["skipped"])), True)
+    paths = [i.path for i in images]
+    embeddings, thumbs, rows, skipped = embed(model, paths)
     rows = np.asarray(rows, np.int64)
-    labels = np.asarray([samples[i][1] for i in rows], np.int64)
-    probs, fold_of = out_of_sample(embeddings, labels, len(classes), folds)
+    of_labelled = rows < labelled
+    labels = np.asarray([classes.index(images[i].label) for i in rows[of_labelled]], np.int64)
+    probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, fingerprint=key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings,
-                        paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
+                        thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]),
+                        skipped=json.dumps(skipped))
     kept_file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(kept_file, buffer.getvalue())
-    return probs, fold_of, rows, embeddings, skipped, False
+    return Embedded(rows, embeddings, thumbs, probs, fold_of, skipped, False)
 
 
 def write_issues(path: Path, suspects: list[Suspect]) -> None:
@@ -246,6 +294,14 @@ def write_outliers(path: Path, outliers: list[Outlier]) -> None:
     rows = [{"rank": rank, "path": o.path, "label": o.label, "suggested": o.suggested, "distance": f"{o.distance:.4f}",
              "fence": f"{o.fence:.4f}"} for rank, o in enumerate(outliers, 1)]
     atomic_write_text(path, dict_rows_text(["rank", "path", "label", "suggested", "distance", "fence"], rows))
+
+
+def write_duplicates(path: Path, found: Duplicates) -> None:
+    """One row per image of each group of copies (the group's number, whether it is a leak, how alike)."""
+    rows = [{"group": n, "kind": "near" if g.near else "exact", "leak": "yes" if g.leak else "no",
+             "similarity": f"{g.similarity:.4f}", "split": i.split, "path": i.path, "label": i.label}
+            for n, g in enumerate(found.groups, 1) for i in g.images]
+    atomic_write_text(path, dict_rows_text(["group", "kind", "leak", "similarity", "split", "path", "label"], rows))
 
 
 def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
@@ -263,6 +319,9 @@ def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
     lines.append(f"outliers: {len(audit.outliers)} images far from every other{fence}, farthest first")
     for o in audit.outliers[:top]:
         lines.append(f"  {o.distance:.3f}  {o.label}  {o.path}")
+    lines += format_duplicates(audit.duplicates, top, "copies (exact, resized or recompressed)")
+    if audit.leak_worth:
+        lines.append(audit.leak_worth.line())
     for path, why in list(audit.skipped.items())[:5]:
         lines.append(f"skipped {path}: {why}")
     return lines
