@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage, QImageReader
+from PySide6.QtGui import QImage, QImageReader, QPainter
+
+PAIR_GAP = 4  # px between a copy and its original
 
 
 def load_thumbnails(paths: list[str], size: int) -> list[QImage]:
@@ -17,4 +19,26 @@ def load_thumbnails(paths: list[str], size: int) -> list[QImage]:
         if full.isValid():
             reader.setScaledSize(full.scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio))
         out.append(reader.read())
+    return out
+
+
+def load_pair_thumbnails(pairs: list[tuple[str, str | None]], size: int) -> list[QImage]:
+    """Each (image, the image it copies or None) as one thumbnail that fits `size`: the image alone, or the two side
+    by side (each half as wide, a gap between them)."""
+    out = []
+    for left, right in pairs:
+        if right is None:
+            out += load_thumbnails([left], size)
+            continue
+        half = (size - PAIR_GAP) // 2
+        images = load_thumbnails([left, right], half)
+        pair = QImage(size, size, QImage.Format.Format_ARGB32)
+        pair.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pair)
+        for i, image in enumerate(images):
+            if not image.isNull():
+                painter.drawImage(i * (half + PAIR_GAP) + (half - image.width()) // 2, (size - image.height()) // 2,
+                                  image)
+        painter.end()
+        out.append(pair)
     return out

@@ -38,11 +38,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.audit_gallery import audit_gallery, audit_measure, score_text
 from app.background import CliJob, run_in_thread
 from app.eval_results import Evaluation, Prediction, evaluation_label, evaluation_names, most_confused, mtime, read_evaluation
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
-from app.thumbnails import load_thumbnails
+from app.thumbnails import load_pair_thumbnails
 
 EXCLUDE_TIP = ("leave this image out of training: an entry in the dataset manifest (data.exclude); the file itself "
                "is not touched")
@@ -53,13 +54,6 @@ GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count 
 NAMES_ON_TOP = 12  # up to this many classes the predicted-class header shows names, else indices (names on hover)
 HEADER_MARGIN = 8  # px beside a column's label (the header draws no sort arrow)
 LOW, HIGH = QColor(255, 255, 255), QColor(31, 94, 168)
-
-
-def audit_measure(p: Prediction) -> str:
-    """What the audit measured of an image it listed."""
-    if p.audit == "outlier":
-        return f"mean cosine distance {p.confidence:.3f} to its nearest images"
-    return f"the given label's probability, out of sample: {100 * p.confidence:.2g}%"
 
 
 def _blend(share: float) -> QColor:
@@ -244,6 +238,12 @@ class ResultsTab(QWidget):
         self.outliers_button.setToolTip("the run's images farthest from every other (their embeddings' distance to "
                                         "their nearest ones), for a look: E exclude, K keep")
         self.outliers_button.clicked.connect(lambda: self.find_label_issues("outliers"))
+        self.copies_button = QPushButton("Copies")
+        self.copies_button.setObjectName("copies")
+        self.copies_button.setToolTip("images that are copies of another (byte-identical, resized or recompressed), "
+                                      "a leak when the other is a validation or test image: each beside the image it "
+                                      "copies, E excludes the copy from training, K keeps it")
+        self.copies_button.clicked.connect(lambda: self.find_label_issues("copies"))
         self._issues_job: CliJob | None = None
         self.gallery = QListWidget()
         self.gallery.setObjectName("gallery")
@@ -261,6 +261,7 @@ class ResultsTab(QWidget):
         row.addWidget(self.gallery_title, 1)
         row.addWidget(self.issues_button)
         row.addWidget(self.outliers_button)
+        row.addWidget(self.copies_button)
         row.addWidget(self.all_errors)
         for key, action in (("E", lambda: self._decide(None)), ("R", lambda: self._decide("suggested")),
                             ("K", self._keep)):  # one key per decision while going down the list
@@ -455,10 +456,11 @@ class ResultsTab(QWidget):
 
     def find_label_issues(self, kind: str = "suspects") -> None:
         """`main.py audit RUN --json` in a subprocess (a second time it reuses what it kept); its `kind`, "suspects"
-        (probably labelled wrong) or "outliers" (far from every other image), fill the gallery, worst first."""
+        (probably labelled wrong), "copies" (of another image) or "outliers" (far from every other image), fill the
+        gallery, worst first."""
         if self.model is None or self._issues_job is not None:
             return
-        for button in (self.issues_button, self.outliers_button):
+        for button in (self.issues_button, self.outliers_button, self.copies_button):
             button.setEnabled(False)
         self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
         job = self._issues_job = CliJob(["audit", str(self.model.run.path), "--json"], self)
@@ -467,18 +469,9 @@ class ResultsTab(QWidget):
 
     def _issues_found(self, report: dict, kind: str) -> None:
         self._issues_job = None
-        for button in (self.issues_button, self.outliers_button):
+        for button in (self.issues_button, self.outliers_button, self.copies_button):
             button.setEnabled(True)
-        if kind == "outliers":
-            found = [Prediction(o["path"], o["label"], o["suggested"], o["distance"], 0.0, audit="outlier")
-                     for o in report["outliers"]]
-            title = (f"{len(found)} of {report['images']} images far from every other, farthest first "
-                     f"(E exclude · R relabel as suggested · K keep)")
-        else:
-            found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, audit="issue")
-                     for s in report["suspects"]]
-            title = (f"{len(found)} of {report['images']} images probably labelled wrong, most likely first "
-                     f"(E exclude · R relabel as suggested · K keep)")
+        found, title = audit_gallery(report, kind)
         self._fill(found, title)
         self.side_tabs.setCurrentIndex(0)
         if found:
@@ -487,7 +480,7 @@ class ResultsTab(QWidget):
 
     def _issues_failed(self, error: str) -> None:
         self._issues_job = None
-        for button in (self.issues_button, self.outliers_button):
+        for button in (self.issues_button, self.outliers_button, self.copies_button):
             button.setEnabled(True)
         self.gallery_title.setText(f"Audit: {error}")
 
@@ -520,16 +513,16 @@ class ResultsTab(QWidget):
         self.gallery_title.setText(title + more)
         self.gallery.clear()
         for p in self.shown:
-            score = (f"{p.confidence:.3f}" if p.audit == "outlier" else f"{100 * p.confidence:.2g}%" if p.audit
-                     else f"{100 * p.confidence:.0f}%")  # an issue: the given label's probability, often tiny
+            score = score_text(p) if p.audit else f"{100 * p.confidence:.0f}%"
             item = QListWidgetItem(f"{p.true} → {p.predicted}\n{score}" if p.wrong else f"{p.true}\n{score}")
             item.setToolTip(f"{p.path}\ngiven {p.true}, suggested {p.predicted} ({audit_measure(p)})" if p.audit
                             else f"{p.path}\ntrue {p.true}, predicted {p.predicted} ({100 * p.confidence:.1f}%), "
                                  f"loss {p.loss:.3f}")
             self.gallery.addItem(item)
         self._thumb_serial += 1
-        serial, paths = self._thumb_serial, [p.path for p in self.shown]
-        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._set_icons(serial, images), owner=self)
+        serial, pairs = self._thumb_serial, [(p.path, p.copy_of and p.copy_of[1]) for p in self.shown]
+        run_in_thread(lambda: load_pair_thumbnails(pairs, THUMB), lambda images: self._set_icons(serial, images),
+                      owner=self)
         self._select(-1)
 
     def _set_icons(self, serial: int, images: list[QImage]) -> None:
@@ -553,7 +546,9 @@ class ResultsTab(QWidget):
             return
         p = self.selected = self.shown[row]
         self._show_details(p)
-        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image), owner=self)
+        pair = [(p.path, p.copy_of and p.copy_of[1])]
+        run_in_thread(lambda: load_pair_thumbnails(pair, PREVIEW)[0], lambda image: self._preview(p, image),
+                      owner=self)
         self._enable_actions(True)
         in_training = self._in_training_folder(p.path)
         for button in (self.exclude_button, self.relabel_button, self.relabel_choice):

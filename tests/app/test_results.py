@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import run_here, train_here, write_config
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 
 from trainer.core.rundir import RunDir
 from trainer.data.manifest import read_manifest
@@ -215,7 +215,7 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     digits among them), and E, R, K decide each one into the manifest and move on; then the outliers (the crops of a
     photograph among the digits) from what the audit kept."""
     pytest.importorskip("cleanlab", reason="pip install cleanlab (the .[dev] set-up installs it)")
-    run, flipped, cfg, crops, _ = flipped_digits_run
+    run, flipped, cfg, crops, copies = flipped_digits_run
     window = make_window(cfg, runs_dir=run.path.parent)
     tab = open_results(qtbot, window, run)
     tab.issues_button.click()
@@ -236,3 +236,12 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "outlier", timeout=60_000)
     assert "far from every other" in tab.gallery_title.text() and "cosine distance" in tab.details.text()
     assert set(crops) <= {p.path for p in tab.shown}, "the photograph's crops among them"
+    tab.copies_button.click()  # the test images copied into training, each beside its test image
+    qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].copy_of is not None, timeout=60_000)
+    assert "30 of them of a validation or test image (a leak)" in tab.gallery_title.text()
+    shown = {p.path: p.copy_of for p in tab.shown}
+    assert all(shown[c] == ("test", s) for c, (s, _) in copies.items()), "each copy beside its test image"
+    qtbot.waitUntil(lambda: tab.gallery.item(0).icon().actualSize(QSize(96, 96)).width() == 96, timeout=10_000)
+    qtbot.keyClick(tab.gallery, Qt.Key.Key_E)  # exclude the copy, not its test image
+    qtbot.waitUntil(lambda: os.path.realpath(tab.shown[0].path) in read_manifest(manifest).exclude, timeout=20_000)
+    assert tab.gallery.currentRow() == 1 and "copy of the test image" in tab.details.text()

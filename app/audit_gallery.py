@@ -1,0 +1,64 @@
+"""What the Results tab's gallery shows of `main.py audit --json` (issue #35): the label issues, the copies and the
+outliers, each as the gallery's images with a title and what the audit measured of each. Torch-free."""
+
+from __future__ import annotations
+
+from app.eval_results import Prediction
+
+KEYS = "E exclude · R relabel as suggested · K keep"
+
+
+def audit_gallery(report: dict, kind: str) -> tuple[list[Prediction], str]:
+    """(the images, the gallery's title) of the audit's `kind`: "suspects", "copies" or "outliers"."""
+    if kind == "outliers":
+        found = [Prediction(o["path"], o["label"], o["suggested"], o["distance"], 0.0, audit="outlier")
+                 for o in report["outliers"]]
+        return found, f"{len(found)} of {report['images']} images far from every other, farthest first ({KEYS})"
+    if kind == "copies":
+        found = copies(report["duplicates"])
+        leaks = sum(p.copy_of[0] != "train" for p in found)
+        worth = f"; {report['leak_worth']}" if report.get("leak_worth") else ""
+        return found, (f"{len(found)} copies of another image, {leaks} of them of a validation or test image (a "
+                       f"leak), most alike first; left the copy, right the image it copies{worth} (E exclude the "
+                       f"copy · K keep)")
+    found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, audit="issue")
+             for s in report["suspects"]]
+    return found, f"{len(found)} of {report['images']} images probably labelled wrong, most likely first ({KEYS})"
+
+
+def copies(groups: list[dict]) -> list[Prediction]:
+    """Each copy an exclusion could take out of training, beside the image it copies: in a leak the training
+    images copy the test or validation one (which stays, to score the run); else the first of the group stays.
+    `predicted` is that image's label (relabelling to it fixes a copy filed under another class)."""
+    out = []
+    for g in groups:
+        images = g["images"]
+        kept = images[0]
+        if g["leak"]:
+            kept = min(images, key=lambda i: ("test", "val", "train").index(i["split"]))
+        for image in images:
+            if image is not kept and image["split"] == "train":
+                out.append(Prediction(image["path"], image["label"], kept["label"], g["similarity"], 0.0,
+                                      audit="near copy" if g["near"] else "exact copy",
+                                      copy_of=(kept["split"], kept["path"])))
+    return out
+
+
+def audit_measure(p: Prediction) -> str:
+    """What the audit measured of an image it listed."""
+    if p.audit == "outlier":
+        return f"mean cosine distance {p.confidence:.3f} to its nearest images"
+    if p.copy_of:
+        what = "a resized or recompressed copy" if p.audit == "near copy" else "a byte-identical copy"
+        split, path = p.copy_of
+        return f"{what} of the {split} image {path} (thumbnails' correlation {p.confidence:.4f})"
+    return f"the given label's probability, out of sample: {100 * p.confidence:.2g}%"
+
+
+def score_text(p: Prediction) -> str:
+    """The number under an audited image's thumbnail."""
+    if p.audit == "outlier":
+        return f"{p.confidence:.3f}"
+    if p.copy_of:
+        return "leak" if p.copy_of[0] != "train" else "copy"
+    return f"{100 * p.confidence:.2g}%"  # an issue: the given label's probability, often tiny
