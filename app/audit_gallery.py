@@ -17,10 +17,9 @@ def audit_gallery(report: dict, kind: str) -> tuple[list[Prediction], str]:
     if kind == "copies":
         found = copies(report["duplicates"])
         leaks = sum(p.copy_of[0] != "train" for p in found)
-        worth = f"; {report['leak_worth']}" if report.get("leak_worth") else ""
-        return found, (f"{len(found)} copies of another image, {leaks} of them of a validation or test image (a "
-                       f"leak), most alike first; left the copy, right the image it copies{worth} (E exclude the "
-                       f"copy · K keep)")
+        worth = f"<br>{report['leak_worth'][0].upper()}{report['leak_worth'][1:]}." if report.get("leak_worth") else ""
+        return found, (f"{len(found)} copies of another image ({leaks} of a test or validation image: a leak), most "
+                       f"alike first; left the copy, right the image it copies (E exclude the copy · K keep){worth}")
     found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, audit="issue")
              for s in report["suspects"]]
     return found, f"{len(found)} of {report['images']} images probably labelled wrong, most likely first ({KEYS})"

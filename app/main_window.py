@@ -173,6 +173,8 @@ class MainWindow(QMainWindow):
         self.runs.runFinished.connect(self._run_finished)
         self.runs.changed.connect(self._update_buttons)
         self.dataset_page.default_manifest = self.default_manifest_path
+        self.dataset_page.runs_dir = self.runs_dir
+        self.dataset_page.findingsRequested.connect(self.show_findings)
         self.binder.widgets["data.train_dir"].textChanged.connect(lambda _: self._dataset_changed())
         self.dataset_page.folderSettled.connect(self._use_folder_splits)
         self.dashboard.results.markRequested.connect(self._mark_image)
@@ -670,6 +672,12 @@ class MainWindow(QMainWindow):
         except ConfigError as e:
             log.warning("%s", e)
         self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def show_findings(self, path: str, kind: str) -> None:
+        """A finding of the Dataset page's data check: its run opened on the Results tab, the audit's view shown."""
+        self.open_run(path)
+        self.dashboard.tabs.setCurrentWidget(self.dashboard.results)
+        self.dashboard.results.find_label_issues(kind)
 
     def _progress(self, done: float, epochs: int, eta_s: float | None) -> None:
         self.progress.setMaximum(max(epochs, 1))

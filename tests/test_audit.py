@@ -11,6 +11,8 @@ import json
 import pytest
 from helpers import run_here, write_config
 
+from trainer.data.findings import read_findings
+
 pytest.importorskip("cleanlab", reason="pip install cleanlab (the .[dev] set-up installs it)")
 
 
@@ -61,6 +63,11 @@ def test_every_copy_of_a_test_image_in_training_is_a_leak_and_look_alikes_are_no
     assert "without the 30 leaked ones" in report["leak_worth"]
     rows = list(csv.DictReader((run.path / "audit" / "duplicates.csv").open()))
     assert {r["path"] for r in rows if r["leak"] == "yes"} >= planted
+    findings = read_findings(run.path)  # what check-data and the Dataset page say of the run's last audit
+    assert findings.copies == len(rows) - len(report["duplicates"]) and findings.leaks >= 30
+    assert findings.label_issues == len(report["suspects"]) and findings.outliers == len(report["outliers"])
+    said = run_here("check-data", run.path.parent.parent / "digits", "--run", run.path)
+    assert findings.line() in said.stdout, said.stdout
 
 
 def test_an_audit_names_what_it_cannot_do(tmp_path, shapes_dir):

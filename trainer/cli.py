@@ -230,6 +230,7 @@ def cmd_check_data(args) -> int:
     from dataclasses import asdict
 
     from trainer.data.duplicates import ImageRef, find_duplicates, format_duplicates, leak_worth
+    from trainer.data.findings import read_findings
     from trainer.data.manifest import read_manifest
     from trainer.data.scan import find_layout, format_report, scan_image_folder
 
@@ -262,10 +263,9 @@ def cmd_check_data(args) -> int:
         if not predictions.is_file():
             raise CommandError(f"--run: {predictions}: no test evaluation in that run (main.py evaluate RUN first)")
         print(leak_worth(predictions, found).line())
-        for name, what in (("label_issues", "label issues"), ("outliers", "outliers")):  # the run's last audit
-            listed = Path(args.run) / "audit" / f"{name}.csv"
-            print(f"{what}: {len(listed.read_text(encoding='utf-8').splitlines()) - 1} in {listed}" if listed.is_file()
-                  else f"{what}: not looked for yet (main.py audit {args.run})")
+        findings = read_findings(args.run)  # what the run's last audit found
+        print(findings.line() if findings else f"label issues, copies and outliers: not looked for yet (main.py audit "
+                                               f"{args.run})")
     result = splits["train"]
     if args.json:
         Path(args.json).write_text(json.dumps({

@@ -32,6 +32,7 @@ from app.thumbnails import load_thumbnails
 from trainer.core.config import key_choices
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
+from trainer.data.findings import Findings, latest_audit
 from trainer.data.manifest import Manifest, read_manifest, write_manifest
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, suggest
@@ -39,15 +40,17 @@ from trainer.remote.protocol import read_scan
 from trainer.runs.launch import main_command
 
 THUMB = 56
-# what a scan hands the page: the scan, thumbnails, the manifest, the flip rule, the exact duplicates (None: not looked
-# for, as on a host)
-ScanPayload = tuple[ScanResult, list[tuple[str, QImage]], "Manifest | None", object, "Duplicates | None"]
+# what a scan hands the page: the scan, thumbnails, the manifest, the flip rule, the exact duplicates and the last
+# audit's findings (None: not looked for, as on a host)
+ScanPayload = tuple[ScanResult, list[tuple[str, QImage]], "Manifest | None", object, "Duplicates | None",
+                    "Findings | None"]
 THUMBS_PER_CLASS = 6
 
 
-def _scan_with_thumbnails(folder: str, manifest_path: str) -> ScanPayload:
+def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None) -> ScanPayload:
     """Runs on the thread pool: header scan (honouring the manifest) plus a few decoded thumbnails per class
-    (QImage is thread-safe), the flip rule and the exact duplicates."""
+    (QImage is thread-safe), the flip rule, the exact duplicates and what the last audit of a run on the folder
+    found."""
     manifest = read_manifest(manifest_path) if manifest_path else None
     result = scan_image_folder(folder, full=False, manifest=manifest)
     rng = random.Random(0)
@@ -57,7 +60,8 @@ def _scan_with_thumbnails(folder: str, manifest_path: str) -> ScanPayload:
         for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
             if not image.isNull():
                 thumbs.append((name, image))
-    return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result)  # off the GUI thread
+    findings = latest_audit(runs_dir, folder) if runs_dir else None
+    return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings  # off the GUI thread
 
 
 def _duplicates(folder: str, result: ScanResult) -> Duplicates:
@@ -80,7 +84,7 @@ def remote_scan(host: str, folder: str) -> ScanPayload:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")
     result, thumbs = read_scan(done.stdout, f"{host}: `agent scan`")
-    return result, [(name, QImage.fromData(png)) for name, png in thumbs], None, None, None  # flips: by the names
+    return result, [(name, QImage.fromData(png)) for name, png in thumbs], None, None, None, None  # flips: by names
 
 
 def duplicates_warning(found: Duplicates | None, root: str) -> list[str]:
@@ -147,6 +151,7 @@ class DatasetPage(QWidget):
     scanned = Signal(object)  # ScanResult, or None when the folder cannot be scanned
     folderSettled = Signal(str)  # data.train_dir, about to be scanned
     manifestChanged = Signal(dict)  # real path -> new class (None: excluded), after each scan
+    findingsRequested = Signal(str, str)  # a run's path, the audit's view: "suspects", "copies" or "outliers"
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
@@ -158,6 +163,7 @@ class DatasetPage(QWidget):
         # where a new manifest goes when data.exclude is not set yet (the window decides: beside the config)
         self.default_manifest = lambda: Path.home() / "traindeck-exclude.yaml"
         self.host = ""  # device.host: the folders are on that host (browsed and scanned there)
+        self.runs_dir: Path | None = None  # where the last audit of a run on the folder is looked for (the window's)
 
         left = self._build_settings(binder)
         right = self._build_overview(binder)
@@ -223,6 +229,13 @@ class DatasetPage(QWidget):
         self.summary = QLabel("Choose a folder of training images.")
         self.summary.setObjectName("scanSummary")
         self.summary.setWordWrap(True)
+        self.findings = QLabel("")
+        self.findings.setObjectName("dataFindings")
+        self.findings.setWordWrap(True)
+        self.findings.setToolTip("what `main.py audit` found in the latest audited run on this folder; a link opens "
+                                 "that run's Results tab on the finding")
+        self.findings.linkActivated.connect(lambda link: self.findingsRequested.emit(*link.split("|", 1)[::-1]))
+        self.findings.hide()
         self.bars = pg.PlotWidget()
         self.bars.setMinimumHeight(160)
         self.bars.setMouseEnabled(x=False, y=False)
@@ -280,6 +293,7 @@ class DatasetPage(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.addWidget(self.summary)
+        rl.addWidget(self.findings)
         rl.addWidget(self.auto.choices, 3)  # Auto's choices, once planned: the wide column has room for the reasons
         rl.addWidget(self.imbalance_fixes)
         rl.addWidget(self.suggestion)
@@ -340,7 +354,9 @@ class DatasetPage(QWidget):
             return
         host = self.host
         self.summary.setText(f"Scanning {folder} on {host} …" if host else f"Scanning {folder} …")
-        run_in_thread(lambda: remote_scan(host, folder) if host else _scan_with_thumbnails(folder, manifest_path),
+        runs_dir = self.runs_dir
+        run_in_thread(lambda: remote_scan(host, folder) if host else _scan_with_thumbnails(folder, manifest_path,
+                                                                                           runs_dir),
                       lambda result: self._show(serial, result), lambda error: self._failed(serial, error), owner=self)
 
     def _failed(self, serial: int, error: str) -> None:
@@ -356,7 +372,7 @@ class DatasetPage(QWidget):
     def _show(self, serial: int, payload) -> None:
         if serial != self._scan_serial:
             return  # a newer scan is under way
-        result, thumbs, manifest, self.flips, duplicates = payload
+        result, thumbs, manifest, self.flips, duplicates, findings = payload
         self.scan_result = result
         self._show_manifest(manifest)
         self.scan_error = ""
@@ -371,6 +387,7 @@ class DatasetPage(QWidget):
         for p in result.problems():
             text += f"<br><span style='color:#c9302c'>{p}</span>"
         self.summary.setText(text)
+        self._show_findings(findings)
         self.imbalance_fixes.setVisible(result.unbalanced)
         self._show_suggestions()
         self.bars.clear()
@@ -387,6 +404,18 @@ class DatasetPage(QWidget):
         for path, reason in result.bad_files:
             self.bad_files.addItem(f"{path}: {reason}")
         self.scanned.emit(result)
+
+    def _show_findings(self, found: Findings | None) -> None:
+        """The last audit's findings, each a link to its view in that run's Results tab."""
+        self.findings.setVisible(found is not None)
+        if found is None:
+            return
+        run = html.escape(str(found.run))
+        self.findings.setText(
+            f"The data check of run {html.escape(found.run.name)}: "
+            f"<a href='suspects|{run}'>{found.label_issues} label issue(s)</a> · "
+            f"<a href='copies|{run}'>{found.copies} cop(ies), {found.leaks} leak(s) across train/val/test</a> · "
+            f"<a href='outliers|{run}'>{found.outliers} outlier(s)</a>")
 
     def _show_suggestions(self) -> None:
         raw: dict = {}

@@ -257,16 +257,17 @@ class ResultsTab(QWidget):
         gallery_box = QWidget()
         gl = QVBoxLayout(gallery_box)
         gl.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(self.gallery_title, 1)
+        row = QHBoxLayout()  # the buttons above the title: a long title wraps over the gallery's whole width
+        row.addWidget(self.all_errors)
         row.addWidget(self.issues_button)
         row.addWidget(self.outliers_button)
         row.addWidget(self.copies_button)
-        row.addWidget(self.all_errors)
+        row.addStretch(1)
         for key, action in (("E", lambda: self._decide(None)), ("R", lambda: self._decide("suggested")),
                             ("K", self._keep)):  # one key per decision while going down the list
             QShortcut(QKeySequence(key), self.gallery, action, context=Qt.ShortcutContext.WidgetShortcut)
         gl.addLayout(row)
+        gl.addWidget(self.gallery_title)
         gl.addWidget(self.gallery, 1)
 
         self.pairs = QTableWidget(0, 3)

@@ -238,10 +238,18 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     assert set(crops) <= {p.path for p in tab.shown}, "the photograph's crops among them"
     tab.copies_button.click()  # the test images copied into training, each beside its test image
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].copy_of is not None, timeout=60_000)
-    assert "30 of them of a validation or test image (a leak)" in tab.gallery_title.text()
+    assert "of a test or validation image: a leak" in tab.gallery_title.text()
+    assert "without the 30 leaked ones" in tab.gallery_title.text(), "what the leak was worth to the test score"
     shown = {p.path: p.copy_of for p in tab.shown}
     assert all(shown[c] == ("test", s) for c, (s, _) in copies.items()), "each copy beside its test image"
     qtbot.waitUntil(lambda: tab.gallery.item(0).icon().actualSize(QSize(96, 96)).width() == 96, timeout=10_000)
     qtbot.keyClick(tab.gallery, Qt.Key.Key_E)  # exclude the copy, not its test image
     qtbot.waitUntil(lambda: os.path.realpath(tab.shown[0].path) in read_manifest(manifest).exclude, timeout=20_000)
     assert tab.gallery.currentRow() == 1 and "copy of the test image" in tab.details.text()
+    page = window.dataset_page  # the data check's line on the Dataset page, each finding a link to its view
+    page.scan()
+    qtbot.waitUntil(lambda: not page.findings.isHidden(), timeout=30_000)
+    assert f"The data check of run {run.name}: " in page.findings.text() and "label issue(s)" in page.findings.text()
+    page.findings.linkActivated.emit(f"outliers|{run.path}")
+    qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "outlier", timeout=60_000)
+    assert window.dashboard.tabs.currentWidget() is tab
