@@ -13,6 +13,8 @@ import yaml
 
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir
+from trainer.data.manifest import read_manifest
+from trainer.data.scan import DataError
 
 NOTES = "notes.json"
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ten times faster on 500 configs
@@ -111,8 +113,20 @@ def summarize(run: RunDir) -> dict:
         "duration": (status.get("earlier_s") or 0) + (ended - started) if ended and started else None,
         "started": dt.datetime.fromtimestamp(status.get("first_started") or started).strftime("%Y-%m-%d %H:%M"),
         "started_ts": status.get("first_started") or started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],
-        "params": flatten(cfg), "pid": status.get("pid"), "reason": status.get("reason"),
+        "params": flatten(cfg) | {"data changes": data_changes(run)}, "pid": status.get("pid"),
+        "reason": status.get("reason"),
     }
+
+
+def data_changes(run: RunDir) -> str:
+    """What the run's own copy of its manifest changed of the folder (a column when it differs between runs)."""
+    if not run.manifest.is_file():
+        return "none"
+    try:
+        m = read_manifest(run.manifest)
+    except DataError:
+        return "unreadable manifest"
+    return f"−{len(m.exclude)} excluded, {len(m.relabel)} relabelled, +{len(m.add)} added"
 
 
 def varying_keys(rows: list[dict]) -> list[str]:

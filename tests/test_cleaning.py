@@ -75,7 +75,7 @@ def test_a_run_uses_the_manifest_records_it_and_keeps_its_own_copy(photos, tmp_p
     assert folder_checksums(photos) == before
 
     report = run_here("check-data", photos, "--exclude", manifest_path)
-    assert report.returncode == 0 and "the manifest leaves out 4 images and relabels 1" in report.stdout
+    assert report.returncode == 0 and "the manifest leaves out 4 images, relabels 1 and adds 0" in report.stdout
 
 
 def test_bad_manifests_are_refused_by_name(photos, tmp_path):

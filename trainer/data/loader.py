@@ -168,7 +168,7 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
 
     cache = resolve_cache(cfg, 0)
     manifest = load_manifest(cfg)
-    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none", manifest)}
+    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none", manifest, additions=True)}
     if cfg.val_dir:
         folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none", manifest)
         check_same_classes(folders["train"].classes, folders["val"].classes, cfg.val_dir)
@@ -201,7 +201,7 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
     bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache, test=test_s)
     if manifest is not None:
         bundle.manifest = {"file": str(manifest.path), "excluded": sum(f.excluded for f in folders.values()),
-                           "relabelled": sum(f.relabelled for f in folders.values())}
+                           "relabelled": sum(f.relabelled for f in folders.values()), "added": folders["train"].added}
     if stores:
         bundle.train.attach(stores["train"])
         bundle.val.attach(stores.get("val", stores["train"]))
@@ -222,11 +222,11 @@ def load_manifest(cfg: DataConfig):
     return read_manifest(cfg.exclude)
 
 
-def _checked_scan(folder: str, key: str, full: bool, manifest=None) -> ScanResult:
+def _checked_scan(folder: str, key: str, full: bool, manifest=None, additions: bool = False) -> ScanResult:
     if not folder:
         raise DataError(f"{key}: not set (the ImageFolder to train on)")
     try:
-        scan = scan_image_folder(folder, full=full, manifest=manifest)
+        scan = scan_image_folder(folder, full=full, manifest=manifest, additions=additions)
     except DataError as e:
         raise DataError(f"{key}: {e}") from e
     problems = scan.problems()

@@ -1,12 +1,14 @@
-"""The dataset manifest (`data.exclude`): images left out of training or given another class, without touching
-the user's files.
+"""The dataset manifest (`data.exclude`): images left out of training, given another class, or added to training
+from elsewhere (labelled from a pool), without touching the user's files.
 
-A small YAML file, written by the app's Results tab (or by hand):
+A small YAML file, written by the app's Results tab and labelling view (or by hand):
 
     exclude:            # images the scan skips
       - cats/blurry_001.jpg
     relabel:            # images the scan files under another class
       dogs/0042.jpg: cats
+    add:                # images outside the folder, trained on under this class (main.py label)
+      ../pool/img_0007.jpg: dogs
 
 Paths are stored relative to the manifest's own folder (absolute when on another drive) and matched by their real
 path, so a manifest keeps working when the project folder moves with it. Torch-free: the app reads and writes it.
@@ -24,7 +26,7 @@ from trainer.core.errors import first_line
 from trainer.core.files import atomic_write_text
 from trainer.data.scan import DataError
 
-HEADER = "# TrainDeck dataset manifest: images left out (exclude) or given another class (relabel).\n" \
+HEADER = "# TrainDeck dataset manifest: images left out (exclude), given another class (relabel) or added (add).\n" \
          "# Your image files are never deleted, moved or rewritten; undo an entry by removing its line.\n"
 
 
@@ -33,9 +35,10 @@ class Manifest:
     path: Path
     exclude: list[str] = field(default_factory=list)  # real paths
     relabel: dict[str, str] = field(default_factory=dict)  # real path -> class name
+    add: dict[str, str] = field(default_factory=dict)  # real path of an image outside the folder -> class name
 
     def __len__(self) -> int:
-        return len(self.exclude) + len(self.relabel)
+        return len(self.exclude) + len(self.relabel) + len(self.add)
 
     def mark_excluded(self, image: str) -> None:
         key = _real(image)
@@ -49,27 +52,34 @@ class Manifest:
             self.exclude.remove(key)
         self.relabel[key] = class_name
 
+    def mark_added(self, image: str, class_name: str) -> None:
+        """Train on `image` (outside the folder: a labelled pool image) as `class_name`."""
+        self.add[_real(image)] = class_name
+
     def undo(self, image: str) -> None:
         key = _real(image)
         if key in self.exclude:
             self.exclude.remove(key)
         self.relabel.pop(key, None)
+        self.add.pop(key, None)
 
     def entries(self) -> list[tuple[str, str | None]]:
         """(image, new class) for each entry; None means excluded."""
         return [(p, None) for p in self.exclude] + list(self.relabel.items())
 
-    def filter(self, samples: list[tuple[str, int]], classes: list[str],
-               key: str = "data.exclude") -> tuple[list[tuple[str, int]], int, int]:
-        """`samples` with excluded images dropped and relabelled ones moved; (samples, excluded, relabelled).
+    def filter(self, samples: list[tuple[str, int]], classes: list[str], key: str = "data.exclude",
+               additions: bool = False) -> tuple[list[tuple[str, int]], int, int, int]:
+        """`samples` with excluded images dropped, relabelled ones moved and (`additions`: the training folder's
+        scan) the added ones appended; (samples, excluded, relabelled, added).
 
-        A relabel to a class the folder does not have is a DataError naming the manifest and the class."""
-        unknown = sorted({c for c in self.relabel.values() if c not in classes})
+        A relabel or an addition to a class the folder does not have is a DataError naming the manifest and the
+        class."""
+        unknown = sorted({c for c in [*self.relabel.values(), *self.add.values()] if c not in classes})
         if unknown:
             raise DataError(f"{key}: {self.path}: relabels to {', '.join(unknown)}, which is not a class of the "
                             f"dataset ({', '.join(classes)})")
         if not self:
-            return samples, 0, 0
+            return samples, 0, 0, 0
         excluded, relabel = set(self.exclude), {k: classes.index(v) for k, v in self.relabel.items()}
         out, n_excluded, n_relabelled = [], 0, 0
         for path, label in samples:
@@ -81,7 +91,11 @@ class Manifest:
                 n_relabelled += 1
                 label = relabel[real]
             out.append((path, label))
-        return out, n_excluded, n_relabelled
+        if not additions:
+            return out, n_excluded, n_relabelled, 0
+        present = {_real(path) for path, _ in out} | excluded
+        added = [(path, classes.index(c)) for path, c in self.add.items() if path not in present]
+        return out + added, n_excluded, n_relabelled, len(added)
 
 
 def _real(path: str | os.PathLike) -> str:
@@ -97,17 +111,20 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise DataError(f"data.exclude: {path}: cannot be read ({first_line(e)})") from e
-    if not isinstance(raw, dict) or set(raw) - {"exclude", "relabel"}:
-        raise DataError(f"data.exclude: {path}: expected the keys exclude (a list of images) and relabel "
+    if not isinstance(raw, dict) or set(raw) - {"exclude", "relabel", "add"}:
+        raise DataError(f"data.exclude: {path}: expected the keys exclude (a list of images), relabel and add "
                         f"(image: class), got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
-    exclude, relabel = raw.get("exclude") or [], raw.get("relabel") or {}
+    exclude, relabel, add = raw.get("exclude") or [], raw.get("relabel") or {}, raw.get("add") or {}
     if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
         raise DataError(f"data.exclude: {path}: exclude must be a list of image paths")
-    if not isinstance(relabel, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in relabel.items()):
-        raise DataError(f"data.exclude: {path}: relabel must map image paths to class names")
+    for name, mapping in (("relabel", relabel), ("add", add)):
+        if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in mapping.items()):
+            raise DataError(f"data.exclude: {path}: {name} must map image paths to class names")
     base = path.parent
     resolve = lambda p: _real(p if os.path.isabs(os.path.expanduser(p)) else base / p)  # noqa: E731
-    return Manifest(path, [resolve(p) for p in exclude], {resolve(k): v for k, v in relabel.items()})
+    return Manifest(path, [resolve(p) for p in exclude], {resolve(k): v for k, v in relabel.items()},
+                    {resolve(k): v for k, v in add.items()})
 
 
 def write_manifest(manifest: Manifest, path: str | os.PathLike | None = None) -> Path:
@@ -124,5 +141,7 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike | None = None) ->
 
     body = {"exclude": [stored(p) for p in manifest.exclude],
             "relabel": {stored(k): v for k, v in manifest.relabel.items()}}
+    if manifest.add:
+        body["add"] = {stored(k): v for k, v in manifest.add.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(path, HEADER + yaml.safe_dump(body, sort_keys=False, allow_unicode=True))

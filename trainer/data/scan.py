@@ -42,6 +42,7 @@ class ScanResult:
     unbalanced: bool = False  # the largest class has IMBALANCE_RATIO times the images of the smallest, or more
     excluded: int = 0  # images left out by the data.exclude manifest
     relabelled: int = 0  # images given another class by the manifest
+    added: int = 0  # images from outside the folder the manifest adds (labelled from a pool)
     image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height) of each usable image
 
     @property
@@ -91,9 +92,11 @@ def printable_path(path: str) -> str:
     return path if path.isprintable() else repr(path)
 
 
-def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: int = 8, manifest=None) -> ScanResult:
+def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: int = 8, manifest=None,
+                      additions: bool = False) -> ScanResult:
     """Scan `root`; `full` decodes every image (finds truncated files), else only headers are read. A `manifest`
-    (trainer.data.manifest.Manifest) leaves images out or gives them another class; the files are not touched.
+    (trainer.data.manifest.Manifest) leaves images out or gives them another class, and (`additions`: `root` is the
+    training folder) adds the images it labels from elsewhere; the files are not touched.
 
     Symbolic links are followed, but a folder is scanned once (a link loop is reported, not followed round)
     and a file reached through two paths is used once.
@@ -143,7 +146,8 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
                                f"{printable_path(path)} is {printable_path(first)}")
 
     if manifest is not None:
-        candidates, result.excluded, result.relabelled = manifest.filter(candidates, result.classes)
+        candidates, result.excluded, result.relabelled, result.added = manifest.filter(candidates, result.classes,
+                                                                                       additions=additions)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         checked = list(pool.map(lambda c: _check_image(c[0], full), candidates))
     for (path, label), (reason, size) in zip(candidates, checked):
@@ -291,8 +295,9 @@ def format_report(result: ScanResult) -> str:
     if result.bad_files:
         lines.append(f"{len(result.bad_files)} files cannot be used:")
         lines.extend(f"  {printable_path(path)}: {reason}" for path, reason in result.bad_files)
-    if result.excluded or result.relabelled:
-        lines.append(f"the manifest leaves out {result.excluded} images and relabels {result.relabelled}")
+    if result.excluded or result.relabelled or result.added:
+        lines.append(f"the manifest leaves out {result.excluded} images, relabels {result.relabelled} and adds "
+                     f"{result.added}")
     if result.outside:
         lines.append(f"{result.outside} images at the top level are outside any class folder and are not used "
                      f"(move them into a class folder)")

@@ -214,8 +214,8 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
         frozen={"backbone": parts.linear_probe, "until_epoch": parts.unfreeze_at_epoch})
     if strategy.is_main:
         if parts.data.manifest:
-            log.info("manifest %s: %d images left out, %d relabelled", parts.data.manifest["file"],
-                     parts.data.manifest["excluded"], parts.data.manifest["relabelled"])
+            log.info("manifest %s: %d images left out, %d relabelled, %d added", parts.data.manifest["file"],
+                     parts.data.manifest["excluded"], parts.data.manifest["relabelled"], parts.data.manifest["added"])
         if parts.weights:
             log.info("weights: %s (%s, sha256 %s); normalisation from %s", parts.weights.get("name") or "local file",
                      parts.weights.get("file"), (parts.weights.get("sha256") or "-")[:16], parts.normalisation_source)
