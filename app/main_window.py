@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob, run_in_thread
 from app.experiments import extension_facts
 from app.forms import Binder, get_path, set_path
+from app.label_dialog import LabelDialog
 from app.lr_finder import LrFinder
 from app.pages.advanced_page import AdvancedPage, value_text
 from app.pages.dashboard import Dashboard
@@ -179,6 +180,7 @@ class MainWindow(QMainWindow):
         self.dataset_page.folderSettled.connect(self._use_folder_splits)
         self.dashboard.results.markRequested.connect(self._mark_image)
         self.dashboard.results.undoRequested.connect(self.dataset_page.undo)
+        self.dashboard.results.labelPoolRequested.connect(self.label_pool)
         self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
         self.runs_page.openRequested.connect(self.open_run)
         self.queue_page.openRequested.connect(self.open_run)
@@ -650,6 +652,16 @@ class MainWindow(QMainWindow):
         what = "left out of training" if new_class is None else f"relabelled as {new_class}"
         self.statusBar().showMessage(f"{Path(image).name}: {what} in {self.dataset_page.manifest_path} (the next "
                                      f"run uses it; undo on the Dataset page)", 8000)
+
+    def label_pool(self, run_path: str) -> LabelDialog:
+        """The labelling view for `run_path`'s network; its labels go into the form's manifest, and "Train again"
+        starts a run with them."""
+        dialog = LabelDialog(run_path, lambda: self.dataset_page.manifest_path, self.dataset_page.add_labelled, self)
+        dialog.trainRequested.connect(self.start_run)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.resize(760, 460)
+        dialog.show()
+        return dialog
 
     def try_it(self) -> TryItDialog:
         """The Try it dialog, offering the shown run first, then every other run with a best checkpoint."""

@@ -27,8 +27,8 @@ log = logging.getLogger("traindeck")
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "audit", "grad-cam", "queue", "sweep",
-            "standby", "hosts", "agent", "mirror", "fetch")
+            "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "audit", "label", "grad-cam", "queue",
+            "sweep", "standby", "hosts", "agent", "mirror", "fetch")
 
 
 class CommandError(InputError):
@@ -439,6 +439,37 @@ def cmd_audit(args) -> int:
     return 0
 
 
+def cmd_label(args) -> int:
+    """The pool images to label next (trainer.deploy.label_next), the network's most uncertain first."""
+    from dataclasses import asdict
+
+    from trainer.deploy.label_next import format_next, next_to_label
+
+    run = RunDir(args.run_dir)
+    if not run.config.exists():
+        raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
+    if not Path(args.pool).is_dir():
+        raise CommandError(f"--pool {args.pool}: no such folder")
+    found = next_to_label(run, args.pool, args.next, args.manifest)
+    if args.json:
+        print(json.dumps(asdict(found)))
+    else:
+        print("\n".join(format_next(found, args.manifest)))
+    return 0
+
+
+def _parser_label(sub) -> None:
+    p = sub.add_parser("label", help="order a pool of unlabelled images by what the run's network is least sure of "
+                       "(with no two near-copies at the top): the images to label next")
+    p.add_argument("run_dir")
+    p.add_argument("--pool", required=True, help="a folder of unlabelled images (any depth)")
+    p.add_argument("--next", type=int, default=20, help="how many to list (default 20)")
+    p.add_argument("--manifest", help="the manifest the labels go to (default: the run's data.exclude); images "
+                   "already added there are set aside")
+    p.add_argument("--json", action="store_true", help="the list as JSON")
+    p.set_defaults(func=cmd_label)
+
+
 def _parser_audit(sub) -> None:
     p = sub.add_parser("audit", help="find the run's images that are probably labelled wrong (cleanlab's confident "
                        "learning on out-of-sample probabilities), most likely first; copies (exact, resized, "
@@ -764,6 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
         _parser_describe_model,
         _parser_evaluate,
         _parser_audit,
+        _parser_label,
         _parser_queue,
         _parser_sweep,
         _parser_grad_cam,

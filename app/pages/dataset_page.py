@@ -255,7 +255,7 @@ class DatasetPage(QWidget):
         self.undo_entry.setObjectName("undoManifestEntry")
         self.undo_entry.setToolTip("put the image back as it is in its folder")
         self.undo_entry.clicked.connect(self.undo_selected)
-        self.manifest_title = QLabel("<b>Left out or relabelled</b> (none)")
+        self.manifest_title = QLabel("<b>Left out, relabelled or added</b> (none)")
 
         self.imbalance_fixes = QWidget()
         self.imbalance_fixes.setObjectName("imbalanceFixes")
@@ -439,39 +439,49 @@ class DatasetPage(QWidget):
         self.manifest = manifest
         self.manifest_entries.clear()
         entries = manifest.entries() if manifest else []
-        for path, new in entries:
-            item = QListWidgetItem(f"{'excluded' if new is None else '→ ' + new}:  {path}")
+        added = list(manifest.add.items()) if manifest else []
+        for path, what in [(p, "excluded" if new is None else f"→ {new}") for p, new in entries] + \
+                [(p, f"+ added as {c}") for p, c in added]:
+            item = QListWidgetItem(f"{what}:  {path}")
             item.setData(Qt.ItemDataRole.UserRole, path)
             self.manifest_entries.addItem(item)
         where = f" in {manifest.path.name}" if manifest else ""
-        self.manifest_title.setText(f"<b>Left out or relabelled</b> ({len(entries) or 'none'}{where}; your files are "
-                                    f"not touched)")
-        self.undo_entry.setEnabled(bool(entries))
+        self.manifest_title.setText(f"<b>Left out, relabelled or added</b> ({len(entries) + len(added) or 'none'}"
+                                    f"{where}; your files are not touched)")
+        self.undo_entry.setEnabled(bool(entries or added))
         self.manifestChanged.emit(dict(entries))
 
-    def _edit_manifest(self, change) -> None:
+    def _edit_manifest(self, change) -> str:
         """Apply `change(manifest)` to the data.exclude file (created beside the config when not set yet) and
-        rescan. Done here, not on the thread pool, so that quick successive marks never lose one another (the file
-        is a few lines)."""
+        rescan; "" or why it could not be (an entry is never written over a file that cannot be read: an edit by
+        hand is read first, kept, or refused). Done here, not on the thread pool, so that quick successive marks
+        never lose one another (the file is a few lines)."""
         path = self.manifest_path
         try:
             manifest = read_manifest(path) if path else None
             if not path or is_run_copy(path):  # a run keeps the manifest it trained with: edit a new one
                 path = str(self.default_manifest())
-                manifest = Manifest(Path(path), manifest.exclude, manifest.relabel) if manifest else read_manifest(path)
+                manifest = (Manifest(Path(path), manifest.exclude, manifest.relabel, manifest.add) if manifest
+                            else read_manifest(path))
                 self.binder.widgets["data.exclude"].setText(path)
             change(manifest)
             write_manifest(manifest)
         except (OSError, DataError) as e:
-            self.summary.setText(f"<span style='color:#c9302c'>cannot update the manifest: {e}</span>")
-            return
+            self.summary.setText(f"<span style='color:#c9302c'>cannot update the manifest: {html.escape(str(e))}</span>")
+            return f"cannot update the manifest: {e}"
         self._debounce.stop()
         self.scan()
+        return ""
 
     def mark(self, image: str, new_class: str | None) -> None:
         """Leave `image` out of training (new_class None) or give it another class, in the manifest."""
         self._edit_manifest(lambda m: m.mark_excluded(image) if new_class is None else m.mark_relabelled(image,
                                                                                                          new_class))
+
+    def add_labelled(self, image: str, class_name: str) -> str:
+        """Train on `image` (a pool image outside the folder) as `class_name`: an addition in the manifest; "" or
+        why it could not be added."""
+        return self._edit_manifest(lambda m: m.mark_added(image, class_name))
 
     def undo(self, image: str) -> None:
         self._edit_manifest(lambda m: m.undo(image))

@@ -128,6 +128,7 @@ class ConfusionModel(QAbstractTableModel):
 class ResultsTab(QWidget):
     markRequested = Signal(str, object)  # image path, new class (None: exclude from training)
     undoRequested = Signal(str)  # image path
+    labelPoolRequested = Signal(str)  # the run's path: label a pool of images with its network's help
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -244,6 +245,12 @@ class ResultsTab(QWidget):
                                       "a leak when the other is a validation or test image: each beside the image it "
                                       "copies, E excludes the copy from training, K keeps it")
         self.copies_button.clicked.connect(lambda: self.find_label_issues("copies"))
+        self.label_pool_button = QPushButton("Label a pool…")
+        self.label_pool_button.setObjectName("labelPool")
+        self.label_pool_button.setToolTip("label a folder of new images one at a time, the ones this run's network is "
+                                          "least sure of first (main.py label); the labels go into the manifest")
+        self.label_pool_button.clicked.connect(lambda: self.model and self.labelPoolRequested.emit(
+            str(self.model.run.path)))
         self._issues_job: CliJob | None = None
         self.gallery = QListWidget()
         self.gallery.setObjectName("gallery")
@@ -263,6 +270,7 @@ class ResultsTab(QWidget):
         row.addWidget(self.outliers_button)
         row.addWidget(self.copies_button)
         row.addStretch(1)
+        row.addWidget(self.label_pool_button)
         for key, action in (("E", lambda: self._decide(None)), ("R", lambda: self._decide("suggested")),
                             ("K", self._keep)):  # one key per decision while going down the list
             QShortcut(QKeySequence(key), self.gallery, action, context=Qt.ShortcutContext.WidgetShortcut)

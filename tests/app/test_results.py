@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 from helpers import run_here, train_here, write_config
 from PySide6.QtCore import QSize, Qt
 
@@ -253,3 +254,76 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     page.findings.linkActivated.emit(f"outliers|{run.path}")
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "outlier", timeout=60_000)
     assert window.dashboard.tabs.currentWidget() is tab
+
+
+def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, flipped_digits_run, tmp_path):
+    """The labelling loop: a pool of new handwritten digits (with an unreadable file and a copy of a training
+    image) ordered by `main.py label`, 20 labelled through the view (keys 1-9, the class box for the tenth class),
+    a hand edit of the manifest in the middle kept, a broken one refused without losing a label; then "Train
+    again" starts a run whose own manifest holds the 20 additions and whose training set counts them."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    from app.label_dialog import LabelDialog
+    from trainer.core.events import read_events
+
+    run, _, cfg, _, _ = flipped_digits_run
+    digits, pool = load_digits(), tmp_path / "pool"
+    pool.mkdir()
+    shown = {}
+    for i in range(5, 1797, 30):  # 60 digits, drawn at another size than the training set's
+        path = pool / f"new-{i:04d}.png"
+        Image.fromarray((digits.images[i] * 255 / 16).astype("uint8")).resize((36, 36), Image.BICUBIC).save(path)
+        shown[str(path)] = str(digits.target[i])
+    known = next((run.path.parent.parent / "digits" / "3").glob("*.png"))
+    shutil.copyfile(known, pool / "seen-before.png")
+    (pool / "broken.png").write_bytes(b"not an image")
+
+    window = make_window(cfg, runs_dir=run.path.parent)
+    tab = open_results(qtbot, window, run)
+    tab.label_pool_button.click()
+    dialog = window.findChild(LabelDialog)
+    dialog.pool.setText(str(pool))
+    dialog.count.setValue(20)
+    dialog.find_button.click()
+    qtbot.waitUntil(lambda: bool(dialog.picks), timeout=120_000)
+    assert "1 already in the run's data (left out)" in dialog.status.text() and "1 unreadable" in dialog.status.text()
+    assert len(dialog.picks) == 20 and {p["path"] for p in dialog.picks} <= set(shown)
+    manifest = lambda: read_manifest(window.dataset_page.manifest_path)  # noqa: E731
+    for n in range(20):
+        digit = shown[dialog.picks[dialog.at]["path"]]
+        if n == 10:  # an edit by hand while the view is open (an image left out): kept
+            path = window.dataset_page.manifest_path
+            raw = yaml.safe_load(open(path))
+            raw["exclude"] = (raw.get("exclude") or []) + [str(known)]
+            open(path, "w").write(yaml.safe_dump(raw))
+        if n == 15:  # a broken edit: the label is refused, the image stays, nothing is lost
+            good = open(window.dataset_page.manifest_path).read()
+            open(window.dataset_page.manifest_path, "w").write(good + "add: [oops\n")
+            qtbot.keyClick(dialog, Qt.Key.Key_1)
+            assert "cannot update the manifest" in dialog.status.text() and dialog.at == n
+            open(window.dataset_page.manifest_path, "w").write(good)
+        if digit == "9":  # the tenth class has no number key: its name in the box
+            dialog.name.setFocus()
+            dialog.name.setCurrentText("9")
+            qtbot.keyClick(dialog.name.lineEdit(), Qt.Key.Key_Return)
+        else:
+            qtbot.keyClick(dialog, Qt.Key.Key_0 + int(digit) + 1)  # key 1 is class "0"
+        assert dialog.at == n + 1
+    added = manifest().add
+    assert len(added) == 20 and all(added[os.path.realpath(p)] == shown[p] for p in dialog.labelled)
+    assert os.path.realpath(known) in manifest().exclude, "the hand edit was kept"
+    assert "nothing more in this list" in dialog.status.text()
+
+    window.binder.widgets["train.epochs"].setValue(1)
+    dialog.train_button.click()
+    qtbot.waitUntil(lambda: window.runs.running and window.run_model is not None and window.run_model.run != run,
+                    timeout=30_000)
+    new = window.run_model.run
+    qtbot.waitUntil(lambda: any(e.get("event") == "run_start" for e in read_events(new.events))
+                    if new.events.exists() else False, timeout=120_000)
+    start = next(e for e in read_events(new.events) if e.get("event") == "run_start")
+    assert start["manifest"]["added"] == 20, start["manifest"]
+    excluded = len(manifest().exclude)  # the hand edit's, and any the tests before made
+    assert start["train_size"] + start["val_size"] == 1681 - excluded + 20, "the 20 new images count in training"
+    assert len(read_manifest(new.manifest).add) == 20, "the new run keeps the manifest it trained with"

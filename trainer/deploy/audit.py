@@ -120,16 +120,26 @@ def audited_images(run: RunDir) -> tuple[list[str], list[ImageRef], int]:
     return classes or [], images, labelled
 
 
-def embed(model: LoadedModel, paths: list[str],
-          batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, list[int], dict[str, str]]:
-    """(embeddings, thumbnails, the index of each row in `paths`, unreadable path -> why): the input of the network's
-    last linear layer, and a THUMB px grey thumbnail (zero-mean, unit length), for each image that could be read."""
+@dataclass
+class Pass:
+    """One pass of a run's network over images: for each one that could be read (`kept`: its index in the paths
+    given), the input of the last linear layer, a THUMB px grey thumbnail and the class probabilities."""
+
+    embeddings: np.ndarray
+    thumbnails: np.ndarray  # zero-mean, unit length
+    probs: np.ndarray
+    kept: list[int]
+    skipped: dict[str, str]  # unreadable path -> why
+
+
+def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> Pass:
+    """The network's pass over `paths` (see Pass); an unreadable file is listed, not fatal."""
     last = [m for m in model.net.modules() if isinstance(m, torch.nn.Linear)]
     if not last:
         raise AuditError(f"{model.source}: the network has no linear layer to take embeddings from")
     captured: list[torch.Tensor] = []
     hook = last[-1].register_forward_hook(lambda mod, args, out: captured.append(args[0].detach().float().flatten(1)))
-    rows, thumbs, kept, skipped = [], [], [], {}
+    rows, thumbs, probs, kept, skipped = [], [], [], [], {}
     try:
         for start in range(0, len(paths), batch):
             images = []
@@ -142,14 +152,17 @@ def embed(model: LoadedModel, paths: list[str],
             if images:
                 stacked = torch.stack(images)
                 with torch.inference_mode(), model.preprocess.autocast("cpu"):
-                    model.net(model.preprocess.to_input(stacked))
+                    logits = model.net(model.preprocess.to_input(stacked))
                 rows.append(captured.pop().cpu().numpy())
+                probs.append(torch.softmax(logits.float(), dim=1).cpu().numpy())
                 thumbs.append(thumbnails(stacked))
     finally:
         hook.remove()
     if not rows:
-        return np.zeros((0, 0), np.float32), np.zeros((0, THUMB * THUMB), np.float32), kept, skipped
-    return np.concatenate(rows), np.concatenate(thumbs), kept, skipped
+        classes = len(model.classes)
+        return Pass(np.zeros((0, 0), np.float32), np.zeros((0, THUMB * THUMB), np.float32),
+                    np.zeros((0, classes), np.float32), kept, skipped)
+    return Pass(np.concatenate(rows), np.concatenate(thumbs), np.concatenate(probs), kept, skipped)
 
 
 def thumbnails(images: torch.Tensor) -> np.ndarray:
@@ -270,8 +283,9 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
                 return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["fold"],
                                 json.loads(str(kept["skipped"])), True)
     paths = [i.path for i in images]
-    embeddings, thumbs, rows, skipped = embed(model, paths)
-    rows = np.asarray(rows, np.int64)
+    done = embed(model, paths)
+    embeddings, thumbs, skipped = done.embeddings, done.thumbnails, done.skipped
+    rows = np.asarray(done.kept, np.int64)
     of_labelled = rows < labelled
     labels = np.asarray([classes.index(images[i].label) for i in rows[of_labelled]], np.int64)
     probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)

@@ -1,0 +1,218 @@
+"""Labelling the next images (issue #35): a pool folder of unlabelled images, ordered by `main.py label` (the run's
+network least sure first, no two near-copies at the top), shown one at a time with the network's guess. Keys 1-9
+label it as the first nine classes, a class name from the box (Enter) as any, S skips; each label is an addition in
+the dataset manifest (the file stays where it is). "Train again" starts a run with the labels.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence, QPixmap, QShortcut
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.background import CliJob, run_in_thread
+from app.thumbnails import load_thumbnails
+
+PREVIEW = 300
+KEYED = 9  # classes with a number key
+
+
+class LabelDialog(QDialog):
+    """One image at a time from the pool, labelled by a key."""
+
+    trainRequested = Signal()
+
+    def __init__(self, run_path: str, manifest_path: Callable[[], str], add_label: Callable[[str, str], str],
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWindowTitle("Label the next images")
+        self.run_path = run_path
+        self.manifest_path = manifest_path
+        self.add_label = add_label  # (image, class) -> "" or why the manifest could not take it
+        self.picks: list[dict] = []
+        self.classes: list[str] = []
+        self.at = 0
+        self.labelled: dict[str, str] = {}
+        self.pool_notes, self.pool_size = "", 0
+        self._job: CliJob | None = None
+        self.pool = QLineEdit()
+        self.pool.setObjectName("poolFolder")
+        self.pool.setPlaceholderText("a folder of unlabelled images")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        self.count = QSpinBox()
+        self.count.setRange(1, 500)
+        self.count.setValue(20)
+        self.count.setPrefix("next ")
+        self.find_button = QPushButton("Order the pool")
+        self.find_button.setObjectName("orderPool")
+        self.find_button.setToolTip("main.py label: the run's network least sure first, no two near-copies at the top")
+        self.find_button.clicked.connect(self.order_pool)
+        self.status = QLabel("Choose a pool folder, then order it.")
+        self.status.setObjectName("labelStatus")
+        self.status.setWordWrap(True)
+        self.preview = QLabel()
+        self.preview.setFixedSize(PREVIEW, PREVIEW)
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.preview.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.preview.setStyleSheet("background: #f4f4f4; border: 1px solid #ddd;")
+        self.guess = QLabel("")
+        self.guess.setObjectName("labelGuess")
+        self.guess.setWordWrap(True)
+        self.class_buttons = QGridLayout()
+        self.name = QComboBox()
+        self.name.setObjectName("labelClassName")
+        self.name.setEditable(True)
+        self.name.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.name.lineEdit().returnPressed.connect(lambda: self.label(self.name.currentText().strip()))
+        skip = QPushButton("Skip (S)")
+        skip.clicked.connect(self.skip)
+        self.train_button = QPushButton("Train again with the new labels")
+        self.train_button.setObjectName("trainAgain")
+        self.train_button.setEnabled(False)
+        self.train_button.clicked.connect(self._train)
+        self._layout(browse, skip)
+        for button in (browse, self.find_button, skip, self.train_button):
+            button.setAutoDefault(False)  # Enter in the class box labels; it must not press a button (Browse…)
+        for key in range(1, KEYED + 1):
+            QShortcut(QKeySequence(str(key)), self, lambda k=key: self._key(k))
+        QShortcut(QKeySequence("S"), self, self.skip)
+
+    def _layout(self, browse: QPushButton, skip: QPushButton) -> None:
+        top = QHBoxLayout()
+        top.addWidget(self.pool, 1)
+        top.addWidget(browse)
+        top.addWidget(self.count)
+        top.addWidget(self.find_button)
+        side = QVBoxLayout()
+        side.addWidget(self.guess)
+        side.addLayout(self.class_buttons)
+        by_name = QHBoxLayout()
+        by_name.addWidget(QLabel("Class:"))
+        by_name.addWidget(self.name, 1)
+        by_name.addWidget(skip)
+        side.addLayout(by_name)
+        side.addStretch(1)
+        side.addWidget(self.train_button)
+        middle = QHBoxLayout()
+        middle.addWidget(self.preview)
+        middle.addLayout(side, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.status)
+        layout.addLayout(middle, 1)
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Pool of unlabelled images", self.pool.text())
+        if folder:
+            self.pool.setText(folder)
+
+    def order_pool(self) -> None:
+        """`main.py label RUN --pool F --next N --json` in a subprocess."""
+        if self._job is not None or not self.pool.text().strip():
+            return
+        self.find_button.setEnabled(False)
+        self.status.setText("Running the pool through the run's network…")
+        args = ["label", self.run_path, "--pool", self.pool.text().strip(), "--next", str(self.count.value()), "--json"]
+        if self.manifest_path():
+            args += ["--manifest", self.manifest_path()]
+        self._job = CliJob(args, self)
+        self._job.done.connect(self._ordered)
+        self._job.failed.connect(self._failed)
+
+    def _failed(self, error: str) -> None:
+        self._job = None
+        self.find_button.setEnabled(True)
+        self.status.setText(f"<span style='color:#c9302c'>{html.escape(error)}</span>")
+
+    def _ordered(self, report: dict) -> None:
+        self._job = None
+        self.find_button.setEnabled(True)
+        self.picks, self.classes, self.at = report["picks"], report["classes"], 0
+        self._class_buttons()
+        notes = [f"{len(report['in_dataset'])} already in the run's data (left out)" if report["in_dataset"] else "",
+                 f"{len(report['labelled'])} already labelled" if report["labelled"] else "",
+                 f"{len(report['skipped'])} unreadable" if report["skipped"] else ""]
+        self.pool_notes = "; ".join(n for n in notes if n)
+        self.pool_size = report["pool"]
+        self._show()
+
+    def _class_buttons(self) -> None:
+        while self.class_buttons.count():
+            self.class_buttons.takeAt(0).widget().deleteLater()
+        for i, name in enumerate(self.classes[:KEYED]):
+            button = QPushButton(f"{i + 1}  {name}")
+            button.setAutoDefault(False)
+            button.setObjectName(f"labelAs:{name}")
+            button.clicked.connect(lambda _=False, n=name: self.label(n))
+            self.class_buttons.addWidget(button, i // 3, i % 3)
+        self.name.clear()
+        self.name.addItems(self.classes)
+        self.name.setCurrentText("")
+
+    def _show(self) -> None:
+        done = f"{len(self.labelled)} labelled"
+        notes = f" · {self.pool_notes}" if self.pool_notes else ""
+        if self.at >= len(self.picks):
+            self.status.setText(f"{done}; nothing more in this list{notes}. Train again, or order the pool again.")
+            self.preview.setPixmap(QPixmap())
+            self.guess.setText("")
+            return
+        pick = self.picks[self.at]
+        self.status.setText(f"Image {self.at + 1} of {len(self.picks)} (of {self.pool_size} in the pool) · {done}"
+                            f"{notes}<br><span style='color:#777'>{html.escape(pick['path'])}</span>")
+        top = " · ".join(f"{html.escape(c)} {100 * p:.0f}%" for c, p in pick["top"])
+        self.guess.setText(f"The network's guess: <b>{html.escape(pick['guess'])}</b> ({top}; margin "
+                           f"{pick['margin']:.2f})")
+        path = pick["path"]
+        run_in_thread(lambda: load_thumbnails([path], PREVIEW)[0], lambda image: self._preview(path, image),
+                      owner=self)
+
+    def _preview(self, path: str, image) -> None:
+        if self.at < len(self.picks) and self.picks[self.at]["path"] == path and not image.isNull():
+            self.preview.setPixmap(QPixmap.fromImage(image))
+
+    def _key(self, key: int) -> None:
+        if key <= len(self.classes) and not self.name.lineEdit().hasFocus():
+            self.label(self.classes[key - 1])
+
+    def label(self, class_name: str) -> None:
+        """The shown image as `class_name`: an addition in the manifest, then the next image."""
+        if self.at >= len(self.picks):
+            return
+        if class_name not in self.classes:
+            self.status.setText(f"<span style='color:#c9302c'>{html.escape(class_name)!s} is not a class of the run "
+                                f"({html.escape(', '.join(self.classes))})</span>")
+            return
+        error = self.add_label(self.picks[self.at]["path"], class_name)
+        if error:  # the manifest could not be read or written: nothing is lost, the image stays shown
+            self.status.setText(f"<span style='color:#c9302c'>{html.escape(error)}</span>")
+            return
+        self.labelled[self.picks[self.at]["path"]] = class_name
+        self.train_button.setEnabled(True)
+        self.name.setCurrentText("")
+        self.preview.setFocus()  # the number keys label the next image, even after a name typed in the box
+        self.skip()
+
+    def skip(self) -> None:
+        if self.at < len(self.picks):
+            self.at += 1
+            self._show()
+
+    def _train(self) -> None:
+        self.trainRequested.emit()

@@ -1,0 +1,127 @@
+"""Which unlabelled images to label next (issue #35, `main.py label RUN --pool FOLDER --next N`): a pool of images
+is run through the run's network and ordered by how unsure it is of them (the margin between its two most probable
+classes, smallest first), with a diversity rule so the top of the list is not a row of near-copies: the 5N most
+uncertain are clustered into N groups by their embeddings (k-means) and each group gives its most uncertain image
+(Zhdanov's "diverse mini-batch" active learning).
+
+A pool image already in the run's folders (byte for byte: train, val or test), or already labelled in the manifest,
+is set aside and said so; an unreadable one is listed. The labels themselves go into the manifest as additions
+(`add:`): the pool's files stay where they are, untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainer.core.config import load_config
+from trainer.core.errors import InputError
+from trainer.core.rundir import RunDir
+from trainer.data.duplicates import ImageRef, find_duplicates
+from trainer.data.loader import load_manifest
+from trainer.data.manifest import read_manifest
+from trainer.data.scan import image_paths
+from trainer.deploy.audit import audited_images, embed
+from trainer.deploy.inference import load_run_model
+
+CANDIDATES_PER_PICK = 5  # the most uncertain 5N are clustered into N groups
+
+
+class LabelError(InputError, ValueError):
+    pass
+
+
+@dataclass
+class Pick:
+    path: str
+    guess: str  # the network's most probable class
+    probability: float  # of the guess
+    margin: float  # the guess's probability less the runner-up's: small is unsure
+    top: list[tuple[str, float]]  # the three most probable classes
+
+
+@dataclass
+class NextToLabel:
+    classes: list[str]  # the run's
+    pool: int  # images found in the pool folder
+    picks: list[Pick]  # the order to label them in
+    in_dataset: dict[str, str] = field(default_factory=dict)  # pool image -> "split: the run's image it copies"
+    labelled: list[str] = field(default_factory=list)  # already in the manifest's additions
+    skipped: dict[str, str] = field(default_factory=dict)  # unreadable pool image -> why
+
+
+def next_to_label(run: RunDir, pool: str, count: int, manifest_path: str | None = None) -> NextToLabel:
+    """The `count` pool images to label next (see the module's docstring); those labelled in `manifest_path` (else
+    the run's own manifest) are set aside."""
+    if count < 1:
+        raise LabelError(f"--next {count}: ask for at least one image")
+    paths = image_paths(pool)
+    if not paths:
+        raise LabelError(f"--pool {pool}: no images in that folder")
+    model = load_run_model(run, "best")
+    manifest = read_manifest(manifest_path) if manifest_path else load_manifest(load_config(run.config).data)
+    out = NextToLabel(model.classes, len(paths), [])
+    added = set(manifest.add) if manifest else set()
+    out.labelled = [p for p in paths if os.path.realpath(p) in added]
+    out.in_dataset = _copies_in_dataset(run, [p for p in paths if os.path.realpath(p) not in added])
+    fresh = [p for p in paths if os.path.realpath(p) not in added and p not in out.in_dataset]
+    done = embed(model, fresh)
+    out.skipped = done.skipped
+    if done.kept:
+        order = diverse_uncertain(done.probs, done.embeddings, count)
+        out.picks = [_pick(fresh[done.kept[i]], done.probs[i], model.classes) for i in order]
+    return out
+
+
+def diverse_uncertain(probs: np.ndarray, embeddings: np.ndarray, count: int, seed: int = 0) -> list[int]:
+    """Row indices, most uncertain first: the CANDIDATES_PER_PICK x `count` smallest margins clustered into `count`
+    groups by their embeddings, the most uncertain of each."""
+    top2 = np.sort(probs, axis=1)[:, -2:] if probs.shape[1] > 1 else np.concatenate([np.zeros_like(probs), probs], 1)
+    margin = top2[:, 1] - top2[:, 0]
+    candidates = np.argsort(margin, kind="stable")[:CANDIDATES_PER_PICK * count]
+    if len(candidates) <= count:
+        return [int(i) for i in candidates]
+    from sklearn.cluster import KMeans
+
+    unit = embeddings[candidates] / np.maximum(np.linalg.norm(embeddings[candidates], axis=1, keepdims=True), 1e-12)
+    groups = KMeans(n_clusters=count, n_init=3, random_state=seed).fit_predict(unit)
+    picked = [next(int(i) for i, g in zip(candidates, groups) if g == group) for group in set(groups.tolist())]
+    return sorted(picked, key=lambda i: margin[i])
+
+
+def _pick(path: str, probs: np.ndarray, classes: list[str]) -> Pick:
+    order = np.argsort(-probs)
+    runner_up = float(probs[order[1]]) if len(order) > 1 else 0.0
+    return Pick(path, classes[int(order[0])], float(probs[order[0]]), float(probs[order[0]]) - runner_up,
+                [(classes[int(i)], float(probs[i])) for i in order[:3]])
+
+
+def _copies_in_dataset(run: RunDir, pool: list[str]) -> dict[str, str]:
+    """Pool images whose bytes are those of one of the run's images (train, val or test): pool path -> "split:
+    that image"."""
+    _, images, _ = audited_images(run)
+    found = find_duplicates([ImageRef("pool", p, "") for p in pool] + images)
+    copies = {}
+    for group in found.groups:
+        known = next((f"{i.split}: {i.path}" for i in group.images if i.split != "pool"), None)
+        copies |= {i.path: known for i in group.images if i.split == "pool" and known}
+    return copies
+
+
+def format_next(found: NextToLabel, manifest: str | None) -> list[str]:
+    """What `main.py label` prints."""
+    lines = [f"label next: {len(found.picks)} of the {found.pool} pool images, the network's most uncertain first "
+             f"(margin between its two most probable classes; one from each of {len(found.picks)} groups of the "
+             f"uncertain ones, so no two are near-copies)"]
+    lines += [f"  {p.margin:.3f}  {p.guess} ({100 * p.probability:.0f}%)  {p.path}" for p in found.picks]
+    if found.in_dataset:
+        lines.append(f"{len(found.in_dataset)} pool image(s) already in the run's data (the same bytes), left out:")
+        lines += [f"  {pool} = {known}" for pool, known in list(found.in_dataset.items())[:10]]
+    if found.labelled:
+        lines.append(f"{len(found.labelled)} pool image(s) already labelled in the manifest")
+    lines += [f"skipped {path}: {why}" for path, why in list(found.skipped.items())[:10]]
+    where = manifest or "the manifest (data.exclude)"
+    lines.append(f"label them in the app (Results tab, Label a pool…) or under add: in {where} (image: class)")
+    return lines
