@@ -47,6 +47,8 @@ def audit_measure(p: Prediction) -> str:
     """What the audit measured of an image it listed."""
     if p.audit == "outlier":
         return f"mean cosine distance {p.confidence:.3f} to its nearest images"
+    if p.audit == "map":
+        return f"chosen on the map; the cross-fitted probe says {p.predicted}"
     if p.copy_of:
         what = "a resized or recompressed copy" if p.audit == "near copy" else "a byte-identical copy"
         split, path = p.copy_of
@@ -60,4 +62,6 @@ def score_text(p: Prediction) -> str:
         return f"{p.confidence:.3f}"
     if p.copy_of:
         return "leak" if p.copy_of[0] != "train" else "copy"
+    if p.audit == "map":
+        return ""
     return f"{100 * p.confidence:.2g}%"  # an issue: the given label's probability, often tiny

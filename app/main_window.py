@@ -181,6 +181,7 @@ class MainWindow(QMainWindow):
         self.dashboard.results.markRequested.connect(self._mark_image)
         self.dashboard.results.undoRequested.connect(self.dataset_page.undo)
         self.dashboard.results.labelPoolRequested.connect(self.label_pool)
+        self.dashboard.results.marksRequested.connect(self.dataset_page.mark_many)
         self.dataset_page.manifestChanged.connect(self.dashboard.results.set_marked)
         self.runs_page.openRequested.connect(self.open_run)
         self.queue_page.openRequested.connect(self.open_run)

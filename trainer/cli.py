@@ -426,16 +426,19 @@ def cmd_audit(args) -> int:
     run = RunDir(args.run_dir)
     if not run.config.exists():
         raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
-    audit = audit_run(run, args.folds)
+    audit = audit_run(run, args.folds, with_map=args.map)
     if args.json:
         print(json.dumps({"images": audit.images, "folds": audit.folds, "reused": audit.reused,
                           "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects],
                           "outliers": [asdict(o) for o in audit.outliers],
                           "duplicates": [{"near": g.near, "leak": g.leak, "similarity": g.similarity,
                                           "images": [asdict(i) for i in g.images]} for g in audit.duplicates.groups],
-                          "leak_worth": audit.leak_worth.line() if audit.leak_worth else None}))
+                          "leak_worth": audit.leak_worth.line() if audit.leak_worth else None,
+                          "map": str(run.path / "audit" / "map.csv") if args.map else None, "map_how": audit.map_how}))
     else:
         print("\n".join(format_audit(audit, run, args.top)))
+        if args.map:
+            print(f"map: {run.path / 'audit' / 'map.csv'} ({audit.map_how})")
     return 0
 
 
@@ -478,6 +481,8 @@ def _parser_audit(sub) -> None:
     p.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted linear probe (default 5)")
     p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")
     p.add_argument("--json", action="store_true", help="every suspect as JSON")
+    p.add_argument("--map", action="store_true", help="also a 2-D map of the images (UMAP, else t-SNE, of the "
+                   "embeddings): RUN/audit/map.csv")
     p.set_defaults(func=cmd_audit)
 
 

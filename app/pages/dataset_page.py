@@ -478,6 +478,11 @@ class DatasetPage(QWidget):
         self._edit_manifest(lambda m: m.mark_excluded(image) if new_class is None else m.mark_relabelled(image,
                                                                                                          new_class))
 
+    def mark_many(self, images: list[str], new_class: str | None) -> None:
+        """`mark` for each of `images`, in one write of the manifest."""
+        self._edit_manifest(lambda m: [m.mark_excluded(i) if new_class is None else m.mark_relabelled(i, new_class)
+                                       for i in images])
+
     def add_labelled(self, image: str, class_name: str) -> str:
         """Train on `image` (a pool image outside the folder) as `class_name`: an addition in the manifest; "" or
         why it could not be added."""

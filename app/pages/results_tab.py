@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from app.audit_gallery import audit_gallery, audit_measure, score_text
 from app.background import CliJob, run_in_thread
+from app.data_map_view import DataMap
 from app.eval_results import Evaluation, Prediction, evaluation_label, evaluation_names, most_confused, mtime, read_evaluation
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
@@ -129,6 +130,7 @@ class ResultsTab(QWidget):
     markRequested = Signal(str, object)  # image path, new class (None: exclude from training)
     undoRequested = Signal(str)  # image path
     labelPoolRequested = Signal(str)  # the run's path: label a pool of images with its network's help
+    marksRequested = Signal(list, object)  # image paths, new class (None: exclude): the map's selection
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -304,6 +306,11 @@ class ResultsTab(QWidget):
         self.side_tabs.addTab(self.pairs, "Most confused")
         self.side_tabs.addTab(self.per_class, "Per class")
         self.side_tabs.addTab(self.reliability, "Calibration")
+        self.data_map = DataMap()
+        self.data_map.setObjectName("dataMap")
+        self.data_map.showRequested.connect(self._show_on_map)
+        self.data_map.marksRequested.connect(self.marksRequested)
+        self.side_tabs.addTab(self.data_map, "Map")
 
     def _build_details(self) -> QWidget:
         """The selected image: its preview, what the network said, Grad-CAM and the manifest's actions."""
@@ -368,6 +375,7 @@ class ResultsTab(QWidget):
         self.gallery_title.setText("")
         self.headline.setText("")
         self._select(-1)
+        self.data_map.set_run(str(model.run.path))
 
     def set_marked(self, marked: dict[str, str | None]) -> None:
         """The manifest's entries (real path -> new class, None when excluded), to show beside each image."""
@@ -503,6 +511,13 @@ class ResultsTab(QWidget):
     def _keep(self) -> None:
         """On to the next image (the decision for this one is to leave it as it is, or was just made)."""
         self.gallery.setCurrentRow(min(self.gallery.currentRow() + 1, self.gallery.count() - 1))
+
+    def _show_on_map(self, rows: list[dict]) -> None:
+        """The map's selection in the gallery."""
+        found = [Prediction(r["path"], r["label"], r["suggested"] or r["label"], 0.0, 0.0, audit="map") for r in rows]
+        self._fill(found, f"{len(found)} images chosen on the map (E exclude · R relabel as the probe suggests · "
+                          f"K keep)")
+        self.side_tabs.setCurrentIndex(0)
 
     def show_cell(self, true: str, predicted: str) -> None:
         if self.evaluation is None:

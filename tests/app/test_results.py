@@ -5,6 +5,7 @@ import os
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -247,6 +248,18 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     qtbot.keyClick(tab.gallery, Qt.Key.Key_E)  # exclude the copy, not its test image
     qtbot.waitUntil(lambda: os.path.realpath(tab.shown[0].path) in read_manifest(manifest).exclude, timeout=20_000)
     assert tab.gallery.currentRow() == 1 and "copy of the test image" in tab.details.text()
+    tab.side_tabs.setCurrentWidget(tab.data_map)  # the map: every image audited, a lasso, its images in the gallery
+    tab.data_map.draw_button.click()
+    qtbot.waitUntil(lambda: len(tab.data_map.rows) == 1681 + 150, timeout=180_000)
+    tab.data_map.colour_by.setCurrentIndex(2)
+    assert "label issue" in tab.data_map.legend.text()
+    planted = {r["path"]: r for r in tab.data_map.rows if r["path"] in copies}
+    assert len(planted) == 30 and {r["finding"] for r in planted.values()} == {"leak"}
+    point = tab.data_map.xy[[r["path"] for r in tab.data_map.rows].index(next(iter(planted)))]
+    tab.data_map.select_inside(point + np.array([[-1e-3, -1e-3], [1e-3, -1e-3], [1e-3, 1e-3], [-1e-3, 1e-3]]))
+    assert next(iter(planted)) in [r["path"] for r in tab.data_map.selection()]
+    tab.data_map.show_button.click()
+    assert tab.side_tabs.currentIndex() == 0 and next(iter(planted)) in [p.path for p in tab.shown]
     page = window.dataset_page  # the data check's line on the Dataset page, each finding a link to its view
     page.scan()
     qtbot.waitUntil(lambda: not page.findings.isHidden(), timeout=30_000)

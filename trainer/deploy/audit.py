@@ -81,6 +81,7 @@ class Audit:
     outliers: list[Outlier] = field(default_factory=list)  # farthest from every other image first
     duplicates: Duplicates = field(default_factory=Duplicates)  # exact and near copies, most alike first
     leak_worth: LeakWorth | None = None  # the run's test score with and without its leaked test images
+    map_how: str = ""  # with --map: how RUN/audit/map.csv's coordinates were made
 
 
 @dataclass
@@ -94,6 +95,7 @@ class Embedded:
     fold: np.ndarray
     skipped: dict[str, str]
     reused: bool
+    key: str = ""  # the fingerprint of what it was computed from
 
 
 def audited_images(run: RunDir) -> tuple[list[str], list[ImageRef], int]:
@@ -229,9 +231,9 @@ def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int) -> str:
     return h.hexdigest()
 
 
-def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
-    """The label issues, copies and outliers of the run's images (see the module's docstring); kept under
-    RUN/audit/."""
+def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False) -> Audit:
+    """The label issues, copies and outliers of the run's images (see the module's docstring), and (`with_map`) a
+    map of them; kept under RUN/audit/."""
     try:
         import cleanlab  # noqa: F401
         import sklearn  # noqa: F401
@@ -258,7 +260,39 @@ def audit_run(run: RunDir, folds: int = FOLDS) -> Audit:
     write_duplicates(run.path / "audit" / "duplicates.csv", copies)
     predictions = run.path / "eval" / "test" / "predictions.csv"
     worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
-    return Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth)
+    audit = Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth)
+    if with_map:
+        audit.map_how = _write_map(run, kept, images, classes, audit)
+    return audit
+
+
+def _write_map(run: RunDir, kept: Embedded, images: list[ImageRef], classes: list[str], audit: Audit) -> str:
+    """RUN/audit/map.csv: every image read, its 2-D place (kept in map.npz while the data is unchanged) and what the
+    audit found of it; how the places were made."""
+    from trainer.deploy.data_map import project, write_map
+
+    kept_file = run.path / "audit" / "map.npz"
+    xy, how = None, ""
+    if kept_file.is_file():
+        with np.load(kept_file, allow_pickle=False) as old:
+            if str(old["fingerprint"]) == kept.key:
+                xy, how = old["xy"], str(old["how"])
+    if xy is None:
+        xy, how = project(kept.embeddings)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, fingerprint=kept.key, xy=xy, how=how)
+        atomic_write_bytes(kept_file, buffer.getvalue())
+    finding = {s.path: "label issue" for s in audit.suspects} | {o.path: "outlier" for o in audit.outliers}
+    for g in audit.duplicates.groups:
+        finding |= {i.path: "leak" if g.leak else "copy" for i in g.images}
+    rows = []
+    for r, i in enumerate(kept.rows):
+        image = images[i]
+        suggested = classes[int(kept.probs[r].argmax())] if r < len(kept.probs) else ""
+        rows.append({"path": image.path, "split": image.split, "label": image.label, "suggested": suggested,
+                     "x": f"{xy[r, 0]:.4f}", "y": f"{xy[r, 1]:.4f}", "finding": finding.get(image.path, "")})
+    write_map(run.path / "audit" / "map.csv", rows)
+    return how
 
 
 def _check_folds(run: RunDir, classes: list[str], labelled: list[ImageRef], folds: int) -> None:
@@ -281,7 +315,7 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
         with np.load(kept_file, allow_pickle=False) as kept:
             if "thumbnails" in kept and str(kept["fingerprint"]) == key:
                 return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["fold"],
-                                json.loads(str(kept["skipped"])), True)
+                                json.loads(str(kept["skipped"])), True, key)
     paths = [i.path for i in images]
     done = embed(model, paths)
     embeddings, thumbs, skipped = done.embeddings, done.thumbnails, done.skipped
@@ -295,7 +329,7 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
                         skipped=json.dumps(skipped))
     kept_file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(kept_file, buffer.getvalue())
-    return Embedded(rows, embeddings, thumbs, probs, fold_of, skipped, False)
+    return Embedded(rows, embeddings, thumbs, probs, fold_of, skipped, False, key)
 
 
 def write_issues(path: Path, suspects: list[Suspect]) -> None:

@@ -1,0 +1,45 @@
+"""A map of a run's images (issue #35, `main.py audit RUN --map`): the audit's embeddings projected to two
+dimensions, kept as RUN/audit/map.csv with what the audit found of each image, for the app to draw.
+
+The projection: PCA to at most 50 dimensions, then UMAP (`umap-learn`) where it is installed, else scikit-learn's
+t-SNE (Barnes-Hut). Either keeps neighbours together; distances between far clusters mean little.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from trainer.core.csvfile import dict_rows_text
+from trainer.core.files import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+PCA_DIMS = 50
+COLUMNS = ["path", "split", "label", "suggested", "x", "y", "finding"]
+
+
+def project(embeddings: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
+    """(n x 2 coordinates, how they were made)."""
+    from sklearn.decomposition import PCA
+
+    n = len(embeddings)
+    if n < 3:
+        return np.zeros((n, 2)), "too few images to project"
+    reduced = PCA(n_components=min(PCA_DIMS, n - 1, embeddings.shape[1]), random_state=seed).fit_transform(embeddings)
+    try:
+        import umap
+    except ImportError:
+        from sklearn.manifold import TSNE
+
+        perplexity = float(min(30, max(2, (n - 1) / 3)))
+        xy = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(reduced)
+        return xy, f"t-SNE (scikit-learn, perplexity {perplexity:g}) of {reduced.shape[1]} principal components"
+    xy = umap.UMAP(n_components=2, random_state=seed).fit_transform(reduced)
+    return xy, f"UMAP of {reduced.shape[1]} principal components"
+
+
+def write_map(path: Path, rows: list[dict]) -> None:
+    atomic_write_text(path, dict_rows_text(COLUMNS, rows))
