@@ -93,3 +93,34 @@ def test_bad_manifests_are_refused_by_name(photos, tmp_path):
     cfg = write_config(tmp_path, photos, data={"exclude": "missing.yaml"})
     result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2 and "data.exclude:" in result.stderr and "no such manifest file" in result.stderr
+
+
+def test_images_added_from_a_pool_join_the_training_folder_only(photos, tmp_path):
+    """`add:` entries (labelled pool images): in the training folder's scan, not a validation folder's; stored
+    relative to the manifest; a pool file gone since is named as unusable; undo takes one out; an unknown class is
+    refused; the pool's files are untouched."""
+    pool = tmp_path / "pool"
+    shutil.copytree(photos / "circle", pool)
+    before = folder_checksums(pool)
+    m = read_manifest(tmp_path / "exclude.yaml")
+    added = sorted(pool.glob("*.png"))[:3]
+    for p in added:
+        m.mark_added(str(p), "square")
+    write_manifest(m)
+    assert "add:\n  pool/" in m.path.read_text()
+    m = read_manifest(m.path)
+    plain = scan_image_folder(photos)
+    train = scan_image_folder(photos, manifest=m, additions=True)
+    assert train.added == 3 and train.counts["square"] == plain.counts["square"] + 3
+    assert (str(added[0].resolve()), train.classes.index("square")) in train.samples
+    assert scan_image_folder(photos, manifest=m).added == 0, "a validation folder's scan adds nothing"
+    added[2].rename(tmp_path / "gone.png")
+    gone = scan_image_folder(photos, manifest=m, additions=True)
+    assert gone.added == 3 and len(gone.samples) == len(plain.samples) + 2 and gone.bad_files[0][0].endswith(added[2].name)
+    m.undo(str(added[0]))
+    assert scan_image_folder(photos, manifest=m, additions=True).added == 2
+    m.mark_added(str(added[1]), "giraffe")
+    with pytest.raises(DataError, match="giraffe, which is not a class"):
+        scan_image_folder(photos, manifest=m, additions=True)
+    (tmp_path / "gone.png").rename(added[2])
+    assert folder_checksums(pool) == before

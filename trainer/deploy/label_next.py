@@ -1,7 +1,8 @@
 """Which unlabelled images to label next (issue #35, `main.py label RUN --pool FOLDER --next N`): a pool of images
 is run through the run's network and ordered by how unsure it is of them (the margin between its two most probable
-classes, smallest first), with a diversity rule so the top of the list is not a row of near-copies: the 5N most
-uncertain are clustered into N groups by their embeddings (k-means) and each group gives its most uncertain image
+classes, smallest first), with a diversity rule so the top of the list is not a row of near-copies: copies of an
+image already taken are passed over (resized or recompressed: the audit's thumbnail rule), the 5N most uncertain
+left are clustered into N groups by their embeddings (k-means) and each group gives its most uncertain image
 (Zhdanov's "diverse mini-batch" active learning).
 
 A pool image already in the run's folders (byte for byte: train, val or test), or already labelled in the manifest,
@@ -19,7 +20,7 @@ import numpy as np
 from trainer.core.config import load_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir
-from trainer.data.duplicates import ImageRef, find_duplicates
+from trainer.data.duplicates import NEAR_PIXELS, ImageRef, find_duplicates
 from trainer.data.loader import load_manifest
 from trainer.data.manifest import read_manifest
 from trainer.data.scan import image_paths
@@ -70,24 +71,32 @@ def next_to_label(run: RunDir, pool: str, count: int, manifest_path: str | None 
     done = embed(model, fresh)
     out.skipped = done.skipped
     if done.kept:
-        order = diverse_uncertain(done.probs, done.embeddings, count)
+        order = diverse_uncertain(done.probs, done.embeddings, count, done.thumbnails)
         out.picks = [_pick(fresh[done.kept[i]], done.probs[i], model.classes) for i in order]
     return out
 
 
-def diverse_uncertain(probs: np.ndarray, embeddings: np.ndarray, count: int, seed: int = 0) -> list[int]:
-    """Row indices, most uncertain first: the CANDIDATES_PER_PICK x `count` smallest margins clustered into `count`
-    groups by their embeddings, the most uncertain of each."""
+def diverse_uncertain(probs: np.ndarray, embeddings: np.ndarray, count: int, thumbnails: np.ndarray | None = None,
+                      seed: int = 0) -> list[int]:
+    """Row indices, most uncertain first: walking down the margins, copies of an image already taken are passed
+    over (thumbnails that correlate at NEAR_PIXELS, as for the audit's copies), until CANDIDATES_PER_PICK x `count`
+    are taken; those are clustered into `count` groups by their embeddings and the most uncertain of each is picked."""
     top2 = np.sort(probs, axis=1)[:, -2:] if probs.shape[1] > 1 else np.concatenate([np.zeros_like(probs), probs], 1)
     margin = top2[:, 1] - top2[:, 0]
-    candidates = np.argsort(margin, kind="stable")[:CANDIDATES_PER_PICK * count]
+    candidates: list[int] = []
+    for i in np.argsort(margin, kind="stable"):
+        if len(candidates) == CANDIDATES_PER_PICK * count:
+            break
+        if thumbnails is None or not candidates or (thumbnails[candidates] @ thumbnails[i]).max() < NEAR_PIXELS:
+            candidates.append(int(i))
     if len(candidates) <= count:
-        return [int(i) for i in candidates]
+        return candidates
     from sklearn.cluster import KMeans
 
-    unit = embeddings[candidates] / np.maximum(np.linalg.norm(embeddings[candidates], axis=1, keepdims=True), 1e-12)
+    chosen = embeddings[candidates]
+    unit = chosen / np.maximum(np.linalg.norm(chosen, axis=1, keepdims=True), 1e-12)
     groups = KMeans(n_clusters=count, n_init=3, random_state=seed).fit_predict(unit)
-    picked = [next(int(i) for i, g in zip(candidates, groups) if g == group) for group in set(groups.tolist())]
+    picked = [next(i for i, g in zip(candidates, groups) if g == group) for group in set(groups.tolist())]
     return sorted(picked, key=lambda i: margin[i])
 
 
