@@ -1,6 +1,7 @@
 """Label errors (issue #35): how many of the labels a test flipped does `main.py audit` put at the top of its list?
 
     python bench/audit.py --shares 0.05 0.10 --epochs 4 12
+    python bench/audit.py --shares 0.05 --epochs 4 --oof probe runs --name audit_oof
 
 scikit-learn's 1,797 real handwritten digits (32 px PNGs), `share` of them filed under another digit (the test's own
 helper, tests/helpers.py), a small_cnn run of `epochs` on them (AdamW 3e-3, batch 64, the folder's 20% validation
@@ -33,7 +34,7 @@ def main_py(*args) -> float:
     return time.perf_counter() - start
 
 
-def one(share: float, epochs: int, seed: int) -> dict:
+def one(share: float, epochs: int, seed: int, oof: str = "probe") -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         tmp = Path(tmp)
         flipped = digits_with_flipped_labels(tmp / "digits", share, seed)
@@ -43,13 +44,13 @@ def one(share: float, epochs: int, seed: int) -> dict:
             "model": {"name": "small_cnn"}, "optimizer": {"name": "adamw", "lr": 0.003},
             "train": {"epochs": epochs, "seed": seed}}))
         train_s = main_py("train", config, "--run-dir", tmp / "run")
-        audit_s = main_py("audit", tmp / "run")
-        again_s = main_py("audit", tmp / "run")
+        audit_s = main_py("audit", tmp / "run", "--oof", oof)
+        again_s = main_py("audit", tmp / "run", "--oof", oof)
         rows = list(csv.DictReader((tmp / "run" / "audit" / "label_issues.csv").open()))
     listed = {r["path"] for r in rows}
     top = {r["path"] for r in rows[:len(flipped)]}
     found = [r for r in rows if r["path"] in flipped]
-    return {"share": share, "epochs": epochs, "seed": seed, "flipped": len(flipped), "listed": len(rows),
+    return {"share": share, "epochs": epochs, "seed": seed, "oof": oof, "flipped": len(flipped), "listed": len(rows),
             "precision_at_flipped": len(top & set(flipped)) / len(flipped),
             "list_precision": len(listed & set(flipped)) / max(1, len(listed)),
             "list_recall": len(listed & set(flipped)) / len(flipped),
@@ -62,28 +63,32 @@ def main() -> None:
     parser.add_argument("--shares", type=float, nargs="+", default=[0.05, 0.10])
     parser.add_argument("--epochs", type=int, nargs="+", default=[4, 12])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--oof", nargs="+", default=["probe"], choices=("probe", "runs"),
+                        help="where the out-of-sample probabilities come from (main.py audit --oof), side by side")
+    parser.add_argument("--name", default="audit", help="the results file: bench/results/NAME.json")
     args = parser.parse_args()
     results = []
     for seed in args.seeds:
         for share in args.shares:
             for epochs in args.epochs:
-                r = one(share, epochs, seed)
-                print(r, flush=True)
-                results.append(r)
-                save_result("audit", {"machine": machine(), "results": results})
+                for oof in args.oof:
+                    r = one(share, epochs, seed, oof)
+                    print(r, flush=True)
+                    results.append(r)
+                    save_result(args.name, {"machine": machine(), "results": results})
     print(f"\n{machine()}")
-    print("| flipped | run epochs | precision at the number flipped | cleanlab's list: precision / recall | "
-          "suggestion right | audit s (again) |")
-    print("|---|---|---|---|---|---|")
+    print("| flipped | run epochs | out of sample | precision at the number flipped | cleanlab's list: precision / "
+          "recall | suggestion right | audit s (again) |")
+    print("|---|---|---|---|---|---|---|")
     import statistics as st
 
     for share in args.shares:
-        for epochs in args.epochs:
-            rs = [r for r in results if r["share"] == share and r["epochs"] == epochs]
+        for epochs, oof in ((e, o) for e in args.epochs for o in args.oof):
+            rs = [r for r in results if r["share"] == share and r["epochs"] == epochs and r["oof"] == oof]
             def med(key: str, rs=rs) -> float:
                 return st.median(r[key] for r in rs)
 
-            print(f"| {share:.0%} ({rs[0]['flipped']}) | {epochs} | {med('precision_at_flipped'):.2f} "
+            print(f"| {share:.0%} ({rs[0]['flipped']}) | {epochs} | {oof} | {med('precision_at_flipped'):.2f} "
                   f"({min(r['precision_at_flipped'] for r in rs):.2f}-{max(r['precision_at_flipped'] for r in rs):.2f})"
                   f" | {med('list_precision'):.2f} / {med('list_recall'):.2f} | {med('suggestion_right'):.2f} | "
                   f"{med('audit_s'):.1f} ({med('audit_again_s'):.1f}) |")

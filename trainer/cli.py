@@ -426,7 +426,10 @@ def cmd_audit(args) -> int:
     run = RunDir(args.run_dir)
     if not run.config.exists():
         raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
-    audit = audit_run(run, args.folds, with_map=args.map)
+    cross_fit = None
+    if args.oof == "runs":  # k training runs, each without one fold
+        from trainer.runs.cross_fit import cross_fitted as cross_fit
+    audit = audit_run(run, args.folds, with_map=args.map, cross_fit=cross_fit)
     if args.json:
         print(json.dumps({"images": audit.images, "folds": audit.folds, "reused": audit.reused,
                           "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects],
@@ -481,6 +484,10 @@ def _parser_audit(sub) -> None:
     p.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted linear probe (default 5)")
     p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")
     p.add_argument("--json", action="store_true", help="every suspect as JSON")
+    p.add_argument("--oof", choices=("probe", "runs"), default="probe",
+                   help="the out-of-sample probabilities: a cross-fitted linear probe on the run's embeddings "
+                   "(seconds; default), or --folds training runs with the run's recipe, each without one fold (costs "
+                   "that many runs; kept under RUN/audit/folds/)")
     p.add_argument("--map", action="store_true", help="also a 2-D map of the images (UMAP, else t-SNE, of the "
                    "embeddings): RUN/audit/map.csv")
     p.set_defaults(func=cmd_audit)

@@ -6,8 +6,9 @@ every other image (the mean cosine distance of their embedding to its nearest on
 Out-of-sample first: every image's class probabilities come from a model that did not see that image's label. Here
 that is a linear probe (multinomial logistic regression) on the run's own embeddings (the input of its last linear
 layer), cross-fitted over k stratified folds: cheap (one pass of the network over the images, then seconds), where a
-k-fold of whole training runs would cost k runs. The probabilities go to cleanlab's confident learning
-(`cleanlab.filter.find_label_issues`, ranked by its self-confidence label-quality score).
+k-fold of whole training runs would cost k runs (`--oof runs` does that: trainer.runs.cross_fit). The probabilities
+go to cleanlab's confident learning (`cleanlab.filter.find_label_issues`, ranked by its self-confidence
+label-quality score).
 
 The result is kept beside the run (`audit/oof.npz`: per image the probabilities, fold, embedding and thumbnail;
 `audit/label_issues.csv`, `duplicates.csv`, `outliers.csv`), and reused while the images, their labels (the manifest
@@ -22,6 +23,7 @@ import io
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +55,10 @@ class AuditError(InputError, ValueError):
     pass
 
 
+# (run, its labelled images, their labels, the classes, folds) -> (out-of-sample probabilities, each one's fold)
+CrossFit = Callable[[RunDir, list[ImageRef], np.ndarray, list[str], int], tuple[np.ndarray, np.ndarray]]
+
+
 @dataclass
 class Suspect:
     path: str
@@ -82,6 +88,7 @@ class Audit:
     duplicates: Duplicates = field(default_factory=Duplicates)  # exact and near copies, most alike first
     leak_worth: LeakWorth | None = None  # the run's test score with and without its leaked test images
     map_how: str = ""  # with --map: how RUN/audit/map.csv's coordinates were made
+    oof: str = "probe"  # the out-of-sample probabilities: "probe" or "runs"
 
 
 @dataclass
@@ -220,7 +227,7 @@ def outlier_distances(embeddings: np.ndarray, k: int = OUTLIER_K) -> tuple[np.nd
     return mean, float(q3 + OUTLIER_IQR * (q3 - q1))
 
 
-def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int) -> str:
+def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int | str) -> str:
     """What the kept results depend on: each image's split, path, label, size and time, the checkpoint, the folds."""
     h = hashlib.blake2b(digest_size=16)
     for image in images:
@@ -231,9 +238,12 @@ def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int) -> str:
     return h.hexdigest()
 
 
-def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False) -> Audit:
+def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit: CrossFit | None = None) -> Audit:
     """The label issues, copies and outliers of the run's images (see the module's docstring), and (`with_map`) a
-    map of them; kept under RUN/audit/."""
+    map of them; kept under RUN/audit/. The out-of-sample probabilities come from a cross-fitted linear probe on
+    the run's embeddings (seconds), or from `cross_fit` (trainer.runs.cross_fit.cross_fitted: k training runs with
+    the run's recipe, each without one fold)."""
+    oof = "runs" if cross_fit else "probe"
     try:
         import cleanlab  # noqa: F401
         import sklearn  # noqa: F401
@@ -245,7 +255,7 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False) -> Audit:
     if classes != model.classes:
         raise AuditError(f"{run.path}: the folder's classes {classes} differ from the run's {model.classes}")
     _check_folds(run, classes, images[:labelled], folds)
-    kept = _kept_or_computed(run, model, classes, images, labelled, folds)
+    kept = _kept_or_computed(run, model, classes, images, labelled, folds, cross_fit)
     rows = kept.rows[kept.rows < labelled]  # the labelled images that could be read: the first of the rows
     labels = np.asarray([classes.index(images[i].label) for i in rows], np.int64)
     ranked, quality = rank_issues(labels, kept.probs)
@@ -260,7 +270,7 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False) -> Audit:
     write_duplicates(run.path / "audit" / "duplicates.csv", copies)
     predictions = run.path / "eval" / "test" / "predictions.csv"
     worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
-    audit = Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth)
+    audit = Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth, oof=oof)
     if with_map:
         audit.map_how = _write_map(run, kept, images, classes, audit)
     return audit
@@ -306,10 +316,11 @@ def _check_folds(run: RunDir, classes: list[str], labelled: list[ImageRef], fold
 
 
 def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], images: list[ImageRef], labelled: int,
-                      folds: int) -> Embedded:
-    """The network's pass over `images` and the cross-fitted probe's probabilities for the first `labelled` of them:
-    from RUN/audit/oof.npz while its fingerprint matches, else computed and kept there."""
-    key = fingerprint(images, model.source, folds)
+                      folds: int, cross_fit: CrossFit | None) -> Embedded:
+    """The network's pass over `images` and the out-of-sample probabilities for the first `labelled` of them (from
+    `cross_fit` when given, else the probe): from RUN/audit/oof.npz while its fingerprint matches, else computed and
+    kept there."""
+    key = fingerprint(images, model.source, f"{folds} {'runs' if cross_fit else 'probe'}")
     kept_file = run.path / "audit" / "oof.npz"
     if kept_file.is_file():
         with np.load(kept_file, allow_pickle=False) as kept:
@@ -322,7 +333,10 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
     rows = np.asarray(done.kept, np.int64)
     of_labelled = rows < labelled
     labels = np.asarray([classes.index(images[i].label) for i in rows[of_labelled]], np.int64)
-    probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)
+    if cross_fit:
+        probs, fold_of = cross_fit(run, [images[i] for i in rows[of_labelled]], labels, classes, folds)
+    else:
+        probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, fingerprint=key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings,
                         thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]),
@@ -352,12 +366,18 @@ def write_duplicates(path: Path, found: Duplicates) -> None:
     atomic_write_text(path, dict_rows_text(["group", "kind", "leak", "similarity", "split", "path", "label"], rows))
 
 
+def _oof_said(audit: Audit) -> str:
+    if audit.oof == "runs":
+        return f"{audit.folds} training runs with the run's recipe, each without one fold (RUN/audit/folds/)"
+    return f"a {audit.folds}-fold linear probe on the run's embeddings"
+
+
 def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
     """What `main.py audit` prints: the count, how it was found, and the `top` suspects."""
     share = len(audit.suspects) / max(1, audit.images)
     lines = [f"label issues: {len(audit.suspects)} of {audit.images} images ({share:.1%}), most likely wrong first "
-             f"(cleanlab's confident learning on out-of-sample probabilities of a {audit.folds}-fold linear probe on "
-             f"the run's embeddings{'; kept from the last audit' if audit.reused else ''})"]
+             f"(cleanlab's confident learning on out-of-sample probabilities of {_oof_said(audit)}"
+             f"{'; kept from the last audit' if audit.reused else ''})"]
     for s in audit.suspects[:top]:
         lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {s.path}")
     if len(audit.suspects) > top:
