@@ -71,15 +71,22 @@ def test_every_copy_of_a_test_image_in_training_is_a_leak_and_look_alikes_are_no
     assert findings.line() in said.stdout, said.stdout
 
 
-def test_an_audit_names_what_it_cannot_do(tmp_path, shapes_dir):
+@pytest.fixture(scope="module")
+def shapes_run(tmp_path_factory, shapes_dir):
+    """A one-epoch run on the generated shapes (120 images, 4 classes)."""
+    tmp = tmp_path_factory.mktemp("shapes-run")
+    config = write_config(tmp, shapes_dir, train={"epochs": 1})
+    assert run_here("train", config, "--run-dir", tmp / "run").returncode == 0
+    return tmp / "run"
+
+
+def test_an_audit_names_what_it_cannot_do(tmp_path, shapes_run):
     assert run_here("audit", tmp_path / "nowhere").returncode == 2
-    config = write_config(tmp_path, shapes_dir, train={"epochs": 1})
-    assert run_here("train", config, "--run-dir", tmp_path / "run").returncode == 0
-    done = run_here("audit", tmp_path / "run", "--folds", "100")
+    done = run_here("audit", shapes_run, "--folds", "100")
     assert done.returncode == 2 and "--folds 100: class" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_fold_runs_give_each_image_probabilities_from_a_run_that_never_saw_it(tmp_path, shapes_dir):
+def test_fold_runs_give_each_image_probabilities_from_a_run_that_never_saw_it(shapes_run, shapes_dir):
     """--oof runs: two training runs with the run's recipe, each without one fold (left out by its own manifest,
     the folder untouched); together they hold out every labelled image once."""
     from trainer.core.events import read_events
@@ -87,19 +94,17 @@ def test_fold_runs_give_each_image_probabilities_from_a_run_that_never_saw_it(tm
     from trainer.data.manifest import read_manifest
 
     before = tree_state(shapes_dir)
-    config = write_config(tmp_path, shapes_dir, train={"epochs": 1})
-    assert run_here("train", config, "--run-dir", tmp_path / "run").returncode == 0
-    done = run_here("audit", tmp_path / "run", "--oof", "runs", "--folds", "2")
+    done = run_here("audit", shapes_run, "--oof", "runs", "--folds", "2")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "2 training runs with the run's recipe, each without one fold" in done.stdout
     images = {str(p) for p in shapes_dir.rglob("*.png")}
-    held = [set(read_manifest(tmp_path / "run" / "audit" / "folds" / f"fold-{f}.exclude.yaml").exclude)
+    held = [set(read_manifest(shapes_run / "audit" / "folds" / f"fold-{f}.exclude.yaml").exclude)
             for f in (1, 2)]
     assert held[0] | held[1] == {os.path.realpath(p) for p in images} and not held[0] & held[1]
     for f in (1, 2):
-        start = next(e for e in read_events(RunDir(tmp_path / "run" / "audit" / "folds" / f"fold-{f}").events)
+        start = next(e for e in read_events(RunDir(shapes_run / "audit" / "folds" / f"fold-{f}").events)
                      if e["event"] == "run_start")
         assert start["train_size"] + start["val_size"] == len(images) - len(held[f - 1])
-    rows = list(csv.DictReader((tmp_path / "run" / "audit" / "label_issues.csv").open()))
+    rows = list(csv.DictReader((shapes_run / "audit" / "label_issues.csv").open()))
     assert all(r["fold"] in ("0", "1") for r in rows)
     assert tree_state(shapes_dir) == before

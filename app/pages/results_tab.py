@@ -254,6 +254,7 @@ class ResultsTab(QWidget):
         self.label_pool_button.clicked.connect(lambda: self.model and self.labelPoolRequested.emit(
             str(self.model.run.path)))
         self._issues_job: CliJob | None = None
+        self._audit: tuple[str, dict] | None = None  # (run path, `main.py audit --json`'s report) last read
         self.gallery = QListWidget()
         self.gallery.setObjectName("gallery")
         self.gallery.setViewMode(QListWidget.ViewMode.IconMode)
@@ -477,14 +478,22 @@ class ResultsTab(QWidget):
         gallery, worst first."""
         if self.model is None or self._issues_job is not None:
             return
+        run = str(self.model.run.path)
+        if self._audit is not None and self._audit[0] == run:  # this run's audit, already read: its other lists
+            self._issues_found(self._audit[1], kind)
+            return
         for button in (self.issues_button, self.outliers_button, self.copies_button):
             button.setEnabled(False)
         self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
         job = self._issues_job = CliJob(["audit", str(self.model.run.path), "--json"], self)
-        job.done.connect(lambda report: self._issues_found(report, kind))
+        job.done.connect(lambda report: self._issues_found(report, kind, run))
         job.failed.connect(self._issues_failed)
 
-    def _issues_found(self, report: dict, kind: str) -> None:
+    def _issues_found(self, report: dict, kind: str, run: str | None = None) -> None:
+        """The audit's `kind` in the gallery; a new report (from `run`) is kept for the run's other lists, which
+        then show at once (the decisions taken meanwhile are marked; the lists stay the ones being worked through)."""
+        if run is not None:
+            self._audit = (run, report)
         self._issues_job = None
         for button in (self.issues_button, self.outliers_button, self.copies_button):
             button.setEnabled(True)

@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.runs import queue
 from trainer.core.events import EventTail
 from trainer.core.rundir import FINAL_STATES, RunDir
-from trainer.runs.sweep import Sweep, SweepError
 from trainer.core.system import pid_alive, signal_group, signal_process
+from trainer.runs import queue
+from trainer.runs.sweep import Sweep, SweepError
 
 POLL_S = 0.5
 STARTUP_TRIALS = 2  # trials that always run to the end before the pruner compares against their median

@@ -18,10 +18,10 @@ import threading
 import time
 
 from trainer.core.config import RunConfig
-from trainer.train.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, run_worker
-from trainer.runs.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
 from trainer.core.rundir import FINAL_STATES, RunDir
 from trainer.core.system import process_group, signal_process
+from trainer.runs.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
+from trainer.train.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, run_worker
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ def warm_imports() -> None:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401  (torch.optim imports it at the first optimizer: over a second)
 
+    import trainer.runs.runner  # noqa: F401
     import trainer.train.engine  # noqa: F401
     import trainer.train.preflight  # noqa: F401
-    import trainer.runs.runner  # noqa: F401
 
 
 def serve(entry: Callable[[list[str]], int], stdin: TextIO = sys.stdin) -> int:

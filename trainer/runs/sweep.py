@@ -20,8 +20,8 @@ config refuses is an error naming it (exit 2).
 
 from __future__ import annotations
 
-import itertools
 import copy
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
