@@ -194,3 +194,24 @@ def test_the_runs_table_leads_with_test_accuracy_readable_groups_and_the_whole_d
     assert row["duration"] == pytest.approx(95 + 60, abs=1), "both segments, not the idle time between them"
     assert row["started_ts"] == first["started"]
     assert RunsPage.legend_label(None, "20261202-101500-resnet18-a-very-long-name-indeed") == "10:15:00 re…-name-indeed"
+
+
+def test_two_runs_of_one_folder_show_what_their_manifests_changed(qtbot, tmp_path):
+    """The Runs page's data changes column: each run's own manifest (excluded, relabelled, added), shown where it
+    differs between the runs; a run without a manifest changed nothing."""
+    from app.pages.runs_page import RunsPage
+    from trainer.data.manifest import Manifest, write_manifest
+
+    runs_dir = tmp_path / "runs"
+    before = fake_run(runs_dir, 0.01, 32, 0.8)
+    after = fake_run(runs_dir, 0.01, 32, 0.85)
+    changes = Manifest(after.manifest, [str(tmp_path / "a.png")], {str(tmp_path / "b.png"): "cat"},
+                       {str(tmp_path / f"pool/{i}.png"): "dog" for i in range(20)})
+    write_manifest(changes)
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: len(page.rows) == 2, timeout=10_000)
+    column = page.model.columns.index("data changes")
+    shown = {page.model.rows[r]["path"]: page.model.data(page.model.index(r, column)) for r in range(2)}
+    assert shown == {str(before.path): "none", str(after.path): "−1 excluded, 1 relabelled, +20 added"}
