@@ -106,8 +106,9 @@ class Embedded:
 
 
 def audited_images(run: RunDir) -> tuple[list[str], list[ImageRef], int]:
-    """(classes, the run's images, how many of them are labelled): first every labelled image of data.train_dir and
-    data.val_dir (when set), with the run's manifest (data.exclude) applied; then data.test_dir's, as they are."""
+    """(classes, the run's images, how many of them are labelled): first every labelled image of data.train_dir (the
+    manifest's additions with them) and data.val_dir (when set), with the run's manifest (data.exclude) applied; then
+    data.test_dir's, as they are."""
     cfg = load_config(run.config).data
     manifest = load_manifest(cfg)
     classes: list[str] | None = None
@@ -118,7 +119,8 @@ def audited_images(run: RunDir) -> tuple[list[str], list[ImageRef], int]:
         if not folder:
             continue
         try:
-            scan = scan_image_folder(folder, manifest=manifest if split != "test" else None)
+            scan = scan_image_folder(folder, manifest=manifest if split != "test" else None,
+                                     additions=split == "train")  # the images the run added from a pool too
         except DataError as e:
             raise AuditError(f"{key}: {e}") from e
         if classes is not None and scan.classes != classes:
