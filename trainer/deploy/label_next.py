@@ -24,7 +24,7 @@ from trainer.data.duplicates import NEAR_PIXELS, ImageRef, find_duplicates
 from trainer.data.loader import load_manifest
 from trainer.data.manifest import read_manifest
 from trainer.data.scan import image_paths
-from trainer.deploy.audit import audited_images, embed
+from trainer.deploy.audit import INSTALL, audited_images, embed
 from trainer.deploy.inference import load_run_model
 
 CANDIDATES_PER_PICK = 5  # the most uncertain 5N are clustered into N groups
@@ -58,6 +58,10 @@ def next_to_label(run: RunDir, pool: str, count: int, manifest_path: str | None 
     the run's own manifest) are set aside."""
     if count < 1:
         raise LabelError(f"--next {count}: ask for at least one image")
+    try:
+        import sklearn  # noqa: F401 - the diversity rule's k-means
+    except ImportError:
+        raise LabelError(f"ordering a pool needs scikit-learn: {INSTALL}") from None
     paths = image_paths(pool)
     if not paths:
         raise LabelError(f"--pool {pool}: no images in that folder")
