@@ -259,7 +259,8 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
     _check_folds(run, classes, images[:labelled], folds)
     kept = _kept_or_computed(run, model, classes, images, labelled, folds, cross_fit)
     rows = kept.rows[kept.rows < labelled]  # the labelled images that could be read: the first of the rows
-    labels = np.asarray([classes.index(images[i].label) for i in rows], np.int64)
+    index = {c: n for n, c in enumerate(classes)}
+    labels = np.asarray([index[images[i].label] for i in rows], np.int64)
     ranked, quality = rank_issues(labels, kept.probs)
     suspects = [Suspect(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
                         float(quality[r]), int(kept.fold[r])) for r in ranked]
@@ -284,16 +285,12 @@ def _write_map(run: RunDir, kept: Embedded, images: list[ImageRef], classes: lis
     from trainer.deploy.data_map import project, write_map
 
     kept_file = run.path / "audit" / "map.npz"
-    xy, how = None, ""
-    if kept_file.is_file():
-        with np.load(kept_file, allow_pickle=False) as old:
-            if str(old["fingerprint"]) == kept.key:
-                xy, how = old["xy"], str(old["how"])
-    if xy is None:
+    old = read_kept(kept_file, kept.key, ("xy", "how"))
+    if old:
+        xy, how = old["xy"], str(old["how"])
+    else:
         xy, how = project(kept.embeddings)
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, fingerprint=kept.key, xy=xy, how=how)
-        atomic_write_bytes(kept_file, buffer.getvalue())
+        keep(kept_file, kept.key, xy=xy, how=how)
     finding = {s.path: "label issue" for s in audit.suspects} | {o.path: "outlier" for o in audit.outliers}
     for g in audit.duplicates.groups:
         finding |= {i.path: "leak" if g.leak else "copy" for i in g.images}
@@ -324,28 +321,43 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
     kept there."""
     key = fingerprint(images, model.source, f"{folds} {'runs' if cross_fit else 'probe'}")
     kept_file = run.path / "audit" / "oof.npz"
-    if kept_file.is_file():
-        with np.load(kept_file, allow_pickle=False) as kept:
-            if "thumbnails" in kept and str(kept["fingerprint"]) == key:
-                return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["fold"],
-                                json.loads(str(kept["skipped"])), True, key)
+    kept = read_kept(kept_file, key, ("rows", "embeddings", "thumbnails", "probs", "fold", "skipped"))
+    if kept:
+        return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["fold"],
+                        json.loads(str(kept["skipped"])), True, key)
     paths = [i.path for i in images]
     done = embed(model, paths)
     embeddings, thumbs, skipped = done.embeddings, done.thumbnails, done.skipped
     rows = np.asarray(done.kept, np.int64)
     of_labelled = rows < labelled
-    labels = np.asarray([classes.index(images[i].label) for i in rows[of_labelled]], np.int64)
+    index = {c: n for n, c in enumerate(classes)}
+    labels = np.asarray([index[images[i].label] for i in rows[of_labelled]], np.int64)
     if cross_fit:
         probs, fold_of = cross_fit(run, [images[i] for i in rows[of_labelled]], labels, classes, folds)
     else:
         probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, fingerprint=key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings,
-                        thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]),
-                        skipped=json.dumps(skipped))
-    kept_file.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(kept_file, buffer.getvalue())
+    keep(kept_file, key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings, thumbnails=thumbs,
+         paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
     return Embedded(rows, embeddings, thumbs, probs, fold_of, skipped, False, key)
+
+
+def read_kept(path: Path, key: str, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
+    """The arrays `names` kept in `path` when it was written for `key` (the fingerprint of what they came from);
+    None when there is no such file, it is of another key, or it lacks one of them (written by an older audit)."""
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as kept:
+        if str(kept["fingerprint"]) != key or any(n not in kept for n in names):
+            return None
+        return {n: kept[n] for n in names}
+
+
+def keep(path: Path, key: str, **arrays) -> None:
+    """`arrays` kept in `path` (atomically, compressed) with the fingerprint `key` of what they came from."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, fingerprint=key, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def write_issues(path: Path, suspects: list[Suspect]) -> None:
