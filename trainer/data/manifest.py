@@ -74,10 +74,11 @@ class Manifest:
 
         A relabel or an addition to a class the folder does not have is a DataError naming the manifest and the
         class."""
-        unknown = sorted({c for c in [*self.relabel.values(), *self.add.values()] if c not in classes})
-        if unknown:
-            raise DataError(f"{key}: {self.path}: relabels to {', '.join(unknown)}, which is not a class of the "
-                            f"dataset ({', '.join(classes)})")
+        for verb, targets in (("relabels to", self.relabel.values()), ("adds images to", self.add.values())):
+            unknown = sorted({c for c in targets if c not in classes})
+            if unknown:
+                raise DataError(f"{key}: {self.path}: {verb} {', '.join(unknown)}, which is not a class of the "
+                                f"dataset ({', '.join(classes)})")
         if not self:
             return samples, 0, 0, 0
         excluded, relabel = set(self.exclude), {k: classes.index(v) for k, v in self.relabel.items()}
