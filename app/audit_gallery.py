@@ -1,5 +1,6 @@
 """What the Results tab's gallery shows of `main.py audit --json` (issue #35): the label issues, the copies and the
-outliers, each as the gallery's images with a title and what the audit measured of each. Torch-free."""
+outliers (far from every other image, then the ones the network is unsure of), each as the gallery's images with a
+title and what the audit measured of each. Torch-free."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ def audit_gallery(report: dict, kind: str) -> tuple[list[Prediction], str]:
     """(the images, the gallery's title) of the audit's `kind`: "suspects", "copies" or "outliers"."""
     if kind == "outliers":
         found = [Prediction(o["path"], o["label"], o["suggested"], o["distance"], 0.0, audit="outlier")
+                 if o.get("why", "far") == "far" else
+                 Prediction(o["path"], o["label"], o["suggested"], o["top"], 0.0, audit="unsure")
                  for o in report["outliers"]]
-        return found, f"{len(found)} of {report['images']} images far from every other, farthest first ({KEYS})"
+        far = sum(p.audit == "outlier" for p in found)
+        return found, (f"{far} of {report['images']} images far from every other, farthest first; then "
+                       f"{len(found) - far} the network is unsure of, least sure first ({KEYS})")
     if kind == "copies":
         found = copies(report["duplicates"])
         leaks = sum(p.copy_of[0] != "train" for p in found)
@@ -47,6 +52,8 @@ def audit_measure(p: Prediction) -> str:
     """What the audit measured of an image it listed."""
     if p.audit == "outlier":
         return f"mean cosine distance {p.confidence:.3f} to its nearest images"
+    if p.audit == "unsure":
+        return f"the network gives no class even odds (its most probable at {p.confidence:.0%})"
     if p.audit == "map":
         return f"chosen on the map; the cross-fitted probe says {p.predicted}"
     if p.copy_of:
@@ -60,6 +67,8 @@ def score_text(p: Prediction) -> str:
     """The number under an audited image's thumbnail."""
     if p.audit == "outlier":
         return f"{p.confidence:.3f}"
+    if p.audit == "unsure":
+        return f"{p.confidence:.0%}"
     if p.copy_of:
         return "leak" if p.copy_of[0] != "train" else "copy"
     if p.audit == "map":

@@ -20,8 +20,8 @@ from app.thumbnails import load_thumbnails
 from trainer.core.csvfile import true_text
 
 HOVER_THUMB = 96
-FINDING_COLOURS = {"label issue": "#d62728", "outlier": "#ff7f0e", "copy": "#9467bd", "leak": "#e377c2",
-                   "": "#c8c8c8"}
+FINDING_COLOURS = {"label issue": "#d62728", "outlier": "#ff7f0e", "unsure": "#17becf", "copy": "#9467bd",
+                   "leak": "#e377c2", "": "#c8c8c8"}
 COLOUR_BY = ("class", "probe agrees with the label", "what the audit found")
 
 

@@ -23,8 +23,8 @@ class Prediction:
     loss: float
     top_k: list[tuple[str, float]] = field(default_factory=list)
     audit: str = ""  # `main.py audit`'s "issue" (confidence: the label-quality score), "outlier" (confidence: the
-    # distance to its nearest images), "exact copy" or "near copy" (confidence: how alike); true is the given label,
-    # predicted the suggested one
+    # distance to its nearest images), "unsure" (confidence: the network's top probability), "exact copy" or "near
+    # copy" (confidence: how alike); true is the given label, predicted the suggested one
     copy_of: tuple[str, str] | None = None  # a copy's original: (its split, its path)
 
     @property

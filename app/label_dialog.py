@@ -79,7 +79,7 @@ class LabelDialog(QDialog):
         self.name.setObjectName("labelClassName")
         self.name.setEditable(True)
         self.name.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.name.lineEdit().returnPressed.connect(lambda: self.label(self.name.currentText().strip()))
+        self.name.lineEdit().returnPressed.connect(self._label_typed)
         skip = QPushButton("Skip (S)")
         skip.clicked.connect(self.skip)
         self.train_button = QPushButton("Train again with the new labels")
@@ -190,6 +190,13 @@ class LabelDialog(QDialog):
     def _key(self, key: int) -> None:
         if key <= len(self.classes) and not self.name.lineEdit().hasFocus():
             self.label(self.classes[key - 1])
+
+    def _label_typed(self) -> None:
+        """Enter in the class box: the name typed. An empty box is nothing to label (the editable box says Enter
+        once more after a label has cleared it)."""
+        typed = self.name.currentText().strip()
+        if typed:
+            self.label(typed)
 
     def label(self, class_name: str) -> None:
         """The shown image as `class_name`: an addition in the manifest, then the next image."""

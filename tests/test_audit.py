@@ -34,12 +34,19 @@ def test_the_flipped_labels_head_the_audit_and_the_folder_is_left_as_it_was(flip
     found = [r for r in rows[:len(flipped)] if r["path"] in flipped]
     right = sum(r["suggested"] == flipped[r["path"]] for r in found) / len(found)
     assert right >= 0.8, f"the suggested label is the digit shown for {right:.0%} of the flipped images found"
-    outliers = [r["path"] for r in csv.DictReader((run.path / "audit" / "outliers.csv").open())]
+    listed = list(csv.DictReader((run.path / "audit" / "outliers.csv").open()))
+    outliers = [r["path"] for r in listed if r["why"] == "far"]
     assert set(crops) <= set(outliers), "every crop of the photograph is beyond the fence"
     assert len(outliers) < 0.03 * 1681, f"{len(outliers)} listed: the fence lets the ordinary digits be"
+    unsure = [r for r in listed if r["why"] == "unsure"]
+    tops = [float(r["top"]) for r in unsure]
+    assert unsure and tops == sorted(tops) and tops[-1] < 0.5, "the unsure ones: under even odds, least sure first"
+    for row in (unsure[0], unsure[-1]):  # what Try it and `main.py predict` say of them: the same odds
+        said = json.loads(run_here("predict", run.path, row["path"], "--json").stdout)
+        assert abs(said[0]["top"][0][1] - float(row["top"])) < 1e-3, (said, row)
     again = run_here("audit", run.path, "--json")
     report = json.loads(again.stdout)
-    assert [o["path"] for o in report["outliers"]] == outliers
+    assert [o["path"] for o in report["outliers"]] == [r["path"] for r in listed]
     assert report["reused"] is True and [s["path"] for s in report["suspects"]] == [r["path"] for r in rows]
     assert tree_state(run.path.parent.parent / "digits") == before, "nothing in the folder moved, changed or appeared"
 
@@ -66,7 +73,8 @@ def test_every_copy_of_a_test_image_in_training_is_a_leak_and_look_alikes_are_no
     assert {r["path"] for r in rows if r["leak"] == "yes"} >= planted
     findings = read_findings(run.path)  # what check-data and the Dataset page say of the run's last audit
     assert findings.copies == len(rows) - len(report["duplicates"]) and findings.leaks >= 30
-    assert findings.label_issues == len(report["suspects"]) and findings.outliers == len(report["outliers"])
+    assert findings.label_issues == len(report["suspects"])
+    assert findings.outliers + findings.unsure == len(report["outliers"]) and findings.unsure
     said = run_here("check-data", run.path.parent.parent / "digits", "--run", run.path)
     assert findings.line() in said.stdout, said.stdout
 

@@ -415,7 +415,7 @@ class DatasetPage(QWidget):
             f"The data check of run {html.escape(found.run.name)}: "
             f"<a href='suspects|{run}'>{found.label_issues} label issue(s)</a> · "
             f"<a href='copies|{run}'>{found.copies} cop(ies), {found.leaks} leak(s) across train/val/test</a> · "
-            f"<a href='outliers|{run}'>{found.outliers} outlier(s)</a>")
+            f"<a href='outliers|{run}'>{found.outliers} outlier(s), {found.unsure} unsure</a>")
 
     def _show_suggestions(self) -> None:
         raw: dict = {}

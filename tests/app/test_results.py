@@ -238,6 +238,8 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "outlier", timeout=60_000)
     assert "far from every other" in tab.gallery_title.text() and "cosine distance" in tab.details.text()
     assert set(crops) <= {p.path for p in tab.shown}, "the photograph's crops among them"
+    tab.gallery.setCurrentRow(len(tab.shown) - 1)  # after the far ones, the images the network is unsure of
+    assert tab.shown[-1].audit == "unsure" and "no class even odds" in tab.details.text()
     tab.copies_button.click()  # the test images copied into training, each beside its test image
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].copy_of is not None, timeout=60_000)
     assert "of a test or validation image: a leak" in tab.gallery_title.text()
@@ -320,6 +322,7 @@ def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, 
             dialog.name.setFocus()
             dialog.name.setCurrentText("9")
             qtbot.keyClick(dialog.name.lineEdit(), Qt.Key.Key_Return)
+            assert "not a class" not in dialog.status.text(), "Enter labels once, with no error after it"
         else:
             qtbot.keyClick(dialog, Qt.Key.Key_0 + int(digit) + 1)  # key 1 is class "0"
         assert dialog.at == n + 1

@@ -1,5 +1,5 @@
 """What a run's last audit found in its data, in one line (issue #35's dataset doctor): the counts of label issues,
-copies (and leaks) and outliers, read from the CSVs `main.py audit` keeps under RUN/audit/. Torch-free: the Dataset
+copies (and leaks), outliers and unsure images, read from the CSVs `main.py audit` keeps under RUN/audit/. Torch-free: the Dataset
 page reads it on its scan thread, `check-data --run` prints it.
 """
 
@@ -21,11 +21,12 @@ class Findings:
     label_issues: int
     copies: int  # images beyond the first of each group of copies
     leaks: int  # of those groups, the ones across train/val/test
-    outliers: int
+    outliers: int  # far from every other image
+    unsure: int = 0  # the network calls nothing with confidence
 
     def line(self) -> str:
         return (f"the audit of run {self.run.name}: {self.label_issues} label issue(s), {self.copies} cop(ies) "
-                f"({self.leaks} leak(s) across train/val/test), {self.outliers} outlier(s)")
+                f"({self.leaks} leak(s) across train/val/test), {self.outliers} outlier(s), {self.unsure} unsure")
 
 
 def read_findings(run: str | os.PathLike) -> Findings | None:
@@ -38,8 +39,9 @@ def read_findings(run: str | os.PathLike) -> Findings | None:
     groups: dict[str, list[dict]] = {}
     for row in rows["duplicates.csv"]:
         groups.setdefault(row.get("group", ""), []).append(row)
+    unsure = sum(row.get("why") == "unsure" for row in rows["outliers.csv"])
     return Findings(Path(run), len(rows["label_issues.csv"]), sum(len(g) - 1 for g in groups.values()),
-                    sum(g[0].get("leak") == "yes" for g in groups.values()), len(rows["outliers.csv"]))
+                    sum(g[0].get("leak") == "yes" for g in groups.values()), len(rows["outliers.csv"]) - unsure, unsure)
 
 
 def latest_audit(runs_dir: str | os.PathLike, train_dir: str) -> Findings | None:

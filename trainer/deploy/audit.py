@@ -47,6 +47,7 @@ FOLDS = 5
 MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
 OUTLIER_K = 10  # an image's typicality: its mean distance to this many nearest images
 OUTLIER_IQR = 3.0  # listed beyond Q3 + this many interquartile ranges of those distances (Tukey's far-out fence)
+UNSURE_TOP = 0.5  # unsure: the network gives no class of an image even odds (its top probability below this)
 THUMB = 16  # px of the grey thumbnail that tells a copy from a look-alike
 INSTALL = "pip install cleanlab scikit-learn (or pip install -e '.[data]')"
 
@@ -75,6 +76,8 @@ class Outlier:
     suggested: str  # the probe's most probable class for it
     distance: float  # mean cosine distance to its OUTLIER_K nearest images
     fence: float  # the distance beyond which an image is listed (Tukey's far-out fence of all of them)
+    why: str = "far"  # "far" (beyond the fence) or "unsure" (the network's top probability below UNSURE_TOP)
+    top: float = 1.0  # the network's own top class probability for it
 
 
 @dataclass
@@ -84,7 +87,7 @@ class Audit:
     suspects: list[Suspect]  # most likely wrong first
     skipped: dict[str, str]  # path -> why it could not be read
     reused: bool  # the out-of-sample probabilities were kept from an earlier audit of the same data
-    outliers: list[Outlier] = field(default_factory=list)  # farthest from every other image first
+    outliers: list[Outlier] = field(default_factory=list)  # farthest from every other image first, then the unsure
     duplicates: Duplicates = field(default_factory=Duplicates)  # exact and near copies, most alike first
     leak_worth: LeakWorth | None = None  # the run's test score with and without its leaked test images
     map_how: str = ""  # with --map: how RUN/audit/map.csv's coordinates were made
@@ -99,6 +102,7 @@ class Embedded:
     embeddings: np.ndarray
     thumbnails: np.ndarray  # THUMB x THUMB grey, zero-mean, unit length
     probs: np.ndarray  # out of sample, for the labelled ones among `rows` (they come first)
+    net_probs: np.ndarray  # the run's network's own, for every one of `rows`
     fold: np.ndarray
     skipped: dict[str, str]
     reused: bool
@@ -229,6 +233,23 @@ def outlier_distances(embeddings: np.ndarray, k: int = OUTLIER_K) -> tuple[np.nd
     return mean, float(q3 + OUTLIER_IQR * (q3 - q1))
 
 
+def find_outliers(images: list[ImageRef], embeddings: np.ndarray, probs: np.ndarray, net_probs: np.ndarray,
+                  classes: list[str]) -> list[Outlier]:
+    """The images far from every other (beyond the fence of outlier_distances), farthest first; then the ones the
+    network calls nothing with confidence (its top probability below UNSURE_TOP), least sure first."""
+    distance, fence = outlier_distances(embeddings)
+    top = net_probs.max(axis=1) if len(net_probs) else np.ones(len(images))
+
+    def outlier(r: int, why: str) -> Outlier:
+        return Outlier(images[r].path, images[r].label, classes[int(probs[r].argmax())], float(distance[r]), fence,
+                       why, float(top[r]))
+
+    far = [outlier(r, "far") for r in np.argsort(-distance) if distance[r] > fence]
+    unsure = [outlier(r, "unsure") for r in np.argsort(top, kind="stable")
+              if top[r] < UNSURE_TOP and distance[r] <= fence]
+    return far + unsure
+
+
 def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int | str) -> str:
     """What the kept results depend on: each image's split, path, label, size and time, the checkpoint, the folds."""
     h = hashlib.blake2b(digest_size=16)
@@ -265,9 +286,8 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
     suspects = [Suspect(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
                         float(quality[r]), int(kept.fold[r])) for r in ranked]
     write_issues(run.path / "audit" / "label_issues.csv", suspects)
-    distance, fence = outlier_distances(kept.embeddings[:len(rows)])
-    outliers = [Outlier(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
-                        float(distance[r]), fence) for r in np.argsort(-distance) if distance[r] > fence]
+    outliers = find_outliers([images[i] for i in rows], kept.embeddings[:len(rows)], kept.probs,
+                             kept.net_probs[:len(rows)], classes)
     write_outliers(run.path / "audit" / "outliers.csv", outliers)
     copies = find_near_duplicates([images[i] for i in kept.rows], kept.embeddings, kept.thumbnails)
     write_duplicates(run.path / "audit" / "duplicates.csv", copies)
@@ -291,7 +311,8 @@ def _write_map(run: RunDir, kept: Embedded, images: list[ImageRef], classes: lis
     else:
         xy, how = project(kept.embeddings)
         keep(kept_file, kept.key, xy=xy, how=how)
-    finding = {s.path: "label issue" for s in audit.suspects} | {o.path: "outlier" for o in audit.outliers}
+    finding = {s.path: "label issue" for s in audit.suspects} | \
+        {o.path: "outlier" if o.why == "far" else "unsure" for o in audit.outliers}
     for g in audit.duplicates.groups:
         finding |= {i.path: "leak" if g.leak else "copy" for i in g.images}
     rows = []
@@ -321,10 +342,10 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
     kept there."""
     key = fingerprint(images, model.source, f"{folds} {'runs' if cross_fit else 'probe'}")
     kept_file = run.path / "audit" / "oof.npz"
-    kept = read_kept(kept_file, key, ("rows", "embeddings", "thumbnails", "probs", "fold", "skipped"))
+    kept = read_kept(kept_file, key, ("rows", "embeddings", "thumbnails", "probs", "net_probs", "fold", "skipped"))
     if kept:
-        return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["fold"],
-                        json.loads(str(kept["skipped"])), True, key)
+        return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["net_probs"],
+                        kept["fold"], json.loads(str(kept["skipped"])), True, key)
     paths = [i.path for i in images]
     done = embed(model, paths)
     embeddings, thumbs, skipped = done.embeddings, done.thumbnails, done.skipped
@@ -336,9 +357,9 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
         probs, fold_of = cross_fit(run, [images[i] for i in rows[of_labelled]], labels, classes, folds)
     else:
         probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)
-    keep(kept_file, key, probs=probs, fold=fold_of, rows=rows, embeddings=embeddings, thumbnails=thumbs,
-         paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
-    return Embedded(rows, embeddings, thumbs, probs, fold_of, skipped, False, key)
+    keep(kept_file, key, probs=probs, net_probs=done.probs, fold=fold_of, rows=rows, embeddings=embeddings,
+         thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
+    return Embedded(rows, embeddings, thumbs, probs, done.probs, fold_of, skipped, False, key)
 
 
 def read_kept(path: Path, key: str, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
@@ -367,9 +388,11 @@ def write_issues(path: Path, suspects: list[Suspect]) -> None:
 
 
 def write_outliers(path: Path, outliers: list[Outlier]) -> None:
-    rows = [{"rank": rank, "path": o.path, "label": o.label, "suggested": o.suggested, "distance": f"{o.distance:.4f}",
-             "fence": f"{o.fence:.4f}"} for rank, o in enumerate(outliers, 1)]
-    atomic_write_text(path, dict_rows_text(["rank", "path", "label", "suggested", "distance", "fence"], rows))
+    rows = [{"rank": rank, "path": o.path, "label": o.label, "suggested": o.suggested, "why": o.why,
+             "distance": f"{o.distance:.4f}", "fence": f"{o.fence:.4f}", "top": f"{o.top:.4f}"}
+            for rank, o in enumerate(outliers, 1)]
+    atomic_write_text(path, dict_rows_text(["rank", "path", "label", "suggested", "why", "distance", "fence", "top"],
+                                           rows))
 
 
 def write_duplicates(path: Path, found: Duplicates) -> None:
@@ -396,11 +419,14 @@ def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
         lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {s.path}")
     if len(audit.suspects) > top:
         lines.append(f"  ... {len(audit.suspects) - top} more in {run.path / 'audit' / 'label_issues.csv'}")
-    fence = f" (mean cosine distance to its {OUTLIER_K} nearest images over {audit.outliers[0].fence:.3f})" \
-        if audit.outliers else ""
-    lines.append(f"outliers: {len(audit.outliers)} images far from every other{fence}, farthest first")
-    for o in audit.outliers[:top]:
-        lines.append(f"  {o.distance:.3f}  {o.label}  {o.path}")
+    far = [o for o in audit.outliers if o.why == "far"]
+    unsure = [o for o in audit.outliers if o.why == "unsure"]
+    fence = f" (mean cosine distance to its {OUTLIER_K} nearest images over {far[0].fence:.3f})" if far else ""
+    lines.append(f"outliers: {len(far)} images far from every other{fence}, farthest first")
+    lines += [f"  {o.distance:.3f}  {o.label}  {o.path}" for o in far[:top]]
+    lines.append(f"unsure: {len(unsure)} images the network gives no class even odds (its top probability under "
+                 f"{UNSURE_TOP:.0%}), least sure first")
+    lines += [f"  {o.top:.3f}  {o.label}  {o.path}" for o in unsure[:top]]
     lines += format_duplicates(audit.duplicates, top, "copies (exact, resized or recompressed)")
     if audit.leak_worth:
         lines.append(audit.leak_worth.line())
