@@ -306,3 +306,33 @@ def split_off_test_with_copies(root, test_root, per_class: int, copies: int, kee
             (image.resize((45, 45), Image.BICUBIC) if kind == "resized" else image).save(copy, quality=60)
         made[str(copy)] = (str(source), kind)
     return made
+
+
+def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16) -> Path:
+    """`count` multi-label images from scikit-learn's real handwritten digits: each a 2x2 grid of `cell` px cells
+    holding 2-4 digits (the other cells black), its labels the set of digits shown, in root/images/ with
+    root/labels.csv (`file,labels`, `;` between labels); the labels file's path."""
+    import random
+
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    by_digit: dict[int, list[int]] = {}
+    for i, d in enumerate(digits.target):
+        by_digit.setdefault(int(d), []).append(i)
+    rng = random.Random(seed)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    lines = ["file,labels"]
+    for n in range(count):
+        shown = rng.sample(range(10), rng.randint(2, 4))
+        canvas = Image.new("L", (2 * cell, 2 * cell))
+        for place, digit in zip(rng.sample(range(4), len(shown)), shown):
+            pixels = digits.images[rng.choice(by_digit[digit])] * 255 / 16
+            tile = Image.fromarray(pixels.astype("uint8")).resize((cell, cell), Image.BILINEAR)
+            canvas.paste(tile, ((place % 2) * cell, (place // 2) * cell))
+        canvas.convert("RGB").save(root / "images" / f"{n:05d}.png")
+        lines.append(f"images/{n:05d}.png,{';'.join(str(d) for d in sorted(shown))}")
+    labels = root / "labels.csv"
+    labels.write_text("\n".join(lines) + "\n")
+    return labels

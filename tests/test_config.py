@@ -118,3 +118,13 @@ def test_every_float_key_reads_the_notations_users_write(tmp_path, key, text, va
         for part in key.split("."):
             obj = getattr(obj, part)
         assert obj == pytest.approx(value)
+
+
+def test_every_set_option_counts_not_only_the_last():
+    """`--set a=1 --set b=2` as a user writes it: both apply (argparse's default kept only the last --set)."""
+    from trainer.cli import build_parser
+
+    for command in (["train", "c.yaml"], ["auto", "folder", "--minutes", "1"]):
+        args = build_parser().parse_args(command + ["--set", "train.epochs=3", "--set", "train.amp=none",
+                                                    "data.batch_size=8"])
+        assert args.set == ["train.epochs=3", "train.amp=none", "data.batch_size=8"], command

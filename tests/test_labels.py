@@ -4,10 +4,10 @@ and every bad input named by its line, exit 2, in one short message."""
 from __future__ import annotations
 
 import pytest
-from helpers import run_here
+from helpers import run_here, write_config
 
 from trainer.data.demo_data import write_demo_dataset
-from trainer.data.labels import LabelsError, read_labels
+from trainer.data.labels import read_labels
 
 
 @pytest.fixture
@@ -65,10 +65,13 @@ def test_a_bad_labels_file_is_one_message_naming_the_line_exit_2_and_no_run(imag
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
-def test_a_million_bad_rows_are_counted_not_listed(tmp_path):
-    path = tmp_path / "big.csv"
+def test_a_million_bad_rows_are_counted_not_listed_and_train_stops_before_a_run(images, tmp_path):
+    root, files = images
+    path = root / "big.csv"
     path.write_text("file,cat\n" + "".join(f"img{i}.png,2\n" for i in range(10 ** 6)))
-    with pytest.raises(LabelsError) as e:
-        read_labels(path)
-    message = str(e.value)
+    config = write_config(tmp_path, root, data={"labels": str(path)}, loss={"name": "bce"})
+    done = run_here("train", config, "--runs-dir", tmp_path / "runs")
+    message = done.stderr.strip()
+    assert done.returncode == 2 and len(message.splitlines()) == 1 and "Traceback" not in message
     assert message.count("is '2', not 1 or 0") == 5 and "and 999995 more" in message and len(message) < 1000
+    assert not (tmp_path / "runs").exists()

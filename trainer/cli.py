@@ -62,7 +62,7 @@ def cmd_train(args) -> int:
 def _parser_train(sub) -> None:
     p = sub.add_parser("train", help="train headless from a YAML config")
     p.add_argument("config")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override config keys")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override config keys")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", help="use this run directory")
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
@@ -171,7 +171,7 @@ def _parser_auto(sub) -> None:
                    "(or val/) in it")
     p.add_argument("--minutes", type=float, required=True, help="the whole budget, planning included; the test set "
                    "and the export come after it")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="override what Auto chose")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override what Auto chose")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", help="use this run directory")
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
@@ -347,7 +347,7 @@ def cmd_slurm(args) -> int:
 def _parser_slurm(sub) -> None:
     p = sub.add_parser("slurm", help="print a SLURM batch script for a multi-node run of CONFIG")
     p.add_argument("config")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", help="write the script here instead of printing it")
     p.add_argument("--cpus-per-task", type=int, metavar="N", help="CPUs per node's task (default: what the config "
                    "asks for, the processes and their data-loader workers)")
@@ -542,7 +542,7 @@ def _parser_queue(sub) -> None:
                        "retry")
     p.add_argument("action", choices=("add", "list", "run", "hold", "release", "move", "remove", "retry"))
     p.add_argument("target", nargs="?", help="add: the config file; hold/release/move/remove/retry: the run directory")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="add: override config keys")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="add: override config keys")
     p.add_argument("--runs-dir", help="the runs directory whose queue this is (default ./runs)")
     p.add_argument("--until-empty", action="store_true", help="run: stop once nothing is waiting or running")
     p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
@@ -723,12 +723,15 @@ def cmd_predict(args) -> int:
         fetch_checkpoint(RunDir(args.model), args.checkpoint)
     results = predict(Path(args.model), [Path(p) for p in args.images], top=args.top, which=args.checkpoint)
     if args.json:
-        print(json.dumps([{"path": r.path, "top": r.top, "error": r.error} for r in results]))
+        print(json.dumps([{"path": r.path, "top": r.top, "error": r.error}
+                          | ({"labels": r.labels, "probabilities": r.probabilities} if r.labels is not None else {})
+                          for r in results]))
     for r in results:
         if r.error:
             print(f"error: {printable_path(r.error)}", file=sys.stderr)
-        elif not args.json:
-            print("\t".join([printable_path(r.path)] + [f"{c}\t{p:.3f}" for c, p in r.top]))
+        elif not args.json:  # multi-label: the labels at or above their thresholds (maybe none)
+            shown = r.labels if r.labels is not None else r.top
+            print("\t".join([printable_path(r.path)] + [f"{c}\t{p:.3f}" for c, p in shown]))
     return 2 if any(r.error for r in results) else 0
 
 
@@ -771,7 +774,7 @@ def cmd_lr_find(args) -> int:
 def _parser_lr_find(sub) -> None:
     p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")
     p.add_argument("config")
-    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--start", type=float, default=1e-6)
     p.add_argument("--end", type=float, default=10.0)

@@ -100,6 +100,13 @@ class DataConfig:
                               "Results tab; the image files themselves are never touched")
     on_bad_file: str = opt("skip", "unreadable images: skip (listed in the log) or fail the run",
                            choices=("skip", "fail"))
+    labels: str | None = opt(None, "multi-label: a labels file (CSV: file,labels with ; between an image's labels, "
+                             "or file,LABEL1,LABEL2,... one-hot) listing the images of data.train_dir; set, the run "
+                             "is multi-label (loss.name bce)")
+    val_labels: str | None = opt(None, "multi-label: a labels file of validation images; else val_split of "
+                                 "data.labels' images is held out")
+    test_labels: str | None = opt(None, "multi-label: a labels file of test images, evaluated once at the end with "
+                                  "best.pt (eval/test/)")
 
 
 @dataclass
@@ -118,11 +125,12 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
-    name: str = opt("cross_entropy", "loss function",
-                    choices=("cross_entropy", "nll", "mse", "multi_margin"))
-    label_smoothing: float = opt(0.0, "cross_entropy label smoothing", ge=0, lt=1)
+    name: str = opt("cross_entropy", "loss function (bce: binary cross-entropy per label, the multi-label loss)",
+                    choices=("cross_entropy", "nll", "mse", "multi_margin", "bce"))
+    label_smoothing: float = opt(0.0, "label smoothing (cross_entropy; bce: targets eps/2 and 1 - eps/2)", ge=0, lt=1)
     class_weights: str = opt("none", "weight each class's loss: auto = inverse class frequency in the training set, "
-                             "normalised to a mean of 1 (for unbalanced classes)", choices=("none", "auto"))
+                             "normalised to a mean of 1 (for unbalanced classes); with bce, each label's positives "
+                             "weighted by its negatives over its positives (rare labels)", choices=("none", "auto"))
 
 
 @dataclass
@@ -158,7 +166,8 @@ class SchedulerConfig:
 
 @dataclass
 class EarlyStopConfig:
-    metric: str = opt("val_loss", "the validation metric watched", choices=("val_acc", "val_loss"))
+    metric: str = opt("val_loss", "the validation metric watched (val_map: multi-label runs' mean average "
+                      "precision)", choices=("val_acc", "val_loss", "val_map"))
     patience: int = opt(0, "stop after this many epochs without improvement (0 = off)", ge=0, le=100000)
     min_delta: float = opt(0.0, "smallest change that counts as an improvement", ge=0)
     share: float = opt(0.0, "with patience on: wait at least this share of train.epochs as it stands (re-planned "
@@ -284,6 +293,11 @@ class RunConfig:
     monitor: MonitorConfig = opt(factory=MonitorConfig, doc="live statistics")
     checkpoint: CheckpointConfig = opt(factory=CheckpointConfig, doc="checkpoints")
 
+    @property
+    def multilabel(self) -> bool:
+        """Several labels per image (issue #36): the labels file data.labels says which."""
+        return bool(self.data.labels)
+
     # ---- conversions -------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, raw: Any, source: str | None = None) -> RunConfig:
@@ -321,6 +335,8 @@ class RunConfig:
         out.data.test_dir = fix(out.data.test_dir)
         out.data.cache_dir = fix(out.data.cache_dir)
         out.data.exclude = fix(out.data.exclude)
+        out.data.labels, out.data.val_labels, out.data.test_labels = (
+            fix(out.data.labels), fix(out.data.val_labels), fix(out.data.test_labels))
         if not is_weights_name(out.model.weights):
             out.model.weights = fix(out.model.weights)
         if is_user_model(out.model.name):
@@ -510,6 +526,36 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
+def _multilabel_checks(cfg: RunConfig) -> list[str]:
+    """A multi-label run (data.labels) reads its splits from labels files and trains with bce; the keys of one label
+    per image are refused with it, and the other way round."""
+    d, problems = cfg.data, []
+    if not cfg.multilabel:
+        for key in ("val_labels", "test_labels"):
+            if getattr(d, key):
+                problems.append(f"data.{key}: needs data.labels (the training images' labels file)")
+        if cfg.loss.name == "bce":
+            problems.append("loss.name: bce is the multi-label loss; set data.labels (the labels file) or choose "
+                            "cross_entropy")
+        if cfg.train.early_stop.metric == "val_map":
+            problems.append("train.early_stop.metric: val_map is measured in multi-label runs (data.labels); use "
+                            "val_acc or val_loss")
+        return problems
+    if cfg.loss.name != "bce":
+        problems.append(f"loss.name: a multi-label run (data.labels) trains with bce, not {cfg.loss.name}")
+    for key, instead in (("val_dir", "val_labels"), ("test_dir", "test_labels")):
+        if getattr(d, key):
+            problems.append(f"data.{key}: a multi-label run takes those images from data.{instead} (a labels file)")
+    if d.test_split and d.test_labels:
+        problems.append("data.test_split: set it or data.test_labels, not both (the test set is one or the other)")
+    if d.sampler == "balanced":
+        problems.append("data.sampler: balanced draws by class; a multi-label run uses shuffle (loss.class_weights "
+                        "auto weights rare labels instead)")
+    if cfg.train.early_stop.metric == "val_acc":
+        problems.append("train.early_stop.metric: a multi-label run watches val_map or val_loss")
+    return problems
+
+
 def _cross_checks(cfg: RunConfig) -> list[str]:
     problems = []
     d = cfg.data
@@ -523,6 +569,7 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if d.test_split + (0 if d.val_dir else d.val_split) >= 0.9:
         problems.append(f"data.test_split: with data.val_split {d.val_split:g} it leaves under 10% of the images to "
                         f"train on; lower one of them")
+    problems += _multilabel_checks(cfg)
     if cfg.loss.class_weights != "none" and cfg.loss.name == "mse":
         problems.append("loss.class_weights: needs a loss that weights classes (cross_entropy, nll or multi_margin), "
                         "not mse")

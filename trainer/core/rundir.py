@@ -242,7 +242,8 @@ def report_end(run: RunDir, code: int) -> int:
     status = run.read_status()
     state = status.get("state", "unknown")
     best = status.get("best_acc")
-    tail = f", best val_acc {100 * best:.1f}%" if isinstance(best, (int, float)) else ""
+    metric = status.get("best_metric") or "val_acc"  # multi-label runs are chosen by val_map
+    tail = f", best {metric} {100 * best:.1f}%" if isinstance(best, (int, float)) else ""
     line = f"run {state}{tail}: {run.path}"
     if status.get("message") and state != "completed":
         line += f"\nreason: {status['message']}"

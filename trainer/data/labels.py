@@ -22,6 +22,7 @@ from itertools import combinations
 from pathlib import Path
 
 from trainer.core.errors import InputError
+from trainer.data.scan import ScanResult, image_paths
 
 MAX_LABELS_BYTES = 512 << 20  # a labels file of 10^6 rows is ~50 MB
 MAX_LABEL_NAME = 100
@@ -204,3 +205,42 @@ def format_labels_report(labels: Labels, unlisted: list[str], pairs: int = 5) ->
         lines.append(f"not in the labels file: {len(unlisted)} image(s) of the folder (first: {unlisted[0]}); they are "
                      f"left out")
     return lines
+
+
+def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: list[str] | None = None,
+                  manifest=None) -> ScanResult:
+    """A multi-label split as the loader takes a scanned folder: `samples` of (image, its labels as a 0/1 tuple over
+    `classes`). The images listed in `labels_file` (config key `key`) must be in `folder` (the labels file's own
+    folder when None); the folder's images the file does not list are left out (a warning says how many). With
+    `names` (the training labels) a label outside them is refused. The manifest's exclusions apply (its relabels and
+    additions are for one label per image: refused here)."""
+    try:
+        labels = read_labels(labels_file)
+        unlisted = check_against_folder(labels, image_paths(folder or Path(labels_file).parent))
+    except LabelsError as e:
+        raise LabelsError(f"{key}: {e}") from None
+    names = list(names or labels.names)
+    position = {name: i for i, name in enumerate(names)}
+    unknown = [n for n in labels.names if n not in position]
+    if unknown:
+        raise LabelsError(f"{key}: {labels_file}: label {unknown[0]!r} is not one of data.labels' labels "
+                          f"({', '.join(names[:10])}{', ...' if len(names) > 10 else ''})")
+    if manifest is not None and (manifest.relabel or manifest.add):
+        raise LabelsError(f"data.exclude: {manifest.path}: relabels and additions are for one label per image; a "
+                          f"multi-label run takes exclusions only (edit {labels_file} to change an image's labels)")
+    left_out = {os.path.realpath(p) for p in manifest.exclude} if manifest is not None else set()
+    scan = ScanResult(str(folder or Path(labels_file).parent), names)
+    for image, indices in labels.items:
+        if os.path.realpath(image) in left_out:
+            scan.excluded += 1
+            continue
+        hot = [0.0] * len(names)
+        for i in indices:
+            hot[position[labels.names[i]]] = 1.0
+        scan.samples.append((image, tuple(hot)))
+    if unlisted:
+        scan.warnings.append(f"{key}: {len(unlisted)} image(s) of {scan.root} are not in {labels_file} and are left "
+                             f"out (first: {unlisted[0]})")
+    if not scan.samples:
+        raise LabelsError(f"{key}: {labels_file}: every image listed is excluded by the manifest")
+    return scan

@@ -108,21 +108,28 @@ class DataBundle:
     cache: str
     manifest: dict | None = None  # {file, excluded, relabelled} when data.exclude is set
     test: list[tuple[str, int]] = field(default_factory=list)  # data.test_split: held out of train, never trained on
+    multilabel: bool = False  # each sample's label is a 0/1 tuple over `classes` (the labels), not a class index
 
     def train_counts(self) -> list[int]:
-        """Training images per class, in label order."""
-        counts = [0] * len(self.classes)
-        for _, label in self.train.samples:
-            counts[label] += 1
-        return counts
+        """Training images per class (multi-label: the images carrying each label), in label order."""
+        return _counts(self.train.samples, len(self.classes), self.multilabel)
 
     def classes_without_val(self) -> list[tuple[str, int]]:
         """(class, training images) of the classes with no validation image (their accuracy is unknown)."""
-        in_val = {label for _, label in self.val.samples}
-        train_counts: dict[int, int] = {}
-        for _, label in self.train.samples:
-            train_counts[label] = train_counts.get(label, 0) + 1
-        return [(name, train_counts.get(i, 0)) for i, name in enumerate(self.classes) if i not in in_val]
+        in_val = _counts(self.val.samples, len(self.classes), self.multilabel)
+        train = self.train_counts()
+        return [(name, train[i]) for i, name in enumerate(self.classes) if not in_val[i]]
+
+
+def _counts(samples: list, n: int, multilabel: bool) -> list[int]:
+    counts = [0] * n
+    for _, label in samples:
+        if multilabel:
+            for i, on in enumerate(label):
+                counts[i] += on > 0
+        else:
+            counts[label] += 1
+    return counts
 
 
 def stratified_split(samples: list[tuple[str, int]], fraction: float, seed: int):
@@ -168,10 +175,7 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
 
     cache = resolve_cache(cfg, 0)
     manifest = load_manifest(cfg)
-    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", cache == "none", manifest, additions=True)}
-    if cfg.val_dir:
-        folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", cache == "none", manifest)
-        check_same_classes(folders["train"].classes, folders["val"].classes, cfg.val_dir)
+    folders = _labelled_scans(cfg, manifest) if cfg.labels else _folder_scans(cfg, cache == "none", manifest)
     cache = resolve_cache(cfg, sum(len(f.samples) for f in folders.values()))
     skipped = [bad for scan in folders.values() for bad in scan.bad_files]
     stores: dict[str, ImageStore] = {}
@@ -188,17 +192,19 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
             folders[name].samples = [s for s in folders[name].samples if s[0] in store.rows]
     samples = folders["train"].samples
     test_s: list[tuple[str, int]] = []
-    if cfg.test_split and not cfg.test_dir:  # before validation is split off, with a seed of its own
-        samples, test_s = stratified_split(samples, cfg.test_split, seed + TEST_SPLIT_SEED)
-    if cfg.val_dir:
+    split = random_split if cfg.labels else stratified_split  # multi-label: no one class to stratify by
+    if cfg.test_split and not (cfg.test_dir or cfg.test_labels):  # before validation, with a seed of its own
+        samples, test_s = split(samples, cfg.test_split, seed + TEST_SPLIT_SEED)
+    if "val" in folders:
         train_s, val_s = samples, folders["val"].samples
     else:
-        train_s, val_s = stratified_split(samples, cfg.val_split, seed)
+        train_s, val_s = split(samples, cfg.val_split, seed)
     if not train_s:
         raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
     if not val_s:
         raise DataError(f"data.val_split: no validation images left from {cfg.train_dir}; add images or set data.val_dir")
-    bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache, test=test_s)
+    bundle = DataBundle(folders["train"].classes, Split(train_s), Split(val_s), skipped, cache, test=test_s,
+                        multilabel=bool(cfg.labels))
     if manifest is not None:
         bundle.manifest = {"file": str(manifest.path), "excluded": sum(f.excluded for f in folders.values()),
                            "relabelled": sum(f.relabelled for f in folders.values()), "added": folders["train"].added}
@@ -209,6 +215,39 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
         path, reason = bundle.skipped[0]
         raise DataError(f"{path}: {reason} (data.on_bad_file is fail; {len(bundle.skipped)} bad files in all)")
     return bundle
+
+
+def _folder_scans(cfg: DataConfig, full: bool, manifest) -> dict[str, ScanResult]:
+    """The class folders: data.train_dir (with the manifest's additions), data.val_dir when set."""
+    folders = {"train": _checked_scan(cfg.train_dir, "data.train_dir", full, manifest, additions=True)}
+    if cfg.val_dir:
+        folders["val"] = _checked_scan(cfg.val_dir, "data.val_dir", full, manifest)
+        check_same_classes(folders["train"].classes, folders["val"].classes, cfg.val_dir)
+    return folders
+
+
+def _labelled_scans(cfg: DataConfig, manifest) -> dict[str, ScanResult]:
+    """Multi-label: the images data.labels lists (in data.train_dir), and data.val_labels' when set."""
+    from trainer.data.labels import labelled_scan
+
+    if not cfg.train_dir:
+        raise DataError("data.train_dir: not set (the folder of the images data.labels lists)")
+    folders = {"train": labelled_scan(cfg.labels, "data.labels", cfg.train_dir, manifest=manifest)}
+    if cfg.val_labels:
+        folders["val"] = labelled_scan(cfg.val_labels, "data.val_labels", names=folders["train"].classes,
+                                       manifest=manifest)
+    for scan in folders.values():
+        for w in scan.warnings:
+            log.warning("%s", w)
+    return folders
+
+
+def random_split(samples: list, fraction: float, seed: int) -> tuple[list, list]:
+    """(train, val): `fraction` of the samples held out, chosen with `seed` (multi-label: no class to stratify by)."""
+    items = sorted(samples)
+    random.Random(seed).shuffle(items)
+    n_val = max(1, round(len(items) * fraction)) if len(items) > 1 else 0
+    return sorted(items[n_val:]), sorted(items[:n_val])
 
 
 def load_manifest(cfg: DataConfig):

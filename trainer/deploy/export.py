@@ -94,7 +94,8 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
         net = FlipAveraged(net).eval()
     # the network as exported, preprocessed as the export will be: the reference of every measurement
     reference = LoadedModel(net, list(state["classes"]), Preprocess(pre["image_size"], tuple(pre["mean"]),
-                            tuple(pre["std"]), tta=bool(pre.get("tta")) and not in_graph), loaded.source, state)
+                            tuple(pre["std"]), tta=bool(pre.get("tta")) and not in_graph), loaded.source, state,
+                            thresholds=loaded.thresholds)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         target = work / out.name
@@ -103,6 +104,8 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
                    "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
                    "source_run": str(run.path), "checkpoint": str(loaded.source), "epoch": state["epoch"],
                    "best_acc": state.get("best_acc")}
+        if loaded.multilabel:  # every label's probability is its logit's sigmoid; a label is on at its threshold
+            sidecar.update(task="multilabel", outputs="logits; sigmoid per label", thresholds=loaded.thresholds)
         if pre.get("tta"):  # eval.tta: in the graph, or the caller averages the mirror image's logits
             sidecar["tta"] = "graph" if in_graph else "caller"
         atomic_write_text(Path(f"{target}.json"), json.dumps(sidecar))
@@ -209,10 +212,14 @@ def training_facts(run: RunDir, state: dict) -> dict:
 
 @dataclass
 class Prediction:
-    """One image's result: the top classes with their probabilities (best first), or why it could not be read."""
+    """One image's result: the top classes with their probabilities (best first), or why it could not be read.
+    Multi-label: `labels`, every label at or above its threshold (most probable first), and `probabilities`, every
+    label's."""
     path: str
     top: list[tuple[str, float]] = field(default_factory=list)
     error: str | None = None
+    labels: list[tuple[str, float]] | None = None
+    probabilities: dict[str, float] | None = None
 
     @property
     def label(self) -> str:
@@ -241,7 +248,13 @@ def predict(source: Path, images: list[Path], top: int = 1, which: str = "best")
     found = classify(model, [r.path for r in results])
     for i, reason in found.errors.items():
         results[i].error = f"{results[i].path}: {reason}"
-    values, indices = found.logits.softmax(1).topk(min(top, len(model.classes)), dim=1)
+    probs = model.probabilities(found.logits)
+    values, indices = probs.topk(min(top, len(model.classes)), dim=1)
     for i, v, c in zip(found.kept, values.tolist(), indices.tolist()):
         results[i].top = [(model.classes[j], p) for j, p in zip(c, v)]
+    if model.multilabel:
+        for i, row in zip(found.kept, probs.tolist()):
+            results[i].probabilities = dict(zip(model.classes, row))
+            on = [(name, p) for name, p, t in zip(model.classes, row, model.thresholds) if p >= t]
+            results[i].labels = sorted(on, key=lambda x: -x[1])
     return results

@@ -30,7 +30,7 @@ class CalibrationError(InputError, ValueError):
 @dataclass
 class MeasureSet:
     split: str  # test | val
-    samples: list[tuple[str, int]]  # (path, label), at most MEASURE_IMAGES
+    samples: list[tuple[str, int]]  # (path, label; multi-label a 0/1 tuple), at most MEASURE_IMAGES
     of: int  # images in the split
     source: str  # the predictions file they come from
 
@@ -49,7 +49,10 @@ def measure_set(run: RunDir, classes: list[str], seed: int = 0) -> tuple[Measure
         try:
             with open(path, encoding="utf-8", newline="") as f:
                 rows = read_dict_rows(f)
-            samples = [(r["path"], label[r["true"]]) for r in rows]
+            if rows and "probabilities" in rows[0]:  # multi-label: the image's labels as a 0/1 tuple
+                samples = [(r["path"], tuple(float(n in r["true"].split(";")) for n in classes)) for r in rows]
+            else:
+                samples = [(r["path"], label[r["true"]]) for r in rows]
         except (OSError, KeyError, ValueError) as e:
             return None, f"{path}: unreadable ({e})"
         chosen = sorted(random.Random(seed).sample(samples, MEASURE_IMAGES)) if len(samples) > MEASURE_IMAGES \

@@ -28,7 +28,10 @@ THROUGHPUT_RUNS, THROUGHPUT_SECONDS = 5, 1.5
 
 
 def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
-    """Top-1 of the export and of the reference on `images`, and how often they agree; unreadable files skipped."""
+    """Top-1 of the export and of the reference on `images`, and how often they agree; unreadable files skipped.
+    Multi-label: their mAP, and how often they take the same decision for an image's label at its threshold."""
+    if reference.multilabel:
+        return _multilabel_accuracy(export, reference, images)
     right = reference_right = agree = seen = skipped = 0
     paths = images.samples
     for start in range(0, len(paths), BATCH):
@@ -52,6 +55,35 @@ def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) ->
                          f"(listed in {images.source})")
     return {"split": images.split, "images": seen, "of": images.of, "skipped": skipped, "source": images.source,
             "top1": right / seen, "checkpoint_top1": reference_right / seen, "agreement": agree / seen}
+
+
+def _multilabel_accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
+    from trainer.deploy.multilabel import mean_average_precision
+
+    got, expected, targets, skipped = [], [], [], 0
+    for start in range(0, len(images.samples), BATCH):
+        batch, labels = [], []
+        for path, label in images.samples[start:start + BATCH]:
+            try:
+                batch.append(export.preprocess.decode(path))
+                labels.append(label)
+            except Exception:  # noqa: BLE001 - a file gone or damaged since training: not counted
+                skipped += 1
+        if batch:
+            x = torch.stack(batch)
+            got.append(export.logits(x))
+            expected.append(reference.logits(x))
+            targets.append(torch.tensor(labels, dtype=torch.float32))
+    if not got:
+        raise ValueError(f"none of the {len(images.samples)} images of the {images.split} split could be read "
+                         f"(listed in {images.source})")
+    got, expected, y = torch.cat(got), torch.cat(expected), torch.cat(targets)
+    on = torch.tensor(reference.thresholds)
+    p_got, p_expected = torch.sigmoid(got), torch.sigmoid(expected)
+    return {"split": images.split, "images": len(y), "of": images.of, "skipped": skipped, "source": images.source,
+            "map": mean_average_precision(got, y)[0], "checkpoint_map": mean_average_precision(expected, y)[0],
+            "agreement": float(((p_got >= on) == (p_expected >= on)).float().mean()),
+            "max_probability_difference": float((p_got - p_expected).abs().max())}
 
 
 def readable_images(paths: list[str], decode: Callable[[str], torch.Tensor], limit: int | None = None) -> list:

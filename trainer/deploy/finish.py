@@ -17,7 +17,9 @@ trace_log = logging.getLogger("trainer.trace")  # tracebacks: to train.log only,
 
 def finish_run(run: RunDir, reporter, held_out: list[tuple[str, int]], cfg) -> None:
     """What a completed run does after training: its test set (data.test_dir or data.test_split), its exports."""
-    if cfg.data.test_dir or held_out:
+    if cfg.data.labels and (cfg.data.test_labels or held_out):
+        evaluate_multilabel_test_set(run, reporter, held_out, cfg.data)
+    elif cfg.data.test_dir or held_out:
         evaluate_test_set(run, reporter, held_out, cfg.data)
     export_formats(run, reporter, cfg.export.formats)
 
@@ -38,6 +40,37 @@ def evaluate_test_set(run: RunDir, reporter, held_out: list[tuple[str, int]], da
     reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
     run.write_status(test_acc=metrics["accuracy"])  # the runs table's test column
     log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
+
+
+def evaluate_multilabel_test_set(run: RunDir, reporter, held_out: list, data) -> None:
+    """Multi-label: data.test_labels' images (or those data.test_split held out), once, with best.pt, scored at the
+    thresholds validation chose: eval/test/ and a `test` event."""
+    import torch
+
+    from trainer.data.labels import labelled_scan
+    from trainer.deploy.inference import classify, load_run_model
+    from trainer.deploy.multilabel import write_multilabel_evaluation
+
+    reporter.prepare("test", "evaluating the test set with best.pt")
+    model = load_run_model(run, "best")
+    if data.test_labels:
+        samples, where = labelled_scan(data.test_labels, "data.test_labels", names=model.classes).samples, \
+            data.test_labels
+    else:
+        samples = held_out
+        where = f"{data.labels} (data.test_split {data.test_split:g}: {len(held_out)} images held out)"
+    found = classify(model, [path for path, _ in samples])
+    targets = torch.tensor([samples[i][1] for i in found.kept], dtype=torch.float32)
+    skipped = [{"path": samples[i][0], "reason": r} for i, r in found.errors.items()]
+    metrics = write_multilabel_evaluation(run.path, "test", found.paths, found.logits, targets, model.classes,
+                                          model.thresholds, extra={"folder": where, "checkpoint": str(model.source),
+                                                                   "epoch": model.state["epoch"], "skipped": skipped})
+    folder = run.path / "eval" / "test"
+    reporter.emit("test", folder=str(folder), images=metrics["images"], map=metrics["map"],
+                  map_micro=metrics["map_micro"], loss=metrics["loss"],
+                  per_label={n: v["ap"] for n, v in metrics["per_label"].items()})
+    run.write_status(test_map=metrics["map"])
+    log.info("test set: mAP %.1f%% on %d images (%s)", 100 * (metrics["map"] or 0), metrics["images"], folder)
 
 
 def export_formats(run: RunDir, reporter, formats: list[str]) -> None:

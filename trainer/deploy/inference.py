@@ -83,6 +83,15 @@ class LoadedModel:
     source: Path | None = None  # the checkpoint or exported file (None: the network a run is training)
     state: dict | None = None  # a checkpoint's whole content (None for an export)
     meta: dict = field(default_factory=dict)  # an export's sidecar
+    thresholds: list[float] | None = None  # multi-label: each label's threshold (sigmoid outputs); None: one class
+
+    @property
+    def multilabel(self) -> bool:
+        return self.thresholds is not None
+
+    def probabilities(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each class's probability (softmax), or multi-label each label's (sigmoid)."""
+        return torch.sigmoid(logits.float()) if self.multilabel else logits.float().softmax(1)
 
     def logits(self, images: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
         """float32 logits of a uint8 batch, in inference mode, on `device` (default the CPU)."""
@@ -125,7 +134,12 @@ def load_run_model(run: RunDir, which: str = "best") -> LoadedModel:
     model.load_state_dict(state["model"])
     pre = Preprocess.from_record(state["preprocess"])
     model = model.to(memory_format=MEMORY_FORMATS[pre.memory_format]).eval()
-    return LoadedModel(model, list(state["classes"]), pre, path, state=state)
+    thresholds = None
+    if (state["config"].get("data") or {}).get("labels"):  # multi-label: the thresholds validation chose
+        from trainer.deploy.multilabel import run_thresholds
+
+        thresholds = run_thresholds(run.path, list(state["classes"]))
+    return LoadedModel(model, list(state["classes"]), pre, path, state=state, thresholds=thresholds)
 
 
 def load_model(source: Path, which: str = "best") -> LoadedModel:
@@ -142,6 +156,7 @@ def load_model(source: Path, which: str = "best") -> LoadedModel:
         meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
         pre = Preprocess.from_record(meta, exported=True)
         fmt, classes = meta["format"], list(meta["classes"])
+        thresholds = [float(t) for t in meta["thresholds"]] if meta.get("thresholds") is not None else None
     except (ValueError, KeyError, TypeError) as e:
         raise ModelFileError(f"{sidecar_path}: not a TrainDeck export description ({first_line(e)})") from e
     try:
@@ -151,7 +166,7 @@ def load_model(source: Path, which: str = "best") -> LoadedModel:
     except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
         raise ModelFileError(f"{source}: cannot load the {fmt} model, the file looks damaged or truncated "
                              f"({first_line(e)})") from e
-    return LoadedModel(net, classes, pre, source, meta=meta)
+    return LoadedModel(net, classes, pre, source, meta=meta, thresholds=thresholds)
 
 
 def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -71,13 +71,19 @@ def summary(card: dict) -> str:
     parts = [format_size(card["file"]["bytes"])]
     m, s = card.get("metrics"), card.get("speed")
     if m:
-        parts.append(f"top-1 {format_percent(m['top1'])} on the {m['split']} split ({m['images']} images; the checkpoint "
-                     f"{format_percent(m['checkpoint_top1'])}, agreement {format_percent(m['agreement'])})")
+        what, key = quality(m)
+        parts.append(f"{what} {format_percent(m[key])} on the {m['split']} split ({m['images']} images; the checkpoint "
+                     f"{format_percent(m['checkpoint_' + key])}, agreement {format_percent(m['agreement'])})")
     if s:
         parts.append(f"{s['batch1_ms']:.2f} ms per image, {s['images_per_s']:.0f} images/s at batch {s['batch']} "
                      f"({s['runtime']})")
     parts += [f"{what} not measured: {why}" for what, why in card.get("not_measured", {}).items()]
     return "; ".join(parts)
+
+
+def quality(metrics: dict) -> tuple[str, str]:
+    """(what the card measured an export by, its key): top-1, or a multi-label export's mAP."""
+    return ("mAP", "map") if "map" in metrics else ("top-1", "top1")
 
 
 def format_percent(value: float | None) -> str:
@@ -111,23 +117,31 @@ def md_code(text) -> str:
 def markdown(card: dict) -> str:
     """The card as Markdown, for people."""
     name = card["file"]["name"]
-    lines = [f"# {md(name)}: {md(card['model_name'])}, {len(card['classes'])} classes", "",
+    multilabel = card.get("task") == "multilabel"
+    kind = "labels" if multilabel else "classes"
+    lines = [f"# {md(name)}: {md(card['model_name'])}, {len(card['classes'])} {kind}", "",
              f"{EXPORT_DESCRIPTIONS.get(card['format'], card['format'])}.", "",
              f"Exported by TrainDeck {card['traindeck']} on {card['created']} from the run {md_code(card['source_run'])} "
              f"({md_code(Path(card['checkpoint']).name)}, epoch {card['epoch']}).", "", "## Measured", ""]
     m, s = card.get("metrics") or {}, card.get("speed")
     latency = f"{s['batch1_ms']:.2f} ms" if s else "—"
     throughput = f"{s['images_per_s']:.0f} images/s at batch {s['batch']}" if s else "—"
-    lines += ["| file size | top-1 | checkpoint top-1 | agreement | latency, batch 1 | throughput |",
+    what, key = quality(m)
+    lines += [f"| file size | {what} | checkpoint {what} | agreement | latency, batch 1 | throughput |",
               "|---|---|---|---|---|---|",
-              f"| {format_size(card['file']['bytes'])} | {format_percent(m.get('top1'))} "
-              f"| {format_percent(m.get('checkpoint_top1'))} "
+              f"| {format_size(card['file']['bytes'])} | {format_percent(m.get(key))} "
+              f"| {format_percent(m.get('checkpoint_' + key))} "
               f"| {format_percent(m.get('agreement'))} | {latency} | {throughput} |", ""]
+    agreement = ("the share of image-label decisions (at each label's threshold) the same as the checkpoint's"
+                 if key == "map" else "the share of images given its class")
     if m:
-        lines += [f"Top-1 on the run's {m['split']} split ({m['images']} images"
+        lines += [f"{what} on the run's {m['split']} split ({m['images']} images"
                   + (f" of {m['of']}" if m["of"] > m["images"] else "") + f", listed in {md_code(m['source'])}); "
-                  "the checkpoint is the exported network in fp32, agreement is the share of images given its class.",
-                  ""]
+                  f"the checkpoint is the exported network in fp32, agreement is {agreement}.", ""]
+    if card.get("thresholds"):
+        lines += ["Multi-label: the outputs are logits, one per label; a label's probability is its sigmoid, and the "
+                  "label is on at its threshold (chosen on the validation split for the best F1): "
+                  + ", ".join(f"{md(n)} {t:.3f}" for n, t in zip(card["classes"], card["thresholds"])) + ".", ""]
     if s:
         ref = s.get("checkpoint")
         lines += [f"Speed: {s['runtime']}, on {s['machine']}"
@@ -144,11 +158,12 @@ def markdown(card: dict) -> str:
               "- scaled to 0..1, then normalised per channel: (x - mean) / std with "
               f"mean {card['mean']} and std {card['std']}",
               f"- tensor layout N x 3 x {card['image_size']} x {card['image_size']}, float32, named `images`; "
-              f"output `logits`, N x {len(card['classes'])} (softmax for probabilities)"]
+              f"output `logits`, N x {len(card['classes'])} "
+              f"({'sigmoid per label' if multilabel else 'softmax'} for probabilities)"]
     if card.get("tta"):
         lines.append("- flip test-time augmentation: " + ("inside the file" if card["tta"] == "graph" else
                                                             "average the logits of the image and its mirror image"))
-    lines += ["", "## Classes", "", "Output index: class.", ""]
+    lines += ["", f"## {kind.capitalize()}", "", f"Output index: {kind[:-1]}.", ""]
     lines += [f"{i}. {md(c)}" for i, c in enumerate(card["classes"])]
     lines += ["", "## Load it", ""]
     for consumer, code in card["load"].items():

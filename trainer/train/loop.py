@@ -22,6 +22,7 @@ from trainer.core.schedule import progressive_size
 from trainer.data import loader as data_mod
 from trainer.deploy.evaluation import Predictions, write_evaluation
 from trainer.deploy.inference import LoadedModel, Preprocess
+from trainer.deploy.multilabel import average_precision, mean_average_precision, write_multilabel_evaluation
 from trainer.device.machine import CpuThreads
 from trainer.device.precision import StepResult
 from trainer.device.strategy import Strategy
@@ -95,8 +96,9 @@ class Loop:
             metrics = self.evaluate()
             seconds = last_seconds = time.time() - start
             self.epoch_seconds.append(seconds)
-            is_best = metrics["val_acc"] > st.best_acc
-            st.best_acc = max(st.best_acc, metrics["val_acc"])
+            score = metrics[score_key(self.parts.data.multilabel)]
+            is_best = score > st.best_acc
+            st.best_acc = max(st.best_acc, score)
             if is_best and self.strategy.is_main:  # written before the epoch event: the app reads it on that event
                 self.write_val_predictions(st.epoch + 1)
             self.reporter.emit("epoch", epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
@@ -106,7 +108,8 @@ class Loop:
             self.reporter.epoch_line(st.epoch + 1, train_loss, metrics, seconds)
             if self.strategy.is_main:
                 self.run.write_status(epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
-                                      best_acc=st.best_acc, val_acc=metrics["val_acc"])
+                                      best_acc=st.best_acc, val_acc=metrics["val_acc"],
+                                      best_metric=score_key(self.parts.data.multilabel))
             st.epoch += 1
             st.batch_in_epoch = 0
             st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics, cfg.train.epochs)  # before the save
@@ -222,7 +225,7 @@ class Loop:
             else:
                 window += torch.stack([loss, torch.ones_like(loss), (~finite).float()])
             n = torch.full_like(loss, y.shape[0])
-            epoch_totals += torch.stack([loss * n, (logits.argmax(1) == y).sum().float(), n])
+            epoch_totals += torch.stack([loss * n, hits(logits, y), n])
             images_done += y.shape[0]
             st.batch_in_epoch += 1
             if result is None or result.skipped:
@@ -362,6 +365,8 @@ class Loop:
         batch (no activations are kept for a backward pass, so they fit where training's did)."""
         cfg, s, parts = self.cfg, self.strategy, self.parts
         n = len(parts.classes)
+        if parts.data.multilabel:
+            return self.evaluate_multilabel()
         parts.eval_net.eval()  # unwrapped: evaluation needs no gradient sync
         loss_sum = torch.zeros((), device=s.device)
         top5 = torch.zeros((), device=s.device)
@@ -393,6 +398,35 @@ class Loop:
         parts.train_mode(self.state.epoch)
         return out
 
+    @torch.inference_mode()
+    def evaluate_multilabel(self) -> dict:
+        """Multi-label validation: loss, mAP (macro, micro; trainer.deploy.multilabel) and label accuracy (each
+        image-label pair right at 0.5). Every rank ends with every image's logits (each fills its own rows, then one
+        sum), so mAP is measured on the whole split."""
+        cfg, s, parts = self.cfg, self.strategy, self.parts
+        parts.eval_net.eval()
+        total = len(parts.data.val)
+        logits_all = torch.zeros(total, len(parts.classes), device=s.device)
+        targets = torch.zeros_like(logits_all)
+        loss_sum = torch.zeros((), device=s.device)
+        batches = data_mod.epoch_batches(total, EVAL_BATCH_FACTOR * cfg.data.batch_size, seed=0, epoch=0,
+                                         rank=s.rank, world=s.world_size, shuffle=False, pad=False)
+        for index, (images, labels) in zip(batches, data_mod.iterate_batches(parts.data.val, batches, parts.workers,
+                                                                             cfg.data.image_size, s.device)):
+            y = labels.to(s.device, non_blocking=True).float()
+            logits = self.inference.logits(images, s.device).float()
+            loss_sum += parts.criterion(logits, y) * y.shape[0]
+            logits_all[index], targets[index] = logits, y
+        both = s.all_reduce_sum(torch.cat([loss_sum[None], logits_all.flatten(), targets.flatten()])).cpu()
+        size = logits_all.numel()
+        logits_all, targets = both[1:1 + size].view_as(logits_all), both[1 + size:].view_as(logits_all)
+        self._val_logits = logits_all
+        macro, micro = mean_average_precision(logits_all, targets)
+        per_label = [average_precision(logits_all[:, j], targets[:, j]) for j in range(len(parts.classes))]
+        parts.train_mode(self.state.epoch)
+        return {"val_loss": (both[0] / max(total, 1)).item(), "val_map": macro or 0.0, "val_map_micro": micro or 0.0,
+                "val_acc": ((logits_all >= 0) == (targets > 0.5)).float().mean().item(), "per_class_ap": per_label}
+
     def write_val_predictions(self, epoch: int) -> None:
         """The best epoch's per-image validation predictions, in eval/val/ (rank 0; the app reads them). Single-process
         runs reuse the logits `evaluate` kept; under DDP rank 0 predicts the whole split once more."""
@@ -402,7 +436,12 @@ class Loop:
             batches = data_mod.epoch_batches(len(samples), EVAL_BATCH_FACTOR * self.cfg.data.batch_size, seed=0,
                                              epoch=0, shuffle=False, pad=False)
             self._val_logits = self._predict(batches)
-        preds = Predictions([p for p, _ in samples], torch.tensor([label for _, label in samples]), self._val_logits)
+        labels = torch.tensor([label for _, label in samples])
+        if parts.data.multilabel:  # the thresholds chosen here are the run's: evaluate, predict and exports use them
+            write_multilabel_evaluation(self.run.path, "val", [p for p, _ in samples], self._val_logits, labels,
+                                        parts.classes, extra={"epoch": epoch})
+            return
+        preds = Predictions([p for p, _ in samples], labels, self._val_logits)
         write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": epoch})
 
     @torch.inference_mode()
@@ -511,13 +550,27 @@ class Loop:
         return str(path)
 
 
+def hits(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A training batch's right answers: images whose top class is the label; multi-label (multi-hot `y`), the
+    share of each image's labels right at 0.5, summed."""
+    if y.dim() == 2:
+        return ((logits >= 0) == (y > 0.5)).float().mean(1).sum()
+    return (logits.argmax(1) == y).sum().float()
+
+
+def score_key(multilabel: bool) -> str:
+    """The validation metric the best epoch is chosen by: val_acc, or multi-label runs' val_map."""
+    return "val_map" if multilabel else "val_acc"
+
+
 def no_longer_improving(es: EarlyStopConfig, st: TrainState, metrics: dict, epochs: int = 0) -> bool:
     """Track `es.metric` in `st`; True once it has gone `patience_of(es, epochs)` epochs without improving by more
-    than `es.min_delta` (val_acc must rise, val_loss fall). Always False with patience 0 (off)."""
+    than `es.min_delta` (val_acc and val_map must rise, val_loss fall). Always False with patience 0 (off)."""
     if not es.patience or metrics.get(es.metric) is None:
         return False
     value, best = metrics[es.metric], st.early_stop_best
-    if best is None or (value > best + es.min_delta if es.metric == "val_acc" else value < best - es.min_delta):
+    rises = es.metric in ("val_acc", "val_map")
+    if best is None or (value > best + es.min_delta if rises else value < best - es.min_delta):
         st.early_stop_best, st.early_stop_wait = value, 0
     else:
         st.early_stop_wait += 1

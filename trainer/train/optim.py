@@ -107,6 +107,9 @@ def build_optimizer(groups: list[dict], cfg: OptimizerConfig) -> torch.optim.Opt
     raise ConfigError([f"optimizer.name: unknown optimizer {name!r}"])
 
 
+MAX_POSITIVE_WEIGHT = 100.0  # a label on 1 image in 1,000 counts 100x, not 999x: one image must not steer the run
+
+
 def class_weights(counts: list[int]) -> torch.Tensor:
     """Inverse class frequency, normalised to a mean of 1 over the classes (a class without training images gets 0)."""
     n = torch.tensor(counts, dtype=torch.float32)
@@ -117,9 +120,37 @@ def class_weights(counts: list[int]) -> torch.Tensor:
     return weights
 
 
+def positive_weights(counts: list[int], images: int) -> torch.Tensor:
+    """Multi-label: each label's positives weighted by its negatives over its positives (BCEWithLogits' pos_weight),
+    at most MAX_POSITIVE_WEIGHT; 1 for a label without training images."""
+    pos = torch.tensor(counts, dtype=torch.float32)
+    weights = ((images - pos) / pos.clamp_min(1)).clamp(max=MAX_POSITIVE_WEIGHT)
+    return torch.where(pos > 0, weights, torch.ones_like(weights))
+
+
+class MultiLabelLoss(nn.Module):
+    """Binary cross-entropy per label on multi-hot targets, with label smoothing (targets eps/2 and 1 - eps/2) and
+    optional positive weights."""
+
+    def __init__(self, pos_weight: torch.Tensor | None = None, smoothing: float = 0.0):
+        super().__init__()
+        self.bce = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+        self.smoothing = smoothing
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        targets = targets.to(logits.dtype)
+        if self.smoothing:
+            targets = targets * (1 - self.smoothing) + self.smoothing / 2
+        return self.bce(logits, targets)
+
+
 def build_loss(cfg: LossConfig, num_classes: int, class_counts: list[int] | None = None,
-               device: torch.device | None = None):
-    """A callable (logits, labels) -> scalar loss; with `class_weights: auto`, each class weighted by its rarity."""
+               device: torch.device | None = None, images: int = 0):
+    """A callable (logits, labels) -> scalar loss; with `class_weights: auto`, each class weighted by its rarity
+    (bce, multi-label: each label's positives, from `class_counts` of `images`)."""
+    if cfg.name == "bce":
+        weights = positive_weights(class_counts or [1] * num_classes, images) if cfg.class_weights == "auto" else None
+        return MultiLabelLoss(weights.to(device or "cpu") if weights is not None else None, cfg.label_smoothing)
     weight = None
     if cfg.class_weights == "auto":
         weight = class_weights(class_counts or [1] * num_classes).to(device or "cpu")

@@ -118,11 +118,13 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
             data_mod.keep_on_device(data, strategy.device)
 
     if cfg.loss.class_weights == "auto":
-        from trainer.train.optim import class_weights
+        from trainer.train.optim import class_weights, positive_weights
 
-        weights = class_weights(data.train_counts()).tolist()
-        log.info("class weights (inverse frequency): %s",
-                 ", ".join(f"{name} {w:.3g}" for name, w in zip(data.classes, weights)))
+        if data.multilabel:
+            weights, how = positive_weights(data.train_counts(), len(data.train)).tolist(), "positives' weights"
+        else:
+            weights, how = class_weights(data.train_counts()).tolist(), "class weights (inverse frequency)"
+        log.info("%s: %s", how, ", ".join(f"{name} {w:.3g}" for name, w in zip(data.classes, weights)))
     reporter.prepare("model", f"building {cfg.model.name}")
     model, weights = build_model(cfg.model, len(data.classes), cfg.data.image_size, cfg.train.seed,
                                  reporter.download_progress())
@@ -162,7 +164,7 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         data=data, workers=workers, model=wrapped, net=net, groups=groups, optimizer=optimizer, scheduler=scheduler,
         precision=Precision(precision_name, strategy), precision_reason=precision_reason,
         memory_format=memory_format,
-        criterion=build_loss(cfg.loss, len(data.classes), data.train_counts(), strategy.device),
+        criterion=build_loss(cfg.loss, len(data.classes), data.train_counts(), strategy.device, len(data.train)),
         augment=data_mod.BatchAugment(cfg.data.augment, mean, std, strategy.device, memory_format),
         aug_generator=torch.Generator(), monitor=monitor,
         anomalies=AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish),

@@ -51,6 +51,8 @@ def check_data_folders(data: DataConfig) -> list[str]:
     """The training classes, once the train (and val) folders are usable ImageFolders with the same classes."""
     if not data.train_dir:
         raise DataError("data.train_dir: not set (the ImageFolder to train on)")
+    if data.labels:
+        return check_labels_files(data)
     classes = _layout(data.train_dir, "data.train_dir")
     if data.val_dir:
         check_same_classes(classes, _layout(data.val_dir, "data.val_dir"), data.val_dir)
@@ -61,6 +63,20 @@ def check_data_folders(data: DataConfig) -> list[str]:
 
         load_manifest(data).filter([], classes)  # readable, and relabels only to existing classes
     return classes
+
+
+def check_labels_files(data: DataConfig) -> list[str]:
+    """Multi-label: the labels, once every labels file reads and lists only images that are there (the manifest's
+    exclusions applied); the trainer reads them again."""
+    from trainer.data.labels import labelled_scan
+    from trainer.data.loader import load_manifest
+
+    manifest = load_manifest(data)
+    names = labelled_scan(data.labels, "data.labels", data.train_dir, manifest=manifest).classes
+    for key in ("val_labels", "test_labels"):
+        if getattr(data, key):
+            labelled_scan(getattr(data, key), f"data.{key}", names=names, manifest=manifest)
+    return names
 
 
 def _layout(folder: str, key: str) -> list[str]:

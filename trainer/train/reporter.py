@@ -99,8 +99,10 @@ class Reporter:
         if not self.is_main:
             return
         end = "\r" if sys.stdout.isatty() else ""
+        score = f"val_map {100 * metrics['val_map']:.1f}%" if "val_map" in metrics else \
+            f"val_acc {100 * metrics['val_acc']:.1f}%"
         print(f"{end}epoch {epoch}/{self.epochs}  train_loss {train_loss:.4f}  val_loss {metrics['val_loss']:.4f}  "
-              f"val_acc {100 * metrics['val_acc']:.1f}%  ({seconds:.1f}s)" + " " * 20, flush=True)
+              f"{score}  ({seconds:.1f}s)" + " " * 20, flush=True)
 
     def maybe_system(self) -> None:
         """CPU, memory and GPU use of the trainer's processes, at most every `system_every_s`."""
