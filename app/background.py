@@ -49,9 +49,9 @@ def _while_alive(owner: QObject, fn: Callable) -> Callable:
 
 
 def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = None,
-                  owner: QObject | None = None) -> None:
+                  owner: QObject | None = None, priority: int = 0) -> None:
     """Run `fn` on the thread pool; `on_done(result)` or `on_error(message)` on the GUI thread (not at all when
-    `owner` is gone by then)."""
+    `owner` is gone by then). A higher `priority` goes ahead of the jobs waiting (what the user waits for)."""
     if owner is not None:
         on_done = _while_alive(owner, on_done)
         on_error = _while_alive(owner, on_error) if on_error else None
@@ -62,7 +62,7 @@ def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = N
         signals.failed.connect(on_error)
     signals.done.connect(lambda *_: _alive.discard(signals))
     signals.failed.connect(lambda *_: _alive.discard(signals))
-    QThreadPool.globalInstance().start(_Job(fn, signals))
+    QThreadPool.globalInstance().start(_Job(fn, signals), priority)
 
 
 class CliJob(QObject):

@@ -10,7 +10,7 @@ import html
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence, QPixmap, QShortcut
+from PySide6.QtGui import QImage, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -30,6 +30,7 @@ from app.thumbnails import load_thumbnails
 
 PREVIEW = 300
 KEYED = 9  # classes with a number key
+PREVIEW_PRIORITY = 10  # the images to label go ahead of any thumbnails the window behind is loading
 
 
 class LabelDialog(QDialog):
@@ -45,6 +46,7 @@ class LabelDialog(QDialog):
         self.manifest_path = manifest_path
         self.add_label = add_label  # (image, class) -> "" or why the manifest could not take it
         self.picks: list[dict] = []
+        self.images: dict[str, QImage] = {}  # the picks' previews, read in one go when the pool is ordered
         self.classes: list[str] = []
         self.at = 0
         self.labelled: dict[str, str] = {}
@@ -150,7 +152,17 @@ class LabelDialog(QDialog):
                  f"{len(report['skipped'])} unreadable" if report["skipped"] else ""]
         self.pool_notes = "; ".join(n for n in notes if n)
         self.pool_size = report["pool"]
+        self.images = {}
+        paths = [p["path"] for p in self.picks]
+        run_in_thread(lambda: load_thumbnails(paths, PREVIEW), lambda images: self._read(paths, images), owner=self,
+                      priority=PREVIEW_PRIORITY)
         self._show()
+
+    def _read(self, paths: list[str], images: list) -> None:
+        """Every pick's preview, read: each next image shows at once."""
+        self.images = dict(zip(paths, images))
+        if self.at < len(self.picks):
+            self._preview(self.picks[self.at]["path"], self.images[self.picks[self.at]["path"]])
 
     def _class_buttons(self) -> None:
         while self.class_buttons.count():
@@ -180,8 +192,9 @@ class LabelDialog(QDialog):
         self.guess.setText(f"The network's guess: <b>{html.escape(pick['guess'])}</b> ({top}; margin "
                            f"{pick['margin']:.2f})")
         path = pick["path"]
-        run_in_thread(lambda: load_thumbnails([path], PREVIEW)[0], lambda image: self._preview(path, image),
-                      owner=self)
+        self.preview.setPixmap(QPixmap())  # never the last image under this one's guess while it loads
+        if path in self.images:
+            self._preview(path, self.images[path])
 
     def _preview(self, path: str, image) -> None:
         if self.at < len(self.picks) and self.picks[self.at]["path"] == path and not image.isNull():

@@ -141,6 +141,9 @@ def main() -> int:
         dialog.activateWindow()  # its keys are the dialog's shortcuts: it must be the active window, as on a desktop
         wait(dialog.isActiveWindow, 10, "the labelling view to be active")
         for n in range(20):
+            start = time.monotonic()
+            wait(lambda: not dialog.preview.pixmap().isNull(), 60, "the image to show")
+            print(f"image {n + 1}: shown after {time.monotonic() - start:.2f} s")
             if n == 5:
                 shoot("label_next", over=dialog)
             digit = shown[dialog.picks[dialog.at]["path"]]

@@ -304,6 +304,7 @@ def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, 
     qtbot.waitUntil(lambda: bool(dialog.picks), timeout=120_000)
     assert "1 already in the run's data (left out)" in dialog.status.text() and "1 unreadable" in dialog.status.text()
     assert len(dialog.picks) == 20 and {p["path"] for p in dialog.picks} <= set(shown)
+    qtbot.waitUntil(lambda: len(dialog.images) == 20, timeout=20_000)  # the picks' images, read in one go
     manifest = lambda: read_manifest(window.dataset_page.manifest_path)  # noqa: E731
     for n in range(20):
         digit = shown[dialog.picks[dialog.at]["path"]]
@@ -326,6 +327,7 @@ def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, 
         else:
             qtbot.keyClick(dialog, Qt.Key.Key_0 + int(digit) + 1)  # key 1 is class "0"
         assert dialog.at == n + 1
+        assert n == 19 or not dialog.preview.pixmap().isNull(), "the next image shows at once, never the last one"
     added = manifest().add
     assert len(added) == 20 and all(added[os.path.realpath(p)] == shown[p] for p in dialog.labelled)
     assert os.path.realpath(known) in manifest().exclude, "the hand edit was kept"
