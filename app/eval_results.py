@@ -70,10 +70,13 @@ def evaluation_label(run_path: Path, name: str) -> str:
     return f"{name}: {folder}" if folder else name
 
 
-def read_evaluation(run_path: Path, name: str) -> Evaluation:
-    """One evaluation; OSError/ValueError when its files are missing or unreadable."""
+def read_evaluation(run_path: Path, name: str) -> Evaluation | MultiLabelEvaluation:
+    """One evaluation (a multi-label run's as MultiLabelEvaluation); OSError/ValueError when its files are missing
+    or unreadable."""
     folder = Path(run_path) / "eval" / name
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    if metrics.get("task") == "multilabel":
+        return read_multilabel_evaluation(run_path, name, metrics)
     rows = []
     remote = (Path(run_path) / "remote.json").exists()  # a mirror: the images are its copies of the host's
     csv_path = folder / "predictions.csv"
@@ -103,3 +106,61 @@ def mtime(run_path: Path, name: str) -> float:
         return (Path(run_path) / "eval" / name / "metrics.json").stat().st_mtime
     except OSError:
         return 0.0
+
+
+@dataclass
+class LabelledPrediction:
+    """One image of a multi-label evaluation: its labels, the labels at their thresholds, every label's probability."""
+    path: str
+    true: list[str]
+    predicted: list[str]
+    probabilities: dict[str, float]
+
+
+@dataclass
+class MultiLabelEvaluation:
+    name: str
+    metrics: dict  # trainer.deploy.multilabel's: map, map_micro, per_label, thresholds, ...
+    predictions: list[LabelledPrediction]
+
+    @property
+    def labels(self) -> list[str]:
+        return self.metrics.get("classes", [])
+
+    def false_positives(self, label: str) -> list[LabelledPrediction]:
+        """Images the network gives `label` at its threshold that do not carry it, most probable first."""
+        found = [p for p in self.predictions if label in p.predicted and label not in p.true]
+        return sorted(found, key=lambda p: -p.probabilities[label])
+
+    def false_negatives(self, label: str) -> list[LabelledPrediction]:
+        """Images that carry `label` the network leaves without it, least probable first."""
+        found = [p for p in self.predictions if label in p.true and label not in p.predicted]
+        return sorted(found, key=lambda p: p.probabilities[label])
+
+    def precision_recall(self, label: str) -> tuple[list[float], list[float]]:
+        """(recall, precision) at each image's probability of `label` taken as the threshold, highest first."""
+        ranked = sorted(self.predictions, key=lambda p: -p.probabilities[label])
+        positives = sum(label in p.true for p in ranked)
+        recall, precision, hits = [], [], 0
+        for seen, p in enumerate(ranked, 1):
+            hits += label in p.true
+            recall.append(hits / positives if positives else 0.0)
+            precision.append(hits / seen)
+        return recall, precision
+
+
+def read_multilabel_evaluation(run_path: Path, name: str, metrics: dict) -> MultiLabelEvaluation:
+    """A multi-label evaluation's predictions (trainer.deploy.multilabel writes them); OSError/ValueError when
+    unreadable."""
+    rows = []
+    remote = (Path(run_path) / "remote.json").exists()
+    with open(Path(run_path) / "eval" / name / "predictions.csv", newline="", encoding="utf-8") as f:
+        for r in read_dict_rows(f):
+            probabilities = {}
+            for part in filter(None, r["probabilities"].split(";")):
+                label, _, p = part.rpartition(":")
+                probabilities[label] = float(p)
+            path = local_copy(run_path, r["path"]) if remote else r["path"]
+            rows.append(LabelledPrediction(path, [t for t in r["true"].split(";") if t],
+                                           [t for t in r["predicted"].split(";") if t], probabilities))
+    return MultiLabelEvaluation(name, metrics, rows)

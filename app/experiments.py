@@ -98,6 +98,11 @@ def summarize(run: RunDir) -> dict:
     best, final, test = status.get("best_acc"), status.get("val_acc"), status.get("test_acc")
     if test is None and (run.path / "eval" / "test" / "metrics.json").exists():  # runs from before test_acc
         test = test_accuracy(run)
+    scores = {}
+    if status.get("best_metric") == "val_map":  # multi-label: mAP, in a column of its own, not under accuracy
+        test_map = status.get("test_map")
+        scores["mAP best val / test"] = f"{100 * best:.1f}% / " + (f"{100 * test_map:.1f}%" if test_map else "—")
+        best = final = test = None
     q = status.get("queue") or {}
     notes = read_notes(run)
     tags = notes["tags"] + ([q["sweep"]] if q.get("sweep") and q["sweep"] not in notes["tags"] else [])
@@ -113,7 +118,7 @@ def summarize(run: RunDir) -> dict:
         "duration": (status.get("earlier_s") or 0) + (ended - started) if ended and started else None,
         "started": dt.datetime.fromtimestamp(status.get("first_started") or started).strftime("%Y-%m-%d %H:%M"),
         "started_ts": status.get("first_started") or started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],
-        "params": flatten(cfg) | {"data changes": data_changes(run)}, "pid": status.get("pid"),
+        "params": flatten(cfg) | {"data changes": data_changes(run)} | scores, "pid": status.get("pid"),
         "reason": status.get("reason"),
     }
 

@@ -35,7 +35,7 @@ from trainer.core.catalog import (
     EXPORT_FORMATS,
     RUN_CHECKPOINTS,
 )
-from trainer.deploy.model_card import card_path, format_percent, format_size, read_card
+from trainer.deploy.model_card import card_path, format_percent, format_size, quality, read_card
 
 ABOUT_LINES = 3  # the format's description: the longest wraps to this many lines at the dialog's width
 COLUMNS = ["file", "format", "size", "top-1", "checkpoint", "agreement", "batch 1", "throughput", "measured on"]
@@ -60,8 +60,11 @@ def exports_in(folder: Path) -> list[tuple[Path, dict]]:
 def card_cells(export: Path, card: dict) -> list[str]:
     m, s = card.get("metrics") or {}, card.get("speed") or {}
     why_not = "; ".join(card.get("not_measured", {}).values())
+    what, key = quality(m)  # a multi-label export is measured by mAP, said in the cell
+    prefix = "mAP " if key == "map" else ""
     return [export.name, card["format"], format_size(card["file"]["bytes"]) if card.get("file") else "—",
-            format_percent(m.get("top1")), format_percent(m.get("checkpoint_top1")), format_percent(m.get("agreement")),
+            prefix + format_percent(m.get(key)), prefix + format_percent(m.get("checkpoint_" + key)),
+            format_percent(m.get("agreement")),
             f"{s['batch1_ms']:.2f} ms" if s else "—",
             f"{s['images_per_s']:.0f}/s at {s['batch']}" if s else "—",
             f"{m['split']} split, {m['images']} images" if m else (why_not or "—")]

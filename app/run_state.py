@@ -50,7 +50,8 @@ class RunState:
         self.images_per_s = Series()
         self.train_loss = Series()
         self.val_loss = Series()
-        self.val_acc = Series()
+        self.val_score = Series()  # val_acc, or a multi-label run's val_map (`score_key`)
+        self.score_key = "val_acc"
         self.lr: list[Series] = []
         self.layer_grad: Matrix | None = None
         self.cpu = Series()
@@ -129,11 +130,14 @@ class RunState:
         if kind == "epoch":
             self.last_epoch = e
             self.epoch_events.append(e)
-            if not self.best_epoch or (e.get("val_acc") or 0) > (self.best_epoch.get("val_acc") or 0):
+            if "val_map" in e:  # multi-label: the best epoch is chosen by mAP, and that is the curve
+                self.score_key = "val_map"
+            key = self.score_key
+            if not self.best_epoch or (e.get(key) or 0) > (self.best_epoch.get(key) or 0):
                 self.best_epoch = e
             self.train_loss.append(e["epoch"], e.get("train_loss"))
             self.val_loss.append(e["epoch"], e.get("val_loss"))
-            self.val_acc.append(e["epoch"], e.get("val_acc"))
+            self.val_score.append(e["epoch"], e.get(key))
             self._update_eta(e, now)
             return "epochEnded"
         if kind == "test":
@@ -196,7 +200,7 @@ class RunState:
         was discarded by the trainer, and goes from the curves, the counters and the best epoch here too."""
         for series in (self.step_loss, self.grad_norm, self.images_per_s, *self.lr):
             series.truncate(step)
-        for series in (self.train_loss, self.val_loss, self.val_acc):
+        for series in (self.train_loss, self.val_loss, self.val_score):
             series.truncate(epoch)
         if self.layer_grad is not None:
             self.layer_grad.truncate(step)
@@ -204,7 +208,7 @@ class RunState:
             self.histograms[key] = [h for h in events if h.get("step", 0) <= step]
         self.epoch_events = [e for e in self.epoch_events if e["epoch"] <= epoch]
         self.last_epoch = self.epoch_events[-1] if self.epoch_events else {}
-        self.best_epoch = max(self.epoch_events, key=lambda e: e.get("val_acc") or 0, default={})
+        self.best_epoch = max(self.epoch_events, key=lambda e: e.get(self.score_key) or 0, default={})
         self.last_step = {}
         self.test_event = {}
 

@@ -173,8 +173,12 @@ class TryItDialog(QDialog):
                 self.table.setItem(row, 2, item)
                 self.table.setSpan(row, 2, 1, 2)
                 continue
-            best, p = r["top"][0]
-            self.table.setItem(row, 2, QTableWidgetItem(f"{best}  {100 * p:.1f}%"))
+            if r.get("labels") is not None:  # multi-label: every label at its threshold, each with its probability
+                on = "   ".join(f"{c} {100 * q:.1f}%" for c, q in r["labels"]) or "no label at its threshold"
+                self.table.setItem(row, 2, QTableWidgetItem(on))
+            else:
+                best, p = r["top"][0]
+                self.table.setItem(row, 2, QTableWidgetItem(f"{best}  {100 * p:.1f}%"))
             self.table.setItem(row, 3, QTableWidgetItem("   ".join(f"{c} {100 * q:.1f}%" for c, q in r["top"])))
         bad = sum(1 for r in results if r["error"])
         self.status.setText(f"{len(results) - bad} image(s) classified" + (f"; {bad} could not be read" if bad else ""))

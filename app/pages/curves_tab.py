@@ -23,6 +23,7 @@ class CurvesTab(QWidget):
         super().__init__(parent)
         self.model: RunModel | None = None
         self._versions: dict[str, int] = {}
+        self._score_key = "val_acc"  # what the third plot shows: val_acc, or a multi-label run's val_map
         self.loss_plot = make_plot("Training loss", "loss")
         self.raw_loss = curve(self.loss_plot, "#9ecae1", "raw", width=1)
         self.smooth_loss = curve(self.loss_plot, COLORS[0], "smoothed")
@@ -81,6 +82,7 @@ class CurvesTab(QWidget):
     def set_model(self, model: RunModel) -> None:
         self.model = model
         self._versions.clear()
+        self._score_key = ""  # titled again from the run's own metric
         self.smoother = Smoothed(model.step_loss, self.smoothing.value() / 100)
         for line in self._warning_lines:
             self.loss_plot.removeItem(line)
@@ -140,7 +142,12 @@ class CurvesTab(QWidget):
                 budget -= 1
                 self._step_turn = index + 1
         for key, item, series in (("train_epoch", self.train_epoch, m.train_loss),
-                                  ("val_epoch", self.val_epoch, m.val_loss), ("acc", self.acc_curve, m.val_acc)):
+                                  ("val_epoch", self.val_epoch, m.val_loss), ("acc", self.acc_curve, m.val_score)):
+            if key == "acc" and self._score_key != m.score_key:  # a multi-label run's curve is its mAP
+                self._score_key = m.score_key
+                multilabel = m.score_key == "val_map"
+                self.acc_plot.setTitle("Val mAP" if multilabel else "Val accuracy")
+                self.acc_plot.setLabel("left", "mAP" if multilabel else "accuracy")
             if self._versions.get(key) != series.version:
                 self._versions[key] = series.version
                 show(item, series)

@@ -163,6 +163,11 @@ class Dashboard(QWidget):
         self.curves.add_group_curves()
 
     def _tested(self, e: dict) -> None:
+        if "map" in e:  # a multi-label run's test set
+            self._facts += (f"<br><b>test set: mAP {100 * (e['map'] or 0):.1f}%</b> (micro "
+                            f"{100 * (e.get('map_micro') or 0):.1f}%) on {e['images']} images")
+            self.summary.setText(self._facts)
+            return
         top5 = f", top-5 {100 * e['top5_accuracy']:.1f}%" if e.get("top5_accuracy") is not None else ""
         self._facts += f"<br><b>test set: {100 * e['accuracy']:.1f}%</b> on {e['images']} images{top5}"
         self.summary.setText(self._facts)

@@ -29,7 +29,7 @@ from app.auto_panel import AutoPanel
 from app.background import run_in_thread
 from app.forms import Binder, FullHeight
 from app.thumbnails import load_thumbnails
-from trainer.core.config import key_choices
+from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
 from trainer.data.findings import Findings, latest_audit
@@ -47,11 +47,13 @@ ScanPayload = tuple[ScanResult, list[tuple[str, QImage]], "Manifest | None", obj
 THUMBS_PER_CLASS = 6
 
 
-def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None) -> ScanPayload:
+def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None, labels: str = "") -> ScanPayload:
     """Runs on the thread pool: header scan (honouring the manifest) plus a few decoded thumbnails per class
     (QImage is thread-safe), the flip rule, the exact duplicates and what the last audit of a run on the folder
-    found."""
+    found. With a labels file (multi-label), the images it lists and a few of each label's."""
     manifest = read_manifest(manifest_path) if manifest_path else None
+    if labels:
+        return _labelled_with_thumbnails(folder, labels, manifest)
     result = scan_image_folder(folder, full=False, manifest=manifest)
     rng = random.Random(0)
     thumbs = []
@@ -62,6 +64,22 @@ def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None
                 thumbs.append((name, image))
     findings = latest_audit(runs_dir, folder) if runs_dir else None
     return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings  # off the GUI thread
+
+
+def _labelled_with_thumbnails(folder: str, labels: str, manifest) -> ScanPayload:
+    """Multi-label: the labels file against the folder (trainer.data.labels, the trainer's own reading), a few
+    images of each label."""
+    from trainer.data.labels import labelled_scan
+
+    result = labelled_scan(labels, "data.labels", folder, manifest=manifest)
+    rng = random.Random(0)
+    thumbs = []
+    for label, name in enumerate(result.classes):
+        paths = [p for p, on in result.samples if on[label]]
+        for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
+            if not image.isNull():
+                thumbs.append((name, image))
+    return result, thumbs, manifest, None, None, None
 
 
 def _duplicates(folder: str, result: ScanResult) -> Duplicates:
@@ -181,6 +199,7 @@ class DatasetPage(QWidget):
         train_edit: QLineEdit = binder.widgets["data.train_dir"]
         train_edit.textChanged.connect(lambda _: self._debounce.start())
         binder.widgets["data.exclude"].textChanged.connect(lambda _: self._debounce.start())
+        binder.widgets["data.labels"].textChanged.connect(self._labels_changed)
 
     def _build_settings(self, binder: Binder) -> QWidget:
         """The left column: Auto, the folders, loading and augmentation."""
@@ -188,6 +207,8 @@ class DatasetPage(QWidget):
         form = QFormLayout(folders)
         form.addRow("Training images", folder_row(binder, "data.train_dir", "ImageFolder: one sub-folder per class",
                                                   "Training images", self, host_of=lambda: self.host))
+        form.addRow("Labels file", folder_row(binder, "data.labels", "optional: multi-label, a CSV of each image's "
+                                              "labels (file,labels)", "Labels file", self, "CSV files (*.csv)"))
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
                                                     "Validation images", self, host_of=lambda: self.host))
         form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))
@@ -297,7 +318,8 @@ class DatasetPage(QWidget):
         rl.addWidget(self.auto.choices, 3)  # Auto's choices, once planned: the wide column has room for the reasons
         rl.addWidget(self.imbalance_fixes)
         rl.addWidget(self.suggestion)
-        rl.addWidget(QLabel("<b>Images per class</b>"))
+        self.bars_title = QLabel("<b>Images per class</b>")
+        rl.addWidget(self.bars_title)
         rl.addWidget(self.bars, 2)
         rl.addWidget(QLabel("<b>Samples</b>"))
         rl.addWidget(self.thumbs, 3)
@@ -309,6 +331,20 @@ class DatasetPage(QWidget):
         rl.addLayout(row)
         rl.addWidget(self.manifest_entries, 1)
         return right
+
+    def _labels_changed(self, text: str) -> None:
+        """A labels file makes the run multi-label, which trains with its own loss (the config's rule): shown on
+        the Optimizer page at once; cleared, the default loss is back."""
+        loss = self.binder.widgets["loss.name"]
+        if text.strip():
+            loss.setCurrentText(MULTILABEL_LOSS)
+        elif loss.currentText() == MULTILABEL_LOSS:
+            loss.setCurrentText(RunConfig().loss.name)
+        self._debounce.start()
+
+    @property
+    def labels_path(self) -> str:
+        return self.binder.widgets["data.labels"].text().strip()
 
     @property
     def train_dir(self) -> str:
@@ -340,7 +376,7 @@ class DatasetPage(QWidget):
             # those splits (the folder field then holds its train/, scanned now, not again after the debounce)
             self.folderSettled.emit(self.train_dir)
             self._debounce.stop()
-        folder, manifest_path = self.train_dir, self.manifest_path
+        folder, manifest_path, labels = self.train_dir, self.manifest_path, self.labels_path
         self._scan_serial += 1
         serial = self._scan_serial
         self.scan_result = None
@@ -356,7 +392,7 @@ class DatasetPage(QWidget):
         self.summary.setText(f"Scanning {folder} on {host} …" if host else f"Scanning {folder} …")
         runs_dir = self.runs_dir
         run_in_thread(lambda: remote_scan(host, folder) if host else _scan_with_thumbnails(folder, manifest_path,
-                                                                                           runs_dir),
+                                                                                           runs_dir, labels),
                       lambda result: self._show(serial, result), lambda error: self._failed(serial, error), owner=self)
 
     def _failed(self, serial: int, error: str) -> None:
@@ -378,6 +414,10 @@ class DatasetPage(QWidget):
         self.scan_error = ""
         counts = result.counts
         text = f"<b>{len(result.classes)} classes, {len(result.samples)} images</b> in {result.root}"
+        self.bars_title.setText(f"<b>Images per {'label' if self.labels_path else 'class'}</b>")
+        if self.labels_path:
+            text = (f"<b>Multi-label: {len(result.classes)} labels on {len(result.samples)} images</b> listed in "
+                    f"{html.escape(self.labels_path)}; {sum(not any(on) for _, on in result.samples)} with no label")
         if result.bad_files:
             text += f"; {len(result.bad_files)} unusable"
         if result.excluded or result.relabelled:

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QSlider,
     QSplitter,
+    QStackedWidget,
     QTableView,
     QTableWidget,
     QTableWidgetItem,
@@ -41,7 +42,17 @@ from PySide6.QtWidgets import (
 from app.audit_gallery import audit_gallery, audit_measure, score_text
 from app.background import CliJob, run_in_thread
 from app.data_map_view import DataMap
-from app.eval_results import Evaluation, Prediction, evaluation_label, evaluation_names, most_confused, mtime, read_evaluation
+from app.eval_results import (
+    Evaluation,
+    MultiLabelEvaluation,
+    Prediction,
+    evaluation_label,
+    evaluation_names,
+    most_confused,
+    mtime,
+    read_evaluation,
+)
+from app.pages.multilabel_view import MultiLabelView
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
 from app.thumbnails import load_pair_thumbnails
@@ -159,9 +170,22 @@ class ResultsTab(QWidget):
         splitter.setStretchFactor(0, 1)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([500, 500])  # the matrix gets half: four classes fit without scrolling at 1280 px
+        self.multilabel = MultiLabelView()  # a multi-label run's results, in place of the matrix and its gallery
+        self.multilabel.set_choice.setModel(self.eval_choice.model())
+        self.multilabel.set_choice.currentIndexChanged.connect(self.eval_choice.setCurrentIndex)
+        self.eval_choice.currentIndexChanged.connect(self._sync_set_choice)
+        self.multilabel.marksRequested.connect(self.marksRequested)
+        self.pages = QStackedWidget()
+        self.pages.addWidget(splitter)
+        self.pages.addWidget(self.multilabel)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(splitter)
+        layout.addWidget(self.pages)
+
+    def _sync_set_choice(self, index: int) -> None:
+        self.multilabel.set_choice.blockSignals(True)
+        self.multilabel.set_choice.setCurrentIndex(index)
+        self.multilabel.set_choice.blockSignals(False)
 
     def _build_matrix(self) -> QWidget:
         """The left pane: which evaluation, counts or row shares, the zoom, the headline and the confusion matrix."""
@@ -372,6 +396,7 @@ class ResultsTab(QWidget):
         self.eval_choice.clear()
         self.eval_choice.blockSignals(False)
         self.matrix_model.set_matrix([], [])
+        self.pages.setCurrentIndex(0)
         self.gallery.clear()
         self.gallery_title.setText("")
         self.headline.setText("")
@@ -381,6 +406,7 @@ class ResultsTab(QWidget):
     def set_marked(self, marked: dict[str, str | None]) -> None:
         """The manifest's entries (real path -> new class, None when excluded), to show beside each image."""
         self.marked = marked
+        self.multilabel.set_marked(marked)
         if self.selected is not None:
             self._show_details(self.selected)  # the text only: a Grad-CAM being computed goes on
         self._enable_undo()
@@ -420,10 +446,15 @@ class ResultsTab(QWidget):
             self.matrix_model.set_matrix(best["confusion"], self.model.start_event.get("classes", []))
             self.headline.setText(f"best epoch {best.get('epoch')}: no per-image predictions were kept for this run")
 
-    def _show(self, serial: int, ev: Evaluation) -> None:
+    def _show(self, serial: int, ev: Evaluation | MultiLabelEvaluation) -> None:
         if serial != self._eval_serial:
             return
         self.evaluation = ev
+        if isinstance(ev, MultiLabelEvaluation):
+            self.pages.setCurrentWidget(self.multilabel)
+            self.multilabel.show_evaluation(ev)
+            return
+        self.pages.setCurrentIndex(0)
         m = ev.metrics
         top5 = f" · top-5 {100 * m['top5_accuracy']:.1f}%" if m.get("top5_accuracy") is not None else ""
         epoch = f" · epoch {m['epoch']}" if m.get("epoch") is not None else ""

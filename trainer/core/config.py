@@ -526,6 +526,9 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
+MULTILABEL_LOSS = "bce"  # the loss of a multi-label run (data.labels set), and only of one
+
+
 def _multilabel_checks(cfg: RunConfig) -> list[str]:
     """A multi-label run (data.labels) reads its splits from labels files and trains with bce; the keys of one label
     per image are refused with it, and the other way round."""
@@ -534,14 +537,14 @@ def _multilabel_checks(cfg: RunConfig) -> list[str]:
         for key in ("val_labels", "test_labels"):
             if getattr(d, key):
                 problems.append(f"data.{key}: needs data.labels (the training images' labels file)")
-        if cfg.loss.name == "bce":
+        if cfg.loss.name == MULTILABEL_LOSS:
             problems.append("loss.name: bce is the multi-label loss; set data.labels (the labels file) or choose "
                             "cross_entropy")
         if cfg.train.early_stop.metric == "val_map":
             problems.append("train.early_stop.metric: val_map is measured in multi-label runs (data.labels); use "
                             "val_acc or val_loss")
         return problems
-    if cfg.loss.name != "bce":
+    if cfg.loss.name != MULTILABEL_LOSS:
         problems.append(f"loss.name: a multi-label run (data.labels) trains with bce, not {cfg.loss.name}")
     for key, instead in (("val_dir", "val_labels"), ("test_dir", "test_labels")):
         if getattr(d, key):

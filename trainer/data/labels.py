@@ -207,13 +207,24 @@ def format_labels_report(labels: Labels, unlisted: list[str], pairs: int = 5) ->
     return lines
 
 
+def manifest_labels(manifest, path: str, position: dict[str, int]) -> list[int]:
+    """A multi-label manifest's relabel of `path`: the image's whole new set of labels, `;`-separated (empty: no
+    label); LabelsError naming the manifest for a label the run does not have."""
+    chosen = [n.strip() for n in SEPARATORS.split(manifest.relabel[path]) if n.strip()]
+    unknown = [n for n in chosen if n not in position]
+    if unknown:
+        raise LabelsError(f"data.exclude: {manifest.path}: relabel {path}: label {unknown[0]!r} is not one of the "
+                          f"run's labels")
+    return [position[n] for n in chosen]
+
+
 def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: list[str] | None = None,
                   manifest=None) -> ScanResult:
     """A multi-label split as the loader takes a scanned folder: `samples` of (image, its labels as a 0/1 tuple over
     `classes`). The images listed in `labels_file` (config key `key`) must be in `folder` (the labels file's own
     folder when None); the folder's images the file does not list are left out (a warning says how many). With
-    `names` (the training labels) a label outside them is refused. The manifest's exclusions apply (its relabels and
-    additions are for one label per image: refused here)."""
+    `names` (the training labels) a label outside them is refused. The manifest's exclusions apply, and its relabels
+    give an image its whole new set of labels (`cat;outdoor`); additions are for one label per image (refused)."""
     try:
         labels = read_labels(labels_file)
         unlisted = check_against_folder(labels, image_paths(folder or Path(labels_file).parent))
@@ -225,18 +236,25 @@ def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: 
     if unknown:
         raise LabelsError(f"{key}: {labels_file}: label {unknown[0]!r} is not one of data.labels' labels "
                           f"({', '.join(names[:10])}{', ...' if len(names) > 10 else ''})")
-    if manifest is not None and (manifest.relabel or manifest.add):
-        raise LabelsError(f"data.exclude: {manifest.path}: relabels and additions are for one label per image; a "
-                          f"multi-label run takes exclusions only (edit {labels_file} to change an image's labels)")
-    left_out = {os.path.realpath(p) for p in manifest.exclude} if manifest is not None else set()
+    if manifest is not None and manifest.add:
+        raise LabelsError(f"data.exclude: {manifest.path}: additions are for one label per image; add an image to "
+                          f"{labels_file} with its labels")
+    left_out = set(manifest.exclude) if manifest is not None else set()
+    relabel = {path: manifest_labels(manifest, path, position) for path in manifest.relabel} if manifest else {}
     scan = ScanResult(str(folder or Path(labels_file).parent), names)
     for image, indices in labels.items:
-        if os.path.realpath(image) in left_out:
+        real = os.path.realpath(image)
+        if real in left_out:
             scan.excluded += 1
             continue
+        chosen = relabel.get(real)
+        if chosen is None:
+            chosen = [position[labels.names[i]] for i in indices]
+        else:
+            scan.relabelled += 1
         hot = [0.0] * len(names)
-        for i in indices:
-            hot[position[labels.names[i]]] = 1.0
+        for i in chosen:
+            hot[i] = 1.0
         scan.samples.append((image, tuple(hot)))
     if unlisted:
         scan.warnings.append(f"{key}: {len(unlisted)} image(s) of {scan.root} are not in {labels_file} and are left "

@@ -47,6 +47,10 @@ class ScanResult:
 
     @property
     def counts(self) -> dict[str, int]:
+        """Images per class; multi-label (each label a 0/1 tuple, trainer.data.labels) images per label."""
+        if self.samples and isinstance(self.samples[0][1], tuple):
+            totals = [sum(on) for on in zip(*(label for _, label in self.samples))]
+            return {name: int(n) for name, n in zip(self.classes, totals)}
         c = Counter(label for _, label in self.samples)
         return {name: c.get(i, 0) for i, name in enumerate(self.classes)}
 

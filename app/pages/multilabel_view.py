@@ -1,0 +1,275 @@
+"""The Results tab of a multi-label run (issue #36): mAP, a table of every label (AP, F1 at its threshold, precision,
+recall, support), the chosen label's precision-recall curve and, in the gallery, its false positives and false
+negatives; the selected image's labels and every probability, and one click to add or remove the label in the
+dataset manifest (the labels file itself is never rewritten). Torch-free: the trainer wrote the files
+(trainer.deploy.multilabel); app/eval_results.py reads them."""
+
+from __future__ import annotations
+
+import html
+import os
+
+import pyqtgraph as pg
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListView,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.background import run_in_thread
+from app.eval_results import LabelledPrediction, MultiLabelEvaluation
+from app.pages.plots import NumericItem
+from app.thumbnails import load_thumbnails
+
+THUMB = 96
+PREVIEW = 160
+# (header, metrics.json key, tooltip)
+COLUMNS = (("label", "", "the label, as the labels file names it"),
+           ("AP", "ap", "average precision: the area under the label's precision-recall curve"),
+           ("F1", "f1", "F1 at the label's threshold"),
+           ("prec.", "precision", "precision at the threshold: of the images given the label, the share that carry it"),
+           ("recall", "recall", "recall at the threshold: of the images that carry the label, the share given it"),
+           ("thr.", "threshold", "the threshold, chosen on the validation split for the label's best F1"),
+           ("images", "support", "images that carry the label"))
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+class MultiLabelView(QWidget):
+    marksRequested = Signal(list, object)  # image paths, the image's new labels (";"-separated; "" none)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.evaluation: MultiLabelEvaluation | None = None
+        self.label = ""  # the label whose errors the gallery shows
+        self.shown: list[tuple[LabelledPrediction, str]] = []  # (image, "FP" or "FN")
+        self.selected: tuple[LabelledPrediction, str] | None = None
+        self.marked: dict[str, str | None] = {}  # real path -> the manifest's labels for it (None: excluded)
+        self._thumb_serial = 0
+        self.set_choice = QComboBox()  # the Results tab's evaluations (it shares its list with this)
+        self.set_choice.setObjectName("multilabelSet")
+        self.headline = QLabel("")
+        self.headline.setObjectName("multilabelHeadline")
+        self.headline.setWordWrap(True)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("perLabel")
+        self.table.setHorizontalHeaderLabels([header for header, _, _ in COLUMNS])
+        for c, (_, _, tip) in enumerate(COLUMNS):
+            self.table.horizontalHeaderItem(c).setToolTip(tip)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.itemSelectionChanged.connect(self._label_chosen)
+        self.curve = pg.PlotWidget()
+        self.curve.setObjectName("precisionRecall")
+        self.curve.setBackground("w")
+        self.curve.setLabel("bottom", "recall")
+        self.curve.setLabel("left", "precision")
+        self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
+        self.gallery_title = QLabel("")
+        self.gallery_title.setWordWrap(True)
+        self.gallery = QListWidget()
+        self.gallery.setObjectName("labelErrors")
+        self.gallery.setViewMode(QListView.ViewMode.IconMode)
+        self.gallery.setIconSize(QSize(THUMB, THUMB))
+        self.gallery.setResizeMode(QListView.ResizeMode.Adjust)
+        self.gallery.setMovement(QListView.Movement.Static)
+        self.gallery.currentRowChanged.connect(self._select)
+        self.preview = QLabel()
+        self.preview.setFixedSize(PREVIEW, PREVIEW)
+        self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.details = QLabel("")
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.fix_button = QPushButton("")
+        self.fix_button.setObjectName("fixLabel")
+        self.fix_button.setToolTip("an entry in the dataset manifest (data.exclude) giving the image its labels; the "
+                                   "labels file and the image stay as they are")
+        self.fix_button.clicked.connect(self.fix)
+        self.fix_button.setEnabled(False)
+        self._layout()
+
+    def _layout(self) -> None:
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Set"))
+        top.addWidget(self.set_choice, 1)
+        ll.addLayout(top)
+        ll.addWidget(self.headline)
+        ll.addWidget(self.table, 3)
+        ll.addWidget(self.curve, 2)
+        detail = QWidget()
+        dl = QHBoxLayout(detail)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addWidget(self.preview)
+        side = QVBoxLayout()
+        side.addWidget(self.details, 1)
+        side.addWidget(self.fix_button)
+        dl.addLayout(side, 1)
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(self.gallery_title)
+        rl.addWidget(self.gallery, 1)
+        rl.addWidget(detail)
+        splitter = QSplitter()
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setSizes([500, 500])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    def show_evaluation(self, ev: MultiLabelEvaluation) -> None:
+        """`ev`'s figures; the label chosen before stays chosen (else the one with the lowest AP)."""
+        self.evaluation = ev
+        m = ev.metrics
+        epoch = f" · epoch {m['epoch']}" if m.get("epoch") is not None else ""
+        self.headline.setText(
+            f"<b>{ev.name}: mAP {percent(m['map'])}</b> (micro {percent(m['map_micro'])}) on {m['images']} images · "
+            f"every label right: {percent(m['exact_match'])} of the images · loss {m['loss']:.3f}{epoch}<br>"
+            f"<span style='color:#777'>Thresholds chosen on the validation split, each label's best F1"
+            f"{'' if m.get('thresholds_chosen_here') else ' (applied here as chosen)'}</span>")
+        self.table.setSortingEnabled(False)
+        self.table.setRowCount(0)
+        for name, figures in m["per_label"].items():
+            r = self.table.rowCount()
+            self.table.insertRow(r)
+            self.table.setItem(r, 0, QTableWidgetItem(name))
+            for c, (_, key, _) in enumerate(COLUMNS[1:], start=1):
+                value = figures.get(key)
+                text = "—" if value is None else (str(value) if key == "support" else
+                                                  f"{value:.3f}" if key == "threshold" else percent(value))
+                item = NumericItem(text)
+                item.setData(Qt.ItemDataRole.UserRole, value)
+                self.table.setItem(r, c, item)
+        self.table.setSortingEnabled(True)
+        self.table.sortItems(0, Qt.SortOrder.AscendingOrder)
+        worst = min(m["per_label"], key=lambda n: m["per_label"][n]["ap"] if m["per_label"][n]["ap"] is not None
+                    else 2.0, default="")
+        self.choose(self.label if self.label in m["per_label"] else worst)
+
+    def choose(self, label: str) -> None:
+        """Show `label`'s curve and errors (selects its row)."""
+        for r in range(self.table.rowCount()):
+            if self.table.item(r, 0).text() == label:
+                self.table.selectRow(r)
+                return
+
+    def _label_chosen(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows or self.evaluation is None:
+            return
+        self.label = self.table.item(rows[0].row(), 0).text()
+        ev, label = self.evaluation, self.label
+        recall, precision = ev.precision_recall(label)
+        self.curve.clear()
+        self.curve.plot(recall, precision, pen=pg.mkPen("#1f77b4", width=2))
+        threshold = ev.metrics["thresholds"].get(label)
+        figures = ev.metrics["per_label"][label]
+        if figures.get("recall") is not None and figures.get("precision") is not None:
+            self.curve.plot([figures["recall"]], [figures["precision"]], pen=None, symbol="o", symbolBrush="#d62728")
+        self.curve.setTitle(f"{html.escape(label)}: AP {percent(figures['ap'])}; the dot is its threshold "
+                            f"{threshold:.3f}")
+        self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
+        positives, negatives = ev.false_positives(label), ev.false_negatives(label)
+        self.shown = [(p, "FP") for p in positives] + [(p, "FN") for p in negatives]
+        self.gallery_title.setText(
+            f"<b>{html.escape(label)}</b>: {len(positives)} false positive(s), the network gives the label and the "
+            f"image does not carry it (most probable first); then {len(negatives)} false negative(s), the image "
+            f"carries it and the network leaves it out")
+        self._fill()
+
+    def _fill(self) -> None:
+        self.gallery.clear()
+        for p, kind in self.shown:
+            item = QListWidgetItem(f"{kind} {100 * p.probabilities[self.label]:.0f}%")
+            item.setToolTip(f"{p.path}\nlabels: {', '.join(p.true) or 'none'}\npredicted: "
+                            f"{', '.join(p.predicted) or 'none'}")
+            self.gallery.addItem(item)
+        self._thumb_serial += 1
+        serial, paths = self._thumb_serial, [p.path for p, _ in self.shown]
+        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._icons(serial, images), owner=self)
+        self._select(-1)
+
+    def _icons(self, serial: int, images: list[QImage]) -> None:
+        if serial != self._thumb_serial:
+            return
+        for i, image in enumerate(images):
+            if not image.isNull() and i < self.gallery.count():
+                self.gallery.item(i).setIcon(QPixmap.fromImage(image))
+
+    def current_labels(self, p: LabelledPrediction) -> list[str]:
+        """The image's labels as the next run will read them: the manifest's, else the labels file's."""
+        given = self.marked.get(os.path.realpath(p.path), ...)
+        if given is ...:
+            return list(p.true)
+        return [n for n in (given or "").split(";") if n]
+
+    def _select(self, row: int) -> None:
+        self.selected = self.shown[row] if 0 <= row < len(self.shown) else None
+        self.preview.setPixmap(QPixmap())
+        if self.selected is None:
+            self.details.setText("")
+            self.fix_button.setEnabled(False)
+            self.fix_button.setText("")
+            return
+        p, _ = self.selected
+        self._describe(p)
+        run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image),
+                      owner=self)
+
+    def _preview(self, p: LabelledPrediction, image: QImage) -> None:
+        if self.selected is not None and self.selected[0] is p and not image.isNull():
+            self.preview.setPixmap(QPixmap.fromImage(image))
+
+    def _describe(self, p: LabelledPrediction) -> None:
+        labels = self.current_labels(p)
+        changed = " (the manifest's)" if labels != list(p.true) else ""
+        ranked = sorted(p.probabilities.items(), key=lambda x: -x[1])
+        thresholds = self.evaluation.metrics["thresholds"]
+        shown = " · ".join(f"<b>{html.escape(n)}</b> {100 * q:.0f}%" if q >= thresholds[n] else
+                           f"{html.escape(n)} {100 * q:.0f}%" for n, q in ranked)
+        self.details.setText(f"<b>{html.escape(os.path.basename(p.path))}</b><br>labels{changed}: "
+                             f"{html.escape(', '.join(labels) or 'none')}<br>the network (bold: at its threshold): "
+                             f"{shown}<br><span style='color:#777'>{html.escape(p.path)}</span>")
+        has = self.label in labels
+        self.fix_button.setText(f"Remove {self.label} from its labels" if has else f"Add {self.label} to its labels")
+        self.fix_button.setEnabled(True)
+
+    def fix(self) -> None:
+        """The selected image with the chosen label added (it lacks it) or removed (it has it), in the manifest."""
+        if self.selected is None or self.evaluation is None:
+            return
+        p, _ = self.selected
+        labels = self.current_labels(p)
+        labels = [n for n in labels if n != self.label] if self.label in labels else labels + [self.label]
+        order = self.evaluation.labels
+        labels.sort(key=lambda n: order.index(n) if n in order else len(order))
+        self.marked[os.path.realpath(p.path)] = ";".join(labels)  # shown at once; the manifest write follows
+        self.marksRequested.emit([p.path], ";".join(labels))
+        self._describe(p)
+
+    def set_marked(self, marked: dict[str, str | None]) -> None:
+        self.marked = dict(marked)
+        if self.selected is not None:
+            self._describe(self.selected[0])

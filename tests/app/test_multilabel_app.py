@@ -1,0 +1,81 @@
+"""A multi-label run from the app (issue #36): the folder and its labels file on the Dataset page, a run with its mAP
+curve, the per-label table, one label's false positives and negatives, two labels fixed in the manifest (the next
+run reads them), and Try it with the run's ONNX export giving every label at its threshold."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from helpers import digit_mosaics, write_config
+
+from trainer.data.labels import labelled_scan
+from trainer.data.manifest import read_manifest
+
+
+@pytest.mark.slow  # a real multi-label run (4 epochs of 510 mosaics) and its ONNX export
+def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx_file(qtbot, make_window, tmp_path):
+    labels = digit_mosaics(tmp_path / "mosaics", 600)
+    config = write_config(tmp_path, tmp_path / "mosaics", data={"image_size": 32, "batch_size": 64},
+                          optimizer={"name": "adamw", "lr": 0.003}, train={"epochs": 4, "seed": 0},
+                          export={"formats": ["onnx"]})
+    window = make_window(config)
+    page = window.dataset_page
+    page.binder.widgets["data.labels"].setText(str(labels))  # as Browse… leaves it
+    assert window.binder.widgets["loss.name"].currentText() == "bce", "the multi-label loss, shown before Start"
+    qtbot.waitUntil(lambda: page.scan_result is not None and "Multi-label" in page.summary.text(), timeout=30_000)
+    assert "10 labels on 600 images" in page.summary.text()
+    assert sum(page.scan_result.counts.values()) == sum(len(line.split(";")) for line in
+                                                         labels.read_text().splitlines()[1:])
+
+    window.start_run()
+    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.state == "completed", timeout=120_000)
+    run = window.run_model.run
+    curves = window.dashboard.curves
+    assert window.run_model.score_key == "val_map" and len(window.run_model.val_score) == 4
+    assert curves.acc_plot.getPlotItem().titleLabel.text == "Val mAP"
+
+    window.dashboard.tabs.setCurrentWidget(window.dashboard.results)
+    tab = window.dashboard.results
+    view = tab.multilabel
+    qtbot.waitUntil(lambda: tab.pages.currentWidget() is view and view.evaluation is not None, timeout=30_000)
+    assert view.table.rowCount() == 10 and "mAP" in view.headline.text()
+    assert all(view.table.item(r, c).text().endswith("%") for r in range(10) for c in (1, 2)), "AP and F1 shown"
+    view.choose("3")
+    positives, negatives = view.evaluation.false_positives("3"), view.evaluation.false_negatives("3")
+    assert positives and negatives, "a 4-epoch run errs both ways on some label"
+    assert view.gallery.count() == len(positives) + len(negatives)
+    assert f"{len(positives)} false positive(s)" in view.gallery_title.text()
+
+    view.gallery.setCurrentRow(0)  # a false positive: the image lacks 3; the fix adds it
+    first = view.shown[0][0]
+    assert "Add 3 to its labels" == view.fix_button.text()
+    view.fix_button.click()
+    view.gallery.setCurrentRow(len(positives))  # a false negative: the image carries 3; the fix removes it
+    second = view.shown[len(positives)][0]
+    assert "Remove 3 from its labels" == view.fix_button.text()
+    view.fix_button.click()
+    manifest_path = page.manifest_path
+    qtbot.waitUntil(lambda: bool(manifest_path) and os.path.exists(manifest_path)
+                    and len(read_manifest(manifest_path).relabel) == 2, timeout=10_000)
+    relabel = read_manifest(manifest_path).relabel
+    assert set(relabel[os.path.realpath(first.path)].split(";")) == set(first.true) | {"3"}
+    assert set(relabel[os.path.realpath(second.path)].split(";")) == set(second.true) - {"3"}
+    scan = labelled_scan(str(labels), "data.labels", str(labels.parent), manifest=read_manifest(manifest_path))
+    names, hot = scan.classes, dict(scan.samples)
+    assert hot[first.path][names.index("3")] == 1.0 and hot[second.path][names.index("3")] == 0.0
+    assert scan.relabelled == 2, "the next run trains on the two fixed labels"
+    assert yaml.safe_load(open(manifest_path))["relabel"], "a manifest a person can read"
+
+    dialog = window.try_it()  # the ONNX file the run exported: every label at its threshold
+    dialog.set_model_source(str(run.path / "exports" / "model.onnx"))
+    with qtbot.waitSignal(dialog.predicted, timeout=60_000) as got:
+        dialog.classify([first.path])
+    (result,) = got.args[0]
+    thresholds = view.evaluation.metrics["thresholds"]
+    assert set(result["probabilities"]) == set(thresholds)
+    assert {n for n, _ in result["labels"]} == {n for n, p in result["probabilities"].items() if p >= thresholds[n]}
+    assert dialog.table.item(0, 2).text() == ("   ".join(f"{c} {100 * q:.1f}%" for c, q in result["labels"])
+                                              or "no label at its threshold")
+    dialog.close()
