@@ -45,7 +45,7 @@ def test_events_become_buffers_summaries_and_change_kinds(tmp_path):
     assert len(state.grad_norm) == 7, "a step without a gradient norm leaves no point"
     assert [list(s.y) for s in state.lr] == [[0.1] * 8, [0.01] * 8]
     assert state.layer_grad.rows == 2 and len(state.layer_grad) == 8
-    assert state.best_epoch["epoch"] == 2 and list(state.val_acc.y) == pytest.approx([0.6, 0.7])
+    assert state.best_epoch["epoch"] == 2 and list(state.val_score.y) == pytest.approx([0.6, 0.7])
 
 
 def test_eta_follows_the_pace_since_progress_was_first_seen(tmp_path):
@@ -151,7 +151,7 @@ def test_a_resumed_run_drops_the_superseded_steps_and_counts_from_its_latest_seg
     for e in crashed + resumed:
         state.apply(e)
     assert list(state.step_loss.x) == list(range(1, 13)), "steps 5-7 of the crashed attempt are gone"
-    assert list(state.val_acc.x) == [1, 2, 3] and state.val_acc.y[1] == pytest.approx(0.2)
+    assert list(state.val_score.x) == [1, 2, 3] and state.val_score.y[1] == pytest.approx(0.2)
     assert state.best_epoch["epoch"] == 3 and state.last_epoch["epoch"] == 3
     assert state.epochs == 3 and state.segments == 2 and state.state == "completed"
 
@@ -212,3 +212,14 @@ def test_a_malformed_event_is_skipped_not_raised(tmp_path):
         assert state.apply(bad) is None
     assert state.apply({"event": "step", "step": 1, "epoch": 1, "loss": 0.5}) == "stepLogged"
     assert list(state.step_loss.x) == [1]
+
+
+def test_a_multi_label_run_s_curve_and_best_epoch_are_its_map(tmp_path):
+    """A multi-label run's epochs carry val_map: that is the curve and what the best epoch is chosen by (its
+    val_acc, the label accuracy at 0.5, can rise while mAP falls)."""
+    state = RunState(RunDir(tmp_path))
+    for epoch, (acc, mean_ap) in enumerate([(0.80, 0.70), (0.85, 0.65), (0.82, 0.75)], start=1):
+        state.apply({"event": "epoch", "epoch": epoch, "val_acc": acc, "val_map": mean_ap, "train_loss": 0.3,
+                     "val_loss": 0.3, "time": 1000.0 + epoch}, now=1000.0 + epoch)
+    assert state.score_key == "val_map" and list(state.val_score.y) == pytest.approx([0.70, 0.65, 0.75])
+    assert state.best_epoch["epoch"] == 3

@@ -340,6 +340,7 @@ class DatasetPage(QWidget):
             loss.setCurrentText(MULTILABEL_LOSS)
         elif loss.currentText() == MULTILABEL_LOSS:
             loss.setCurrentText(RunConfig().loss.name)
+        self._scan_serial += 1  # a scan under way read the folder the other way: it reports nothing
         self._debounce.start()
 
     @property
@@ -414,10 +415,11 @@ class DatasetPage(QWidget):
         self.scan_error = ""
         counts = result.counts
         text = f"<b>{len(result.classes)} classes, {len(result.samples)} images</b> in {result.root}"
-        self.bars_title.setText(f"<b>Images per {'label' if self.labels_path else 'class'}</b>")
-        if self.labels_path:
+        self.bars_title.setText(f"<b>Images per {'label' if result.labels_file else 'class'}</b>")
+        if result.labels_file:
             text = (f"<b>Multi-label: {len(result.classes)} labels on {len(result.samples)} images</b> listed in "
-                    f"{html.escape(self.labels_path)}; {sum(not any(on) for _, on in result.samples)} with no label")
+                    f"{html.escape(result.labels_file)}; {sum(not any(on) for _, on in result.samples)} with no "
+                    f"label")
         if result.bad_files:
             text += f"; {len(result.bad_files)} unusable"
         if result.excluded or result.relabelled:

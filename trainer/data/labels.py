@@ -241,7 +241,7 @@ def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: 
                           f"{labels_file} with its labels")
     left_out = set(manifest.exclude) if manifest is not None else set()
     relabel = {path: manifest_labels(manifest, path, position) for path in manifest.relabel} if manifest else {}
-    scan = ScanResult(str(folder or Path(labels_file).parent), names)
+    scan = ScanResult(str(folder or Path(labels_file).parent), names, labels_file=str(labels_file))
     for image, indices in labels.items:
         real = os.path.realpath(image)
         if real in left_out:

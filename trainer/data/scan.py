@@ -44,6 +44,7 @@ class ScanResult:
     relabelled: int = 0  # images given another class by the manifest
     added: int = 0  # images from outside the folder the manifest adds (labelled from a pool)
     image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height) of each usable image
+    labels_file: str = ""  # multi-label: the labels file the samples come from (each label then a 0/1 tuple)
 
     @property
     def counts(self) -> dict[str, int]:
