@@ -55,6 +55,16 @@ def test_a_short_run_learns_every_label_and_its_onnx_export_gives_the_checkpoint
     given = {row[0]: set(row[1].split(";")) for row in csv.reader(labels.open()) if row[0] != "file"}
     assert all(set(r["true"].split(";")) == given["images/" + r["path"].rsplit("/", 1)[-1]] for r in rows)
 
+    # evaluate on a labels file: the run's thresholds, its images' labels; a folder is refused for a multi-label run
+    part = labels.parent / "first300.csv"
+    part.write_text("".join(labels.read_text().splitlines(keepends=True)[:301]))
+    said = run_here("evaluate", run, "--labels", part)
+    assert said.returncode == 0 and "300 images: mAP" in said.stdout, said.stderr
+    again = json.loads((run / "eval" / "first300" / "metrics.json").read_text())
+    assert again["thresholds"] == thresholds and again["images"] == 300
+    refused = run_here("evaluate", run, "--data", labels.parent)
+    assert refused.returncode == 2 and "a multi-label run is evaluated on a labels file" in refused.stderr
+
     # the ONNX file: every label's probability, the checkpoint's to 1e-4; the labels at their thresholds
     images = [r["path"] for r in rows[:20]]
     from_run = json.loads(run_here("predict", run, *images, "--json").stdout)

@@ -397,7 +397,15 @@ def cmd_evaluate(args) -> int:
     """Evaluate a run's checkpoint on a folder: RUN_DIR/eval/NAME/metrics.json and predictions.csv."""
     from trainer.deploy.evaluation import evaluate_run
 
-    folder, metrics = evaluate_run(Path(args.run_dir), args.data, args.checkpoint, args.name, args.overwrite)
+    folder, metrics = evaluate_run(Path(args.run_dir), args.data, args.checkpoint, args.name, args.overwrite,
+                                   args.labels)
+    if metrics.get("task") == "multilabel":
+        print(f"{metrics['images']} images: mAP {100 * (metrics['map'] or 0):.1f}% (micro "
+              f"{100 * (metrics['map_micro'] or 0):.1f}%), every label right on {100 * metrics['exact_match']:.1f}%, "
+              f"at the thresholds the run chose" + (f"; {len(metrics['skipped'])} unusable files skipped"
+                                                    if metrics["skipped"] else ""))
+        print(f"wrote {folder / 'metrics.json'} and {folder / 'predictions.csv'}")
+        return 0
     top5 = f", top-5 {100 * metrics['top5_accuracy']:.1f}%" if "top5_accuracy" in metrics else ""
     print(f"{metrics['images']} images: accuracy {100 * metrics['accuracy']:.1f}%{top5}, loss {metrics['loss']:.4f}, "
           f"ECE {metrics['ece']:.3f}" + (f"; {len(metrics['skipped'])} unusable files skipped" if metrics["skipped"]
@@ -410,6 +418,8 @@ def _parser_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="evaluate a run's checkpoint on a folder (metrics and per-image predictions)")
     p.add_argument("run_dir")
     p.add_argument("--data", help="the ImageFolder to evaluate (default: the run's data.test_dir)")
+    p.add_argument("--labels", help="multi-label runs: the labels file of the images to evaluate (default: the "
+                                    "run's data.test_labels)")
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.add_argument("--name", help="the evaluation's name under RUN_DIR/eval/ (default: the folder's; val is reserved)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation of the same folder")

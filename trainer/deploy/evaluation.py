@@ -124,6 +124,7 @@ def evaluation_name(run_path: Path, folder: str, test_dir: str | None, name: str
         base = "test"
     else:
         path = Path(real)
+        path = path.with_suffix("") if path.is_file() else path  # a labels file (multi-label): its name's stem
         base = path.name if path.name not in RESERVED_NAMES else f"{path.parent.name}-{path.name}"
     candidate, n = base, 1
     while (Path(run_path) / "eval" / candidate / "metrics.json").exists():
@@ -143,10 +144,11 @@ def evaluation_name(run_path: Path, folder: str, test_dir: str | None, name: str
 
 
 def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best", name: str | None = None,
-                 overwrite: bool = False) -> tuple[Path, dict]:
+                 overwrite: bool = False, labels: str | None = None) -> tuple[Path, dict]:
     """Evaluate a run's checkpoint on a folder (default: its data.test_dir) with the run's own preprocessing, into
     RUN_DIR/eval/NAME (`evaluation_name`); the eval folder written and its metrics. DataError when the folder's
-    classes differ from the run's, or the name would replace an evaluation without `overwrite`."""
+    classes differ from the run's, or the name would replace an evaluation without `overwrite`. A multi-label run
+    is evaluated on a labels file (`labels`, default its data.test_labels) at its thresholds."""
     from trainer.core.rundir import RunDir
     from trainer.data.manifest import read_manifest
     from trainer.data.scan import DataError, scan_image_folder
@@ -155,6 +157,8 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     run = RunDir(run_path)
     model = load_run_model(run, which)
     state = model.state
+    if model.multilabel or labels:
+        return _evaluate_labels_file(run, model, data_dir, labels, name, overwrite)
     test_dir = state["config"]["data"].get("test_dir")
     folder = data_dir or test_dir
     if not folder:
@@ -175,6 +179,34 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     for path, reason in scan.bad_files:
         log.warning("skipping %s: %s", path, reason)
     metrics = evaluate_samples(run.path, model, scan.samples, name, str(Path(folder).resolve()), scan.bad_files)
+    return run.path / "eval" / name, metrics
+
+
+def _evaluate_labels_file(run, model, data_dir: str | None, labels: str | None, name: str | None,
+                          overwrite: bool) -> tuple[Path, dict]:
+    """A multi-label run on the images of a labels file, scored at the thresholds its validation chose."""
+    from trainer.data.labels import labelled_scan
+    from trainer.data.scan import DataError
+    from trainer.deploy.inference import classify
+    from trainer.deploy.multilabel import write_multilabel_evaluation
+
+    if not model.multilabel:
+        raise DataError("--labels: the run has one class per image; evaluate it on a folder with --data DIR")
+    if data_dir:
+        raise DataError("--data: a multi-label run is evaluated on a labels file: --labels FILE")
+    test_labels = model.state["config"]["data"].get("test_labels")
+    labels = labels or test_labels
+    if not labels:
+        raise DataError(f"{run.path}: the run has no data.test_labels; give the labels file with --labels FILE")
+    samples = labelled_scan(labels, "--labels", names=model.classes).samples
+    name = evaluation_name(run.path, labels, test_labels, name, overwrite)
+    found = classify(model, [path for path, _ in samples])
+    targets = torch.tensor([samples[i][1] for i in found.kept], dtype=torch.float32)
+    skipped = [{"path": samples[i][0], "reason": r} for i, r in found.errors.items()]
+    metrics = write_multilabel_evaluation(run.path, name, found.paths, found.logits, targets, model.classes,
+                                          model.thresholds, extra={"folder": str(Path(labels).resolve()),
+                                                                   "checkpoint": str(model.source),
+                                                                   "epoch": model.state["epoch"], "skipped": skipped})
     return run.path / "eval" / name, metrics
 
 
