@@ -455,6 +455,8 @@ class MainWindow(QMainWindow):
             return None
         exclude = self.binder.widgets["data.exclude"].text().strip()
         args = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"]
+        if self.dataset_page.labels_path:  # multi-label: Auto plans a run of the labels file, by mAP
+            args += ["--labels", self.dataset_page.labels_path]
         if self.device_page.host:  # planned there, on its devices (the folder is the host's)
             args += ["--host", self.device_page.host]
         if exclude:

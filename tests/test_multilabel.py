@@ -13,6 +13,7 @@ import torch
 import yaml
 from helpers import digit_mosaics, run_here
 
+from trainer.core.config import RunConfig
 from trainer.deploy.multilabel import average_precision, best_f1_threshold
 
 
@@ -77,6 +78,24 @@ def test_a_short_run_learns_every_label_and_its_onnx_export_gives_the_checkpoint
     card = json.loads((run / "exports" / "model.onnx.json").read_text())
     assert card["task"] == "multilabel" and card["thresholds"] == [thresholds[n] for n in card["classes"]]
     assert card["metrics"]["agreement"] == 1.0 and card["metrics"]["map"] == pytest.approx(test["map"], abs=1e-6)
+
+
+def test_auto_plans_a_multi_label_run_by_map(mosaics, tmp_path):
+    """`main.py auto FOLDER --labels FILE --plan-only`: the labels file, the multi-label loss, early stopping on mAP,
+    crops that keep the labelled things in view; every choice is the config's value, and the config validates."""
+    root, labels = mosaics
+    done = run_here("auto", labels.parent, "--labels", labels, "--minutes", "0.5", "--plan-only")
+    assert done.returncode == 0, done.stderr[-2000:]
+    plan = json.loads(done.stdout)
+    cfg = RunConfig.from_dict(plan["config"])
+    assert cfg.multilabel and cfg.data.labels == str(labels.resolve()) and cfg.loss.name == "bce"
+    assert cfg.train.early_stop.metric == "val_map" and cfg.data.augment.crop_scale_min >= 0.8
+    raw = cfg.to_dict()
+    for choice in plan["choices"]:
+        node = raw
+        for part in choice["key"].split("."):
+            node = node[part]
+        assert node == choice["value"] and choice["why"], choice
 
 
 def test_average_precision_and_the_f1_threshold_on_a_hand_worked_case():

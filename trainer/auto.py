@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -29,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from trainer.core.config import RunConfig
+from trainer.core.config import MULTILABEL_LOSS, RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, median_short_side, suggested_image_size
 from trainer.device.machine import OtherLoad
-from trainer.train.loop import patience_of
+from trainer.train.loop import patience_of, score_key
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ LR_STEPS = (30, 100)  # the learning-rate sweep's steps: at least, at most
 STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, the model built)
 EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
 VAL_SPLIT = TEST_SPLIT = 0.15
+MULTILABEL_CROP_MIN = 0.8  # a smaller crop can cut a labelled thing out of the image, and its label with it
 MIN_MINUTES = 0.5
 MAX_MINUTES = 7 * 24 * 60  # a week
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
@@ -166,15 +168,16 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
 
 def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,
          started: float | None = None, overrides: list[str] | None = None,
-         faster_than: tuple[str, int, str] | None = None) -> Plan:
+         faster_than: tuple[str, int, str] | None = None, labels: str | None = None) -> Plan:
     """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why.
     `faster_than` (network, size, why): a run of that network at that size turned out too slow in its first epoch;
-    only the candidates after it (smaller sizes, then faster networks) are considered."""
+    only the candidates after it (smaller sizes, then faster networks) are considered. With `labels` (a labels
+    file), a multi-label run of the images it lists."""
     started = started or time.time()
     say = progress or (lambda text: None)
     if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
         raise AutoError(f"--minutes: give a number of minutes from {MIN_MINUTES:g} to {MAX_MINUTES:g}, got {minutes:g}")
-    layout, scan = _scan(Path(folder).expanduser(), say)
+    layout, scan = _scan(Path(folder).expanduser(), say, labels)
     choices: list[Choice] = []
 
     def choose(key: str, value, why: str) -> None:
@@ -269,9 +272,11 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     else:
         choose("train.ema", 0.0, f"only {steps_total} steps: too few to average")
     es = cfg.train.early_stop
-    es.metric, es.share, es.patience = "val_acc", EARLY_STOP_SHARE, EARLY_STOP_MIN
+    es.metric, es.share, es.patience = score_key(bool(labels)), EARLY_STOP_SHARE, EARLY_STOP_MIN
     es.patience = patience_of(es, epochs)  # a third of the plan: a re-plan lengthens it, never shortens it
-    choose("train.early_stop.patience", es.patience, f"stop when validation accuracy has not improved for "
+    watched = "validation mAP" if labels else "validation accuracy"
+    choose("train.early_stop.metric", es.metric, f"{watched}: what the best epoch is chosen by")
+    choose("train.early_stop.patience", es.patience, f"stop when {watched} has not improved for "
                                                      f"{es.patience} epochs (a third of the planned run, at least "
                                                      f"{EARLY_STOP_MIN})")
     choose("train.early_stop.share", es.share, "a run the trainer re-plans longer waits a third of its new length; "
@@ -303,10 +308,18 @@ def _how_busy(others: float) -> str:
             f"the CPU meanwhile")
 
 
-def _scan(root: Path, say: Callable[[str], None]) -> tuple[dict, ScanResult]:
-    """The folder's own splits (`find_layout`) and the scan of its training images; AutoError for an unusable one."""
+def _scan(root: Path, say: Callable[[str], None], labels: str | None = None) -> tuple[dict, ScanResult]:
+    """The folder's own splits (`find_layout`) and the scan of its training images; AutoError for an unusable one.
+    Multi-label: the images `labels` lists in `root`, a sample of their sizes read."""
     if not root.is_dir():
         raise AutoError(f"{root}: no such folder (give an ImageFolder: one sub-folder of images per class)")
+    if labels:
+        from trainer.data.labels import labelled_scan
+
+        say(f"reading {labels}")
+        scan = labelled_scan(labels, "--labels", str(root))
+        scan.image_sizes = image_sizes([path for path, _ in scan.samples])
+        return {"train_dir": str(root), "val_dir": None, "test_dir": None, "labels": str(Path(labels).resolve())}, scan
     layout = find_layout(root)
     say(f"scanning {layout['train_dir']}")
     try:
@@ -319,23 +332,42 @@ def _scan(root: Path, say: Callable[[str], None]) -> tuple[dict, ScanResult]:
     return layout, scan
 
 
+def image_sizes(paths: list[str], sample: int = 300) -> list[tuple[int, int]]:
+    """(width, height) of a seeded sample of `paths`, from their headers."""
+    from PIL import Image
+
+    sizes = []
+    for path in sorted(random.Random(0).sample(paths, min(sample, len(paths)))):
+        try:
+            with Image.open(path) as image:
+                sizes.append(image.size)
+        except (OSError, ValueError):
+            continue
+    return sizes
+
+
 def _split_choices(layout: dict, scan: ScanResult, choose: Callable) -> tuple[int, int]:
     """The folder's splits as choices (its own test/ and val/, else seeded held-out shares); the images each gets."""
     n = len(scan.samples)
     choose("data.train_dir", layout["train_dir"], f"{len(scan.classes)} classes, {n} images"
            + (" (the folder's own train/ split)" if layout["val_dir"] or layout["test_dir"] else ""))
+    if layout.get("labels"):
+        choose("data.labels", layout["labels"], f"multi-label: {len(scan.classes)} labels on {n} images "
+                                                 f"(held-out shares drawn at random, not by class)")
     if layout["test_dir"]:
         choose("data.test_dir", layout["test_dir"], "the folder has a test/ split: evaluated once at the end")
         test_share = 0.0
     else:
         test_share = TEST_SPLIT
-        choose("data.test_split", TEST_SPLIT, f"no test folder: {TEST_SPLIT:.0%} of each class is held out "
+        each = "of the images" if layout.get("labels") else "of each class"
+        choose("data.test_split", TEST_SPLIT, f"no test folder: {TEST_SPLIT:.0%} {each} is held out "
                                               f"(seeded; the files stay where they are) and evaluated once at the end")
     if layout["val_dir"]:
         choose("data.val_dir", layout["val_dir"], "the folder has a val/ split")
         train_images, val_images = int(n * (1 - test_share)), None
     else:
-        choose("data.val_split", VAL_SPLIT, f"{VAL_SPLIT:.0%} of the rest validates each epoch (stratified)")
+        choose("data.val_split", VAL_SPLIT, f"{VAL_SPLIT:.0%} of the rest validates each epoch"
+               + ("" if layout.get("labels") else " (stratified)"))
         train_images = int(n * (1 - test_share) * (1 - VAL_SPLIT))
         val_images = int(n * (1 - test_share) * VAL_SPLIT)
     if val_images is None:
@@ -404,9 +436,11 @@ def _recipe(layout: dict, scan: ScanResult, chosen: Measured, pretrained: bool, 
     raw = {
         "data": {**{k: v for k, v in layout.items() if v}, "image_size": chosen.size, "batch_size": chosen.batch,
                  "augment": {"hflip": flips, "random_resized_crop": True,
-                             "crop_scale_min": 0.35 if pretrained else 0.5, "color_jitter": 0.0}},
+                             "crop_scale_min": MULTILABEL_CROP_MIN if scan.labels_file else 0.35 if pretrained else 0.5,
+                             "color_jitter": 0.0}},
         "model": {"name": chosen.model, "weights": chosen.weights},
-        "loss": {"label_smoothing": 0.1, "class_weights": "auto" if scan.unbalanced else "none"},
+        "loss": {"label_smoothing": 0.1, "class_weights": "auto" if scan.unbalanced else "none"} if not
+        scan.labels_file else {"name": MULTILABEL_LOSS, "label_smoothing": 0.0, "class_weights": "none"},
         "optimizer": {"name": "adamw", "weight_decay": 0.05, "norm_weight_decay": 0.0},
         "scheduler": {"name": "onecycle"},
         "train": {"amp": "auto", "seed": 0},
@@ -420,12 +454,20 @@ def _recipe(layout: dict, scan: ScanResult, chosen: Measured, pretrained: bool, 
         raw["data"]["val_split"] = VAL_SPLIT
     choose("data.augment.hflip", flips, why_flips)
     choose("data.augment.crop_scale_min", raw["data"]["augment"]["crop_scale_min"],
+           "multi-label: a crop keeps most of the image, so the labelled things stay in view" if scan.labels_file else
            "random crops of at least this share of the image: milder than ImageNet's 0.08 for a short run")
     smallest, largest = min(counts.values()), max(counts.values())
-    choose("loss.class_weights", raw["loss"]["class_weights"],
-           f"classes from {smallest} to {largest} images: " + ("rarer classes weigh more" if scan.unbalanced
-                                                              else "balanced enough"))
-    choose("loss.label_smoothing", 0.1, "torchvision's and timm's recipes: less over-confident, better calibrated")
+    if scan.labels_file:
+        choose("loss.name", MULTILABEL_LOSS, "multi-label: binary cross-entropy per label (sigmoid outputs)")
+        choose("loss.class_weights", "none", f"labels on {smallest} to {largest} images: unweighted (the thresholds "
+                                             f"chosen per label on validation take up the rarity)")
+        choose("loss.label_smoothing", 0.0, "off: a label's targets stay 0 and 1, on which its threshold is chosen")
+    else:
+        choose("loss.class_weights", raw["loss"]["class_weights"],
+               f"classes from {smallest} to {largest} images: " + ("rarer classes weigh more" if scan.unbalanced
+                                                                  else "balanced enough"))
+        choose("loss.label_smoothing", 0.1, "torchvision's and timm's recipes: less over-confident, better "
+                                            "calibrated")
     choose("optimizer.name", "adamw", "one optimizer that suits every candidate network, with a one-cycle schedule")
     choose("optimizer.norm_weight_decay", 0.0, "no weight decay on normalisation weights and biases (torchvision, "
                                                "timm)")

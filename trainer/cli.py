@@ -97,13 +97,17 @@ def cmd_auto(args) -> int:
     if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
         from trainer.remote.remote_cli import plans_in_job, remote_auto, remote_plan
 
+        if args.labels:
+            raise CommandError("--labels: multi-label Auto runs here for now; on a host, train the labels file with "
+                               "`main.py train CONFIG --host`")
         if not args.plan_only:
             return remote_auto(args, say, started)
         plan = plans_in_job(args.host) or remote_plan(args.host, args.folder, args.minutes, args.set, say)
     else:
         from trainer.auto import plan as make_plan
 
-        plan = make_plan(args.folder, args.minutes, started=started, overrides=args.set, progress=say).to_json()
+        plan = make_plan(args.folder, args.minutes, started=started, overrides=args.set, progress=say,
+                         labels=args.labels).to_json()
     from trainer.auto import trained_as_one_run
 
     if args.plan_only:  # whoever trains it (the app, `auto --host` here) trains it as one run
@@ -155,7 +159,7 @@ def _go_on_faster(first: RunDir, args, started: float, say) -> tuple[RunDir, int
         if minutes_left < MIN_MINUTES:
             raise AutoError(f"{minutes_left:.2f} min left, too little to measure again")
         plan = make_plan(args.folder, minutes_left, started=time.time(), overrides=args.set, progress=say,
-                         faster_than=(cfg.model.name, cfg.data.image_size, why)).to_json()
+                         faster_than=(cfg.model.name, cfg.data.image_size, why), labels=args.labels).to_json()
     except AutoError as e:
         say(f"{e}: {first.name} goes on as it is")
         cfg.train.min_epochs = 0
@@ -172,6 +176,8 @@ def _parser_auto(sub) -> None:
     p.add_argument("--minutes", type=float, required=True, help="the whole budget, planning included; the test set "
                    "and the export come after it")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override what Auto chose")
+    p.add_argument("--labels", help="multi-label: the labels file of the folder's images (file,labels); Auto plans a "
+                   "multi-label run, by mAP")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", help="use this run directory")
     where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")

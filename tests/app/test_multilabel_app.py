@@ -68,6 +68,13 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert scan.relabelled == 2, "the next run trains on the two fixed labels"
     assert yaml.safe_load(open(manifest_path))["relabel"], "a manifest a person can read"
 
+    qtbot.waitUntil(lambda: not window.runs.running, timeout=30_000)  # the run's process has exited
+    job = window.auto_plan(0.5)  # Auto plans a run of the same labels file (tests/test_multilabel.py: its plan)
+    arguments = job.process.arguments()
+    assert arguments[arguments.index("--labels") + 1] == str(labels)
+    job.cancel()
+    window.auto_job = None
+
     dialog = window.try_it()  # the ONNX file the run exported: every label at its threshold
     dialog.set_model_source(str(run.path / "exports" / "model.onnx"))
     with qtbot.waitSignal(dialog.predicted, timeout=60_000) as got:

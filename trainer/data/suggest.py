@@ -94,7 +94,7 @@ def mirror_confusions(scan: ScanResult) -> list[tuple[str, str]]:
     d, p and q, arrows left and right): measured on a sample of the images, not their names. Means are compared as
     deviations from the mean of all classes, and only classes whose mean is reproducible (two halves of the sample
     agree) take part: photographs and objects placed anywhere have no telling mean, and are never flagged."""
-    if not 2 <= len(scan.classes) <= MIRROR_MAX_CLASSES:
+    if not 2 <= len(scan.classes) <= MIRROR_MAX_CLASSES or scan.labels_file:  # multi-label: no one class's mean
         return []
     by_class: dict[int, list[str]] = {}
     for path, label in scan.samples:
