@@ -34,6 +34,11 @@ TOP = 5
 EXPORTED = "Exported model file…"
 
 
+def labels_text(labels: list) -> str:
+    """A multi-label prediction: every label at its threshold with its probability, most probable first."""
+    return " · ".join(f"{c} {100 * q:.0f}%" for c, q in labels) or "no label at its threshold"
+
+
 class TryItDialog(QDialog):
     predicted = Signal(list)  # the results shown (for tests and anyone watching)
 
@@ -67,6 +72,7 @@ class TryItDialog(QDialog):
         self.table.setObjectName("tryItResults")
         self.table.setHorizontalHeaderLabels(["image", "file", "prediction", f"top {TOP}"])
         self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)  # every label
         self.table.horizontalHeader().setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setDefaultSectionSize(THUMB + 8)
         self.table.verticalHeader().hide()
@@ -174,7 +180,7 @@ class TryItDialog(QDialog):
                 self.table.setSpan(row, 2, 1, 2)
                 continue
             if r.get("labels") is not None:  # multi-label: every label at its threshold, each with its probability
-                on = "   ".join(f"{c} {100 * q:.1f}%" for c, q in r["labels"]) or "no label at its threshold"
+                on = labels_text(r["labels"])
                 self.table.setItem(row, 2, QTableWidgetItem(on))
             else:
                 best, p = r["top"][0]

@@ -2,7 +2,8 @@
 digits with their labels file (the tests' own builder), chosen on the Dataset page; a run; its mAP curve; the
 per-label table with one label's false positives; Try it with the run's ONNX export.
 
-Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots_multilabel.py [OUT_DIR] (default docs/images)
+Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots_multilabel.py [OUT_DIR] [WxH]
+(default docs/images at 1280x720; `docs/images/1024x700 1024x700` for the smallest screen the window is made for)
 """
 
 import os
@@ -42,7 +43,8 @@ def main() -> int:
         app = QApplication([])
         app.setStyleSheet(load_style())
         window = MainWindow(QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat), tmp / "runs", config)
-        window.resize(WIDTH, HEIGHT)
+        size = sys.argv[2] if len(sys.argv) > 2 else f"{WIDTH}x{HEIGHT}"
+        window.resize(*(int(v) for v in size.split("x")))
         window.show()
 
         def shoot(name: str, widget=None) -> None:
@@ -69,7 +71,7 @@ def main() -> int:
         view.gallery.setCurrentRow(0)
         shoot("multilabel_results")
         dialog = window.try_it()
-        dialog.resize(900, 420)
+        dialog.resize(1000, 420)
         dialog.set_model_source(str(run.path / "exports" / "model.onnx"))
         images = sorted((tmp / "mosaics" / "images").glob("*.png"))[:6]
         dialog.classify([str(p) for p in images])

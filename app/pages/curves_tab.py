@@ -35,6 +35,9 @@ class CurvesTab(QWidget):
         self.acc_plot.setYRange(0, 1, padding=0.02)  # an accuracy is a fraction: the axis never runs past 1
         self.acc_plot.getViewBox().setLimits(yMin=-0.02, yMax=1.02)
         self.acc_plot.enableAutoRange(axis="y", enable=False)
+        legend = self.acc_plot.getPlotItem().legend
+        if legend is not None:  # bottom right: accuracy and mAP climb to the top, where the legend would cover them
+            legend.anchor((1, 1), (1, 1), offset=(-10, -10))
         self.lr_plot = make_plot("Learning rates", "lr per group")
         self.lr_curves: list = []
         self.speed_plot = make_plot("Throughput", "images/s")
@@ -148,6 +151,10 @@ class CurvesTab(QWidget):
                 multilabel = m.score_key == "val_map"
                 self.acc_plot.setTitle("Val mAP" if multilabel else "Val accuracy")
                 self.acc_plot.setLabel("left", "mAP" if multilabel else "accuracy")
+                legend = self.acc_plot.getPlotItem().legend
+                if legend is not None:  # the curve's name in the legend too
+                    legend.removeItem(self.acc_curve)
+                    legend.addItem(self.acc_curve, "val mAP" if multilabel else "val acc")
             if self._versions.get(key) != series.version:
                 self._versions[key] = series.version
                 show(item, series)

@@ -134,7 +134,7 @@ class MultiLabelView(QWidget):
         splitter = QSplitter()
         splitter.addWidget(left)
         splitter.addWidget(right)
-        splitter.setSizes([500, 500])
+        splitter.setSizes([560, 440])  # the table's seven columns whole at 1024 px; the gallery wraps
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
@@ -157,8 +157,9 @@ class MultiLabelView(QWidget):
             self.table.setItem(r, 0, QTableWidgetItem(name))
             for c, (_, key, _) in enumerate(COLUMNS[1:], start=1):
                 value = figures.get(key)
-                text = "—" if value is None else (str(value) if key == "support" else
-                                                  f"{value:.3f}" if key == "threshold" else percent(value))
+                text = "—" if value is None else (str(value) if key == "support" else f"{value:.2f}"
+                                                  if key == "threshold" else percent(value) if key == "ap" else
+                                                  f"{100 * value:.0f}%")
                 item = NumericItem(text)
                 item.setData(Qt.ItemDataRole.UserRole, value)
                 self.table.setItem(r, c, item)
@@ -188,8 +189,7 @@ class MultiLabelView(QWidget):
         figures = ev.metrics["per_label"][label]
         if figures.get("recall") is not None and figures.get("precision") is not None:
             self.curve.plot([figures["recall"]], [figures["precision"]], pen=None, symbol="o", symbolBrush="#d62728")
-        self.curve.setTitle(f"{html.escape(label)}: AP {percent(figures['ap'])}; the dot is its threshold "
-                            f"{threshold:.3f}")
+        self.curve.setTitle(f"{html.escape(label)}: AP {percent(figures['ap'])}; dot: threshold {threshold:.2f}")
         self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
         positives, negatives = ev.false_positives(label), ev.false_negatives(label)
         self.shown = [(p, "FP") for p in positives] + [(p, "FN") for p in negatives]

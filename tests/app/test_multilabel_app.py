@@ -83,6 +83,6 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     thresholds = view.evaluation.metrics["thresholds"]
     assert set(result["probabilities"]) == set(thresholds)
     assert {n for n, _ in result["labels"]} == {n for n, p in result["probabilities"].items() if p >= thresholds[n]}
-    assert dialog.table.item(0, 2).text() == ("   ".join(f"{c} {100 * q:.1f}%" for c, q in result["labels"])
+    assert dialog.table.item(0, 2).text() == (" · ".join(f"{c} {100 * q:.0f}%" for c, q in result["labels"])
                                               or "no label at its threshold")
     dialog.close()
