@@ -72,6 +72,7 @@ def _labelled_with_thumbnails(folder: str, labels: str, manifest) -> ScanPayload
     from trainer.data.labels import labelled_scan
 
     result = labelled_scan(labels, "data.labels", folder, manifest=manifest)
+    result.pairs = result.together()  # here, off the GUI thread: a pass over every image's labels
     rng = random.Random(0)
     thumbs = []
     for label, name in enumerate(result.classes):
@@ -419,7 +420,8 @@ class DatasetPage(QWidget):
         if result.labels_file:
             text = (f"<b>Multi-label: {len(result.classes)} labels on {len(result.samples)} images</b> listed in "
                     f"{html.escape(result.labels_file)}; {sum(not any(on) for _, on in result.samples)} with no "
-                    f"label")
+                    f"label; most often together: " + (", ".join(f"{html.escape(a)} + {html.escape(b)} ({n})"
+                                                                 for a, b, n in result.pairs) or "none"))
         if result.bad_files:
             text += f"; {len(result.bad_files)} unusable"
         if result.excluded or result.relabelled:

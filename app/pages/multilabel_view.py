@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import html
 import os
+import tempfile
+from collections import Counter
+from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, Signal
@@ -29,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import run_in_thread
+from app.background import CliJob, run_in_thread
 from app.eval_results import LabelledPrediction, MultiLabelEvaluation
 from app.pages.plots import NumericItem
 from app.thumbnails import load_thumbnails
@@ -50,6 +53,19 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
 
+def errors_with(positives: list[LabelledPrediction], negatives: list[LabelledPrediction], label: str,
+                top: int = 3) -> str:
+    """The labels a label's errors come with: the ones its false positives carry (what it is taken for), and the
+    ones the network gives its false negatives instead."""
+    def most(counter: Counter) -> str:
+        return ", ".join(f"{html.escape(n)} ({k})" for n, k in counter.most_common(top)) or "none"
+
+    carried = Counter(n for p in positives for n in p.true)
+    instead = Counter(n for p in negatives for n in p.predicted if n not in p.true and n != label)
+    return (f"<br><span style='color:#555'>Its false positives carry most often: {most(carried)}; its false "
+            f"negatives are given instead: {most(instead)}</span>")
+
+
 class MultiLabelView(QWidget):
     marksRequested = Signal(list, object)  # image paths, the image's new labels (";"-separated; "" none)
 
@@ -61,6 +77,7 @@ class MultiLabelView(QWidget):
         self.selected: tuple[LabelledPrediction, str] | None = None
         self.marked: dict[str, str | None] = {}  # real path -> the manifest's labels for it (None: excluded)
         self._thumb_serial = 0
+        self.cam: dict | None = None  # the last Grad-CAM shown: main.py grad-cam's answer
         self.set_choice = QComboBox()  # the Results tab's evaluations (it shares its list with this)
         self.set_choice.setObjectName("multilabelSet")
         self.headline = QLabel("")
@@ -104,6 +121,14 @@ class MultiLabelView(QWidget):
                                    "labels file and the image stay as they are")
         self.fix_button.clicked.connect(self.fix)
         self.fix_button.setEnabled(False)
+        self.cam_button = QPushButton("Grad-CAM")
+        self.cam_button.setObjectName("labelGradCam")
+        self.cam_button.setToolTip("where the network finds the chosen label in this image (main.py grad-cam --class)")
+        self.cam_button.clicked.connect(self.grad_cam)
+        self.cam_button.setEnabled(False)
+        self.run_path = ""  # the run whose network Grad-CAM asks
+        self._cam_job: CliJob | None = None
+        self._cam_dir: tempfile.TemporaryDirectory | None = None
         self._layout()
 
     def _layout(self) -> None:
@@ -123,7 +148,10 @@ class MultiLabelView(QWidget):
         dl.addWidget(self.preview)
         side = QVBoxLayout()
         side.addWidget(self.details, 1)
-        side.addWidget(self.fix_button)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.cam_button)
+        buttons.addWidget(self.fix_button, 1)
+        side.addLayout(buttons)
         dl.addLayout(side, 1)
         right = QWidget()
         rl = QVBoxLayout(right)
@@ -196,7 +224,7 @@ class MultiLabelView(QWidget):
         self.gallery_title.setText(
             f"<b>{html.escape(label)}</b>: {len(positives)} false positive(s), the network gives the label and the "
             f"image does not carry it (most probable first); then {len(negatives)} false negative(s), the image "
-            f"carries it and the network leaves it out")
+            f"carries it and the network leaves it out" + errors_with(positives, negatives, label))
         self._fill()
 
     def _fill(self) -> None:
@@ -228,6 +256,8 @@ class MultiLabelView(QWidget):
     def _select(self, row: int) -> None:
         self.selected = self.shown[row] if 0 <= row < len(self.shown) else None
         self.preview.setPixmap(QPixmap())
+        self.cam_button.setEnabled(self.selected is not None and bool(self.run_path) and self._cam_job is None)
+        self.cam_button.setText(f"Grad-CAM of {self.label}" if self.selected is not None else "Grad-CAM")
         if self.selected is None:
             self.details.setText("")
             self.fix_button.setEnabled(False)
@@ -241,6 +271,39 @@ class MultiLabelView(QWidget):
     def _preview(self, p: LabelledPrediction, image: QImage) -> None:
         if self.selected is not None and self.selected[0] is p and not image.isNull():
             self.preview.setPixmap(QPixmap.fromImage(image))
+
+    def grad_cam(self) -> None:
+        """Where the network finds the chosen label in the selected image: `main.py grad-cam --class LABEL`."""
+        if self.selected is None or not self.run_path or self._cam_job is not None:
+            return
+        p, label = self.selected[0], self.label
+        if self._cam_dir is None:
+            self._cam_dir = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
+        out = Path(self._cam_dir.name) / f"cam-{abs(hash((p.path, label)))}.png"
+        self.cam_button.setEnabled(False)
+        self.cam_button.setText("Computing…")
+        job = self._cam_job = CliJob(["grad-cam", self.run_path, p.path, "--class", label, "--out", str(out)], self)
+        job.done.connect(lambda result: self._cam_done(p, result))
+        job.failed.connect(self._cam_failed)
+
+    def _cam_done(self, p: LabelledPrediction, result: dict) -> None:
+        self._cam_job = None
+        self.cam_button.setEnabled(True)
+        self.cam_button.setText(f"Grad-CAM of {self.label}")
+        if self.selected is None or self.selected[0] is not p:
+            return
+        self.cam = result
+        self.preview.setPixmap(QPixmap(result["overlay"]).scaled(PREVIEW, PREVIEW, Qt.AspectRatioMode.KeepAspectRatio,
+                                                                 Qt.TransformationMode.SmoothTransformation))
+        self.preview.setToolTip(f"Grad-CAM of {result['explained']} ({100 * result['explained_probability']:.0f}%): "
+                                f"bright where the network finds it")
+
+    def _cam_failed(self, message: str) -> None:
+        self._cam_job = None
+        self.cam_button.setEnabled(True)
+        self.cam_button.setText(f"Grad-CAM of {self.label}")
+        self.details.setText(self.details.text() + f"<br><span style='color:#c9302c'>Grad-CAM failed: "
+                             f"{html.escape(message)}</span>")
 
     def _describe(self, p: LabelledPrediction) -> None:
         labels = self.current_labels(p)

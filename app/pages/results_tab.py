@@ -402,6 +402,7 @@ class ResultsTab(QWidget):
         self.headline.setText("")
         self._select(-1)
         self.data_map.set_run(str(model.run.path))
+        self.multilabel.run_path = str(model.run.path)
 
     def set_marked(self, marked: dict[str, str | None]) -> None:
         """The manifest's entries (real path -> new class, None when excluded), to show beside each image."""

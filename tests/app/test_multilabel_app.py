@@ -5,6 +5,7 @@ run reads them), and Try it with the run's ONNX export giving every label at its
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 import yaml
@@ -25,7 +26,7 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     page.binder.widgets["data.labels"].setText(str(labels))  # as Browse… leaves it
     assert window.binder.widgets["loss.name"].currentText() == "bce", "the multi-label loss, shown before Start"
     qtbot.waitUntil(lambda: page.scan_result is not None and "Multi-label" in page.summary.text(), timeout=30_000)
-    assert "10 labels on 600 images" in page.summary.text()
+    assert "10 labels on 600 images" in page.summary.text() and "most often together: " in page.summary.text()
     assert sum(page.scan_result.counts.values()) == sum(len(line.split(";")) for line in
                                                          labels.read_text().splitlines()[1:])
 
@@ -47,10 +48,18 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert positives and negatives, "a 4-epoch run errs both ways on some label"
     assert view.gallery.count() == len(positives) + len(negatives)
     assert f"{len(positives)} false positive(s)" in view.gallery_title.text()
+    carried = Counter(n for p in positives for n in p.true)  # what a 3 is taken for: the labels its errors carry
+    most = carried.most_common(1)[0][1]
+    assert any(f"carry most often: {n} ({most})" in view.gallery_title.text() for n, k in carried.items() if k == most)
 
     view.gallery.setCurrentRow(0)  # a false positive: the image lacks 3; the fix adds it
     first = view.shown[0][0]
     assert "Add 3 to its labels" == view.fix_button.text()
+    view.cam_button.click()  # where the network finds a 3 in it: Grad-CAM of that label's own output
+    qtbot.waitUntil(lambda: view.cam is not None, timeout=60_000)
+    assert view.cam["explained"] == "3" and view.cam["explained_probability"] == pytest.approx(
+        first.probabilities["3"], abs=0.02)  # the network's sigmoid for 3 (bf16 here, 4 decimals in the file)
+    assert not view.preview.pixmap().isNull() and "Grad-CAM of 3" in view.preview.toolTip()
     view.fix_button.click()
     view.gallery.setCurrentRow(len(positives))  # a false negative: the image carries 3; the fix removes it
     second = view.shown[len(positives)][0]

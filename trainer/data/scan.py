@@ -45,6 +45,15 @@ class ScanResult:
     added: int = 0  # images from outside the folder the manifest adds (labelled from a pool)
     image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height) of each usable image
     labels_file: str = ""  # multi-label: the labels file the samples come from (each label then a 0/1 tuple)
+    pairs: list[tuple[str, str, int]] = field(default_factory=list)  # multi-label: `together()`, where it was asked
+
+    def together(self, top: int = 3) -> list[tuple[str, str, int]]:
+        """Multi-label: the pairs of labels most often on one image, (a, b, images), most first."""
+        pairs: Counter = Counter()
+        for _, label in self.samples:
+            on = [i for i, v in enumerate(label) if v]
+            pairs.update((a, b) for k, a in enumerate(on) for b in on[k + 1:])
+        return [(self.classes[a], self.classes[b], n) for (a, b), n in pairs.most_common(top)]
 
     @property
     def counts(self) -> dict[str, int]:

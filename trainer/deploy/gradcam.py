@@ -27,8 +27,8 @@ class NoSpatialLayer(InputError, ValueError):
 
 
 def grad_cam(net: torch.nn.Module, x: torch.Tensor, target: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cam, probabilities) for one preprocessed image batch of 1: cam is (H, W) in [0, 1] at the target layer's
-    resolution, for `target` (default: the predicted class)."""
+    """(cam, logits) for one preprocessed image batch of 1: cam is (H, W) in [0, 1] at the target layer's
+    resolution, for `target` (default: the predicted class; a multi-label run's label: its own logit)."""
     last: dict = {}
 
     def keep(module, _inputs, output):
@@ -52,7 +52,7 @@ def grad_cam(net: torch.nn.Module, x: torch.Tensor, target: int | None = None) -
     cam = F.relu((weights * activations).sum(1))[0].detach().float()
     peak = cam.max()
     cam = cam / peak if peak > 0 else cam
-    return cam, logits.detach().float().softmax(1)[0]
+    return cam, logits.detach().float()
 
 
 def overlay(image: torch.Tensor, cam: torch.Tensor, alpha: float = OVERLAY_ALPHA) -> np.ndarray:
@@ -88,11 +88,14 @@ def grad_cam_for_run(run_path: Path, image_path: Path, out: Path, which: str = "
     x = pre.to_input(pixels[None])
     target = classes.index(class_name) if class_name else None
     with pre.autocast():  # the run's precision: the confidence shown is the one evaluate and predict give
-        cam, probs = grad_cam(model.net, x, target)
+        cam, logits = grad_cam(model.net, x, target)
+    probs = model.probabilities(logits)[0]  # softmax, or a multi-label run's sigmoid per label
     out.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(overlay(shown, cam)).save(out)
     row, col = divmod(int(cam.argmax()), cam.shape[1])
     predicted = int(probs.argmax())
+    explained = target if target is not None else predicted
     return {"image": str(image_path), "overlay": str(out), "predicted": classes[predicted],
-            "confidence": probs[predicted].item(), "explained": classes[target if target is not None else predicted],
+            "confidence": probs[predicted].item(), "explained": classes[explained],
+            "explained_probability": probs[explained].item(),
             "peak": [(row + 0.5) / cam.shape[0], (col + 0.5) / cam.shape[1]], "map_size": list(cam.shape)}
