@@ -65,6 +65,9 @@ def test_a_short_run_learns_every_label_and_its_onnx_export_gives_the_checkpoint
     assert again["thresholds"] == thresholds and again["images"] == 300
     refused = run_here("evaluate", run, "--data", labels.parent)
     assert refused.returncode == 2 and "a multi-label run is evaluated on a labels file" in refused.stderr
+    for command in (["audit", run], ["label", run, "--pool", labels.parent / "images", "--next", "5"]):
+        refused = run_here(*command)  # for one label per image: said in one line, not a class-folder error
+        assert refused.returncode == 2 and "a multi-label run" in refused.stderr, refused.stderr
 
     # the ONNX file: every label's probability, the checkpoint's to 1e-4; the labels at their thresholds
     images = [r["path"] for r in rows[:20]]

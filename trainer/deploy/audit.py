@@ -274,6 +274,9 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
         raise AuditError(f"finding label errors needs cleanlab and scikit-learn ({e.name} is missing): {INSTALL}") \
             from None
     model = load_run_model(run, "best")
+    if model.multilabel:
+        raise AuditError(f"{run.path}: a multi-label run; the audit (label issues, copies, outliers) is for one label "
+                         f"per image")
     classes, images, labelled = audited_images(run)
     if classes != model.classes:
         raise AuditError(f"{run.path}: the folder's classes {classes} differ from the run's {model.classes}")

@@ -66,6 +66,9 @@ def next_to_label(run: RunDir, pool: str, count: int, manifest_path: str | None 
     if not paths:
         raise LabelError(f"--pool {pool}: no images in that folder")
     model = load_run_model(run, "best")
+    if model.multilabel:
+        raise LabelError(f"{run.path}: a multi-label run; labelling a pool is for one label per image (add the images "
+                         f"to the labels file with their labels)")
     manifest = read_manifest(manifest_path) if manifest_path else load_manifest(load_config(run.config).data)
     out = NextToLabel(model.classes, len(paths), [])
     added = set(manifest.add) if manifest else set()
