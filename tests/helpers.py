@@ -308,10 +308,10 @@ def split_off_test_with_copies(root, test_root, per_class: int, copies: int, kee
     return made
 
 
-def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16) -> Path:
+def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16, digits_per_image: tuple[int, int] = (2, 4)) -> Path:
     """`count` multi-label images from scikit-learn's real handwritten digits: each a 2x2 grid of `cell` px cells
-    holding 2-4 digits (the other cells black), its labels the set of digits shown, in root/images/ with
-    root/labels.csv (`file,labels`, `;` between labels); the labels file's path."""
+    holding 2-4 digits (`digits_per_image`; the other cells black), its labels the set of digits shown, in
+    root/images/ with root/labels.csv (`file,labels`, `;` between labels); the labels file's path."""
     import random
 
     from PIL import Image
@@ -325,7 +325,7 @@ def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16) -> Path:
     (root / "images").mkdir(parents=True, exist_ok=True)
     lines = ["file,labels"]
     for n in range(count):
-        shown = rng.sample(range(10), rng.randint(2, 4))
+        shown = rng.sample(range(10), rng.randint(*digits_per_image))
         canvas = Image.new("L", (2 * cell, 2 * cell))
         for place, digit in zip(rng.sample(range(4), len(shown)), shown):
             pixels = digits.images[rng.choice(by_digit[digit])] * 255 / 16

@@ -91,7 +91,7 @@ def test_auto_plans_a_multi_label_run_by_map(mosaics, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     plan = json.loads(done.stdout)
     cfg = RunConfig.from_dict(plan["config"])
-    assert cfg.multilabel and cfg.data.labels == str(labels.resolve()) and cfg.loss.name == "bce"
+    assert cfg.multilabel and cfg.data.labels == str(labels.resolve()) and cfg.loss.name == "asl"
     assert cfg.train.early_stop.metric == "val_map" and cfg.data.augment.crop_scale_min >= 0.8
     raw = cfg.to_dict()
     for choice in plan["choices"]:
@@ -99,6 +99,19 @@ def test_auto_plans_a_multi_label_run_by_map(mosaics, tmp_path):
         for part in choice["key"].split("."):
             node = node[part]
         assert node == choice["value"] and choice["why"], choice
+
+
+def test_the_asymmetric_loss_leaves_easy_negatives_out_and_keeps_positives_as_bce_does():
+    """ASL (loss.name asl) by hand: a positive at p = 0.5 costs -log 0.5 as in bce; a negative at p = 0.5 costs
+    -log(1 - 0.45) * 0.45^4 (shifted by the 0.05 margin, down-weighted); a negative under the margin costs nothing."""
+    import math
+
+    from trainer.train.optim import AsymmetricLoss
+
+    loss = AsymmetricLoss()
+    assert float(loss(torch.zeros(1, 1), torch.ones(1, 1))) == pytest.approx(math.log(2))
+    assert float(loss(torch.zeros(1, 1), torch.zeros(1, 1))) == pytest.approx(-math.log(0.55) * 0.45 ** 4)
+    assert float(loss(torch.full((1, 1), math.log(0.04 / 0.96)), torch.zeros(1, 1))) == 0.0
 
 
 def test_average_precision_and_the_f1_threshold_on_a_hand_worked_case():
@@ -131,10 +144,12 @@ def test_a_bad_labels_file_stops_train_with_one_line_naming_the_row_and_no_run(m
 
 
 @pytest.mark.parametrize("sets, said", [
-    (["loss.name=cross_entropy"], "loss.name: a multi-label run (data.labels) trains with bce, not cross_entropy"),
+    (["loss.name=cross_entropy"], "loss.name: a multi-label run (data.labels) trains with bce or asl, not "
+                                  "cross_entropy"),
+    (["loss.name=asl", "loss.class_weights=auto"], "asl weighs positives and negatives itself"),
     (["data.sampler=balanced"], "data.sampler: balanced draws by class"),
     (["train.early_stop.metric=val_acc"], "train.early_stop.metric: a multi-label run watches val_map or val_loss"),
-    (["data.labels=null"], "loss.name: bce is the multi-label loss; set data.labels"),
+    (["data.labels=null"], "loss.name: bce is a multi-label loss; set data.labels"),
 ])
 def test_keys_of_one_label_per_image_are_refused_in_a_multi_label_run_and_back(mosaics, tmp_path, sets, said):
     root, labels = mosaics

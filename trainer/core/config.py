@@ -125,8 +125,9 @@ class ModelConfig:
 
 @dataclass
 class LossConfig:
-    name: str = opt("cross_entropy", "loss function (bce: binary cross-entropy per label, the multi-label loss)",
-                    choices=("cross_entropy", "nll", "mse", "multi_margin", "bce"))
+    name: str = opt("cross_entropy", "loss function (multi-label runs: bce, binary cross-entropy per label; or asl, "
+                    "the asymmetric loss: easy negatives count for little)",
+                    choices=("cross_entropy", "nll", "mse", "multi_margin", "bce", "asl"))
     label_smoothing: float = opt(0.0, "label smoothing (cross_entropy; bce: targets eps/2 and 1 - eps/2)", ge=0, lt=1)
     class_weights: str = opt("none", "weight each class's loss: auto = inverse class frequency in the training set, "
                              "normalised to a mean of 1 (for unbalanced classes); with bce, each label's positives "
@@ -526,7 +527,8 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
-MULTILABEL_LOSS = "bce"  # the loss of a multi-label run (data.labels set), and only of one
+MULTILABEL_LOSS = "bce"  # the loss a multi-label run (data.labels set) starts from
+MULTILABEL_LOSSES = ("bce", "asl")  # the losses of multi-label runs, and only of them
 
 
 def _multilabel_checks(cfg: RunConfig) -> list[str]:
@@ -537,15 +539,18 @@ def _multilabel_checks(cfg: RunConfig) -> list[str]:
         for key in ("val_labels", "test_labels"):
             if getattr(d, key):
                 problems.append(f"data.{key}: needs data.labels (the training images' labels file)")
-        if cfg.loss.name == MULTILABEL_LOSS:
-            problems.append("loss.name: bce is the multi-label loss; set data.labels (the labels file) or choose "
-                            "cross_entropy")
+        if cfg.loss.name in MULTILABEL_LOSSES:
+            problems.append(f"loss.name: {cfg.loss.name} is a multi-label loss; set data.labels (the labels file) or "
+                            f"choose cross_entropy")
         if cfg.train.early_stop.metric == "val_map":
             problems.append("train.early_stop.metric: val_map is measured in multi-label runs (data.labels); use "
                             "val_acc or val_loss")
         return problems
-    if cfg.loss.name != MULTILABEL_LOSS:
-        problems.append(f"loss.name: a multi-label run (data.labels) trains with bce, not {cfg.loss.name}")
+    if cfg.loss.name not in MULTILABEL_LOSSES:
+        problems.append(f"loss.name: a multi-label run (data.labels) trains with bce or asl, not {cfg.loss.name}")
+    elif cfg.loss.name == "asl" and (cfg.loss.class_weights != "none" or cfg.loss.label_smoothing):
+        problems.append("loss.class_weights, loss.label_smoothing: asl weighs positives and negatives itself; leave "
+                        "them none and 0")
     for key, instead in (("val_dir", "val_labels"), ("test_dir", "test_labels")):
         if getattr(d, key):
             problems.append(f"data.{key}: a multi-label run takes those images from data.{instead} (a labels file)")

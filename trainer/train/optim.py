@@ -144,10 +144,31 @@ class MultiLabelLoss(nn.Module):
         return self.bce(logits, targets)
 
 
+class AsymmetricLoss(nn.Module):
+    """Multi-label ASL (Ridnik et al., "Asymmetric Loss for Multi-Label Classification", ICCV 2021): a negative's loss
+    is down-weighted by p^gamma_neg after its probability is shifted down by `clip` (an easy negative, p < clip,
+    counts for nothing), a positive's by (1-p)^gamma_pos; summed over the labels, averaged over the images. Measured
+    above bce on real images (docs/benchmarks.md, "Multi-label loss")."""
+
+    def __init__(self, gamma_neg: float = 4.0, gamma_pos: float = 0.0, clip: float = 0.05):
+        super().__init__()
+        self.gamma_neg, self.gamma_pos, self.clip = gamma_neg, gamma_pos, clip
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        targets = targets.to(torch.float32)
+        p = torch.sigmoid(logits.float())
+        p_neg = (p - self.clip).clamp(min=0)
+        pos = targets * torch.log(p.clamp(min=1e-8)) * (1 - p) ** self.gamma_pos
+        neg = (1 - targets) * torch.log((1 - p_neg).clamp(min=1e-8)) * p_neg ** self.gamma_neg
+        return -(pos + neg).sum() / logits.shape[0]
+
+
 def build_loss(cfg: LossConfig, num_classes: int, class_counts: list[int] | None = None,
                device: torch.device | None = None, images: int = 0):
     """A callable (logits, labels) -> scalar loss; with `class_weights: auto`, each class weighted by its rarity
     (bce, multi-label: each label's positives, from `class_counts` of `images`)."""
+    if cfg.name == "asl":
+        return AsymmetricLoss()
     if cfg.name == "bce":
         weights = positive_weights(class_counts or [1] * num_classes, images) if cfg.class_weights == "auto" else None
         return MultiLabelLoss(weights.to(device or "cpu") if weights is not None else None, cfg.label_smoothing)
