@@ -128,9 +128,26 @@ def test_fp16_and_executorch_are_measured_and_core_ml_is_checked(photo_run, tmp_
     capsys.readouterr()
     assert cli.main(["predict", str(tmp_path / "model.mlpackage"), str(image)]) == 2
     assert "Core ML models run on macOS and iOS only" in capsys.readouterr().err
-    export(run, "coreml", tmp_path / "model.mlpackage")  # again, over the first: replaced, nothing left aside
-    assert sorted(p.name for p in tmp_path.iterdir() if "mlpackage" in p.name) == [
-        "model.mlpackage", "model.mlpackage.json", "model.mlpackage.md"]
+
+
+def test_a_package_folder_export_replaces_the_one_before_and_leaves_nothing_aside(tmp_path):
+    """Core ML writes a folder (.mlpackage): a second export over the first replaces it whole, cards included, with
+    nothing left beside it (the move the exporter makes, on folders as Core ML writes them, without converting twice)."""
+    from trainer.deploy.export import _move_into_place
+
+    out = tmp_path / "model.mlpackage"
+    for generation in ("old", "new"):
+        work = tmp_path / f".model.mlpackage.tmp-{generation}"
+        target = work / out.name
+        (target / "Data").mkdir(parents=True)
+        (target / "Data" / "weights.bin").write_text(generation)
+        for suffix in (".json", ".md"):
+            Path(f"{target}{suffix}").write_text(generation)
+        _move_into_place(target, out, work)
+        __import__("shutil").rmtree(work)
+    assert (out / "Data" / "weights.bin").read_text() == "new" and Path(f"{out}.json").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.mlpackage", "model.mlpackage.json",
+                                                          "model.mlpackage.md"]
 
 
 def refused(argv: list[str], capsys) -> str:

@@ -83,6 +83,20 @@ def test_a_short_run_learns_every_label_and_its_onnx_export_gives_the_checkpoint
     assert card["metrics"]["agreement"] == 1.0 and card["metrics"]["map"] == pytest.approx(test["map"], abs=1e-6)
 
 
+@pytest.mark.slow  # two DDP ranks (gloo, torchrun): 2 epochs of 300 mosaics
+def test_two_ddp_ranks_measure_the_map_of_the_whole_validation_split(tmp_path):
+    """Each rank validates its share; one all-reduce of their rows gives every rank the whole split: the epoch's
+    val_map is the mAP of rank 0's own predictions of every validation image (eval/val/metrics.json)."""
+    labels = digit_mosaics(tmp_path / "data", 300)
+    done = run_here("train", mosaic_config(tmp_path, labels), "--runs-dir", tmp_path / "runs", "--set",
+                    "train.epochs=2", "device.parallel=ddp", "device.launcher=torchrun", "device.nproc=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = (tmp_path / "runs").iterdir()
+    epochs = [json.loads(line) for line in (run / "events.jsonl").open() if '"event": "epoch"' in line]
+    val = json.loads((run / "eval" / "val" / "metrics.json").read_text())
+    assert val["images"] == 60 and max(e["val_map"] for e in epochs) == pytest.approx(val["map"], abs=1e-6)
+
+
 def test_auto_plans_a_multi_label_run_by_map(mosaics, tmp_path):
     """`main.py auto FOLDER --labels FILE --plan-only`: the labels file, the multi-label loss, early stopping on mAP,
     crops that keep the labelled things in view; every choice is the config's value, and the config validates."""
