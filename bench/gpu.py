@@ -72,6 +72,9 @@ def main():
     rows["plain loop (torchvision reference style)"] = statistics.median(steady)
     print(json.dumps({"plain loop": rows["plain loop (torchvision reference style)"]}), flush=True)
     for label, sets in TRAINER_VARIANTS.items():
+        if "data.gpu_cache=true" in sets and not torch.cuda.is_available():
+            print(f"{label}: needs a GPU (on a CPU it is the host cache below, run once)", flush=True)
+            continue
         out = train_cli(config, work / f"run-{len(rows)}", common + sets)
         rows[label] = out["step_images_per_s"]
         print(json.dumps({label: rows[label], "precision": out["precision"], "cache": out["cache"]}), flush=True)
