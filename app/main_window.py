@@ -46,7 +46,7 @@ from app.run_controller import RunController
 from app.run_model import RunModel
 from app.sweep_dialog import SweepDialog
 from app.try_it import TryItDialog
-from trainer.core.config import ConfigError, RunConfig, load_config, save_config
+from trainer.core.config import MULTILABEL_LOSS, ConfigError, RunConfig, load_config, save_config
 from trainer.core.rundir import RunDir, list_runs
 from trainer.data.demo_data import demo_dataset_dir
 from trainer.data.scan import find_layout
@@ -345,8 +345,11 @@ class MainWindow(QMainWindow):
         """The defaults on the form's dataset: a fresh start, whatever a plan or an opened run had set."""
         current = self.current_raw()
         raw = RunConfig().to_dict()
-        for key in ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude"):
+        for key in ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
+                    "data.test_labels"):
             set_path(raw, key, get_path(current, key))
+        if get_path(raw, "data.labels"):  # a multi-label dataset: its loss, as the config's rule says
+            set_path(raw, "loss.name", MULTILABEL_LOSS)
         try:
             cfg = RunConfig.from_dict(raw)
         except ConfigError:

@@ -84,6 +84,10 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     job.cancel()
     window.auto_job = None
 
+    window.new_config()  # every setting at its default, on the same dataset: its labels file and its loss too
+    assert window.binder.widgets["data.labels"].text() == str(labels)
+    assert window.binder.widgets["loss.name"].currentText() == "bce" and not window.validate()
+
     dialog = window.try_it()  # the ONNX file the run exported: every label at its threshold
     dialog.set_model_source(str(run.path / "exports" / "model.onnx"))
     with qtbot.waitSignal(dialog.predicted, timeout=60_000) as got:
