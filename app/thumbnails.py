@@ -1,9 +1,10 @@
-"""Thumbnails decoded off the GUI thread (QImage is safe there; QPixmap is made from it on the GUI thread)."""
+"""Thumbnails decoded off the GUI thread (QImage is safe there; QPixmap is made from it on the GUI thread), and a
+small overlay file scaled for a preview on the GUI thread."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QImage, QImageReader, QPainter
+from PySide6.QtGui import QImage, QImageReader, QPainter, QPixmap
 
 PAIR_GAP = 4  # px between a copy and its original
 
@@ -42,3 +43,9 @@ def load_pair_thumbnails(pairs: list[tuple[str, str | None]], size: int) -> list
         painter.end()
         out.append(pair)
     return out
+
+
+def scaled_pixmap(path: str, size: int) -> QPixmap:
+    """A small image file (a Grad-CAM overlay the trainer wrote) as a pixmap that fits `size`, smoothly scaled."""
+    return QPixmap(path).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio,
+                                Qt.TransformationMode.SmoothTransformation)

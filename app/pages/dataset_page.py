@@ -55,15 +55,21 @@ def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None
     if labels:
         return _labelled_with_thumbnails(folder, labels, manifest)
     result = scan_image_folder(folder, full=False, manifest=manifest)
+    thumbs = _thumbnails(result, lambda label, index: label == index)
+    findings = latest_audit(runs_dir, folder) if runs_dir else None
+    return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings  # off the GUI thread
+
+
+def _thumbnails(result: ScanResult, shows) -> list[tuple[str, QImage]]:
+    """A seeded few decoded thumbnails of each class: the samples whose label `shows(label, class index)`."""
     rng = random.Random(0)
     thumbs = []
-    for label, name in enumerate(result.classes):
-        paths = [p for p, lab in result.samples if lab == label]
+    for index, name in enumerate(result.classes):
+        paths = [p for p, label in result.samples if shows(label, index)]
         for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
             if not image.isNull():
                 thumbs.append((name, image))
-    findings = latest_audit(runs_dir, folder) if runs_dir else None
-    return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings  # off the GUI thread
+    return thumbs
 
 
 def _labelled_with_thumbnails(folder: str, labels: str, manifest) -> ScanPayload:
@@ -73,14 +79,7 @@ def _labelled_with_thumbnails(folder: str, labels: str, manifest) -> ScanPayload
 
     result = labelled_scan(labels, "data.labels", folder, manifest=manifest)
     result.pairs = result.together()  # here, off the GUI thread: a pass over every image's labels
-    rng = random.Random(0)
-    thumbs = []
-    for label, name in enumerate(result.classes):
-        paths = [p for p, on in result.samples if on[label]]
-        for image in load_thumbnails(rng.sample(paths, min(THUMBS_PER_CLASS, len(paths))), THUMB):
-            if not image.isNull():
-                thumbs.append((name, image))
-    return result, thumbs, manifest, None, None, None
+    return result, _thumbnails(result, lambda on, index: on[index]), manifest, None, None, None
 
 
 def _duplicates(folder: str, result: ScanResult) -> Duplicates:

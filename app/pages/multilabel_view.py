@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob, run_in_thread
 from app.eval_results import LabelledPrediction, MultiLabelEvaluation
 from app.pages.plots import NumericItem
-from app.thumbnails import load_thumbnails
+from app.thumbnails import load_thumbnails, scaled_pixmap
 
 THUMB = 96
 PREVIEW = 160
@@ -293,8 +293,7 @@ class MultiLabelView(QWidget):
         if self.selected is None or self.selected[0] is not p:
             return
         self.cam = result
-        self.preview.setPixmap(QPixmap(result["overlay"]).scaled(PREVIEW, PREVIEW, Qt.AspectRatioMode.KeepAspectRatio,
-                                                                 Qt.TransformationMode.SmoothTransformation))
+        self.preview.setPixmap(scaled_pixmap(result["overlay"], PREVIEW))
         self.preview.setToolTip(f"Grad-CAM of {result['explained']} ({100 * result['explained_probability']:.0f}%): "
                                 f"bright where the network finds it")
 

@@ -55,7 +55,7 @@ from app.eval_results import (
 from app.pages.multilabel_view import MultiLabelView
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
-from app.thumbnails import load_pair_thumbnails
+from app.thumbnails import load_pair_thumbnails, scaled_pixmap
 
 EXCLUDE_TIP = ("leave this image out of training: an entry in the dataset manifest (data.exclude); the file itself "
                "is not touched")
@@ -686,9 +686,7 @@ class ResultsTab(QWidget):
         self.cam_button.setEnabled(True)
         if p is not self.selected:
             return
-        pixmap = QPixmap(result["overlay"]).scaled(PREVIEW, PREVIEW, Qt.AspectRatioMode.KeepAspectRatio,
-                                                   Qt.TransformationMode.SmoothTransformation)
-        self.preview.setPixmap(pixmap)
+        self.preview.setPixmap(scaled_pixmap(result["overlay"], PREVIEW))
         self.preview.setToolTip(f"Grad-CAM for {result['explained']}: bright where the network found the evidence")
 
     def _cam_failed(self, message: str) -> None:
