@@ -89,6 +89,13 @@ class Strategy:
     def shutdown(self) -> None:
         pass
 
+    def leave_together(self) -> None:
+        """End the collective part of a run on every rank at once: each waits for the others, then tears the group
+        down. A rank that tore its group down while another still used it could abort at exit (gloo, seen once in
+        CI: "terminate called without an active exception"); rank 0's finishing work needs no other rank."""
+        self.barrier()
+        self.shutdown()
+
     def sample_gpus(self) -> list[dict]:
         """Memory (and utilisation where NVML is there) of every visible GPU; [] on CPU."""
         if self.device.type != "cuda":

@@ -139,6 +139,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
+        strategy.leave_together()
         # the run's end is the deploy package's: test set, exports (not for a run that made way: train.min_epochs)
         if state == "completed" and strategy.is_main and not loop.too_slow:
             finish_run(run, reporter, parts.data.test, cfg)
