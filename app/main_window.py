@@ -465,7 +465,8 @@ class MainWindow(QMainWindow):
         if exclude:
             args += ["--set", f"data.exclude={exclude}"]
         self.auto_job = job = CliJob(args, self)
-        self._auto_asked = (folder, minutes, [f"data.exclude={exclude}"] if exclude else [])
+        self._auto_asked = (folder, minutes, [f"data.exclude={exclude}"] if exclude else [],
+                            self.dataset_page.labels_path or None)
         panel.planning("starting")
         job.progress.connect(lambda line: panel.planning(line.removeprefix("auto: ").strip())
                              if line.startswith("auto: ") else None)
@@ -502,8 +503,8 @@ class MainWindow(QMainWindow):
     def _auto_in_job(self, plan: dict) -> None:
         """Auto submitted to a SLURM host as one run: its choices are shown once the job has made them (its
         auto.json, mirrored); the forms are left as they were (the plan is the job's)."""
-        folder, minutes, overrides = self._auto_asked
-        run = self.runs.start_auto(folder, minutes, plan["host"], overrides)
+        folder, minutes, overrides, labels = self._auto_asked
+        run = self.runs.start_auto(folder, minutes, plan["host"], overrides, labels)
         panel = self.dataset_page.auto
         panel.waiting_for_job(plan["why"])
 

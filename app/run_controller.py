@@ -99,16 +99,19 @@ class RunController(QObject):
         self.watch(run)
         return run
 
-    def start_auto(self, folder: str, minutes: float, host: str, overrides: list[str]) -> RunDir:
+    def start_auto(self, folder: str, minutes: float, host: str, overrides: list[str],
+                   labels: str | None = None) -> RunDir:
         """Auto on `host` as one trainer process, `main.py auto FOLDER --minutes N --host HOST` (as the trainer
-        answered for a SLURM host: its plan is made inside the job); mirrored into a new folder under remote/HOST/."""
+        answered for a SLURM host: its plan is made inside the job; multi-label with `labels`, a labels file there);
+        mirrored into a new folder under remote/HOST/."""
         run = planned_run_dir(mirrors_dir(self.runs_dir, host), run_label("auto"))
         pending = self.runs_dir / PENDING
         pending.mkdir(parents=True, exist_ok=True)
         output = pending / f"{run.name}.output.log"
         self._pending = (None, output, None)
         command = main_command("auto", folder, "--minutes", f"{minutes:g}", "--host", host, "--run-dir", run.path,
-                               "--output-log", output, *(["--set", *overrides] if overrides else []))
+                               "--output-log", output, *(["--labels", labels] if labels else []),
+                               *(["--set", *overrides] if overrides else []))
         self.process.grace_ms = REMOTE_GRACE_MS
         self._stop_requested = False
         self.process.start(command, output, cwd=str(REPO_ROOT))

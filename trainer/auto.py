@@ -317,9 +317,10 @@ def _scan(root: Path, say: Callable[[str], None], labels: str | None = None) -> 
         from trainer.data.labels import labelled_scan
 
         say(f"reading {labels}")
+        labels = str(Path(labels).expanduser().resolve())  # the plan's config is read from its run directory
         scan = labelled_scan(labels, "--labels", str(root))
         scan.image_sizes = image_sizes([path for path, _ in scan.samples])
-        return {"train_dir": str(root), "val_dir": None, "test_dir": None, "labels": str(Path(labels).resolve())}, scan
+        return {"train_dir": str(root), "val_dir": None, "test_dir": None, "labels": labels}, scan
     layout = find_layout(root)
     say(f"scanning {layout['train_dir']}")
     try:

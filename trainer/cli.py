@@ -97,12 +97,10 @@ def cmd_auto(args) -> int:
     if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
         from trainer.remote.remote_cli import plans_in_job, remote_auto, remote_plan
 
-        if args.labels:
-            raise CommandError("--labels: multi-label Auto runs here for now; on a host, train the labels file with "
-                               "`main.py train CONFIG --host`")
         if not args.plan_only:
             return remote_auto(args, say, started)
-        plan = plans_in_job(args.host) or remote_plan(args.host, args.folder, args.minutes, args.set, say)
+        plan = plans_in_job(args.host) or remote_plan(args.host, args.folder, args.minutes, args.set, say,
+                                                      labels=args.labels)
     else:
         from trainer.auto import plan as make_plan
 

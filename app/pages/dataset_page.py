@@ -94,10 +94,12 @@ def _duplicates(folder: str, result: ScanResult) -> Duplicates:
     return find_duplicates(images)
 
 
-def remote_scan(host: str, folder: str) -> ScanPayload:
-    """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`), with its thumbnails."""
+def remote_scan(host: str, folder: str, labels: str = "") -> ScanPayload:
+    """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`; multi-label with `labels`,
+    a labels file there), with its thumbnails."""
     done = subprocess.run(main_command("agent", "scan", folder, "--host", host, "--thumbs", THUMBS_PER_CLASS,
-                                       "--thumb-size", THUMB), capture_output=True, text=True, timeout=600)
+                                       "--thumb-size", THUMB, *([f"--labels={labels}"] if labels else [])),
+                          capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")
@@ -392,8 +394,9 @@ class DatasetPage(QWidget):
         host = self.host
         self.summary.setText(f"Scanning {folder} on {host} …" if host else f"Scanning {folder} …")
         runs_dir = self.runs_dir
-        run_in_thread(lambda: remote_scan(host, folder) if host else _scan_with_thumbnails(folder, manifest_path,
-                                                                                           runs_dir, labels),
+        scan = (lambda: remote_scan(host, folder, labels)) if host else (
+            lambda: _scan_with_thumbnails(folder, manifest_path, runs_dir, labels))
+        run_in_thread(scan,
                       lambda result: self._show(serial, result), lambda error: self._failed(serial, error), owner=self)
 
     def _failed(self, serial: int, error: str) -> None:

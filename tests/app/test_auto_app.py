@@ -1,17 +1,18 @@
 """The Auto button (issue #24): one click plans in a subprocess, shows every choice, loads it into the forms and
-trains it; the run ends within the budget with its test set evaluated and its ONNX export."""
+trains it with Auto's budget; the budget stays with that run."""
 
 import json
 
 import pytest
 from helpers import write_config
 
-from trainer.core.events import read_events
-
 
 @pytest.mark.slow
-def test_the_auto_button_plans_shows_every_choice_and_trains_within_the_budget(qtbot, make_window, shapes_dir,
-                                                                               tmp_path, torch_home):
+def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_with_that_run(
+        qtbot, make_window, shapes_dir, tmp_path, torch_home):
+    """One click: the plan made in a subprocess, every choice shown with its reason and loaded into the forms, the
+    run started with Auto's budget. Stopped once it trains (Auto spending its whole budget, then testing and
+    exporting, is tests/test_auto.py's end-to-end run), the next run the user starts has no budget."""
     # torch_home: no pretrained weights, so from scratch, quick to probe
     window = make_window(write_config(tmp_path, shapes_dir))
     qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
@@ -28,26 +29,18 @@ def test_the_auto_button_plans_shows_every_choice_and_trains_within_the_budget(q
     # the forms hold what Auto chose: an ordinary config to edit and start again
     assert str(window.binder.widgets["data.image_size"].value()) == shown["data.image_size"][0]
     assert window.binder.widgets["model.name"].currentText() == shown["model.name"][0]
-    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.run.path.exists(), timeout=30_000)
+    qtbot.waitUntil(lambda: window.run_model is not None and bool(window.run_model.start_event), timeout=30_000)
     run = window.run_model.run
-    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=90_000)
-    events = read_events(run.events)
-    # the budget, through the trainer's own clock: planning's recorded share plus the budget it handed the trainer
-    # make the 30 s, and no step was begun after the trainer's budget ran out (a step past it cuts the epoch short)
     planned = json.loads(run.auto_choices.read_text())
-    budget_s = 60 * next(float(c["value"]) for c in planned["choices"] if c["key"] == "train.budget")
-    first = events[0]["time"]
-    steps = [e["time"] for e in events if e["event"] == "step"]
-    log_interval = max(b - a for a, b in zip(steps, steps[1:])) if len(steps) > 1 else 0
-    assert steps[-1] - first <= budget_s + log_interval, (steps[-1] - first, budget_s)
-    assert len(window.run_model.step_loss) > 0
-    choices = planned["choices"]
-    assert {c["key"]: str(c["value"]) for c in choices}["model.name"] == shown["model.name"][0]
-    kinds = {e["event"] for e in events}
-    assert {"test", "export"} <= kinds
-    assert (run.path / "exports" / "model.onnx").stat().st_size > 0
-    assert (run.path / "eval" / "test" / "metrics.json").exists()
-    assert panel.button.isEnabled()
+    choices = {c["key"]: c["value"] for c in planned["choices"]}
+    assert str(choices["model.name"]) == shown["model.name"][0]
+    trained = window.run_model.start_event["config"]
+    assert trained["train"]["budget"] == choices["train.budget"] > 0, "the run has Auto's budget"
+    assert trained["model"]["name"] == choices["model.name"] and trained["train"]["epochs"] == choices["train.epochs"]
+    qtbot.waitUntil(lambda: len(window.run_model.step_loss) > 0, timeout=60_000)
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.ended, timeout=60_000)
+    assert run.read_status()["state"] == "stopped" and panel.button.isEnabled()
 
     # the plan stays in the forms, marked as Auto's on the Advanced page, but its budget was that run's
     advanced = window.advanced_page

@@ -115,35 +115,51 @@ def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results
     assert window.dashboard.results.evaluation.metrics["images"] > 0
 
 
-def test_the_auto_box_with_a_slurm_host_plans_inside_the_job_and_brings_the_model_home(qtbot, make_window, slurm,
-                                                                                      hosts, shapes_dir, tmp_path):
+def test_the_auto_box_with_a_slurm_host_plans_a_multi_label_run_inside_the_job_and_stop_stops_it(
+        qtbot, make_window, slurm, hosts, tmp_path):
     """On a SLURM host Auto runs inside the job (`main.py auto --host cluster`, what the trainer answers the app's
-    plan-only question with): the job's node scans, measures and plans (its progress is in the job's output), then
-    trains; the budget counts from the job's start, less Auto's own planning; the choices reach the Auto box."""
+    plan-only question with): the folder and its labels file are read there (the Dataset page's scan too), the job's
+    node measures and plans a multi-label run, the budget counts from the job's start less Auto's own planning, and
+    the choices reach the Auto box. Stop then stops the job's run with a checkpoint, there."""
     import json
     import re
 
-    window = make_window(write_config(tmp_path, shapes_dir), runs_dir=hosts["local_runs"])
+    from helpers import digit_mosaics
+
+    labels = digit_mosaics(tmp_path / "data", 400)
+    window = make_window(write_config(tmp_path, tmp_path / "not-here"), runs_dir=hosts["local_runs"])
     choose_host(qtbot, window, "cluster")
-    panel = window.dataset_page.auto
+    window.binder.widgets["data.labels"].setText(str(labels))
+    window.binder.widgets["data.train_dir"].setText(str(labels.parent))  # as the remote folder browser would
+    page = window.dataset_page
+    qtbot.waitUntil(lambda: page.scan_result is not None or "Scanning" not in page.summary.text(), timeout=60_000)
+    assert "Multi-label: 10 labels on 400 images" in page.summary.text(), page.summary.text()
+    assert page.thumbs.count() > 0, "the host's thumbnails of each label"
+    panel = page.auto
     panel.minutes.setValue(0.5)
     panel.button.click()
     qtbot.waitUntil(lambda: window.runs.running, timeout=60_000)
     assert "SLURM cluster" in panel.status.text() and not panel.choices.isVisible()
-    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.ended and not window.runs.running,
-                    timeout=400_000)
+    qtbot.waitUntil(lambda: window.run_model is not None and panel.shown_run == window.run_model.run.path,
+                    timeout=180_000)
     mirror = window.run_model.run.path
     assert mirror.parent == hosts["local_runs"] / "remote" / "cluster"
-    status = json.loads((mirror / "status.json").read_text())
-    assert status["state"] == "completed" and status["remote"]["job"]["active"] is False, status
-    job_output = (hosts["remote_runs"] / "configs" / f"slurm-{status['remote']['job']['job']}.out").read_text()
+    job = json.loads((mirror / "remote.json").read_text())["job"]
+    job_output = (hosts["remote_runs"] / "configs" / f"slurm-{job}.out").read_text()
     assert "auto: measuring" in job_output and "run directory:" in job_output, "planned inside the job, there"
-    qtbot.waitUntil(lambda: panel.shown_run == mirror, timeout=10_000)
     shown = {panel.choices.item(i, 0).text(): panel.choices.item(i, 2).text() for i in range(panel.choices.rowCount())}
     planning_s = float(re.search(r"less (\d+) s of planning", shown["train.budget"]).group(1))
-    budget = {c["key"]: c["value"] for c in json.loads((mirror / "auto.json").read_text())["choices"]}["train.budget"]
-    assert abs(60 * budget + planning_s - 30) <= 1.5, "the budget lost nothing but planning"
-    assert (mirror / "exports" / "model.onnx").stat().st_size > 1000, "the export came home"
+    planned = {c["key"]: c["value"] for c in json.loads((mirror / "auto.json").read_text())["choices"]}
+    assert abs(60 * planned["train.budget"] + planning_s - 30) <= 1.5, "the budget lost nothing but planning"
+    assert planned["data.labels"] == str(labels) and planned["loss.name"] == "asl", "a multi-label plan"
+
+    qtbot.waitUntil(lambda: len(window.run_model.step_loss) > 0, timeout=60_000)  # training, there
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model.ended and not window.runs.running, timeout=120_000)
+    status = json.loads((mirror / "status.json").read_text())
+    assert status["state"] == "stopped" and status["remote"]["job"]["active"] is False, status
+    assert (hosts["remote_runs"] / f"slurm-{job}" / "checkpoints" / "last.pt").exists(), "stopped with a checkpoint"
+    assert window.run_model.state == "stopped" and "stopped" in window.state_label.text().lower()
 
 
 def test_the_auto_box_with_a_host_chosen_plans_there_and_starts_a_run_there(qtbot, make_window, hosts, shapes_dir,

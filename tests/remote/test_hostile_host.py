@@ -281,7 +281,14 @@ def test_a_scan_from_the_host_becomes_a_scan_result_or_one_line():
     result, thumbs = protocol.read_scan(json.dumps(good), "lab: `agent scan`")
     assert result.classes == ["a", "b"] and result.samples == [("/data/a/1.png", 0)]
     assert result.image_sizes == [(32, 24)] and result.counts == {"a": 1, "b": 0} and thumbs == [("a", png)]
+    labelled = {"root": "/data", "classes": ["a", "b"], "samples": [["/data/1.png", [1, 1]], ["/data/2.png", [0, 1]]],
+                "labels_file": "/data/labels.csv", "pairs": [["a", "b", 1]]}
+    result, _ = protocol.read_scan(json.dumps(dict(good, result=labelled)), "lab: `agent scan`")
+    assert result.samples[0] == ("/data/1.png", (1, 1)) and result.counts == {"a": 1, "b": 2}  # multi-label
     for bad, said in ((dict(good, result={**good["result"], "samples": [["/x", "zero"]]}), r"samples\[0\]\[1\]"),
+                      (dict(good, result={**good["result"], "samples": [["/x", 2]]}), r"samples\[0\]: not a label"),
+                      (dict(good, result={**labelled, "samples": [["/x", [1]]]}), r"samples\[0\]: not a label"),
+                      (dict(good, result={**labelled, "samples": [["/x", [1, 7]]]}), r"samples\[0\]: not a label"),
                       (dict(good, result={**good["result"], "evil": 1}), "unknown field 'evil'"),
                       (dict(good, result={"classes": ["a"]}), r"result: no root"),
                       (dict(good, thumbs=[["a", "not base64!"]]), r"thumbs\[0\]: its data is not base64"),

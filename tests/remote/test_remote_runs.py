@@ -133,11 +133,15 @@ def test_stop_while_the_host_is_starting_the_run_stops_it_there_and_leaves_a_mir
     assert remote["state"] == "stopped", "stopped there, not left training"
 
 
-def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts, shapes_dir, tmp_path):
-    """`main.py auto FOLDER --host NAME`: the host's TrainDeck scans, probes and plans (its command, wrapped here,
-    notes what it is asked), the plan comes back checked, and the run is a normal remote run with its export home."""
+def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts, tmp_path):
+    """`main.py auto FOLDER --labels FILE --host NAME`: the host's TrainDeck reads the labels file, probes and plans
+    a multi-label run (its command, wrapped here, notes what it is asked), the plan comes back checked, and the run is
+    a normal remote run with its export home, the thresholds in its card."""
     import yaml
+    from helpers import digit_mosaics
     from remote_servers import REMOTE_COMMAND
+
+    labels = digit_mosaics(tmp_path / "data", 400)  # the host's folder (one machine here: the same path)
 
     asked = tmp_path / "asked-on-the-host.txt"
     wrapper = tmp_path / "traindeck-on-the-host.sh"
@@ -147,11 +151,12 @@ def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts
     hosts["file"].write_text(yaml.safe_dump({"hosts": entries}))
 
     stop_early = ["--set", "train.early_stop.patience=1", "train.early_stop.share=0"]  # not what this test is about
-    done = run_main("auto", shapes_dir, "--minutes", "0.5", "--host", "gpubox", "--runs-dir", hosts["local_runs"],
-                    *stop_early, timeout=300)
+    done = run_main("auto", labels.parent, "--labels", labels, "--minutes", "0.5", "--host", "gpubox", "--runs-dir",
+                    hosts["local_runs"], *stop_early, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     commands = asked.read_text().splitlines()
-    assert any(c.startswith(f"auto {shapes_dir} --minutes 0.5 --plan-only") for c in commands), commands
+    assert any(c.startswith(f"auto {labels.parent} --minutes 0.5 --plan-only --labels {labels}")
+               for c in commands), commands
     assert any(c.startswith("agent start") for c in commands), "trained there"
     assert "auto: planning on gpubox" in done.stderr
     assert re.search(r"^device.host\s+gpubox\s", done.stdout, re.M), done.stdout
@@ -164,6 +169,9 @@ def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts
     assert "images/s" in choices["model.name"]["why"], "the host's own speed probe chose the network"
     config = yaml.safe_load((mirror / "config.yaml").read_text())
     assert config["train"]["budget"] > 0 and config["train"]["replan"], "Auto's budget and closed loop, there"
+    assert config["data"]["labels"] == str(labels) and config["loss"]["name"] == "asl", "a multi-label plan"
+    assert any("val_map" in e for e in read_events(mirror / "events.jsonl") if e["event"] == "epoch")
     onnx = mirror / "exports" / "model.onnx"
     assert f"exported: {onnx}" in done.stdout
-    assert onnx.stat().st_size > 1000 and json.loads((mirror / "exports" / "model.onnx.json").read_text())["classes"]
+    card = json.loads((mirror / "exports" / "model.onnx.json").read_text())
+    assert onnx.stat().st_size > 1000 and card["task"] == "multilabel" and len(card["thresholds"]) == 10

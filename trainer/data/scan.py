@@ -34,7 +34,7 @@ class DataError(InputError, ValueError):
 class ScanResult:
     root: str
     classes: list[str] = field(default_factory=list)
-    samples: list[tuple[str, int]] = field(default_factory=list)
+    samples: list[tuple[str, int | tuple[float, ...]]] = field(default_factory=list)  # multi-label: 0/1 per label
     bad_files: list[tuple[str, str]] = field(default_factory=list)
     ignored: int = 0  # hidden files and files without an image extension
     outside: int = 0  # images at the top level, outside any class folder

@@ -88,18 +88,27 @@ def list_folder(path: str) -> dict:
     return {"path": str(root), "parent": str(root.parent), "entries": entries[:1000]}
 
 
-def scan(folder: str, thumbs_per_class: int, size: int) -> dict:
+def scan(folder: str, thumbs_per_class: int, size: int, labels: str | None = None) -> dict:
+    """The scan of an ImageFolder here (multi-label with `labels`, its labels file) and a few thumbnails of each
+    class (label)."""
     from dataclasses import asdict
 
     from PIL import Image
 
+    from trainer.data.labels import labelled_scan
     from trainer.data.scan import scan_image_folder
 
-    result = scan_image_folder(os.path.expanduser(folder), full=False)
+    folder = os.path.expanduser(folder)
+    if labels:
+        result = labelled_scan(os.path.expanduser(labels), "data.labels", folder)
+        result.pairs = result.together()
+    else:
+        result = scan_image_folder(folder, full=False)
+    shows = (lambda on, index: on[index]) if labels else (lambda label, index: label == index)
     rng = random.Random(0)
     thumbs = []
     for label, name in enumerate(result.classes):
-        paths = [p for p, lab in result.samples if lab == label]
+        paths = [p for p, lab in result.samples if shows(lab, label)]
         for path in rng.sample(paths, min(thumbs_per_class, len(paths))):
             try:
                 with Image.open(path) as im:
@@ -208,23 +217,26 @@ AUTO_JOB_MAX_CPUS = 8  # an Auto job's CPU request when none is given: a node's 
 
 
 def submit_auto(folder: str, minutes: float, overrides: list[str], runs: str, partition: str,
-                cpus_per_task: int | None) -> dict:
-    """SLURM: Auto inside a job (slurm_auto_script), one GPU where the partition's nodes have them; the folder is
-    checked now, not after the wait in the queue."""
+                cpus_per_task: int | None, labels: str | None = None) -> dict:
+    """SLURM: Auto inside a job (slurm_auto_script), one GPU where the partition's nodes have them; the folder (and
+    a multi-label run's labels file) checked now, not after the wait in the queue."""
     from trainer.core.errors import InputError
     from trainer.remote import slurm
     from trainer.runs.launch import REPO_ROOT, slurm_auto_script
 
-    if not Path(os.path.expanduser(folder)).is_dir():
+    here = lambda path: str(Path(path).expanduser().resolve())  # noqa: E731 - the job starts in TrainDeck's folder
+    if not Path(here(folder)).is_dir():
         raise InputError(f"{folder}: no such folder on this host")
+    if labels and not Path(here(labels)).is_file():
+        raise InputError(f"--labels: {labels}: no such file on this host")
     chosen = slurm.check_request(partition, 1, cpus_per_task or 1, 0)
     cpus = cpus_per_task or min(chosen.cpus, AUTO_JOB_MAX_CPUS)
     runs_dir = Path(os.path.expanduser(runs)).resolve()
     configs = runs_dir / "configs"
     configs.mkdir(parents=True, exist_ok=True)
     script = configs / f"slurm-auto-{time.strftime('%Y%m%d-%H%M%S')}.sh"
-    script.write_text(slurm_auto_script(os.path.expanduser(folder), minutes, overrides, runs_dir, cpus,
-                                        min(1, chosen.gpus)), encoding="utf-8")
+    script.write_text(slurm_auto_script(here(folder), minutes, overrides, runs_dir, cpus, min(1, chosen.gpus),
+                                        labels and here(labels)), encoding="utf-8")
     job = slurm.submit(str(script), partition, str(configs / "slurm-%j.out"), str(REPO_ROOT))
     return {"job": job, "run_dir": str(runs_dir / f"slurm-{job}"), "output": str(configs / f"slurm-{job}.out")}
 

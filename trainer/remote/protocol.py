@@ -257,6 +257,10 @@ def typed(value: Any, hint: Any, what: str) -> Any:
         if not isinstance(value, list):
             raise FrameError(f"{what}: expected a list, got {type(value).__name__}")
         return [typed(v, args[0], f"{what}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
+        if not isinstance(value, list):
+            raise FrameError(f"{what}: expected a list, got {type(value).__name__}")
+        return tuple(typed(v, args[0], f"{what}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         if not isinstance(value, list) or len(value) != len(args):
             raise FrameError(f"{what}: expected a list of {len(args)}, got {str(value)[:80]!r}")
@@ -308,6 +312,10 @@ def scan_answer(answer: Any, what: str) -> dict:
     needed = [f.name for f in dataclasses.fields(ScanResult)
               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     result = _fields(checked["result"], typing.get_type_hints(ScanResult), f"{what}.result", required=needed)
+    classes = len(result.get("classes", []))
+    for i, (_, label) in enumerate(result.get("samples", [])):  # one label per image, or 0/1 of every label
+        if not (label in range(classes) if isinstance(label, int) else len(label) == classes and set(label) <= {0, 1}):
+            raise FrameError(f"{what}.result.samples[{i}]: not a label of the {classes} classes: {str(label)[:80]}")
     thumbs = [(name, decode(data, MAX_THUMB_BYTES, f"{what}.thumbs[{i}]"))
               for i, (name, data) in enumerate(checked["thumbs"])]
     return {"result": ScanResult(**result), "thumbs": thumbs}

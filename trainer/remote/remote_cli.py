@@ -63,6 +63,7 @@ def cmd_agent(args) -> int:
         if args.action not in ("ls", "scan"):
             raise HostError(f"agent {args.action}: --host is for ls and scan; the rest runs there already")
         sizes = ["--thumbs", str(args.thumbs), "--thumb-size", str(args.thumb_size)] if args.action == "scan" else []
+        sizes += [f"--labels={args.labels}"] if args.labels and args.action == "scan" else []
         return ask_checked(args.host, ["agent", args.action, *args.agent_args, *sizes])
     from trainer.remote import agent
 
@@ -72,7 +73,7 @@ def cmd_agent(args) -> int:
     elif args.action == "ls":
         print(json.dumps(agent.list_folder(a[0] if a else "~")))
     elif args.action == "scan":
-        print(json.dumps(agent.scan(a[0], args.thumbs, args.thumb_size)))
+        print(json.dumps(agent.scan(a[0], args.thumbs, args.thumb_size, args.labels)))
     elif args.action == "start":
         print(json.dumps(agent.start(sys.stdin.read(), args.runs, args.name)))
     elif args.action == "resume":
@@ -81,7 +82,7 @@ def cmd_agent(args) -> int:
         print(json.dumps(agent.submit(sys.stdin.read(), args.runs, args.partition or "", args.cpus_per_task)))
     elif args.action == "submit-auto":
         print(json.dumps(agent.submit_auto(a[0], args.minutes, a[1:], args.runs, args.partition or "",
-                                           args.cpus_per_task)))
+                                           args.cpus_per_task, args.labels)))
     elif args.action == "follow":
         offsets = dict(item.split("=", 1) for item in args.offset)
         agent.Follower(a[0], {k: int(v) for k, v in offsets.items()}, args.job, args.job_output).follow()
@@ -191,7 +192,7 @@ def remote_auto(args, say, started: float) -> int:
         print(f"time: {(time.time() - started) / 60:.1f} min here, the {args.minutes:g} min budget counted from the "
               f"job's start on {host.name}", flush=True)
         return code
-    plan = remote_plan(host.name, args.folder, args.minutes, args.set, say)
+    plan = remote_plan(host.name, args.folder, args.minutes, args.set, say, labels=args.labels)
     print("\n".join(choices_lines(plan["choices"])), flush=True)
     cfg = RunConfig.from_dict(plan["config"])  # (`auto --plan-only` there: train.min_epochs off, one run)
     # the seconds spent here beyond the host's own planning (ssh, this process) come out of the training budget too
@@ -216,8 +217,10 @@ def _auto_job(host: Host, args, say) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
     try:
         folder = f"./{args.folder}" if args.folder.startswith("-") else args.folder  # a value there, not an option
+        labels = [f"--labels={args.labels}"] if args.labels else []
         answer = ssh.remote_json(host, ["agent", "submit-auto", folder, *args.set, f"--minutes={args.minutes:g}",
-                                        f"--runs={host.runs}", f"--partition={host.partition}"], timeout=START_WAIT_S)
+                                        f"--runs={host.runs}", f"--partition={host.partition}", *labels],
+                                 timeout=START_WAIT_S)
     finally:
         signal.signal(signal.SIGTERM, previous)
     args.detach = False
@@ -236,16 +239,19 @@ def plans_in_job(host_name: str) -> dict | None:
                    f"when the job starts (the time it pends is not spent)"}
 
 
-def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str], say) -> dict:
+def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str], say,
+                labels: str | None = None) -> dict:
     """Auto's plan made on the host (`auto --plan-only` there: its scan, its speed probe on its devices, its
-    learning-rate sweep), checked by the protocol and as a config; device.host set to the host, so it trains there."""
+    learning-rate sweep; multi-label with `labels`, a labels file there), checked by the protocol and as a config;
+    device.host set to the host, so it trains there."""
     from trainer.remote import ssh
     from trainer.remote.protocol import plan_answer
 
     host = get_host(host_name)
     ssh.check(host)
     say(f"planning on {host.name}: the scan, the speed probe and the learning-rate sweep run there")
-    argv = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"] + (["--set", *overrides] if overrides else [])
+    argv = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"] + (["--labels", labels] if labels else [])
+    argv += ["--set", *overrides] if overrides else []
     what = f"{host.name}: `auto --plan-only`"
     plan = plan_answer(parse_answer(ssh.remote_main(host, argv, timeout=minutes * 60 + 120).stdout, what), what)
     try:
@@ -384,6 +390,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--name")
     p.add_argument("--epochs", type=int)
     p.add_argument("--minutes", type=float, help="submit-auto: Auto's budget, from the job's start")
+    p.add_argument("--labels", help="scan, submit-auto: multi-label, the labels file of the folder's images")
     p.add_argument("--partition")
     p.add_argument("--cpus-per-task", type=int)
     p.add_argument("--offset", action="append", default=[])

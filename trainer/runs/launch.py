@@ -148,12 +148,13 @@ srun --kill-on-bad-exit=1 bash -c '{SLURM_PER_NODE}'
 
 
 def slurm_auto_script(folder: str, minutes: float, overrides: list[str], runs_dir: str | Path, cpus: int,
-                      gpus: int) -> str:
+                      gpus: int, labels: str | None = None) -> str:
     """A SLURM batch script that runs Auto inside the job: the node it lands on scans `folder`, measures and plans
     (the plan is made where the run runs), then trains into RUNS/slurm-JOBID. `--minutes` counts from the job's
     start: the time it pends is not spent."""
     gres = f"#SBATCH --gpus-per-node={gpus}\n" if gpus else ""
-    sets = f" --set {shlex.join(overrides)}" if overrides else ""
+    sets = f" --labels {shlex.quote(labels)}" if labels else ""
+    sets += f" --set {shlex.join(overrides)}" if overrides else ""
     return f"""#!/bin/bash
 #SBATCH --job-name=traindeck-auto
 #SBATCH --nodes=1
