@@ -1,5 +1,5 @@
-"""Choosing a folder on a host: a small browser over `main.py agent ls PATH --host NAME` (one SSH round trip per
-folder, on a QProcess: the GUI thread never waits for the network)."""
+"""Choosing a folder (or a labels file) on a host: a small browser over `main.py agent ls PATH --host NAME` (one SSH
+round trip per folder, on a QProcess: the GUI thread never waits for the network)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ from app.background import CliJob
 class RemoteFolderDialog(QDialog):
     chosen = Signal(str)
 
-    def __init__(self, host: str, start: str, parent=None):
+    def __init__(self, host: str, start: str, parent=None, file: bool = False):
+        """`file`: a labels file (CSV) is chosen, not a folder."""
         super().__init__(parent)
-        self.host = host
-        self.setWindowTitle(f"Choose a folder on {host}")
+        self.host, self.file = host, file
+        self.setWindowTitle(f"Choose a {'labels file' if file else 'folder'} on {host}")
         self.setObjectName("remoteFolderDialog")
         self.resize(520, 420)
         self.path = QLineEdit(start or "~")
@@ -36,12 +37,15 @@ class RemoteFolderDialog(QDialog):
         up.clicked.connect(lambda: self.go(self.parent_path))
         self.entries = QListWidget()
         self.entries.setObjectName("remoteEntries")
-        self.entries.itemDoubleClicked.connect(lambda item: self.go(item.data(Qt.ItemDataRole.UserRole)))
+        self.entries.itemDoubleClicked.connect(self._open)
         self.note = QLabel("")
         self.note.setObjectName("remoteNote")
         self.note.setWordWrap(True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Choose this folder")
+        self.ok = buttons.button(QDialogButtonBox.StandardButton.Ok)
+        self.ok.setText("Choose this file" if file else "Choose this folder")
+        if file:
+            self.entries.currentItemChanged.connect(lambda item, _: self.ok.setEnabled(self._file_of(item) is not None))
         buttons.accepted.connect(self._accept)
         buttons.rejected.connect(self.reject)
         row = QHBoxLayout()
@@ -74,6 +78,16 @@ class RemoteFolderDialog(QDialog):
             item = QListWidgetItem(f"{e['name']}/    {what}")
             item.setData(Qt.ItemDataRole.UserRole, f"{listing['path'].rstrip('/')}/{e['name']}")
             self.entries.addItem(item)
+        for name in listing["files"] if self.file else []:
+            item = QListWidgetItem(name)
+            item.setData(Qt.ItemDataRole.UserRole, f"{listing['path'].rstrip('/')}/{name}")
+            item.setData(Qt.ItemDataRole.UserRole + 1, "file")
+            self.entries.addItem(item)
+        if self.file:
+            self.ok.setEnabled(False)
+            self.note.setText(f"{len(listing['files'])} CSV file(s) here: choose the labels file (file,labels)"
+                              if listing["files"] else "No CSV file here. Double-click a folder to open it.")
+            return
         looks = sum(1 for e in listing["entries"] if e["images"])
         self.note.setText(f"{looks} of these folders hold images: this looks like an ImageFolder (one folder per "
                           f"class)" if looks >= 2 else "Double-click a folder to open it.")
@@ -82,8 +96,26 @@ class RemoteFolderDialog(QDialog):
         self._job = None
         self.note.setText(error)
 
+    @staticmethod
+    def _file_of(item: QListWidgetItem | None) -> str | None:
+        if item is None or item.data(Qt.ItemDataRole.UserRole + 1) != "file":
+            return None
+        return item.data(Qt.ItemDataRole.UserRole)
+
+    def _open(self, item: QListWidgetItem) -> None:
+        if self._file_of(item) is not None:
+            self._accept()
+        else:
+            self.go(item.data(Qt.ItemDataRole.UserRole))
+
     def _accept(self) -> None:
-        self.chosen.emit(self.path.text())
+        if self.file:
+            chosen = self._file_of(self.entries.currentItem())
+            if chosen is None:
+                return
+            self.chosen.emit(chosen)
+        else:
+            self.chosen.emit(self.path.text())
         self.accept()
 
     def done(self, result: int) -> None:  # noqa: D401 - QDialog's

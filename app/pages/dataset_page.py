@@ -118,16 +118,19 @@ def duplicates_warning(found: Duplicates | None, root: str) -> list[str]:
 def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: QWidget,
                file_filter: str | None = None, host_of=lambda: "") -> QWidget:
     """A path field bound to `key` with a Browse… button: a folder dialog, or a file dialog with `file_filter`;
-    a folder on the host `host_of()` names, when it names one."""
+    a folder (a CSV file, with `file_filter`) on the host `host_of()` names, when it names one."""
     edit = binder.line(key, placeholder)
     button = QPushButton("Browse…")
     button.setObjectName(f"browse:{key}")
 
     def browse():
-        if host_of() and not file_filter:
+        if host_of():  # a folder or a labels file there
             from app.remote_browser import RemoteFolderDialog
 
-            dialog = RemoteFolderDialog(host_of(), edit.text(), parent)
+            start = edit.text()
+            if file_filter:  # the file's folder, or the dataset's
+                start = str(Path(start).parent) if start else binder.widgets["data.train_dir"].text()
+            dialog = RemoteFolderDialog(host_of(), start, parent, file=bool(file_filter))
             dialog.chosen.connect(edit.setText)
             dialog.open()
             return
@@ -210,7 +213,8 @@ class DatasetPage(QWidget):
         form.addRow("Training images", folder_row(binder, "data.train_dir", "ImageFolder: one sub-folder per class",
                                                   "Training images", self, host_of=lambda: self.host))
         form.addRow("Labels file", folder_row(binder, "data.labels", "optional: multi-label, a CSV of each image's "
-                                              "labels (file,labels)", "Labels file", self, "CSV files (*.csv)"))
+                                              "labels (file,labels)", "Labels file", self, "CSV files (*.csv)",
+                                              host_of=lambda: self.host))
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
                                                     "Validation images", self, host_of=lambda: self.host))
         form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))

@@ -9,8 +9,10 @@ import signal
 import psutil
 import pytest
 from helpers import write_config
+from PySide6.QtWidgets import QPushButton
 from test_main_window import wait_ready
 
+from app.remote_browser import RemoteFolderDialog
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
 
@@ -129,8 +131,16 @@ def test_the_auto_box_with_a_slurm_host_plans_a_multi_label_run_inside_the_job_a
     labels = digit_mosaics(tmp_path / "data", 400)
     window = make_window(write_config(tmp_path, tmp_path / "not-here"), runs_dir=hosts["local_runs"])
     choose_host(qtbot, window, "cluster")
-    window.binder.widgets["data.labels"].setText(str(labels))
     window.binder.widgets["data.train_dir"].setText(str(labels.parent))  # as the remote folder browser would
+    window.findChild(QPushButton, "browse:data.labels").click()  # the labels file, browsed there
+    browser = window.findChild(RemoteFolderDialog)
+    qtbot.waitUntil(lambda: browser.entries.count() > 1, timeout=30_000)
+    shown = [browser.entries.item(i).text() for i in range(browser.entries.count())]
+    assert shown[0].startswith("images/") and shown[-1] == "labels.csv", shown
+    assert not browser.ok.isEnabled(), "a folder is not a labels file"
+    browser.entries.setCurrentRow(len(shown) - 1)
+    browser.ok.click()
+    assert window.binder.widgets["data.labels"].text() == str(labels)
     page = window.dataset_page
     qtbot.waitUntil(lambda: page.scan_result is not None or "Scanning" not in page.summary.text(), timeout=60_000)
     assert "Multi-label: 10 labels on 400 images" in page.summary.text(), page.summary.text()

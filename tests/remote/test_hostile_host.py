@@ -266,9 +266,13 @@ GOOD_LISTING = {"path": "/data", "parent": "/", "entries": [{"name": "cats", "fo
     ({"path": ["/"]}, "path: expected str"),
     ({"entries": [{"name": "x", "folders": 0, "images": 0}] * 1001}, "more than 1000 folders"),
     ({"extra": 1}, "unknown field 'extra'"),
+    ({"files": ["../labels.csv"]}, r"files\[0\]: not a file name: '../labels.csv'"),
+    ({"files": ["x.csv"] * 1001}, "more than 1000 files"),
 ])
 def test_a_folder_listing_from_the_host_is_checked_before_the_browser_sees_it(change, said):
-    assert protocol.listing_answer(GOOD_LISTING, "lab: `agent ls`") == GOOD_LISTING
+    assert protocol.listing_answer(GOOD_LISTING, "lab: `agent ls`") == {**GOOD_LISTING, "files": []}  # an older host
+    with_files = {**GOOD_LISTING, "files": ["labels.csv"]}
+    assert protocol.listing_answer(with_files, "lab: `agent ls`") == with_files
     with pytest.raises(FrameError, match=said):
         protocol.listing_answer({**GOOD_LISTING, **change}, "lab: `agent ls`")
 

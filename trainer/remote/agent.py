@@ -69,9 +69,13 @@ def list_folder(path: str) -> dict:
     root = Path(os.path.expanduser(path or "~")).resolve()
     if not root.is_dir():
         raise InputError(f"{root}: no such folder")
-    entries = []
+    entries, files = [], []
     for child in sorted(root.iterdir(), key=lambda p: p.name.lower()):
-        if child.name.startswith(".") or not child.is_dir():
+        if child.name.startswith("."):
+            continue
+        if child.suffix.lower() == ".csv" and child.is_file():  # a labels file (data.labels) to choose
+            files.append(child.name)
+        if not child.is_dir():
             continue
         dirs = images = 0
         try:
@@ -85,7 +89,7 @@ def list_folder(path: str) -> dict:
         except OSError:
             pass
         entries.append({"name": child.name, "folders": dirs, "images": images})
-    return {"path": str(root), "parent": str(root.parent), "entries": entries[:1000]}
+    return {"path": str(root), "parent": str(root.parent), "entries": entries[:1000], "files": files[:1000]}
 
 
 def scan(folder: str, thumbs_per_class: int, size: int, labels: str | None = None) -> dict:
@@ -102,6 +106,7 @@ def scan(folder: str, thumbs_per_class: int, size: int, labels: str | None = Non
     if labels:
         result = labelled_scan(os.path.expanduser(labels), "data.labels", folder)
         result.pairs = result.together()
+        result.samples = [(path, tuple(map(int, on))) for path, on in result.samples]  # 0/1: half the JSON of 0.0/1.0
     else:
         result = scan_image_folder(folder, full=False)
     shows = (lambda on, index: on[index]) if labels else (lambda label, index: label == index)

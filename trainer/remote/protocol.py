@@ -284,19 +284,27 @@ def _fields(answer: Any, hints: dict[str, Any], what: str, required: Iterable[st
     return {k: typed(v, hints[k], f"{what}.{k}") for k, v in answer.items()}
 
 
-def folder_name(name: str, what: str) -> str:
-    """One folder's name as a host gives it: never a path, so the browser's next path stays under the listed one."""
+def folder_name(name: str, what: str, kind: str = "folder") -> str:
+    """One folder's (file's) name as a host gives it: never a path, so the browser's next path stays under the
+    listed one."""
     if not name or name in (".", "..") or "/" in name or "\0" in name or not name.isprintable():
-        raise FrameError(f"{what}: not a folder name: {name[:80]!r}")
+        raise FrameError(f"{what}: not a {kind} name: {name[:80]!r}")
     return name
 
 
 def listing_answer(answer: Any, what: str) -> dict:
-    """`agent ls`'s answer, checked: {path, parent, entries: [{name, folders, images}]}."""
-    checked = _fields(answer, {"path": str, "parent": str, "entries": list}, what)
+    """`agent ls`'s answer, checked: {path, parent, entries: [{name, folders, images}], files: [CSV file names]}
+    (`files` from hosts of 2026-12-03 on)."""
+    checked = _fields(answer, {"path": str, "parent": str, "entries": list, "files": list[str]}, what,
+                      required=("path", "parent", "entries"))
     entries = checked["entries"]
     if len(entries) > MAX_LISTING_ENTRIES:
         raise FrameError(f"{what}: more than {MAX_LISTING_ENTRIES} folders listed")
+    checked["files"] = checked.get("files", [])
+    if len(checked["files"]) > MAX_LISTING_ENTRIES:
+        raise FrameError(f"{what}: more than {MAX_LISTING_ENTRIES} files listed")
+    for i, name in enumerate(checked["files"]):
+        folder_name(name, f"{what}.files[{i}]", "file")
     checked["entries"] = [_fields(e, {"name": str, "folders": int, "images": int}, f"{what}.entries[{i}]")
                           for i, e in enumerate(entries)]
     for i, e in enumerate(checked["entries"]):
