@@ -9,7 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QObject, QSize, Signal
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QScrollArea, QSpinBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QLabel,
+    QLineEdit,
+    QScrollArea,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
 
@@ -60,6 +70,27 @@ class FullHeight(QWidget):
         hint = super().minimumSizeHint()
         layout = self.layout()
         return QSize(hint.width(), max(hint.height(), layout.sizeHint().height())) if layout else hint
+
+
+class WrappedLabel(QLabel):
+    """A word-wrapped label that is never given fewer lines than its text needs at the width it has (a form row
+    gave the normalisation line 3 of its 4 lines at 1024x700, cutting it short)."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None):
+        super().__init__(text, parent)
+        self.setWordWrap(True)
+
+    def _fit(self) -> None:
+        self.setMinimumHeight(self.heightForWidth(self.width()) if self.text() else 0)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self._fit()  # narrower, it needs more lines
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self._fit()
 
 
 class Binder(QObject):

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.auto_panel import AutoPanel
 from app.background import run_in_thread
-from app.forms import Binder, FullHeight
+from app.forms import Binder, FullHeight, WrappedLabel
 from app.thumbnails import load_thumbnails
 from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
 from trainer.core.rundir import RunDir
@@ -229,9 +229,8 @@ class DatasetPage(QWidget):
         lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
         lf.addRow("Unusable files", binder.combo("data.on_bad_file", key_choices("data.on_bad_file")))
         lf.addRow("Sampler", binder.combo("data.sampler", key_choices("data.sampler")))
-        self.normalisation = QLabel("")
+        self.normalisation = WrappedLabel("")
         self.normalisation.setObjectName("normalisation")
-        self.normalisation.setWordWrap(True)
         self.normalisation.setStyleSheet("color: #555;")
         lf.addRow("Normalisation", self.normalisation)
 

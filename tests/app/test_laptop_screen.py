@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from helpers import write_config
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtWidgets import QPushButton
+from PySide6.QtWidgets import QLabel, QPushButton
 
 from app.main_window import PAGES
 
@@ -31,11 +31,16 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
         {"key": "data.train_dir", "value": str(tmp_path / "a-long-folder-name" / "of-training-images" / "train"),
          "why": "10 classes, 1797 images (the folder's own train/ split)"},
         {"key": "optimizer.norm_weight_decay", "value": 0.0, "why": "no weight decay on normalisation " * 6}], 5.0)
+    normalisation = window.dataset_page.normalisation
+    qtbot.waitUntil(lambda: "working out" not in normalisation.text(), timeout=30_000)  # its longest text
     for index, name in enumerate(PAGES):
         window.nav.setCurrentRow(index)
         qtbot.wait(50)
         scroll = window.stack.currentWidget()
         assert scroll.horizontalScrollBar().maximum() == 0, f"{name} needs {scroll.widget().minimumSizeHint()}"
+        for label in scroll.widget().findChildren(QLabel):  # no wrapped text cut short
+            if label.isVisible() and label.wordWrap() and label.text():
+                assert label.height() >= label.heightForWidth(label.width()), (name, label.text()[:60])
     window.nav.setCurrentRow(PAGES.index("Training"))
     qtbot.wait(50)
     dash = window.dashboard
