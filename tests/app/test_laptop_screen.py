@@ -19,6 +19,13 @@ def on_screen(window, widget) -> bool:
     return QRect(QPoint(0, 0), window.size()).contains(QRect(top_left, widget.size()))
 
 
+def assert_no_label_cut_short(page, name: str) -> None:
+    """Every word-wrapped label on show has the lines its text needs at its width."""
+    for label in page.findChildren(QLabel):
+        if label.isVisible() and label.wordWrap() and label.text():
+            assert label.height() >= label.heightForWidth(label.width()), (name, label.text()[:60])
+
+
 @pytest.mark.parametrize("size", [(1280, 720), (1024, 700)])
 def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_path, size):
     window = make_window(write_config(tmp_path, shapes_dir))
@@ -38,9 +45,7 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
         qtbot.wait(50)
         scroll = window.stack.currentWidget()
         assert scroll.horizontalScrollBar().maximum() == 0, f"{name} needs {scroll.widget().minimumSizeHint()}"
-        for label in scroll.widget().findChildren(QLabel):  # no wrapped text cut short
-            if label.isVisible() and label.wordWrap() and label.text():
-                assert label.height() >= label.heightForWidth(label.width()), (name, label.text()[:60])
+        assert_no_label_cut_short(scroll.widget(), name)
     window.nav.setCurrentRow(PAGES.index("Training"))
     qtbot.wait(50)
     dash = window.dashboard
@@ -50,6 +55,7 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
         dash.tabs.setCurrentIndex(tab)
         qtbot.wait(30)
         assert dash.tabs.currentWidget().width() >= dash.tabs.currentWidget().minimumSizeHint().width()
+        assert_no_label_cut_short(dash.tabs.currentWidget(), dash.tabs.tabText(tab))
     dash.tabs.setCurrentIndex(2)
     qtbot.wait(30)
     results = dash.results
