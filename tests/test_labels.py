@@ -22,16 +22,21 @@ def test_both_layouts_give_the_same_labels_and_check_data_reports_them(images, t
     sets = [("cat", "outdoor"), ("cat",), (), ("dog", "outdoor", "night"), ("outdoor",), ("dog", "cat")]
     listed = root / "labels.csv"
     listed.write_text("file,labels\n" + "".join(f"{f},{';'.join(s)}\n" for f, s in zip(files, sets)))
-    names = ["cat", "outdoor", "dog", "night"]
-    one_hot = root / "onehot.csv"
-    one_hot.write_text("file," + ",".join(names) + "\n" + "".join(
-        f"{f}," + ",".join("1" if n in s else "0" for n in names) + "\n" for f, s in zip(files, sets)))
-    a, b = read_labels(listed), read_labels(one_hot)
+    names = ["cat", "dog", "night", "outdoor"]  # a list per image: its labels sorted, as class folders are
+
+    def write_one_hot(columns):
+        path = root / f"onehot-{'-'.join(columns)}.csv"
+        path.write_text("file," + ",".join(columns) + "\n" + "".join(
+            f"{f}," + ",".join("1" if n in s else "0" for n in columns) + "\n" for f, s in zip(files, sets)))
+        return path
+
+    a, b = read_labels(listed), read_labels(write_one_hot(names))
     assert a.names == b.names == names and a.items == b.items
     assert a.counts == {"cat": 3, "outdoor": 3, "dog": 2, "night": 1} and a.unlabelled == 1
-    assert a.co_occurrence()[("cat", "outdoor")] == 1 and a.co_occurrence()[("outdoor", "dog")] == 1
+    assert a.co_occurrence()[("cat", "outdoor")] == 1 and a.co_occurrence()[("dog", "outdoor")] == 1
+    assert read_labels(write_one_hot(["outdoor", "cat", "night", "dog"])).names == ["outdoor", "cat", "night", "dog"]
 
-    done = run_here("check-data", root, "--labels", listed)
+    done = run_here("check-data", root, "--labels", listed.name, cwd=root)  # a path relative to where one stands
     assert done.returncode == 0, done.stderr
     assert f"{listed}: 4 labels on 6 images (1 with no label)" in done.stdout
     assert "  cat      3" in done.stdout and "most often together:" in done.stdout

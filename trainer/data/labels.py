@@ -39,7 +39,7 @@ class LabelsError(InputError, ValueError):
 @dataclass
 class Labels:
     path: str
-    names: list[str]  # the labels, in the file's order (one-hot: its columns; a list: first seen first)
+    names: list[str]  # the labels: one-hot, in the order of its columns; a list per image, sorted
     items: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)  # (image path, its labels' indices)
     line_of: dict[str, int] = field(default_factory=dict)  # image path -> its line in the file
 
@@ -94,7 +94,7 @@ def _text(path: Path) -> str:
 
 def read_labels(path: str | os.PathLike) -> Labels:
     """The labels file at `path`, checked: LabelsError naming the lines at fault."""
-    path = Path(path)
+    path = Path(path).absolute()  # its images are named relative to its folder; the folder's scan is absolute
     rows = csv.reader(io.StringIO(_text(path), newline=""))
     header = [cell.strip() for cell in next(rows, [])]
     if not header or header[0].lower() != "file" or len(header) < 2:
@@ -141,7 +141,19 @@ def read_labels(path: str | os.PathLike) -> Labels:
         raise LabelsError(f"{path}: no images listed (a line per image under the header)")
     if not any(labels for _, labels in items):
         raise LabelsError(f"{path}: every image has an empty label set; give each image its labels")
+    if not one_hot:
+        names, items = _sorted_names(names, items)
     return Labels(str(path), names, items, seen)
+
+
+def _sorted_names(names: list[str], items: list[tuple[str, tuple[int, ...]]]
+                  ) -> tuple[list[str], list[tuple[str, tuple[int, ...]]]]:
+    """A list of labels per image names its labels in no order of its own: sorted, as class folders are."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    if order == list(range(len(names))):
+        return names, items
+    new = {old: i for i, old in enumerate(order)}
+    return [names[i] for i in order], [(image, tuple(sorted(new[i] for i in labels))) for image, labels in items]
 
 
 def _one_hot(row: list[str], header: list[str], line: int, problems: list[str]) -> tuple[int, ...] | None:
