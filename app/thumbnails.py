@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QImage, QImageReader, QPainter, QPixmap
+from PySide6.QtWidgets import QListWidget
 
 PAIR_GAP = 4  # px between a copy and its original
 
@@ -49,3 +50,10 @@ def scaled_pixmap(path: str, size: int) -> QPixmap:
     """A small image file (a Grad-CAM overlay the trainer wrote) as a pixmap that fits `size`, smoothly scaled."""
     return QPixmap(path).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio,
                                 Qt.TransformationMode.SmoothTransformation)
+
+
+def set_gallery_icons(gallery: QListWidget, images: list[QImage]) -> None:
+    """Each decoded thumbnail as the icon of the gallery's item at its index (an image that could not be read: none)."""
+    for i, image in enumerate(images):
+        if not image.isNull() and i < gallery.count():
+            gallery.item(i).setIcon(QPixmap.fromImage(image))

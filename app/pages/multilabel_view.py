@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob, run_in_thread
 from app.eval_results import LabelledPrediction, MultiLabelEvaluation
 from app.pages.plots import NumericItem
-from app.thumbnails import load_thumbnails, scaled_pixmap
+from app.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons
 
 THUMB = 96
 PREVIEW = 160
@@ -240,11 +240,8 @@ class MultiLabelView(QWidget):
         self._select(-1)
 
     def _icons(self, serial: int, images: list[QImage]) -> None:
-        if serial != self._thumb_serial:
-            return
-        for i, image in enumerate(images):
-            if not image.isNull() and i < self.gallery.count():
-                self.gallery.item(i).setIcon(QPixmap.fromImage(image))
+        if serial == self._thumb_serial:  # not a list shown since
+            set_gallery_icons(self.gallery, images)
 
     def current_labels(self, p: LabelledPrediction) -> list[str]:
         """The image's labels as the next run will read them: the manifest's, else the labels file's."""

@@ -55,7 +55,7 @@ from app.eval_results import (
 from app.pages.multilabel_view import MultiLabelView
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
-from app.thumbnails import load_pair_thumbnails, scaled_pixmap
+from app.thumbnails import load_pair_thumbnails, scaled_pixmap, set_gallery_icons
 
 EXCLUDE_TIP = ("leave this image out of training: an entry in the dataset manifest (data.exclude); the file itself "
                "is not touched")
@@ -591,11 +591,8 @@ class ResultsTab(QWidget):
         self._select(-1)
 
     def _set_icons(self, serial: int, images: list[QImage]) -> None:
-        if serial != self._thumb_serial:
-            return
-        for i, image in enumerate(images):
-            if not image.isNull() and i < self.gallery.count():
-                self.gallery.item(i).setIcon(QPixmap.fromImage(image))
+        if serial == self._thumb_serial:  # not a list shown since
+            set_gallery_icons(self.gallery, images)
 
     # ---- the selected image ------------------------------------------------------------------------
     def _select(self, row: int) -> None:
