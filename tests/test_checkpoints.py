@@ -368,6 +368,56 @@ def test_predict_names_damaged_models_and_images(small_exports, shapes_dir, tmp_
     assert f"such as {tmp_path / 'model.pt2'}" in err, "the default format is torch.export's"
 
 
+def replace_member(archive: Path, out: Path, suffix: str, data: bytes) -> None:
+    """A copy of a zip archive whose member ending in `suffix` holds `data`."""
+    import zipfile
+
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, data if info.filename.endswith(suffix) else src.read(info))
+
+
+def test_an_exported_program_carrying_a_pickle_runs_nothing_whatever_its_name_or_sidecar(small_exports, shapes_dir,
+                                                                                         tmp_path, capsys):
+    """torch.export.load retries a member the safe loader refuses with full unpickling (torch 2.14): a crafted .pt2
+    is refused before torch sees it, as .pt2, renamed .onnx with a sidecar saying either format, and with --json."""
+    import json
+    import pickle
+    import shutil
+
+    from trainer import cli
+
+    _, exports = small_exports
+    program = exports["exported_program"]
+    image = next(shapes_dir.glob("circle/*.png"))
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(Payload(str(marker)))
+    evil = tmp_path / "evil.pt2"
+    replace_member(program, evil, "sample_inputs/model.pt", payload)
+    shutil.copy(f"{program}.json", f"{evil}.json")
+    nested = tmp_path / "nested.pt2"  # the member as torch.save writes it, a zip whose data.pkl is the payload
+    torch.save({"x": Payload(str(marker))}, tmp_path / "member.pt")
+    replace_member(program, nested, "sample_inputs/model.pt", (tmp_path / "member.pt").read_bytes())
+    shutil.copy(f"{program}.json", f"{nested}.json")
+    renamed = tmp_path / "x.onnx"
+    shutil.copy(evil, renamed)
+    sidecar = json.loads(Path(f"{program}.json").read_text())
+    cases = [(evil, "sample_inputs/model.pt is not plain tensors"), (nested, "sample_inputs/model.pt is not plain"),
+             (renamed, "is a torch.export program (.pt2), but x.onnx.json says onnx")]
+    Path(f"{renamed}.json").write_text(json.dumps({**sidecar, "format": "onnx"}))
+    for model, why in cases:
+        for extra in ([], ["--json"]):
+            code = cli.main(["predict", str(model), str(image), *extra])
+            err = capsys.readouterr().err
+            assert code == 2 and str(model) in err and why in err, (model, err)
+            assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+            assert not marker.exists(), f"{model}: the payload ran"
+    Path(f"{renamed}.json").write_text(json.dumps(sidecar))  # the sidecar now says exported_program: still refused
+    assert cli.main(["predict", str(renamed), str(image)]) == 2 and "not plain tensors" in capsys.readouterr().err
+    assert not marker.exists()
+    assert cli.main(["predict", str(program), str(image)]) == 0, "the export as written still loads"
+
+
 def test_the_default_export_is_torch_export_and_torchscript_says_it_is_deprecated(trained_resnet, tmp_path, capsys,
                                                                                   shapes_dir):
     assert cli.main(["export", str(trained_resnet.path), "--out", str(tmp_path / "model.pt2")]) == 0

@@ -26,6 +26,7 @@ class ExportFormat:
     suffix: str  # the file suffix it is written with
     description: str  # what it is, in a line (the app's tooltips, the model card)
     module: str
+    container: str  # what the file is, as recognised from its bytes (trainer.deploy.formats.container.CONTAINERS)
     graph: bool = True  # a network graph (flip test-time augmentation goes inside it), not weights alone
     one_image: bool = False  # takes batch 1, as apps call it
     converter: tuple[str, str] | None = None  # (the module its converter is, the command that installs it)
@@ -55,21 +56,23 @@ def register_export_format(fmt: ExportFormat) -> None:
 _FORMATS = "trainer.deploy.formats."
 for _format in (
     ExportFormat("exported_program", ".pt2", "torch.export program (fp32), loaded with torch.export.load",
-                 _FORMATS + "program"),
-    ExportFormat("onnx", ".onnx", "ONNX (fp32), for ONNX Runtime, OpenCV, TensorRT and most servers", _FORMATS + "onnx"),
+                 _FORMATS + "program", "pt2"),
+    ExportFormat("onnx", ".onnx", "ONNX (fp32), for ONNX Runtime, OpenCV, TensorRT and most servers", _FORMATS + "onnx",
+                 "onnx"),
     ExportFormat("onnx_int8", ".int8.onnx", "ONNX with int8 weights and activations (ONNX Runtime quantization, "
-                 "calibrated on training images): about a quarter of the size, faster on CPUs", _FORMATS + "onnx"),
+                 "calibrated on training images): about a quarter of the size, faster on CPUs", _FORMATS + "onnx", "onnx"),
     ExportFormat("onnx_fp16", ".fp16.onnx", "ONNX with fp16 weights and arithmetic (inputs and outputs stay fp32): "
-                 "half the size, for GPUs", _FORMATS + "onnx"),
+                 "half the size, for GPUs", _FORMATS + "onnx", "onnx"),
     ExportFormat("executorch", ".pte", "ExecuTorch program (.pte, XNNPACK, batch 1) for Android, iOS and embedded "
-                 "Linux", _FORMATS + "mobile", one_image=True, converter=("executorch", "pip install executorch")),
+                 "Linux", _FORMATS + "mobile", "executorch", one_image=True, converter=("executorch", "pip install executorch")),
     ExportFormat("coreml", ".mlpackage", "Core ML package (.mlpackage, fp16, batch 1) for iOS and macOS apps",
-                 _FORMATS + "mobile", one_image=True, converter=("coremltools", "pip install coremltools")),
+                 _FORMATS + "mobile", "mlpackage", one_image=True, converter=("coremltools", "pip install coremltools")),
     ExportFormat("state_dict", ".pt", "the weights alone (torch.save), for the same torchvision model",
-                 _FORMATS + "weights", graph=False),
+                 _FORMATS + "weights", "torch_save", graph=False),
     ExportFormat("safetensors", ".safetensors", "the weights alone (safetensors), for the same torchvision model",
-                 _FORMATS + "weights", graph=False),
+                 _FORMATS + "weights", "safetensors", graph=False),
     ExportFormat("torchscript", ".ts.pt", "TorchScript (deprecated), for older LibTorch programs", _FORMATS + "program",
+                 "torchscript",
                  deprecated="TorchScript (torch.jit) is deprecated since torch 2.14; exported_program (torch.export) "
                             "replaces it"),
 ):

@@ -30,6 +30,9 @@ def write_exported_program(model, path: Path, context) -> None:
 def load_exported_program(path: Path, meta: dict):
     import torch
 
+    from trainer.deploy.formats.container import check_program
+
+    check_program(path)  # nothing in it that torch.export.load would unpickle in full
     quiet = logging.getLogger("torch.export")
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # it logs its own traceback for a damaged file before raising
