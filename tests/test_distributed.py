@@ -1,5 +1,6 @@
 """DDP on CPU with gloo, for real: torchrun, mp.spawn, two 'nodes' on loopback, a rank killed mid-run, AMP."""
 
+import json
 import os
 import signal
 import subprocess
@@ -43,26 +44,51 @@ def ddp_sets(launcher, nproc=2, **extra):
     return sets + [f"{k}={v}" for k, v in extra.items()]
 
 
-# One launcher is enough for the accuracy band (the launchers share the training code); spawn with a tcp://
-# rendezvous runs in test_a_non_finite_loss_on_one_rank_stops_every_rank_alike below.
+@pytest.fixture(scope="module")
+def held_out_dirs(tmp_path_factory):
+    """Validation and test folders of the demo shapes, drawn apart from the training folder's."""
+    root = tmp_path_factory.mktemp("held_out")
+    return (write_demo_dataset(root / "v", per_class=40, size=32, seed=11),
+            write_demo_dataset(root / "t", per_class=40, size=32, seed=12))
+
+
+def predictions(folder) -> dict[str, str]:
+    import csv
+
+    return {row["path"]: row["predicted"] for row in csv.DictReader(open(folder / "predictions.csv"))}
+
+
+# The launchers share the training code, but each starts its ranks its own way: both are checked against one process.
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher, init", [("torchrun", "env")])
-def test_two_ranks_reach_the_single_process_accuracy_band(demo_dir, tmp_path, launcher, init):
-    cfg = write_config(tmp_path, demo_dir, data={"image_size": 24, "batch_size": 16}, train={"epochs": 6},
-                       optimizer={"lr": 0.1}, monitor={"log_every": 5})
-    result = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set",
-                      *ddp_sets(launcher, **{"device.init_method": init}), timeout=300)
+@pytest.mark.parametrize("launcher, init", [("torchrun", "env"), ("spawn", "tcp")])
+def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(demo_dir, held_out_dirs, tmp_path,
+                                                                               launcher, init):
+    """The Results tab reads eval/val and eval/test: under DDP they must say what the epoch said (val_acc) and what
+    one process says of the same checkpoint (`main.py evaluate`), image by image (they read 42% beside 93%)."""
+    val_dir, test_dir = held_out_dirs
+    cfg = write_config(tmp_path, demo_dir, data={"image_size": 24, "batch_size": 16, "val_dir": str(val_dir),
+                                                 "test_dir": str(test_dir)},
+                       train={"epochs": 4}, optimizer={"lr": 0.05}, monitor={"log_every": 5})
+    run = tmp_path / "run"
+    result = run_main("train", cfg, "--run-dir", run, "--set", *ddp_sets(launcher, **{"device.init_method": init}),
+                      timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    events = read_events(tmp_path / "run" / "events.jsonl")
+    events = read_events(run / "events.jsonl")
     start = next(e for e in events if e["event"] == "run_start")
     assert start["world_size"] == 2 and "DDP x2 (gloo" in start["device"]
     assert sum(1 for e in events if e["event"] == "run_start") == 1, "rank 0 alone writes events"
-    best = RunDir(tmp_path / "run").read_status()["best_acc"]
-    assert best >= 0.85, f"{launcher}: best val_acc {best}"
-    state = load_weights_only(tmp_path / "run" / "checkpoints" / "last.pt")
+    best = RunDir(run).read_status()["best_acc"]
+    assert best >= 0.8, f"{launcher}: best val_acc {best}"  # one process: 0.887, both launchers 0.856
+    state = load_weights_only(run / "checkpoints" / "last.pt")
     assert not any(k.startswith("module.") for k in state["model"]), "checkpoints hold the unwrapped model"
-    predictions = (tmp_path / "run" / "eval" / "val" / "predictions.csv").read_text().splitlines()
-    assert len(predictions) == 1 + start["val_size"], "rank 0 kept every validation image's prediction"
+    val = json.loads((run / "eval" / "val" / "metrics.json").read_text())
+    assert val["images"] == start["val_size"] == 160 and val["accuracy"] == pytest.approx(best, abs=1e-6)
+    best_epoch = max((e for e in events if e["event"] == "epoch"), key=lambda e: e["val_acc"])
+    assert val["epoch"] == best_epoch["epoch"] and val["confusion"] == best_epoch["confusion"]
+    for split, folder in (("val", val_dir), ("test", test_dir)):  # one process, the same best.pt
+        single = run_main("evaluate", run, "--data", folder, "--name", f"single-{split}")
+        assert single.returncode == 0, single.stderr[-2000:]
+        assert predictions(run / "eval" / split) == predictions(run / "eval" / f"single-{split}"), split
 
 
 @pytest.mark.slow

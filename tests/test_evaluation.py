@@ -49,6 +49,24 @@ def test_a_class_never_predicted_or_never_present_is_null_not_zero():
     assert m["per_class"]["c"] == {"precision": None, "recall": None, "f1": None, "support": 0}
 
 
+def test_metrics_and_predictions_agree_when_logits_tie(tmp_path):
+    """bf16 rounds close logits to equal ones: metrics.json and predictions.csv give each image one prediction."""
+    classes = [f"c{i}" for i in range(6)]
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(300, 6, generator=gen).bfloat16().float()
+    tied = torch.arange(0, 300, 2)
+    logits[tied, 4] = logits[tied, 1] = logits[tied].max(1).values + 1  # exact ties, the higher index after
+    labels = torch.randint(0, 6, (300,), generator=gen)
+    labels[tied[::2]], labels[tied[1::2]] = 1, 4  # half the tied images are right one way, half the other
+    metrics = write_evaluation(tmp_path, "t", Predictions([f"{i}.png" for i in range(300)], labels, logits), classes)
+    rows = list(csv.DictReader(open(tmp_path / "eval" / "t" / "predictions.csv")))
+    right = sum(r["true"] == r["predicted"] for r in rows)
+    assert json.loads((tmp_path / "eval" / "t" / "metrics.json").read_text())["accuracy"] == right / 300
+    assert metrics["confusion"] == [[sum(r["true"] == t and r["predicted"] == p for r in rows) for p in classes]
+                                    for t in classes]
+    assert all(r["predicted"] == "c1" and r["top_k"].startswith("c1:") for r in rows[::2]), "a tie: the lower class"
+
+
 def test_predictions_csv_rows(tmp_path):
     preds = Predictions(["x.png", "y.png"], torch.tensor([1, 0]), torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]]))
     write_evaluation(tmp_path, "val", preds, ["a", "b", "c"])

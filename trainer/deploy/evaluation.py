@@ -35,12 +35,20 @@ class Predictions:
     logits: torch.Tensor  # (N, C) float32, on the CPU
 
 
+def top_classes(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Each row's `k` most likely classes, best first. A tie (two bf16-rounded logits can be equal) goes to the lower
+    class index, the same way for validation, metrics.json and predictions.csv: an image has one prediction."""
+    return torch.sort(logits.float(), dim=1, descending=True, stable=True).indices[:, :k]
+
+
 def classification_metrics(logits: torch.Tensor, labels: torch.Tensor, classes: list[str]) -> dict:
     """Every metric of `metrics.json` from logits and true labels (a class without images gets null, not 0)."""
     logits = logits.float()
     n, c = len(labels), len(classes)
     probs = logits.softmax(1)
-    confidence, predicted = probs.max(1)
+    top = top_classes(logits, min(TOP_K, c))
+    predicted = top[:, 0]
+    confidence = probs.gather(1, predicted[:, None])[:, 0]
     confusion = torch.bincount(labels * c + predicted, minlength=c * c).view(c, c)
     tp = confusion.diag().double()
     support = confusion.sum(1).double()
@@ -56,7 +64,7 @@ def classification_metrics(logits: torch.Tensor, labels: torch.Tensor, classes: 
            "loss": F.cross_entropy(logits, labels).item() if n else None,
            "per_class": per_class, "confusion": confusion.tolist(), "classes": list(classes)}
     if c >= TOP_K:
-        out["top5_accuracy"] = (logits.topk(TOP_K, dim=1).indices == labels[:, None]).any(1).double().mean().item()
+        out["top5_accuracy"] = (top == labels[:, None]).any(1).double().mean().item()
     out.update(calibration(confidence, predicted == labels))
     return out
 
@@ -83,7 +91,8 @@ def calibration(confidence: torch.Tensor, correct: torch.Tensor, bins: int = ECE
 def prediction_rows(preds: Predictions, classes: list[str], k: int = TOP_K) -> list[dict]:
     probs = preds.logits.float().softmax(1)
     losses = F.cross_entropy(preds.logits.float(), preds.labels, reduction="none")
-    top_p, top_i = probs.topk(min(k, len(classes)), dim=1)
+    top_i = top_classes(preds.logits, min(k, len(classes)))
+    top_p = probs.gather(1, top_i)
     rows = []
     for i, path in enumerate(preds.paths):
         rows.append({"path": path, "true": classes[preds.labels[i]], "predicted": classes[top_i[i, 0]],

@@ -35,6 +35,7 @@ from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir
 from trainer.deploy import formats
+from trainer.deploy.evaluation import top_classes
 from trainer.deploy.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
 from trainer.deploy.model_card import markdown, out_problem
 
@@ -249,7 +250,8 @@ def predict(source: Path, images: list[Path], top: int = 1, which: str = "best")
     for i, reason in found.errors.items():
         results[i].error = f"{results[i].path}: {reason}"
     probs = model.probabilities(found.logits)
-    values, indices = probs.topk(min(top, len(model.classes)), dim=1)
+    indices = top_classes(found.logits, min(top, len(model.classes)))  # as evaluate ranks them, ties included
+    values = probs.gather(1, indices)
     for i, v, c in zip(found.kept, values.tolist(), indices.tolist()):
         results[i].top = [(model.classes[j], p) for j, p in zip(c, v)]
     if model.multilabel:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 
+from trainer.deploy.evaluation import top_classes
 from trainer.deploy.export_data import MeasureSet
 from trainer.deploy.inference import BATCH, LoadedModel
 
@@ -45,7 +46,7 @@ def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) ->
         if not batch:
             continue
         x, y = torch.stack(batch), torch.tensor(labels)
-        got, expected = export.logits(x).argmax(1), reference.logits(x).argmax(1)
+        got, expected = top_classes(export.logits(x), 1)[:, 0], top_classes(reference.logits(x), 1)[:, 0]
         right += int((got == y).sum())
         reference_right += int((expected == y).sum())
         agree += int((got == expected).sum())

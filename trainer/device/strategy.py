@@ -70,6 +70,10 @@ class Strategy:
     def no_sync(self, model: nn.Module, accumulating: bool):
         return contextlib.nullcontext()
 
+    def share_buffers(self, model: nn.Module) -> None:
+        """Give every rank rank 0's buffers (BatchNorm's running statistics), which the checkpoint holds: each rank
+        updated its own on its last batches, so without this the ranks would validate slightly different networks."""
+
     def synchronize_grads(self, optimizer: torch.optim.Optimizer) -> None:
         """Finish averaging gradients before they are read (unscale, norms, clipping)."""
 
@@ -155,6 +159,10 @@ class DistributedStrategy(Strategy):
     def no_sync(self, model: nn.Module, accumulating: bool):
         return model.no_sync() if accumulating else contextlib.nullcontext()
 
+    def share_buffers(self, model: nn.Module) -> None:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
@@ -200,6 +208,11 @@ class HorovodStrategy(Strategy):
     def broadcast_initial_state(self, model, optimizer) -> None:
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    def share_buffers(self, model) -> None:
+        buffers = dict(model.named_buffers())
+        if buffers:
+            self.hvd.broadcast_parameters(buffers, root_rank=0)
 
     def synchronize_grads(self, optimizer) -> None:
         optimizer.synchronize()

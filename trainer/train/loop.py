@@ -20,7 +20,7 @@ from trainer.core.config import EarlyStopConfig, RunConfig
 from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.core.schedule import progressive_size
 from trainer.data import loader as data_mod
-from trainer.deploy.evaluation import Predictions, write_evaluation
+from trainer.deploy.evaluation import Predictions, top_classes, write_evaluation
 from trainer.deploy.inference import LoadedModel, Preprocess
 from trainer.deploy.multilabel import average_precision, mean_average_precision, write_multilabel_evaluation
 from trainer.device.machine import CpuThreads
@@ -56,7 +56,7 @@ class Loop:
         self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self._grad_histograms: dict = {}
         self._zero_frac = None
-        self._val_logits: torch.Tensor | None = None
+        self._val_rows: tuple[list[int], torch.Tensor | None] = ([], None)  # evaluate's rows: (indices, logits)
         self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
         self.out_of_budget = False  # the run ended because train.budget was spent
         self.too_slow = ""  # why the run ended after its first epoch (train.min_epochs), when it did
@@ -99,7 +99,7 @@ class Loop:
             score = metrics[score_key(self.parts.data.multilabel)]
             is_best = score > st.best_acc
             st.best_acc = max(st.best_acc, score)
-            if is_best and self.strategy.is_main:  # written before the epoch event: the app reads it on that event
+            if is_best:  # written before the epoch event: the app reads it on that event
                 self.write_val_predictions(st.epoch + 1)
             self.reporter.emit("epoch", epoch=st.epoch + 1, epochs=cfg.train.epochs, step=st.step,
                                train_loss=train_loss, train_acc=train_acc, seconds=round(seconds, 3),
@@ -368,23 +368,24 @@ class Loop:
         if parts.data.multilabel:
             return self.evaluate_multilabel()
         parts.eval_net.eval()  # unwrapped: evaluation needs no gradient sync
+        s.share_buffers(parts.eval_net)  # every rank validates the network the checkpoint holds
         loss_sum = torch.zeros((), device=s.device)
         top5 = torch.zeros((), device=s.device)
         confusion = torch.zeros(n * n, device=s.device)
         batches = data_mod.epoch_batches(len(parts.data.val), EVAL_BATCH_FACTOR * cfg.data.batch_size, seed=0,
                                          epoch=0, rank=s.rank, world=s.world_size, shuffle=False, pad=False)
-        kept = [] if s.world_size == 1 else None  # per-image logits for eval/val (one process sees every image)
+        kept = []  # this rank's per-image logits, for eval/val when the epoch is the best (val_rows)
         for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
                                                        s.device):
             y = labels.to(s.device, non_blocking=True)
             logits = self.inference.logits(images, s.device)
             loss_sum += parts.criterion(logits, y) * y.shape[0]
-            if kept is not None:
-                kept.append(logits)  # stays on the device: one copy at the end, no sync per batch
-            confusion += torch.bincount(y * n + logits.argmax(1), minlength=n * n).float()
+            kept.append(logits.float())  # stays on the device: one copy when written, no sync per batch
+            top = top_classes(logits, 5 if n > 5 else 1)  # ties as in metrics.json: one prediction an image
+            confusion += torch.bincount(y * n + top[:, 0], minlength=n * n).float()
             if n > 5:
-                top5 += (logits.topk(5, dim=1).indices == y[:, None]).any(1).sum()
-        self._val_logits = torch.cat(kept).cpu() if kept else None
+                top5 += (top == y[:, None]).any(1).sum()
+        self._val_rows = ([i for batch in batches for i in batch], torch.cat(kept) if kept else None)
         totals = s.all_reduce_sum(torch.cat([loss_sum[None], top5[None], confusion])).cpu()  # host sync
         conf = totals[2:].view(n, n)
         seen = conf.sum().clamp_min(1)
@@ -420,7 +421,7 @@ class Loop:
         both = s.all_reduce_sum(torch.cat([loss_sum[None], logits_all.flatten(), targets.flatten()])).cpu()
         size = logits_all.numel()
         logits_all, targets = both[1:1 + size].view_as(logits_all), both[1 + size:].view_as(logits_all)
-        self._val_logits = logits_all
+        self._val_rows = (list(range(total)), logits_all)  # every rank holds the whole split's already
         macro, micro = mean_average_precision(logits_all, targets)
         per_label = [average_precision(logits_all[:, j], targets[:, j]) for j in range(len(parts.classes))]
         parts.train_mode(self.state.epoch)
@@ -428,30 +429,32 @@ class Loop:
                 "val_acc": ((logits_all >= 0) == (targets > 0.5)).float().mean().item(), "per_class_ap": per_label}
 
     def write_val_predictions(self, epoch: int) -> None:
-        """The best epoch's per-image validation predictions, in eval/val/ (rank 0; the app reads them). Single-process
-        runs reuse the logits `evaluate` kept; under DDP rank 0 predicts the whole split once more."""
-        parts = self.parts
+        """The best epoch's per-image validation predictions, in eval/val/ (the app reads them): the logits
+        `evaluate` computed, each rank's rows gathered (a collective: every rank calls it), written by rank 0. The
+        same numbers as the epoch's val_acc, whatever the launcher."""
+        parts, s = self.parts, self.strategy
         samples = parts.data.val.samples
-        if self._val_logits is None or len(self._val_logits) != len(samples):
-            batches = data_mod.epoch_batches(len(samples), EVAL_BATCH_FACTOR * self.cfg.data.batch_size, seed=0,
-                                             epoch=0, shuffle=False, pad=False)
-            self._val_logits = self._predict(batches)
+        logits = self.val_logits(len(samples))
+        if not s.is_main:
+            return
         labels = torch.tensor([label for _, label in samples])
         if parts.data.multilabel:  # the thresholds chosen here are the run's: evaluate, predict and exports use them
-            write_multilabel_evaluation(self.run.path, "val", [p for p, _ in samples], self._val_logits, labels,
+            write_multilabel_evaluation(self.run.path, "val", [p for p, _ in samples], logits, labels,
                                         parts.classes, extra={"epoch": epoch})
             return
-        preds = Predictions([p for p, _ in samples], labels, self._val_logits)
+        preds = Predictions([p for p, _ in samples], labels, logits)
         write_evaluation(self.run.path, "val", preds, parts.classes, extra={"epoch": epoch})
 
-    @torch.inference_mode()
-    def _predict(self, batches: list[list[int]]) -> torch.Tensor:
-        parts, s = self.parts, self.strategy
-        out = []
-        for images, _ in data_mod.iterate_batches(parts.data.val, batches, parts.workers, self.cfg.data.image_size,
-                                                  s.device):
-            out.append(self.inference.logits(images, s.device).cpu())
-        return torch.cat(out)
+    def val_logits(self, total: int) -> torch.Tensor:
+        """Every validation image's logits from the last `evaluate`, in the split's order (float32, on the CPU): each
+        rank fills its own rows, one sum gathers them (a rank's rows are disjoint: pad=False)."""
+        rows, logits = self._val_rows
+        if self.parts.data.multilabel or self.strategy.world_size == 1:
+            return logits.cpu()
+        whole = torch.zeros(total, len(self.parts.classes), device=self.strategy.device)
+        if rows:
+            whole[torch.tensor(rows, device=whole.device)] = logits
+        return self.strategy.all_reduce_sum(whole).cpu()
 
     def emit_histograms(self) -> None:
         """Histograms of the chosen layers: weights after this step, gradients as they were before it."""
