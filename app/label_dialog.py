@@ -1,7 +1,8 @@
 """Labelling the next images (issue #35): a pool folder of unlabelled images, ordered by `main.py label` (the run's
-network least sure first, no two near-copies at the top), shown one at a time with the network's guess. Keys 1-9
-label it as the first nine classes, a class name from the box (Enter) as any, S skips; each label is an addition in
-the dataset manifest (the file stays where it is). "Train again" starts a run with the labels.
+network least sure first, no two near-copies at the top), shown one at a time with the network's guess. The number
+keys label it (`class_keys`: a class named by a digit has that digit, the others the free digits in class order, so up
+to ten classes have a key), a class name from the box (Enter) as any, S skips; each label is an addition in the
+dataset manifest (the file stays where it is), and the label written is shown. "Train again" starts a run with them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from app.background import CliJob, run_in_thread
 from app.thumbnails import load_thumbnails
 
 PREVIEW = 300
-KEYED = 9  # classes with a number key
+KEY_ORDER = "1234567890"  # the number keys, in the order classes without a digit name get them
 PREVIEW_PRIORITY = 10  # the images to label go ahead of any thumbnails the window behind is loading
 
 
@@ -50,6 +51,7 @@ class LabelDialog(QDialog):
         self.classes: list[str] = []
         self.at = 0
         self.labelled: dict[str, str] = {}
+        self.last_written = ""  # what the last label wrote, shown above the next image
         self.pool_notes, self.pool_size = "", 0
         self._job: CliJob | None = None
         self.pool = QLineEdit()
@@ -91,8 +93,9 @@ class LabelDialog(QDialog):
         self._layout(browse, skip)
         for button in (browse, self.find_button, skip, self.train_button):
             button.setAutoDefault(False)  # Enter in the class box labels; it must not press a button (Browse…)
-        for key in range(1, KEYED + 1):
-            QShortcut(QKeySequence(str(key)), self, lambda k=key: self._key(k))
+        self.keys: dict[str, str] = {}  # number key -> class (class_keys of the run's classes)
+        for key in KEY_ORDER:
+            QShortcut(QKeySequence(key), self, lambda k=key: self._key(k))
         QShortcut(QKeySequence("S"), self, self.skip)
 
     def _layout(self, browse: QPushButton, skip: QPushButton) -> None:
@@ -167,8 +170,9 @@ class LabelDialog(QDialog):
     def _class_buttons(self) -> None:
         while self.class_buttons.count():
             self.class_buttons.takeAt(0).widget().deleteLater()
-        for i, name in enumerate(self.classes[:KEYED]):
-            button = QPushButton(f"{i + 1}  {name}")
+        self.keys = class_keys(self.classes)
+        for i, (key, name) in enumerate(sorted(self.keys.items(), key=lambda kv: self.classes.index(kv[1]))):
+            button = QPushButton(f"{key}  {name}")
             button.setAutoDefault(False)
             button.setObjectName(f"labelAs:{name}")
             button.clicked.connect(lambda _=False, n=name: self.label(n))
@@ -179,6 +183,8 @@ class LabelDialog(QDialog):
 
     def _show(self) -> None:
         done = f"{len(self.labelled)} labelled"
+        if self.last_written:
+            done = f"{done} · {self.last_written}"
         notes = f" · {self.pool_notes}" if self.pool_notes else ""
         if self.at >= len(self.picks):
             self.status.setText(f"{done}; nothing more in this list{notes}. Train again, or order the pool again.")
@@ -200,9 +206,9 @@ class LabelDialog(QDialog):
         if self.at < len(self.picks) and self.picks[self.at]["path"] == path and not image.isNull():
             self.preview.setPixmap(QPixmap.fromImage(image))
 
-    def _key(self, key: int) -> None:
-        if key <= len(self.classes) and not self.name.lineEdit().hasFocus():
-            self.label(self.classes[key - 1])
+    def _key(self, key: str) -> None:
+        if key in self.keys and not self.name.lineEdit().hasFocus():
+            self.label(self.keys[key])
 
     def _label_typed(self) -> None:
         """Enter in the class box: the name typed. An empty box is nothing to label (the editable box says Enter
@@ -223,7 +229,9 @@ class LabelDialog(QDialog):
         if error:  # the manifest could not be read or written: nothing is lost, the image stays shown
             self.status.setText(f"<span style='color:#c9302c'>{html.escape(error)}</span>")
             return
-        self.labelled[self.picks[self.at]["path"]] = class_name
+        path = self.picks[self.at]["path"]
+        self.labelled[path] = class_name
+        self.last_written = f"Labelled {path.rsplit('/', 1)[-1]} as <b>{html.escape(class_name)}</b>"
         self.train_button.setEnabled(True)
         self.name.setCurrentText("")
         self.preview.setFocus()  # the number keys label the next image, even after a name typed in the box
@@ -236,3 +244,14 @@ class LabelDialog(QDialog):
 
     def _train(self) -> None:
         self.trainRequested.emit()
+
+
+def class_keys(classes: list[str]) -> dict[str, str]:
+    """Number key -> class: a class named by a digit has that digit's key ("9" is 9); the other classes take the
+    digits left, 1-9 then 0, in class order; classes beyond ten are labelled from the class box."""
+    keys = {name: name for name in classes if len(name) == 1 and name in KEY_ORDER}
+    free = [key for key in KEY_ORDER if key not in keys]
+    for name in classes:
+        if name not in keys.values() and free:
+            keys[free.pop(0)] = name
+    return keys

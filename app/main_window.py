@@ -699,6 +699,7 @@ class MainWindow(QMainWindow):
         self.dashboard.results.find_label_issues(kind)
 
     def _progress(self, done: float, epochs: int, eta_s: float | None) -> None:
+        self.progress.setFormat("epoch %v/%m")
         self.progress.setMaximum(max(epochs, 1))
         self.progress.setValue(int(done))
         budget = (self.run_model.start_event.get("config", {}).get("train", {}).get("budget") or 0
@@ -710,8 +711,11 @@ class MainWindow(QMainWindow):
 
     def _run_finished(self, state: str, message: str) -> None:
         self.eta_label.setText("")
-        if state == "completed":
-            self.progress.setValue(self.progress.maximum())
+        if state == "completed":  # what the run trained, of what it planned (an early stop ends short of it)
+            done, epochs, reason = self.run_model.final_progress()
+            self.progress.setMaximum(max(epochs, 1))
+            self.progress.setValue(done)
+            self.progress.setFormat(f"epoch %v/%m · {reason}" if reason else "epoch %v/%m")
         if state in ("failed", "diverged") and message and self.isVisible() and self.isActiveWindow():
             box = QMessageBox(QMessageBox.Icon.Warning, f"Run {state}", message, parent=self)
             box.setDetailedText(self.run_model.run.tail_log(30))

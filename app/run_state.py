@@ -37,6 +37,7 @@ class RunState:
         self.best_epoch: dict = {}
         self.test_event: dict = {}  # data.test_dir evaluated at the end
         self.last_step: dict = {}
+        self.end_event: dict = {}  # the run_end of the launch followed (epochs_completed, reason)
         self.seconds_per_step: float | None = None  # measured between the last two step events
         self.layer_table: dict = {}
         self.layers: list[str] = []
@@ -162,6 +163,7 @@ class RunState:
             if self.awaiting_start:  # not the launch being followed: it has not started yet
                 self._held_end = e
                 return None
+            self.end_event = e
             self.finish(e.get("status", "failed"), e.get("message", ""))
             return "finished"
         return None
@@ -188,6 +190,7 @@ class RunState:
         self.awaiting_start = False
         end = self._held_end
         if end and end.get("time", 0) >= self._awaiting_since - CLOCK_SLACK_S:
+            self.end_event = end
             self.finish(end.get("status", "failed"), end.get("message", ""))
             return True
         if self.check_process():
@@ -216,6 +219,14 @@ class RunState:
         self.ended = True
         self.state, self.message = state, message
         self.eta_s = None
+
+    def final_progress(self) -> tuple[int, int, str]:
+        """An ended run's (epochs trained, epochs planned, why it ended before them: '' when it did not): an early
+        stop at 61 of 97 is 61 of 97, not 97 of 97."""
+        done = self.end_event.get("epochs_completed", self.last_epoch.get("epoch", 0)) or 0
+        reason = {"early_stop": "stopped early", "budget": "budget spent"}.get(self.end_event.get("reason") or "", "")
+        epochs = max(self.epochs, done)
+        return done, epochs, reason if done < epochs else ""
 
     def epochs_done(self, e: dict) -> float:
         """How many epochs a step or epoch event says are done (fractional within an epoch)."""

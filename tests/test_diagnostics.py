@@ -115,6 +115,16 @@ def test_anomaly_watch_warns_on_spikes_and_gradient_extremes():
     assert [w["kind"] for w in watch.check(4, 1.0, 1e-9)] == ["vanishing_gradients"]
 
 
+def test_lr_finder_smoothing_starts_at_the_losses_not_above_them():
+    from trainer.train.lr_find import SmoothedLoss
+
+    smoother = SmoothedLoss()
+    flat = [smoother.add(2.37) for _ in range(20)]
+    assert flat == pytest.approx([2.37] * 20), "a flat loss draws a flat curve (it began at 23.7, 12.5, 8.8 ...)"
+    smoother = SmoothedLoss(beta=0.5)
+    assert [smoother.add(x) for x in (4.0, 2.0)] == pytest.approx([4.0, (0.25 * 4 + 0.5 * 2) / 0.75])
+
+
 @pytest.mark.slow  # an LR sweep, then a run at the rate it suggests
 def test_lr_finder_suggestion_trains_well(tmp_path):
     data = write_demo_dataset(tmp_path / "demo", per_class=150, size=32, seed=5)

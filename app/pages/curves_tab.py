@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, 
 from app.background import run_in_thread
 from app.buffers import Series, Smoothed
 from app.csv_export import export_run_csv
-from app.pages.plots import COLORS, curve, make_plot, show, with_log_toggle
+from app.pages.plots import COLORS, curve, draw, make_plot, show, with_log_toggle
 from app.run_model import RunModel
 
 
@@ -114,8 +114,8 @@ class CurvesTab(QWidget):
         def loss():
             shown = m.step_loss.display_index()
             x = m.step_loss.x[shown]
-            self.raw_loss.setData(x, m.step_loss.y[shown])
-            self.smooth_loss.setData(x, self.smoother.values()[shown])
+            draw(self.raw_loss, x, m.step_loss.y[shown])
+            draw(self.smooth_loss, x, self.smoother.values()[shown])
 
         def lrs():
             for item, series in zip(self.lr_curves, m.lr):

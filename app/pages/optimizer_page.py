@@ -164,7 +164,8 @@ class LrFindDialog(QDialog):
         plot.setLogMode(x=True, y=False)
         plot.setLabel("bottom", "learning rate")
         plot.setLabel("left", "loss")
-        plot.plot(result["lrs"], result["losses"], pen=pg.mkPen("#1f77b4", width=2))
+        self.result = result
+        self.curve = plot.plot(result["lrs"], result["losses"], pen=pg.mkPen("#1f77b4", width=2))
         lr = result["suggested_lr"]
         plot.addItem(pg.InfiniteLine(pos=np.log10(lr), angle=90, pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)

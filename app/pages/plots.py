@@ -58,14 +58,38 @@ def image_plot(title: str, colormap: str, x_label: str = "", y_label: str = "") 
 
 
 def curve(plot: pg.PlotWidget, color: str, name: str | None = None, width: float = 2, symbol: str | None = None):
-    return plot.plot([], [], pen=pg.mkPen(color, width=width), name=name, symbol=symbol, symbolSize=6,
-                     symbolBrush=color if symbol else None)
+    item = plot.plot([], [], pen=pg.mkPen(color, width=width), name=name, symbol=symbol, symbolSize=6,
+                     symbolBrush=color)
+    item.own_symbol = symbol  # a line's own marker (None: none); a lone point gets one until the second comes
+    return item
 
 
 def show(item, series: Series) -> None:
-    """Draw `series` in `item`, thinned to what a plot can show (`Series.display_index`)."""
+    """Draw `series` in `item`, thinned to what a plot can show (`Series.display_index`). A line through one point
+    draws nothing, so a lone point is drawn as a dot, with the view around it."""
     shown = series.display_index()
-    item.setData(series.x[shown], series.y[shown])
+    draw(item, series.x[shown], series.y[shown])
+
+
+def draw(item, x, y) -> None:
+    """`item.setData(x, y)`, with a lone point drawn as a dot."""
+    item.setData(x, y)
+    lone = len(x) == 1
+    view = item.getViewBox()
+    if lone and view is not None:  # pyqtgraph has no range for one point (it drew axes from -200 to 200)
+        fixed = item.fixed_axes = getattr(item, "fixed_axes", None) or [
+            axis for axis, auto in zip(("x", "y"), view.autoRangeEnabled()) if auto]
+        half = {"x": 1.0, "y": max(abs(float(y[0])) * 0.1, 1e-3)}
+        value = {"x": float(x[0]), "y": float(y[0])}
+        for axis in fixed:
+            (view.setXRange if axis == "x" else view.setYRange)(value[axis] - half[axis], value[axis] + half[axis])
+    elif getattr(item, "fixed_axes", None) and view is not None:
+        for axis in item.fixed_axes:
+            view.enableAutoRange(axis=axis)
+        item.fixed_axes = None
+    if lone != getattr(item, "lone", False):
+        item.lone = lone
+        item.setSymbol("o" if lone else getattr(item, "own_symbol", None))
 
 
 class NumericItem(QTableWidgetItem):

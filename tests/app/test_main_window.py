@@ -222,6 +222,11 @@ def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_windo
     window.optimizer_page.find_lr.click()
     assert window.optimizer_page.find_lr.text() == "Sweeping…"
     qtbot.waitUntil(lambda: getattr(window, "lr_dialog", None) is not None, timeout=120_000)
+    _, drawn = window.lr_dialog.curve.getData()
+    raw = window.lr_dialog.result["raw_losses"]
+    assert drawn[0] == pytest.approx(raw[0]), "the curve starts at the first loss measured"
+    for i in range(1, 10):  # at lr 1e-6 nothing has moved yet: the drawn curve is the losses' level, no drop
+        assert drawn[i] == pytest.approx(np.mean(raw[:i + 1]), rel=0.05), (i, drawn[:10], raw[:10])
     use = window.lr_dialog.findChild(QPushButton, "useSuggestedLr")
     suggested = use.text().split("= ")[1]
     use.click()

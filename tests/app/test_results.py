@@ -271,6 +271,16 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     assert window.dashboard.tabs.currentWidget() is tab
 
 
+def test_number_keys_label_the_class_they_read():
+    from app.label_dialog import class_keys
+
+    assert class_keys([str(d) for d in range(10)]) == {str(d): str(d) for d in range(10)}, "9 is nine, 0 is zero"
+    assert class_keys(["cat", "dog"]) == {"1": "cat", "2": "dog"}
+    assert class_keys(["0", "cat", "2", "dog"]) == {"0": "0", "2": "2", "1": "cat", "3": "dog"}
+    eleven = class_keys([f"c{i:02d}" for i in range(11)])
+    assert list(eleven) == list("1234567890") and "c10" not in eleven.values(), "the eleventh class: the box"
+
+
 def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, flipped_digits_run, tmp_path):
     """The labelling loop: a pool of new handwritten digits (with an unreadable file and a copy of a training
     image) ordered by `main.py label`, 20 labelled through the view (keys 1-9, the class box for the tenth class),
@@ -305,6 +315,8 @@ def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, 
     assert "1 already in the run's data (left out)" in dialog.status.text() and "1 unreadable" in dialog.status.text()
     assert len(dialog.picks) == 20 and {p["path"] for p in dialog.picks} <= set(shown)
     qtbot.waitUntil(lambda: len(dialog.images) == 20, timeout=20_000)  # the picks' images, read in one go
+    from PySide6.QtWidgets import QPushButton
+    assert [dialog.findChild(QPushButton, f"labelAs:{d}").text() for d in "09"] == ["0  0", "9  9"]
     manifest = lambda: read_manifest(window.dataset_page.manifest_path)  # noqa: E731
     for n in range(20):
         digit = shown[dialog.picks[dialog.at]["path"]]
@@ -319,13 +331,14 @@ def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, 
             qtbot.keyClick(dialog, Qt.Key.Key_1)
             assert "cannot update the manifest" in dialog.status.text() and dialog.at == n
             open(window.dataset_page.manifest_path, "w").write(good)
-        if digit == "9":  # the tenth class has no number key: its name in the box
+        if n == 4:  # a class name typed in the box, then Enter
             dialog.name.setFocus()
-            dialog.name.setCurrentText("9")
+            dialog.name.setCurrentText(digit)
             qtbot.keyClick(dialog.name.lineEdit(), Qt.Key.Key_Return)
             assert "not a class" not in dialog.status.text(), "Enter labels once, with no error after it"
         else:
-            qtbot.keyClick(dialog, Qt.Key.Key_0 + int(digit) + 1)  # key 1 is class "0"
+            qtbot.keyClick(dialog, Qt.Key.Key_0 + int(digit))  # the key of a class named by a digit is that digit
+        assert f"as <b>{digit}</b>" in dialog.status.text(), "the label written is shown"
         assert dialog.at == n + 1
         assert n == 19 or not dialog.preview.pixmap().isNull(), "the next image shows at once, never the last one"
     added = manifest().add

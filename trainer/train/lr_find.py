@@ -2,7 +2,9 @@
 
 The sweep uses the run's own data, model, optimizer and parameter groups (every group's lr scaled
 together), on a throw-away copy: nothing is checkpointed. The suggestion is a tenth of the lr at the
-smoothed loss's minimum (the common rule; the steepest descent, noisier on small data, is reported too).
+smoothed loss's minimum (the common rule; the steepest descent, noisier on small data, is reported too). The
+smoothing is fastai's `lr_find`'s: an exponential average started from zero and bias-corrected, so its first points
+are the raw losses, not a drop that never happened.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
     base = [g["lr"] for g in parts.optimizer.param_groups]
     ratio = [b / cfg.optimizer.lr for b in base]
     factor = (end / start) ** (1 / max(1, steps - 1))
-    lrs, losses, smooth, best = [], [], None, math.inf
+    lrs, losses, raw, best = [], [], [], math.inf
+    smoother = SmoothedLoss()
     parts.model.train()
     epoch = 0
     while len(lrs) < steps:
@@ -52,18 +55,31 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
                 g["lr"] = lr * r
             loss, _, _ = loop.train_step(parts.augment(images, parts.aug_generator), labels.to(strategy.device))
             value = loss.item()  # host sync per step: acceptable in a short sweep
-            smooth = value if smooth is None else 0.9 * smooth + 0.1 * value
-            corrected = smooth / (1 - 0.9 ** (len(lrs) + 1))
+            corrected = smoother.add(value)
             lrs.append(lr)
             losses.append(corrected)
+            raw.append(value)
             best = min(best, corrected)
             if not math.isfinite(value) or corrected > 4 * best or len(lrs) >= steps:
-                return _result(lrs, losses)
+                return _result(lrs, losses, raw)
         epoch += 1
-    return _result(lrs, losses)
+    return _result(lrs, losses, raw)
 
 
-def _result(lrs: list[float], losses: list[float]) -> dict:
+class SmoothedLoss:
+    """fastai's smoothing: `avg = beta * avg + (1 - beta) * loss` from avg = 0, divided by `1 - beta ** n`."""
+
+    def __init__(self, beta: float = 0.98):
+        self.beta, self.average, self.count = beta, 0.0, 0
+
+    def add(self, loss: float) -> float:
+        """The smoothed loss after `loss` (the first one is `loss` itself)."""
+        self.count += 1
+        self.average = self.beta * self.average + (1 - self.beta) * loss
+        return self.average / (1 - self.beta ** self.count)
+
+
+def _result(lrs: list[float], losses: list[float], raw: list[float]) -> dict:
     finite = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
     if len(finite) < 10:
         raise LrFindError("lr-find: too few steps before the loss diverged; lower --start")
@@ -75,7 +91,7 @@ def _result(lrs: list[float], losses: list[float]) -> dict:
     upto = max(skip + 1, minimum - 1)  # descent before the lowest loss, not the blow-up after it
     steepest = int(torch.argmin(slope[skip:upto])) + skip + 1
     suggestion = finite[minimum][0] / 10
-    return {"lrs": lrs, "losses": losses, "suggested_lr": suggestion, "steepest_lr": finite[steepest][0],
+    return {"lrs": lrs, "losses": losses, "raw_losses": raw, "suggested_lr": suggestion, "steepest_lr": finite[steepest][0],
             "min_loss_lr": finite[minimum][0]}
 
 
