@@ -6,6 +6,8 @@ problem names, with the message as its tooltip.
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 from PySide6.QtCore import QObject, QSize, Signal
@@ -70,6 +72,17 @@ class FullHeight(QWidget):
         hint = super().minimumSizeHint()
         layout = self.layout()
         return QSize(hint.width(), max(hint.height(), layout.sizeHint().height())) if layout else hint
+
+
+ZERO_WIDTH_SPACE = "\u200b"
+UNBROKEN = re.compile(r"[^\s/\u200b]{24}")  # a run this long with nowhere to wrap gets a break opportunity
+
+
+def breakable(text: str) -> str:
+    """`text` (a path, a message naming one) as label HTML that can wrap after each `/` and inside long names: a
+    word-wrapped label is as wide as its longest word, and a long folder path collapsed the form beside it."""
+    spaced = UNBROKEN.sub(lambda m: m.group(0) + ZERO_WIDTH_SPACE, str(text)).replace("/", "/" + ZERO_WIDTH_SPACE)
+    return html.escape(spaced)
 
 
 class WrappedLabel(QLabel):

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QListWidget,
+    QListWidgetItem,
     QPlainTextEdit,
     QProgressBar,
     QSplitter,
@@ -72,6 +73,10 @@ class Dashboard(QWidget):
         self.system.setWordWrap(True)
         self.warnings = QListWidget()
         self.warnings.setObjectName("warnings")
+        self.warnings.setWordWrap(True)  # a long warning wraps in the narrow panel, not cut at its edge
+        self.warnings.setResizeMode(QListWidget.ResizeMode.Adjust)
+        self.warnings.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._replan_item: QListWidgetItem | None = None  # the one line the re-plans of a run share
         side = QWidget()
         side.setObjectName("sidePanel")
         side.setMinimumWidth(150)
@@ -111,6 +116,7 @@ class Dashboard(QWidget):
             tab.set_model(model)
         self.log_view.clear()
         self.warnings.clear()
+        self._replan_item = None
         self.system.setText("")
         self._facts = f"<b>{model.run.name}</b>"  # what the summary says of the run, once it has started
         self.summary.setText(f"{model.run.name}<br>preparing: starting the trainer…")
@@ -178,17 +184,33 @@ class Dashboard(QWidget):
         self.progress.hide()
         self.redraw()  # every plot final, not only its round-robin turn
 
+    def _add_line(self, text: str) -> QListWidgetItem:
+        item = QListWidgetItem(text)
+        item.setToolTip(text)
+        self.warnings.addItem(item)
+        return item
+
     def _warning(self, e: dict) -> None:
-        self.warnings.addItem(f"⚠ {e.get('message', '')}")
+        self._add_line(f"⚠ {e.get('message', '')}")
         step = e.get("step") or (self.model.last_step.get("step") if self.model else None)
         if step is not None:
             self.curves.mark_warning(step)
 
     def _replanned(self, e: dict) -> None:
-        self.warnings.addItem(f"↻ re-planned: {e.get('old_epochs')} → {e.get('epochs')} epochs ({e.get('why', '')})")
+        """One line for all of a run's re-plans (one a epoch filled the panel): the epochs' path and the last why."""
+        replans = self.model.replans if self.model is not None and self.model.replans else [e]
+        epochs = [str(r.get("epochs")) for r in replans]
+        path = " → ".join(epochs if len(epochs) <= 6 else [epochs[0], "…", *epochs[-4:]])
+        times = f" ({len(replans)} times)" if len(replans) > 1 else ""
+        text = f"↻ re-planned{times}: {replans[0].get('old_epochs')} → {path} epochs ({e.get('why', '')})"
+        if self._replan_item is None or self.warnings.row(self._replan_item) < 0:
+            self._replan_item = self._add_line(text)
+        else:
+            self._replan_item.setText(text)
+            self._replan_item.setToolTip(text)
 
     def _error(self, e: dict) -> None:
-        self.warnings.addItem(f"✖ {e.get('message', '')}")
+        self._add_line(f"✖ {e.get('message', '')}")
         self.warnings.item(self.warnings.count() - 1).setForeground(Qt.GlobalColor.red)
 
     def _system(self, e: dict) -> None:

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.auto_panel import AutoPanel
 from app.background import run_in_thread
-from app.forms import Binder, FullHeight, WrappedLabel
+from app.forms import Binder, FullHeight, WrappedLabel, breakable
 from app.thumbnails import load_thumbnails
 from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
 from trainer.core.rundir import RunDir
@@ -395,7 +395,8 @@ class DatasetPage(QWidget):
             self.scanned.emit(None)
             return
         host = self.host
-        self.summary.setText(f"Scanning {folder} on {host} …" if host else f"Scanning {folder} …")
+        self.summary.setText(f"Scanning {breakable(folder)} on {html.escape(host)} …" if host
+                             else f"Scanning {breakable(folder)} …")
         runs_dir = self.runs_dir
         scan = (lambda: remote_scan(host, folder, labels)) if host else (
             lambda: _scan_with_thumbnails(folder, manifest_path, runs_dir, labels))
@@ -406,7 +407,7 @@ class DatasetPage(QWidget):
         if serial != self._scan_serial:
             return
         self.scan_error = error
-        self.summary.setText(f"<span style='color:#c9302c'>{error}</span>")
+        self.summary.setText(f"<span style='color:#c9302c'>{breakable(error)}</span>")
         self.bars.clear()
         self.thumbs.clear()
         self.bad_files.clear()
@@ -420,11 +421,11 @@ class DatasetPage(QWidget):
         self._show_manifest(manifest)
         self.scan_error = ""
         counts = result.counts
-        text = f"<b>{len(result.classes)} classes, {len(result.samples)} images</b> in {result.root}"
+        text = f"<b>{len(result.classes)} classes, {len(result.samples)} images</b> in {breakable(result.root)}"
         self.bars_title.setText(f"<b>Images per {'label' if result.labels_file else 'class'}</b>")
         if result.labels_file:
             text = (f"<b>Multi-label: {len(result.classes)} labels on {len(result.samples)} images</b> listed in "
-                    f"{html.escape(result.labels_file)}; {sum(not any(on) for _, on in result.samples)} with no "
+                    f"{breakable(result.labels_file)}; {sum(not any(on) for _, on in result.samples)} with no "
                     f"label; most often together: " + (", ".join(f"{html.escape(a)} + {html.escape(b)} ({n})"
                                                                  for a, b, n in result.pairs) or "none"))
         if result.bad_files:
@@ -432,9 +433,9 @@ class DatasetPage(QWidget):
         if result.excluded or result.relabelled:
             text += f"; the manifest leaves out {result.excluded} and relabels {result.relabelled}"
         for w in result.warnings + duplicates_warning(duplicates, result.root):
-            text += f"<br><span style='color:#b8860b'>warning: {html.escape(w)}</span>"
+            text += f"<br><span style='color:#b8860b'>warning: {breakable(w)}</span>"
         for p in result.problems():
-            text += f"<br><span style='color:#c9302c'>{p}</span>"
+            text += f"<br><span style='color:#c9302c'>{breakable(p)}</span>"
         self.summary.setText(text)
         self._show_findings(findings)
         self.imbalance_fixes.setVisible(result.unbalanced)

@@ -46,8 +46,10 @@ class GradientsTab(QSplitter):
         self.layer_table.setObjectName("layerTable")
         self.layer_table.setHorizontalHeaderLabels(["layer", "grad norm", "weight norm", "update/weight", "zero grads"])
         header = self.layer_table.horizontalHeader()
+        # every column as wide as its contents, layer names whole ("fe...ht" told nothing); the table scrolls sideways
+        # when the splitter leaves it less, and the last column takes any room left
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(True)
         self.layer_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.layer_table.setWordWrap(False)
         self.layer_table.setSortingEnabled(True)
@@ -110,6 +112,10 @@ class GradientsTab(QSplitter):
     def _draw_histograms(self) -> None:
         m = self.model
         keys = sorted(m.histograms)
+        every = (m.start_event.get("config", {}).get("monitor", {}) or {}).get("histogram_every")
+        self.hist_choice.setPlaceholderText(
+            "histograms are off for this run (monitor.histogram_every: 0)" if every == 0
+            else "no histograms were logged" if m.ended else "no histograms yet (monitor.histogram_every)")
         if self.hist_choice.count() != len(keys):
             current = self.hist_choice.currentText()
             self.hist_choice.blockSignals(True)
@@ -141,7 +147,9 @@ class GradientsTab(QSplitter):
         self.layer_table.setSortingEnabled(False)
         self.layer_table.setRowCount(len(m.layers))
         for row, name in enumerate(m.layers):
-            self.layer_table.setItem(row, 0, QTableWidgetItem(name))
+            item = QTableWidgetItem(name)
+            item.setToolTip(name)
+            self.layer_table.setItem(row, 0, item)
             for col, key in enumerate(("grad_norm", "weight_norm", "update_ratio", "zero_frac"), start=1):
                 value = table[key][row] if row < len(table.get(key, [])) else None
                 item = NumericItem("—" if value is None else f"{value:.3g}")

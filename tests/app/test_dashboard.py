@@ -13,7 +13,10 @@ def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot,
                "param_groups": [{"name": "default"}], "layers": [], "time": 1.0},
               {"event": "epoch", "epoch": 1, "val_acc": 0.5, "time": 2.0},
               {"event": "replan", "epoch": 1, "old_epochs": 12, "epochs": 31, "epoch_s": 2.5, "budget_left_s": 80,
-               "why": "2.5 s per epoch measured, 80 s of the budget left: faster than planned", "time": 2.1}]
+               "why": "2.5 s per epoch measured, 80 s of the budget left: faster than planned", "time": 2.1},
+              {"event": "epoch", "epoch": 2, "val_acc": 0.6, "time": 3.0},
+              {"event": "replan", "epoch": 2, "old_epochs": 31, "epochs": 25, "epoch_s": 3.1, "budget_left_s": 74,
+               "why": "3.1 s per epoch measured, 74 s of the budget left: slower than planned", "time": 3.1}]
     run.events.write_text("".join(json.dumps(e) + "\n" for e in events))
     dashboard = Dashboard()
     qtbot.addWidget(dashboard)
@@ -21,8 +24,9 @@ def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot,
     dashboard.set_model(model)
     model.poll()
     lines = [dashboard.warnings.item(i).text() for i in range(dashboard.warnings.count())]
-    assert any("re-planned: 12 → 31 epochs" in line and "faster than planned" in line for line in lines), lines
-    assert model.epochs == 31 and "time budget 2 min" in dashboard.summary.text()
+    assert lines == ["↻ re-planned (2 times): 12 → 31 → 25 epochs (3.1 s per epoch measured, 74 s of the budget left: "
+                     "slower than planned)"], "one line for a run's re-plans, not one an epoch"
+    assert model.epochs == 25 and "time budget 2 min" in dashboard.summary.text()
     model.close()
     dashboard.stop_updates()
 
@@ -34,9 +38,12 @@ def finished_run_events(tmp_path, steps: int, epochs_done: int, epochs: int, rea
     from trainer.core.rundir import RunDir
 
     run = RunDir(tmp_path / "runs" / "early").create()
-    events = [{"event": "run_start", "config": {"train": {"epochs": epochs}}, "classes": ["a", "b"], "train_size": 10,
-               "val_size": 2, "device": "cpu", "cache": "memory", "trainable": 10, "param_groups": [{"name": "default"}],
-               "layers": [], "time": 1.0}]
+    layers = ["features.denseblock4.denselayer16.conv2.weight", "classifier.weight"]
+    events = [{"event": "run_start", "config": {"train": {"epochs": epochs}, "monitor": {"histogram_every": 0}},
+               "classes": ["a", "b"], "train_size": 10, "val_size": 2, "device": "cpu", "cache": "memory",
+               "trainable": 10, "param_groups": [{"name": "default"}], "layers": layers, "time": 1.0}]
+    events += [{"event": "grad_stats", "step": s, "grad_norm": [0.1, 0.2], "weight_norm": [1.0, 2.0],
+                "update_ratio": [1e-3, 2e-3], "zero_frac": [0.0, 0.0]} for s in range(1, steps + 1)]
     events += [{"event": "step", "step": s, "epoch": 1, "batch": s, "batches": steps, "loss": 2.3 - 0.1 * s,
                 "lr": [0.01], "images_per_s": 400.0 + s, "grad_norm": 1.5, "time": 1.0 + s} for s in range(1, steps + 1)]
     events += [{"event": "epoch", "epoch": e, "epochs": epochs, "val_acc": 0.5, "train_loss": 1.0, "val_loss": 1.0,
@@ -67,6 +74,13 @@ def test_an_early_stop_reads_the_epochs_it_trained_and_one_step_draws_a_point(qt
         assert x0 < x < x1 and y0 < y < y1, (plot.plotItem.titleLabel.text, (x, y), (x0, x1), (y0, y1))
         assert x1 - x0 < 10 and y1 - y0 < 10 * max(abs(y), 1e-3), "the view is around the point, not ±200"
     from app.pages.plots import draw
+
+    window.dashboard.tabs.setCurrentWidget(window.dashboard.gradients)
+    gradients = window.dashboard.gradients
+    qtbot.waitUntil(lambda: gradients.layer_table.rowCount() == 2, timeout=5_000)
+    longest = "features.denseblock4.denselayer16.conv2.weight"
+    assert gradients.layer_table.columnWidth(0) >= gradients.layer_table.fontMetrics().horizontalAdvance(longest)
+    assert "off for this run" in gradients.hist_choice.placeholderText(), "not 'no histograms yet' when they are off"
 
     draw(curves.raw_loss, [1.0, 200.0], [2.2, 0.4])  # the second point: a line, and the view follows the data again
     assert curves.raw_loss.opts["symbol"] is None and all(curves.loss_plot.getViewBox().autoRangeEnabled())

@@ -28,7 +28,12 @@ def assert_no_label_cut_short(page, name: str) -> None:
 
 @pytest.mark.parametrize("size", [(1280, 720), (1024, 700)])
 def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_path, size):
-    window = make_window(write_config(tmp_path, shapes_dir))
+    import shutil
+
+    # a very long folder path (it collapsed the form column to ~25 px behind a sideways scroll bar)
+    deep = tmp_path / ("AVeryLongFolderNameOfALabShare" * 4) / ("AndAnotherLevelOfIt_" * 5) / "shapes"
+    shutil.copytree(shapes_dir, deep)
+    window = make_window(write_config(tmp_path, deep))
     hint = window.minimumSizeHint()
     assert hint.width() <= 1024 and hint.height() <= 700, hint
     window.resize(*size)
