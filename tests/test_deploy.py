@@ -83,8 +83,10 @@ def test_int8_onnx_keeps_top1_within_a_point_at_under_30_percent_of_the_size(pho
         assert card["training"]["data"] == {"train_images": start["train_size"], "val_images": start["val_size"],
                                             "test_images": 160}
         assert card["training"]["config"] == state["config"] and card["training"]["epochs_trained"] == 8
+        assert card["training"]["checkpoint_epoch"] == state["epoch"]
     md = (tmp_path / "model.int8.onnx.md").read_text()
     assert f"| {int8['file']['bytes'] / 1e6:.1f} MB | {100 * int8['metrics']['top1']:.1f}% |" in md
+    assert "Output index: class." in md and "8 epochs trained" in md
     assert "0. astronaut" in md and "## Load it" in md and 'InferenceSession("model.int8.onnx")' in md
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary left"
 
@@ -217,3 +219,19 @@ def test_static_int8_ranges_come_from_every_calibration_image(tmp_path):
     (node,) = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "images"]
     scale = {i.name: numpy_helper.to_array(i) for i in graph.initializer}[node.input[1]]
     assert float(scale) * 255 >= 79, f"the input's range is {float(scale) * 255:.1f} wide, not the 80 it spans"
+
+
+def test_the_card_says_epochs_trained_the_checkpoint_s_epoch_and_the_parameter_groups():
+    from trainer.deploy.model_card import markdown
+
+    config = {"data": {"train_dir": "photos/train"},
+              "optimizer": {"name": "sgd", "lr": 0.01, "groups": [{"pattern": "fc", "lr": 0.1, "freeze": False},
+                                                                  {"pattern": "layer1.*", "freeze": True}]}}
+    card = {"file": {"name": "model.onnx", "bytes": 1000}, "model_name": "resnet18", "classes": ["cat", "dog"],
+            "format": "onnx", "traindeck": "x", "created": "today", "source_run": "runs/r", "checkpoint": "best.pt",
+            "epoch": 8, "image_size": 64, "resize": 73, "mean": [0.5] * 3, "std": [0.25] * 3, "load": {}, "training": {
+                "run": "r", "epochs_trained": 10, "checkpoint_epoch": 8, "config": config, "data": {}}}
+    text = markdown(card)
+    assert "Output index: class." in text and "classe." not in text
+    assert "10 epochs trained, the weights of epoch 8" in text
+    assert "- parameter groups: `fc` lr 0.1; `layer1.*` frozen; the other parameters at the optimizer's lr" in text

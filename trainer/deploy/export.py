@@ -206,7 +206,9 @@ def training_facts(run: RunDir, state: dict) -> dict:
     data = {"train_images": start.get("train_size"), "val_images": start.get("val_size")}
     if test.get("images"):
         data["test_images"] = test["images"]
-    return {"run": run.path.name, "epochs_trained": state["epoch"], "config": state["config"], "data": data,
+    trained = run.read_status().get("epoch")  # the run's epochs, not the checkpoint's (best.pt may be earlier)
+    return {"run": run.path.name, "epochs_trained": max(trained or 0, state["epoch"]), "checkpoint_epoch": state["epoch"],
+            "config": state["config"], "data": data,
             "weights": weights.get("name") or weights.get("file") if weights else None,
             "precision": start.get("precision")}
 

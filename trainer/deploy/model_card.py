@@ -57,6 +57,17 @@ def out_problem(fmt: str, out: Path) -> str | None:
     return None
 
 
+def _group_lines(groups: list[dict]) -> list[str]:
+    """The optimizer's parameter groups as one card line (none: every parameter at the optimizer's lr)."""
+    if not groups:
+        return []
+    described = [f"{md_code(str(g.get('name') or g.get('pattern')))} "
+                 + ", ".join("frozen" if k == "freeze" else f"{k} {v}" for k, v in g.items()
+                             if k not in ("name", "pattern") and v not in (None, False))
+                 for g in groups]
+    return ["- parameter groups: " + "; ".join(described) + "; the other parameters at the optimizer's lr"]
+
+
 def load_snippets(fmt: str, name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
     """Consumer -> the lines that load the file `name` and classify `x` (float32, (N, 3, size, size), normalised):
     the format's own (trainer/deploy/formats/)."""
@@ -163,7 +174,7 @@ def markdown(card: dict) -> str:
     if card.get("tta"):
         lines.append("- flip test-time augmentation: " + ("inside the file" if card["tta"] == "graph" else
                                                             "average the logits of the image and its mirror image"))
-    lines += ["", f"## {kind.capitalize()}", "", f"Output index: {kind[:-1]}.", ""]
+    lines += ["", f"## {kind.capitalize()}", "", f"Output index: {'label' if multilabel else 'class'}.", ""]
     lines += [f"{i}. {md(c)}" for i, c in enumerate(card["classes"])]
     lines += ["", "## Load it", ""]
     for consumer, code in card["load"].items():
@@ -172,7 +183,9 @@ def markdown(card: dict) -> str:
                                                       "swift" if "Swift" in consumer else "cpp")
         lines += [f"{consumer}:", "", f"```{lang}", code, "```", ""]
     t = card["training"]
+    checkpoint = t.get("checkpoint_epoch", t["epochs_trained"])
     lines += ["## Training", "", f"- run: {md_code(t['run'])}, {t['epochs_trained']} epochs trained"
+              + (f", the weights of epoch {checkpoint}" if checkpoint != t["epochs_trained"] else "")
               + (f", best validation accuracy {format_percent(card['best_acc'])}" if card.get("best_acc") is not None
                  else ""),
               f"- data: {md_code(t['config']['data']['train_dir'])}: {t['data'].get('train_images', '?')} training, "
@@ -182,5 +195,6 @@ def markdown(card: dict) -> str:
                                                      else ", from scratch")
               + f"; optimizer {t['config']['optimizer']['name']} at lr {t['config']['optimizer'].get('lr')}, "
               f"precision {t.get('precision', '?')}",
+              *_group_lines(t["config"]["optimizer"].get("groups") or []),
               "", "The whole training config is in the JSON card (`training.config`).", ""]
     return "\n".join(lines)
