@@ -43,6 +43,8 @@ class AutoPanel(QGroupBox):
         self.minutes.setSuffix(" min")
         self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")
         self.shown_run = None  # the run whose job-made choices are shown (Auto on a SLURM host)
+        self._planning = False
+        self._unusable = ""  # why the folder's scan says it cannot be trained on ("" when it can, or is unscanned)
         self.button = QPushButton("Train the best model in this time")
         self.button.setObjectName("autoStart")
         self.button.clicked.connect(lambda: self.requested.emit(self.minutes.value()))
@@ -74,16 +76,31 @@ class AutoPanel(QGroupBox):
         layout.addWidget(self.button)
         layout.addWidget(self.status)
 
+    def set_folder_problem(self, why: str) -> None:
+        """The Dataset page's scan: `why` the folder cannot be trained on ("" when it can). Auto waits for a folder
+        it could plan for (on an empty one it took ~25 s to refuse)."""
+        self._unusable = why
+        self._enable()
+
+    def _enable(self) -> None:
+        self.button.setEnabled(not self._planning and not self._unusable)
+        self.button.setToolTip(f"Auto needs a folder it can train on: {self._unusable}" if self._unusable else "")
+
     def planning(self, text: str) -> None:
-        self.button.setEnabled(False)
+        self._planning = True
+        self._enable()
         self.status.setText(f"Planning: {text}…")
 
+    def _planned(self) -> None:
+        self._planning = False
+        self._enable()
+
     def failed(self, text: str) -> None:
-        self.button.setEnabled(True)
+        self._planned()
         self.status.setText(f"Auto could not plan: {text}")
 
     def show_choices(self, choices: list[dict], seconds: float) -> None:
-        self.button.setEnabled(True)
+        self._planned()
         self.status.setText(f"Planned in {seconds:.0f} s; the run is on the Training page. The forms keep the plan, "
                             f"but not its time budget (that was the run's): Start trains with no budget unless you "
                             f"set one (Advanced page, train.budget). New (Ctrl+N) starts from the defaults.")
@@ -91,7 +108,7 @@ class AutoPanel(QGroupBox):
 
     def waiting_for_job(self, why: str) -> None:
         """Auto submitted as a job that plans where it lands: the run is going, its choices are not made yet."""
-        self.button.setEnabled(True)
+        self._planned()
         self.shown_run = None
         self.choices.hide()
         self.status.setText(f"{why}. The run is on the Training page; its choices appear here once the job has "

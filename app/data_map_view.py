@@ -22,6 +22,7 @@ from trainer.core.csvfile import true_text
 HOVER_THUMB = 96
 FINDING_COLOURS = {"label issue": "#d62728", "outlier": "#ff7f0e", "unsure": "#17becf", "copy": "#9467bd",
                    "leak": "#e377c2", "": "#c8c8c8"}
+LEGEND_CLASSES = 30  # classes named in the legend; beyond them, hovering says
 COLOUR_BY = ("class", "probe agrees with the label", "what the audit found")
 
 
@@ -192,10 +193,10 @@ class DataMap(QWidget):
             self.legend.setText("")
             return
         by = self.colour_by.currentIndex()
-        self.legend.setText(self._legend(by))
         classes = sorted({r["label"] for r in self.rows})
+        palette = {c: pg.intColor(i, hues=max(len(classes), 1)) for i, c in enumerate(classes)}
+        self.legend.setText(self._legend(by, palette))
         if by == 0:
-            palette = {c: pg.intColor(i, hues=max(len(classes), 1)) for i, c in enumerate(classes)}
             brushes = [palette[r["label"]] for r in self.rows]
         elif by == 1:
             brushes = [QColor("#c8c8c8") if not r["suggested"] else QColor("#2ca02c") if r["suggested"] == r["label"]
@@ -205,12 +206,15 @@ class DataMap(QWidget):
         self.scatter.setData(pos=self.xy, brush=brushes, data=list(range(len(self.rows))))
 
     @staticmethod
-    def _legend(by: int) -> str:
+    def _legend(by: int, palette: dict[str, QColor]) -> str:
+        """What each colour means (by class: each class's own colour, the first LEGEND_CLASSES of them)."""
         def dot(colour: str, what: str) -> str:
             return f"<span style='color:{colour}'>●</span> {what}"
 
         if by == 0:
-            return "a colour for each class"
+            shown = [dot(colour.name(), html.escape(name)) for name, colour in list(palette.items())[:LEGEND_CLASSES]]
+            more = len(palette) - LEGEND_CLASSES
+            return " · ".join(shown) + (f" · and {more} more classes (hover for an image's class)" if more > 0 else "")
         if by == 1:
             return " · ".join([dot("#2ca02c", "the probe agrees"), dot("#d62728", "it does not"),
                                dot("#c8c8c8", "a test image")])

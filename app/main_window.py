@@ -593,18 +593,26 @@ class MainWindow(QMainWindow):
 
     def add_to_queue(self) -> CliJob | None:
         """Queue the form's config (`main.py queue add`, which checks it) and make sure a scheduler works the queue."""
+        if not self.queue_action.isEnabled():  # one queued run a click: a double click queued two
+            return None
         path = self._form_config_file()
         if path is None:
             return None
         job = CliJob(["queue", "add", str(path), "--runs-dir", str(self.runs_dir)], self, parse_json=False)
+        self.queue_action.setEnabled(False)
 
         def done(out: str) -> None:
+            self.queue_action.setEnabled(True)
             self.statusBar().showMessage(f"queued {Path(out.strip()).name}", 8000)
             self.queue_page.ensure_scheduler()
             self.queue_page.refresh()
 
+        def failed(error: str) -> None:
+            self.queue_action.setEnabled(True)
+            QMessageBox.warning(self, "Not queued", error)
+
         job.done.connect(done)
-        job.failed.connect(lambda error: QMessageBox.warning(self, "Not queued", error))
+        job.failed.connect(failed)
         return job
 
     def open_sweep_dialog(self) -> SweepDialog | None:

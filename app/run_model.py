@@ -60,6 +60,7 @@ class RunModel(QObject, RunState):
     systemSampled = Signal(dict)
     tested = Signal(dict)  # the test set's metrics, at the end of a run with data.test_dir
     finished = Signal(str, str)  # final state, message
+    segmentExpected = Signal()  # a resume or continue was launched: the run is starting again, no longer ended
     logAppended = Signal(str)
 
     def __init__(self, run: RunDir, parent: QObject | None = None):
@@ -72,6 +73,10 @@ class RunModel(QObject, RunState):
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.poll)
+
+    def expect_segment(self, since: float | None = None) -> None:
+        super().expect_segment(since)
+        self.segmentExpected.emit()
 
     def watch(self) -> None:
         """Start reading (live or replay); stops by itself once the run has ended and all is read."""

@@ -131,6 +131,7 @@ class Dashboard(QWidget):
         model.tested.connect(self._tested)
         model.epochEnded.connect(lambda e: self.results.redraw())
         model.finished.connect(self._finished)
+        model.segmentExpected.connect(self._resuming)
         self._timer.start()
         self.redraw()
 
@@ -177,6 +178,11 @@ class Dashboard(QWidget):
         top5 = f", top-5 {100 * e['top5_accuracy']:.1f}%" if e.get("top5_accuracy") is not None else ""
         self._facts += f"<br><b>test set: {100 * e['accuracy']:.1f}%</b> on {e['images']} images{top5}"
         self.summary.setText(self._facts)
+
+    def _resuming(self) -> None:
+        """Resume or Continue launched: the trainer takes a while to start again; the panel says so, not 'stopped'."""
+        self.summary.setText(f"{self._facts}<br><b>resuming</b>: starting the trainer, loading the last checkpoint…")
+        self._timer.start()
 
     def _finished(self, state: str, message: str) -> None:
         """The run's end in the summary, in place of whatever it was doing last (no stale "preparing")."""

@@ -390,6 +390,7 @@ class DatasetPage(QWidget):
         if getattr(self, "_held", None):
             self.summary.setText(self._held)
             return
+        self.auto.set_folder_problem("" if folder else "no folder chosen")
         if not folder:
             self.summary.setText("Choose a folder of training images.")
             self.scanned.emit(None)
@@ -407,6 +408,7 @@ class DatasetPage(QWidget):
         if serial != self._scan_serial:
             return
         self.scan_error = error
+        self.auto.set_folder_problem(error)
         self.summary.setText(f"<span style='color:#c9302c'>{breakable(error)}</span>")
         self.bars.clear()
         self.thumbs.clear()
@@ -436,6 +438,7 @@ class DatasetPage(QWidget):
             text += f"<br><span style='color:#b8860b'>warning: {breakable(w)}</span>"
         for p in result.problems():
             text += f"<br><span style='color:#c9302c'>{breakable(p)}</span>"
+        self.auto.set_folder_problem("; ".join(result.problems()))
         self.summary.setText(text)
         self._show_findings(findings)
         self.imbalance_fixes.setVisible(result.unbalanced)

@@ -205,6 +205,7 @@ def test_ddp_run_from_the_app_plots_stops_every_rank_and_resumes_from_its_checkp
     window.runs.stateText.connect(said.append)
     assert window.resume_action.isEnabled()
     window.resume_action.trigger()
+    assert "resuming" in window.dashboard.summary.text() and "stopped" not in window.dashboard.summary.text()
     qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=180_000)
     assert any(f"resumed from epoch 0, step {stopped_at}" in line for line in said), said
     steps = window.run_model.step_loss.x

@@ -33,7 +33,10 @@ def test_add_to_queue_runs_it_in_a_scheduler_that_outlives_the_app(qtbot, make_w
     wait_ready(qtbot, window)
     with qtbot.waitSignal(window.queue_page.changed, timeout=30_000):
         window.queue_action.trigger()
+        window.queue_action.trigger()  # a double click queues one run
+    qtbot.waitUntil(lambda: window.queue_action.isEnabled(), timeout=30_000)
     qtbot.waitUntil(lambda: bool(queue.live_schedulers(tmp_path / "runs")), timeout=30_000)
+    assert len([p for p in (tmp_path / "runs").iterdir() if (p / "status.json").exists()]) == 1, "one click, one run"
     page = window.queue_page
     window.nav.setCurrentRow(PAGES.index("Queue"))
     qtbot.waitUntil(lambda: page.rows and page.rows[0]["state"] == "completed", timeout=120_000)

@@ -33,3 +33,17 @@ def test_the_editor_asks_the_trainer_s_rule_and_a_refused_start_leaves_nothing(q
     assert list_runs(runs) == [] and not window.run_model.run.path.exists()
     assert not any((runs / ".pending").iterdir()), "the pending config and output are gone"
     assert not window.resume_action.isEnabled()
+
+
+def test_auto_waits_for_a_folder_it_can_train_on(qtbot, make_window, shapes_dir, tmp_path, monkeypatch):
+    """On an empty folder Auto's button took ~25 s to refuse: it is off, saying why, until the folder has classes."""
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    window = make_window(write_config(tmp_path, empty))
+    button = window.dataset_page.auto.button
+    qtbot.waitUntil(lambda: not button.isEnabled(), timeout=30_000)
+    assert "no class sub-folders" in button.toolTip()
+    window.binder.widgets["data.train_dir"].setText(str(shapes_dir))
+    qtbot.waitUntil(lambda: button.isEnabled(), timeout=30_000)
+    assert button.toolTip() == ""

@@ -253,6 +253,8 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     tab.side_tabs.setCurrentWidget(tab.data_map)  # the map: every image audited, a lasso, its images in the gallery
     tab.data_map.draw_button.click()
     qtbot.waitUntil(lambda: len(tab.data_map.rows) == 1681 + 150, timeout=180_000)
+    legend = tab.data_map.legend.text()
+    assert all(f"● {digit}" in legend for digit in "0123456789"), "each class named beside its colour"
     tab.data_map.colour_by.setCurrentIndex(2)
     assert "label issue" in tab.data_map.legend.text()
     planted = {r["path"]: r for r in tab.data_map.rows if r["path"] in copies}

@@ -63,7 +63,9 @@ class RunDir:
     path: Path
 
     def __post_init__(self):
-        self.path = Path(self.path)
+        # absolute from the start: a relative run directory (--run-dir rel/M1, --runs-dir runs) made the paths
+        # written into its config (its exclude.yaml) resolve against the run directory a second time
+        self.path = Path(os.path.abspath(os.path.expanduser(self.path)))
 
     @property
     def config(self) -> Path:

@@ -195,12 +195,12 @@ def _listed(row: list[str], index: dict[str, int], names: list[str], line: int,
 def check_against_folder(labels: Labels, images: list[str]) -> list[str]:
     """The images of the folder (`images`) the labels file does not list; LabelsError naming the lines of the ones it
     lists that are not there (a typo, or the wrong folder)."""
-    present = {os.path.normpath(p) for p in images}
-    missing = [image for image, _ in labels.items if image not in present]
+    present = {os.path.abspath(p) for p in images}  # the folder as given (relative or not) against the file's paths
+    missing = [image for image, _ in labels.items if os.path.abspath(image) not in present]
     if missing:
         raise _refusal(Path(labels.path), [f"line {labels.line_of[m]}: {m} is not an image in the folder"
                                             for m in missing])
-    listed = set(labels.line_of)
+    listed = {os.path.abspath(p) for p in labels.line_of}
     return sorted(present - listed)
 
 
