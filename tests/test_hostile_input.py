@@ -27,7 +27,7 @@ def test_a_relative_folder_and_labels_file_check_as_the_absolute_ones(mosaics, t
     relative = run_here("check-data", "ml/images", "--labels", "ml/labels.csv", cwd=work)
     absolute = run_here("check-data", work / "ml" / "images", "--labels", work / "ml" / "labels.csv")
     assert relative.returncode == absolute.returncode == 0, relative.stderr + relative.stdout
-    assert "60 images" in relative.stdout and "not an image in the folder" not in relative.stdout + relative.stderr
+    assert "60 usable images" in relative.stdout and "not an image in the folder" not in relative.stdout + relative.stderr
     assert relative.stdout.replace(str(work) + "/", "") == absolute.stdout.replace(str(work) + "/", "")
 
 
@@ -46,3 +46,107 @@ def test_relative_run_and_runs_directories_keep_the_manifest_where_it_is(shapes_
         assert run.read_status()["state"] == "completed"
         kept = yaml.safe_load(run.manifest.read_text())
         assert sorted(map(os.path.realpath, kept["exclude"])) == [os.path.realpath(p) for p in left_out]
+
+
+def alias_bomb(levels: int = 7) -> str:
+    """YAML of a few hundred bytes that stands for 9**levels strings ("billion laughs")."""
+    text, last = '[&a0 ["x","x","x","x","x","x","x","x","x"]', "a0"
+    for n in range(1, levels):
+        text += f', &a{n} [' + ",".join([f"*{last}"] * 9) + "]"
+        last = f"a{n}"
+    return text + "]"
+
+
+@pytest.mark.parametrize("how", ["set", "file", "advanced"])
+def test_an_alias_bomb_is_one_short_line(shapes_dir, tmp_path, how):
+    """It printed one error line of 254 MB (1.56 GB, 12.6 s); one level deeper, a MemoryError."""
+    if how == "advanced":
+        pytest.importorskip("PySide6")
+        from app.pages.advanced_page import parse_value
+        from trainer.core.config import RunConfig
+
+        value = parse_value(alias_bomb(9))
+        assert value == alias_bomb(9), "the typed text itself, which validation names, cut short"
+        with pytest.raises(Exception) as refused:
+            RunConfig.from_dict({"optimizer": {"groups": value}})
+        assert len(str(refused.value)) < 1024
+        return
+    cfg = write_config(tmp_path, shapes_dir)
+    if how == "set":
+        result = run_here("train", cfg, "--set", f"optimizer.groups={alias_bomb(9)}", "--runs-dir", tmp_path / "runs")
+    else:
+        raw = yaml.safe_load(cfg.read_text())
+        cfg.write_text(yaml.safe_dump(raw) + f"bomb: {alias_bomb(9)}\n")
+        result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 2 and "expands to more than" in result.stderr
+    assert len(result.stderr) < 1024 and len(result.stderr.strip().splitlines()) == 1, result.stderr[:2000]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_oversized_and_unparsable_yaml_are_one_line(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("note: " + "x" * (5 << 20) + "\n")  # a 5 MB scalar: it printed all 5 MB after 15.6 s
+    result = run_here("train", huge)
+    assert result.returncode == 2 and "more than a YAML config file may be" in result.stderr and len(result.stderr) < 500
+    result = run_here("train", cfg, "--set", "optimizer.groups=[{pattern: fc", "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "--set optimizer.groups: invalid YAML at line 1" in result.stderr and "^" not in result.stderr
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def test_a_fifo_or_a_device_given_as_a_file_answers_at_once(mosaics, shapes_dir, tmp_path, fifo):
+    """Each of these waited for ever on the FIFO; /dev/zero as a manifest read 6.6 GB."""
+    from helpers import train_here
+
+    cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    cases = [(("check-data", mosaics / "images", "--labels", fifo), "is a FIFO"),
+             (("train", cfg, "--set", f"data.labels={fifo}", "loss.name=bce", "--runs-dir", tmp_path / "r2"), "is a FIFO"),
+             (("train", cfg, "--set", f"data.exclude={fifo}", "--runs-dir", tmp_path / "r3"), "is a FIFO"),
+             (("train", fifo), "is a FIFO"),
+             (("label", run.path, "--pool", shapes_dir, "--manifest", fifo), "is a FIFO"),
+             (("label", run.path, "--pool", shapes_dir, "--manifest", "/dev/zero"), "is a device")]
+    for args, said in cases:
+        result = run_here(*args)
+        assert result.returncode == 2 and said in result.stderr, (args, result.stderr[-1000:])
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_labels_file_names_its_unusable_images_and_refuses_links_and_giant_cells(mosaics, tmp_path):
+    from faults.test_data_faults import png_header_only
+
+    from trainer.data.labels import LabelsError, labelled_scan, read_labels
+
+    root = tmp_path / "ml"
+    shutil.copytree(mosaics, root)
+    png_header_only(root / "images" / "bomb.png", 13000, 13000)  # 685 KB claiming 169 M pixels
+    (root / "images" / "empty.png").write_bytes(b"")
+    (root / "images" / "text.png").write_text("not an image")
+    labels = root / "labels.csv"
+    labels.write_text(labels.read_text() + "images/bomb.png,1\nimages/empty.png,2\nimages/text.png,3\n")
+    report = run_here("check-data", root / "images", "--labels", labels)
+    assert report.returncode == 0 and "60 usable images" in report.stdout and "3 files cannot be used" in report.stdout
+    assert "bomb.png: too large to decode safely" in report.stdout and "empty.png: empty file" in report.stdout
+    scan = labelled_scan(str(labels), "data.labels")
+    assert len(scan.samples) == 60 and {os.path.basename(p) for p, _ in scan.bad_files} == {"bomb.png", "empty.png",
+                                                                                             "text.png"}
+    predicted = run_here("predict", tmp_path / "nowhere", root / "images" / "bomb.png")
+    assert predicted.returncode == 2
+
+    linked = root / "linked.csv"  # a link to a listed image, with other labels: one file is one image
+    os.symlink(root / "images" / "00001.png", root / "images" / "alias.png")
+    linked.write_text(labels.read_text() + "images/alias.png,7\n")
+    with pytest.raises(LabelsError, match=r"line 65: 'images/alias.png' is a link to '00001.png', listed on line 3"):
+        read_labels(linked)
+    giant = root / "giant.csv"
+    giant.write_text("file,labels\nimages/00000.png," + "a" * 140_000 + "\n")
+    with pytest.raises(LabelsError, match=r"giant.csv: line 2: field larger than field limit"):
+        read_labels(giant)

@@ -38,7 +38,7 @@ def test_both_layouts_give_the_same_labels_and_check_data_reports_them(images, t
 
     done = run_here("check-data", root, "--labels", listed.name, cwd=root)  # a path relative to where one stands
     assert done.returncode == 0, done.stderr
-    assert f"{listed}: 4 labels on 6 images (1 with no label)" in done.stdout
+    assert f"{listed}: 4 labels on 6 usable images (1 with no label)" in done.stdout
     assert "  cat      3" in done.stdout and "most often together:" in done.stdout
 
 

@@ -6,6 +6,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -246,12 +247,15 @@ def cmd_check_data(args) -> int:
         return forward(args.host, ["check-data", args.dir])
     if args.labels:  # multi-label: the labels file against the folder's images (not class folders)
         from trainer.data.labels import check_against_folder, format_labels_report, read_labels
-        from trainer.data.scan import image_paths
+        from trainer.data.scan import check_images, image_paths
 
         labels = read_labels(args.labels)
-        print("\n".join(format_labels_report(labels, check_against_folder(labels, image_paths(args.dir)))))
+        unlisted = check_against_folder(labels, image_paths(args.dir))
+        checked = check_images([image for image, _ in labels.items], full=True)
+        bad = [(image, reason) for (image, _), (reason, _) in zip(labels.items, checked) if reason]
+        print("\n".join(format_labels_report(labels, unlisted, bad)))
         return 0
-    if args.exclude and not Path(args.exclude).is_file():
+    if args.exclude and not os.path.lexists(args.exclude):
         raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
     manifest = read_manifest(args.exclude) if args.exclude else None
     layout = find_layout(args.dir)  # a folder with its own train/ val/ test/: each split, and the leaks between them

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.forms import get_path, set_path
 from trainer.core.config import describe_keys
+from trainer.core.user_yaml import YamlError, parse_yaml
 
 ERROR_BACKGROUND = "#ffd9d9"
 COLUMNS = ["Setting", "Value", "Default", "Set by", "What it does"]
@@ -41,8 +42,8 @@ def value_text(value: Any) -> str:
 def parse_value(text: str) -> Any:
     """The typed text as YAML, or the text itself so that validation names the bad value."""
     try:
-        return yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+        return parse_yaml(text, "value") if text.strip() else None
+    except YamlError:  # invalid, or aliases past the bound: the text itself, which validation names (cut short)
         return text
 
 

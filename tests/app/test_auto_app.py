@@ -69,4 +69,6 @@ def test_auto_refuses_without_a_folder_or_with_a_missing_one_and_says_why(qtbot,
     job = window.auto_plan(1.0)
     qtbot.waitUntil(lambda: window.auto_job is None, timeout=30_000)
     assert job is not None and "no such folder" in window.dataset_page.auto.status.text()
-    assert window.dataset_page.auto.button.isEnabled() and not (tmp_path / "runs").exists()
+    assert not (tmp_path / "runs").exists()
+    button = window.dataset_page.auto.button  # and the folder's scan turns Auto off until there is a folder to plan for
+    qtbot.waitUntil(lambda: not button.isEnabled() and "nowhere" in button.toolTip(), timeout=10_000)

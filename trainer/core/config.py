@@ -22,7 +22,8 @@ import yaml
 
 from trainer.core.catalog import EXPORT_FORMATS
 from trainer.core.errors import InputError
-from trainer.core.files import atomic_write_text
+from trainer.core.files import UserFileError, atomic_write_text
+from trainer.core.user_yaml import MAX_CONFIG_BYTES, YamlError, parse_yaml, read_yaml_file, shown
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
@@ -34,12 +35,12 @@ _FLOAT_TEXT = re.compile(r"[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?
 def parse_float(value: Any) -> float:
     """A number as users write it (3e-4 arrives from YAML as a string); ValueError otherwise."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a number")
+        raise ValueError(f"{shown(value)} is not a number")
     if isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
         return float(value.strip().replace("_", ""))
-    raise ValueError(f"{value!r} is not a number")
+    raise ValueError(f"{shown(value)} is not a number")
 
 
 class ConfigError(InputError, ValueError):
@@ -362,25 +363,12 @@ def load_config(path: str | os.PathLike, overrides: list[str] | None = None) -> 
 
 
 def read_config_file(path: str | os.PathLike) -> Any:
-    """The YAML of a config (or sweep) file, parsed once; ConfigError naming the file when it cannot be read."""
-    path = Path(path)
+    """The YAML of a config (or sweep) file, parsed once (trainer.core.user_yaml: a regular file, bounded, aliases
+    counted); ConfigError naming the file when it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except IsADirectoryError as e:
-        raise ConfigError(["is a folder, not a YAML config file"], str(path)) from e
-    except OSError as e:
-        raise ConfigError([f"cannot read config file: {e.strerror}"], str(path)) from e
-    except UnicodeDecodeError as e:
-        raise ConfigError([f"not a text (UTF-8) YAML file: byte {e.start} is {e.object[e.start:e.start + 1]!r}"],
-                          str(path)) from e
-    if "\x00" in text:
-        raise ConfigError(["not a text YAML file (it contains NUL bytes)"], str(path))
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([f"invalid YAML{where}: {getattr(e, 'problem', e)}"], str(path)) from e
+        raw = read_yaml_file(path, "YAML config file")
+    except (YamlError, UserFileError) as e:
+        raise ConfigError([str(e).removeprefix(f"{path}: ")], str(path)) from None
     return {} if raw is None else raw
 
 
@@ -406,7 +394,7 @@ def apply_overrides(raw: dict, assignments: list[str]) -> None:
     for item in assignments:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError([f"--set {item!r}: expected key.path=value"])
+            raise ConfigError([f"--set {shown(item)}: expected key.path=value"])
         parts = key.strip().split(".")
         node = raw
         for part in parts[:-1]:
@@ -417,10 +405,12 @@ def apply_overrides(raw: dict, assignments: list[str]) -> None:
             if not isinstance(nxt, dict):
                 raise ConfigError([f"{key}: {part} is not a section"])
             node = nxt
+        if len(value) > MAX_CONFIG_BYTES:
+            raise ConfigError([f"--set {key}: a value of {len(value):,} characters; at most {MAX_CONFIG_BYTES:,}"])
         try:
-            node[parts[-1]] = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError as e:
-            raise ConfigError([f"{key}: cannot parse value {value!r}: {e}"]) from e
+            node[parts[-1]] = parse_yaml(value, f"--set {key}") if value.strip() else None
+        except YamlError as e:
+            raise ConfigError([str(e)]) from None
 
 
 # ---- validation ------------------------------------------------------------------------------
@@ -450,12 +440,12 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
             if not attempt:
                 return converted
         if len(inner) > 1 and not isinstance(value, (str, list)):
-            problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
+            problems.append(f"{path}: must be {_describe(tp)}, got {shown(value)}")
             return None
         return _convert(inner[-1], value, path, problems)
     if origin is list:
         if not isinstance(value, list):
-            problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
+            problems.append(f"{path}: must be {_describe(tp)}, got {shown(value)}")
             return None
         (item_tp,) = typing.get_args(tp)
         return [_convert(item_tp, v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
@@ -474,13 +464,13 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
             pass
         else:
             if not math.isfinite(number):
-                problems.append(f"{path}: must be a finite number, got {value!r}")
+                problems.append(f"{path}: must be a finite number, got {shown(value)}")
                 return None
             return number
     elif tp is str:
         if isinstance(value, str):
             return value
-    problems.append(f"{path}: must be {_describe(tp)}, got {value!r}")
+    problems.append(f"{path}: must be {_describe(tp)}, got {shown(value)}")
     return None
 
 
@@ -490,7 +480,7 @@ def _check_range(path: str, value: Any, meta: dict, problems: list[str]) -> None
     choices = meta.get("choices")
     for item in value if isinstance(value, list) else [value]:
         if choices and item not in choices:
-            problems.append(f"{path}: must be one of {', '.join(choices)}; got {item!r}")
+            problems.append(f"{path}: must be one of {', '.join(choices)}; got {shown(item)}")
     values = value if isinstance(value, list) else [value]
     for v in values:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -499,14 +489,14 @@ def _check_range(path: str, value: Any, meta: dict, problems: list[str]) -> None
                               ("le", lambda a, b: a <= b, "<="), ("lt", lambda a, b: a < b, "<")):
             bound = meta.get(key)
             if bound is not None and not ok(v, bound):
-                shown = bound if isinstance(bound, int) else f"{bound:g}"
-                problems.append(f"{path}: must be {word} {shown}, got {v!r}")
+                limit = bound if isinstance(bound, int) else f"{bound:g}"
+                problems.append(f"{path}: must be {word} {limit}, got {shown(v)}")
 
 
 def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     where = prefix or "config"
     if not isinstance(raw, dict):
-        problems.append(f"{where}: must be a mapping, got {raw!r}")
+        problems.append(f"{where}: must be a mapping, got {shown(raw)}")
         return cls()
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -568,10 +558,10 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     problems = []
     d = cfg.data
     if isinstance(d.mean, str) and d.mean != "auto" or isinstance(d.mean, list) and len(d.mean) != 3:
-        problems.append(f"data.mean: must be auto or have 3 values (RGB), got {d.mean!r}")
+        problems.append(f"data.mean: must be auto or have 3 values (RGB), got {shown(d.mean)}")
     if isinstance(d.std, str) and d.std != "auto" or isinstance(d.std, list) and (
             len(d.std) != 3 or any(s <= 0 for s in d.std)):
-        problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {d.std!r}")
+        problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {shown(d.std)}")
     if d.test_split and d.test_dir:
         problems.append("data.test_split: set it or data.test_dir, not both (the test set is one or the other)")
     if d.test_split + (0 if d.val_dir else d.val_split) >= 0.9:

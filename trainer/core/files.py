@@ -1,10 +1,13 @@
-"""Writing small text files so that a reader never sees half of one. Torch-free (the app writes with it too)."""
+"""Reading the user's small files safely (a regular file, bounded in size) and writing small text files so that a
+reader never sees half of one. Torch-free (the app reads and writes with it too)."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
+
+from trainer.core.errors import InputError
 
 
 def is_regular_file(path: str | os.PathLike) -> bool:
@@ -14,6 +17,46 @@ def is_regular_file(path: str | os.PathLike) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except (OSError, ValueError):
         return False
+
+
+class UserFileError(InputError, OSError):
+    """A file the user named that is not read: not a regular file, too large, missing or unreadable. Its message
+    names the file and says why in words."""
+
+
+def read_user_file(path: str | os.PathLike, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a file the user gave (a config, manifest, labels file, sweep): only a regular file (a FIFO
+    would wait for ever, /dev/zero would fill the memory), at most `max_bytes` of it, else UserFileError. Opened
+    without blocking and checked on the open file, so a path swapped for a FIFO meanwhile cannot hang."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError as e:
+        raise UserFileError(f"{path}: no such {what}") from e
+    except OSError as e:
+        raise UserFileError(f"{path}: cannot read the {what} ({e.strerror})") from e
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise UserFileError(f"{path}: is a folder, not a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or \
+                stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
+            raise UserFileError(f"{path}: is {kind}, not a {what} (only regular files are read)")
+        if info.st_size > max_bytes:
+            raise UserFileError(f"{path}: {info.st_size:,} bytes, more than a {what} may be ({max_bytes:,})")
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        if isinstance(e, UserFileError):
+            raise
+        raise UserFileError(f"{path}: cannot read the {what} ({e.strerror or e})") from e
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > max_bytes:  # it grew while being read
+        raise UserFileError(f"{path}: more than a {what} may be ({max_bytes:,} bytes)")
+    return data
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

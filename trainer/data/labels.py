@@ -22,7 +22,8 @@ from itertools import combinations
 from pathlib import Path
 
 from trainer.core.errors import InputError
-from trainer.data.scan import ScanResult, image_paths
+from trainer.core.files import UserFileError, read_user_file
+from trainer.data.scan import ScanResult, check_images, image_paths, printable_path
 
 MAX_LABELS_BYTES = 512 << 20  # a labels file of 10^6 rows is ~50 MB
 MAX_LABEL_NAME = 100
@@ -79,23 +80,34 @@ def _label_name(name: str) -> str | None:
 
 
 def _text(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_LABELS_BYTES + 1)
-    except OSError as e:
-        raise LabelsError(f"{path}: cannot read the labels file ({e.strerror or e})") from None
-    if len(raw) > MAX_LABELS_BYTES:
-        raise LabelsError(f"{path}: more than {MAX_LABELS_BYTES >> 20} MB; a labels file is a line per image")
+    try:  # a regular file only (a FIFO waited for ever), bounded
+        raw = read_user_file(path, MAX_LABELS_BYTES, "labels file")
+    except UserFileError as e:
+        raise LabelsError(str(e)) from None
     try:
         return raw.decode("utf-8-sig")  # a BOM (Excel's "CSV UTF-8") is not part of the first column's name
     except UnicodeDecodeError as e:
         raise LabelsError(f"{path}: not UTF-8 text (byte {e.start}); save it as CSV UTF-8") from None
 
 
+def _rows(reader, path: Path):
+    """The CSV rows; a row the csv module cannot read (a cell over its 131,072-character limit) is a LabelsError
+    naming the file and line, not `field larger than field limit`."""
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise LabelsError(f"{path}: line {reader.line_num}: {e} (a cell that long is not a file name or a "
+                              f"label)") from None
+
+
 def read_labels(path: str | os.PathLike) -> Labels:
     """The labels file at `path`, checked: LabelsError naming the lines at fault."""
     path = Path(path).absolute()  # its images are named relative to its folder; the folder's scan is absolute
-    rows = csv.reader(io.StringIO(_text(path), newline=""))
+    reader = csv.reader(io.StringIO(_text(path), newline=""))
+    rows = _rows(reader, path)
     header = [cell.strip() for cell in next(rows, [])]
     if not header or header[0].lower() != "file" or len(header) < 2:
         raise LabelsError(f"{path}: line 1: expected a header `file,labels` or `file,LABEL1,LABEL2,...`, got "
@@ -129,6 +141,12 @@ def read_labels(path: str | os.PathLike) -> Labels:
             problems.append(f"line {line}: {file!r} is listed again (first on line {seen[image]})")
             continue
         seen[image] = line
+        real = os.path.realpath(image) if os.path.islink(image) else image  # one lstat a row; a link: its file
+        if real != image and real in seen:  # one real file is one image: a link to a listed file is not another
+            problems.append(f"line {line}: {file!r} is a link to {os.path.basename(real)!r}, listed on line "
+                            f"{seen[real]}: one file is one image")
+            continue
+        seen.setdefault(real, line)
         if one_hot:
             labels = _one_hot(row, header, line, problems)
         else:
@@ -204,18 +222,23 @@ def check_against_folder(labels: Labels, images: list[str]) -> list[str]:
     return sorted(present - listed)
 
 
-def format_labels_report(labels: Labels, unlisted: list[str], pairs: int = 5) -> list[str]:
-    """The lines `check-data --labels` prints: per-label counts, the most frequent pairs, what has no label."""
-    lines = [f"{labels.path}: {len(labels.names)} labels on {len(labels.items)} images "
-             f"({labels.unlabelled} with no label)"]
+def format_labels_report(labels: Labels, unlisted: list[str], bad_files: list[tuple[str, str]] = (),
+                         pairs: int = 5) -> list[str]:
+    """The lines `check-data --labels` prints: per-label counts, the most frequent pairs, what has no label, and
+    the listed files that cannot be used (each named, control characters shown as escapes)."""
+    lines = [f"{printable_path(str(labels.path))}: {len(labels.names)} labels on {len(labels.items) - len(bad_files)} "
+             f"usable images ({labels.unlabelled} with no label)"]
     width = max(len(n) for n in labels.names)
     lines += [f"  {name:<{width}}  {n}" for name, n in labels.counts.items()]
     together = labels.co_occurrence().most_common(pairs)
     if together:
         lines.append("most often together: " + ", ".join(f"{a} + {b} ({n})" for (a, b), n in together))
     if unlisted:
-        lines.append(f"not in the labels file: {len(unlisted)} image(s) of the folder (first: {unlisted[0]}); they are "
-                     f"left out")
+        lines.append(f"not in the labels file: {len(unlisted)} image(s) of the folder (first: "
+                     f"{printable_path(unlisted[0])}); they are left out")
+    if bad_files:
+        lines.append(f"{len(bad_files)} files cannot be used:")
+        lines.extend(f"  {printable_path(path)}: {reason}" for path, reason in bad_files)
     return lines
 
 
@@ -231,12 +254,14 @@ def manifest_labels(manifest, path: str, position: dict[str, int]) -> list[int]:
 
 
 def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: list[str] | None = None,
-                  manifest=None) -> ScanResult:
+                  manifest=None, full: bool = False) -> ScanResult:
     """A multi-label split as the loader takes a scanned folder: `samples` of (image, its labels as a 0/1 tuple over
     `classes`). The images listed in `labels_file` (config key `key`) must be in `folder` (the labels file's own
     folder when None); the folder's images the file does not list are left out (a warning says how many). With
     `names` (the training labels) a label outside them is refused. The manifest's exclusions apply, and its relabels
-    give an image its whole new set of labels (`cat;outdoor`); additions are for one label per image (refused)."""
+    give an image its whole new set of labels (`cat;outdoor`); additions are for one label per image (refused).
+    Each image is checked as a class folder's are (`check_images`; `full` decodes it whole): one that cannot be
+    used (0 bytes, not an image, a decompression bomb) is in `bad_files`, not `samples`."""
     try:
         labels = read_labels(labels_file)
         unlisted = check_against_folder(labels, image_paths(folder or Path(labels_file).parent))
@@ -268,9 +293,14 @@ def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: 
         for i in chosen:
             hot[i] = 1.0
         scan.samples.append((image, tuple(hot)))
+    checked = check_images([image for image, _ in scan.samples], full)
+    scan.bad_files = [(image, reason) for (image, _), (reason, _) in zip(scan.samples, checked) if reason]
+    scan.image_sizes = [size for (reason, size) in checked if not reason]
+    scan.samples = [sample for sample, (reason, _) in zip(scan.samples, checked) if not reason]
     if unlisted:
         scan.warnings.append(f"{key}: {len(unlisted)} image(s) of {scan.root} are not in {labels_file} and are left "
                              f"out (first: {unlisted[0]})")
     if not scan.samples:
-        raise LabelsError(f"{key}: {labels_file}: every image listed is excluded by the manifest")
+        why = "cannot be used" if scan.bad_files else "is excluded by the manifest"
+        raise LabelsError(f"{key}: {labels_file}: every image listed {why}")
     return scan

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,10 @@ def decode_image(path: str, size: int) -> torch.Tensor:
     short side resized, centre crop."""
     if not is_regular_file(path):  # opening a FIFO or a device would wait for ever
         raise ValueError("not a regular file (a FIFO, a device or a folder)")
-    with Image.open(path) as img:
+    with warnings.catch_warnings():  # the scan's limit for every decode: Pillow only warns below twice its pixels
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        img = Image.open(path)
+    with img:
         img.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced scale when much larger
         if img.getexif().get(ORIENTATION_TAG, 1) != 1:  # phone photos: upright as the camera meant, not as stored
             img = ImageOps.exif_transpose(img)
@@ -256,7 +260,7 @@ def load_manifest(cfg: DataConfig):
 
     if not cfg.exclude:
         return None
-    if not os.path.isfile(cfg.exclude):
+    if not os.path.lexists(cfg.exclude):  # a FIFO or a device exists: read_manifest names what it is
         raise DataError(f"data.exclude: {cfg.exclude}: no such manifest file")
     return read_manifest(cfg.exclude)
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from trainer.core.errors import first_line
-from trainer.core.files import atomic_write_text
+from trainer.core.files import UserFileError, atomic_write_text
+from trainer.core.user_yaml import MAX_MANIFEST_BYTES, YamlError, read_yaml_file
 from trainer.data.scan import DataError
 
 HEADER = "# TrainDeck dataset manifest: images left out (exclude), given another class (relabel) or added (add).\n" \
@@ -106,12 +106,12 @@ def _real(path: str | os.PathLike) -> str:
 def read_manifest(path: str | os.PathLike) -> Manifest:
     """The manifest at `path` (empty when the file does not exist yet); DataError naming the file when unreadable."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return Manifest(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise DataError(f"data.exclude: {path}: cannot be read ({first_line(e)})") from e
+        raw = read_yaml_file(path, "manifest", MAX_MANIFEST_BYTES) or {}
+    except (YamlError, UserFileError) as e:
+        raise DataError(f"data.exclude: {e}") from None
     if not isinstance(raw, dict) or set(raw) - {"exclude", "relabel", "add"}:
         raise DataError(f"data.exclude: {path}: expected the keys exclude (a list of images), relabel and add "
                         f"(image: class), got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")

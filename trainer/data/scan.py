@@ -101,6 +101,14 @@ def _check_image(path: str, full: bool) -> tuple[str | None, tuple[int, int] | N
     return None, size
 
 
+def check_images(paths: list[str], full: bool, workers: int = 8) -> list[tuple[str | None, tuple[int, int] | None]]:
+    """`_check_image` of each path, in order, on a few threads (the decoders release the interpreter lock): the one
+    test of what is an image, for class folders and labels files alike (0 bytes, not an image, a bomb, truncated
+    with `full`)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(lambda path: _check_image(path, full), paths))
+
+
 def printable_path(path: str) -> str:
     """A path for a one-line report: quoted when it holds a newline or another control character."""
     return path if path.isprintable() else repr(path)
@@ -162,8 +170,7 @@ def scan_image_folder(root: str | os.PathLike, *, full: bool = True, workers: in
     if manifest is not None:
         candidates, result.excluded, result.relabelled, result.added = manifest.filter(candidates, result.classes,
                                                                                        additions=additions)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        checked = list(pool.map(lambda c: _check_image(c[0], full), candidates))
+    checked = check_images([path for path, _ in candidates], full, workers)
     for (path, label), (reason, size) in zip(candidates, checked):
         if reason is None:
             result.samples.append((path, label))

@@ -30,7 +30,9 @@ from pathlib import Path
 import yaml
 
 from trainer.core.config import ConfigError, RunConfig, apply_overrides, load_config, parse_float
-from trainer.core.errors import InputError, first_line
+from trainer.core.errors import InputError
+from trainer.core.files import UserFileError
+from trainer.core.user_yaml import YamlError, read_yaml_file
 
 TOP_KEYS = {"base", "name", "grid", "random", "trials", "seed", "method", "metric"}
 METHODS = ("grid", "random", "optuna")
@@ -88,9 +90,9 @@ def read_sweep(path: str | Path) -> Sweep:
     """Parse and check a sweep file; SweepError naming the file and key at fault."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise SweepError(f"{path}: cannot be read ({first_line(e)})") from e
+        raw = read_yaml_file(path, "sweep file")
+    except (YamlError, UserFileError) as e:
+        raise SweepError(str(e)) from None
     return sweep_from(raw, path)
 
 
