@@ -150,3 +150,65 @@ def test_a_labels_file_names_its_unusable_images_and_refuses_links_and_giant_cel
     giant.write_text("file,labels\nimages/00000.png," + "a" * 140_000 + "\n")
     with pytest.raises(LabelsError, match=r"giant.csv: line 2: field larger than field limit"):
         read_labels(giant)
+
+
+def _mark_many(path: str, prefix: str, count: int) -> None:
+    from trainer.data.manifest import edit_manifest
+
+    for n in range(count):
+        edit_manifest(path, lambda m, n=n: m.mark_excluded(f"/data/{prefix}-{n}.png"))
+
+
+def test_two_writers_of_one_manifest_keep_every_entry(tmp_path):
+    """Two processes each running the app's read -> mark -> write 200 times kept 204 of 400 entries."""
+    import multiprocessing
+
+    from trainer.data.manifest import read_manifest
+
+    path = str(tmp_path / "m.exclude.yaml")
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_mark_many, args=(path, name, 200)) for name in ("a", "b")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(120)
+        assert w.exitcode == 0
+    assert len(read_manifest(path).exclude) == 400
+
+
+@pytest.mark.parametrize("trials", [10_000, 1_000_000_000])
+def test_a_sweep_too_large_is_refused_at_once_and_queues_nothing(shapes_dir, tmp_path, trials):
+    """trials: 10000 was silent for 120 s, then queued runs one by one; 1000000000 never answered."""
+    cfg = write_config(tmp_path, shapes_dir)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": str(cfg), "random": {"optimizer.lr": {"low": 1e-3, "high": 1e-1}},
+                                     "trials": trials}))
+    result = run_here("sweep", sweep, "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 2 and f"{trials:,} trials" in result.stderr and "at most 1,000" in result.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_sweep_interrupted_while_queueing_leaves_nothing_queued(shapes_dir, tmp_path, monkeypatch):
+    """All or nothing: an interrupt on the fifth run removes the four made; none was ever queued."""
+    from trainer.runs import prepare, queue
+    from trainer.runs.sweep import queue_sweep, read_sweep
+
+    cfg = write_config(tmp_path, shapes_dir)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"base": str(cfg), "grid": {"optimizer.lr": [0.01, 0.02, 0.03, 0.04, 0.05]}}))
+    real, made = prepare.prepare_run, []
+
+    def interrupted_on_the_fifth(*args, **kwargs):
+        if len(made) == 4:
+            assert queue.queued(tmp_path / "runs") == [], "none is queued before all are"
+            raise KeyboardInterrupt
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(prepare, "prepare_run", interrupted_on_the_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        queue_sweep(read_sweep(sweep), tmp_path / "runs")
+    assert len(made) == 4 and not any(run.path.exists() for run, _ in made)
+    monkeypatch.setattr(prepare, "prepare_run", real)
+    runs = queue_sweep(read_sweep(sweep), tmp_path / "runs")
+    assert [r.read_status()["queue"]["position"] for r in runs] == [1, 2, 3, 4, 5]

@@ -33,7 +33,7 @@ from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
 from trainer.data.findings import Findings, latest_audit
-from trainer.data.manifest import Manifest, read_manifest, write_manifest
+from trainer.data.manifest import Manifest, edit_manifest, read_manifest
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, suggest
 from trainer.remote.protocol import read_scan
@@ -511,14 +511,12 @@ class DatasetPage(QWidget):
         never lose one another (the file is a few lines)."""
         path = self.manifest_path
         try:
-            manifest = read_manifest(path) if path else None
+            base = None
             if not path or is_run_copy(path):  # a run keeps the manifest it trained with: edit a new one
+                base = read_manifest(path) if path else None
                 path = str(self.default_manifest())
-                manifest = (Manifest(Path(path), manifest.exclude, manifest.relabel, manifest.add) if manifest
-                            else read_manifest(path))
                 self.binder.widgets["data.exclude"].setText(path)
-            change(manifest)
-            write_manifest(manifest)
+            edit_manifest(path, change, base)  # under the manifest's lock: another writer's entries are kept
         except (OSError, DataError) as e:
             self.summary.setText(f"<span style='color:#c9302c'>cannot update the manifest: {html.escape(str(e))}</span>")
             return f"cannot update the manifest: {e}"

@@ -17,12 +17,14 @@ path, so a manifest keeps working when the project folder moves with it. Torch-f
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from trainer.core.files import UserFileError, atomic_write_text
+from trainer.core.system import locked
 from trainer.core.user_yaml import MAX_MANIFEST_BYTES, YamlError, read_yaml_file
 from trainer.data.scan import DataError
 
@@ -126,6 +128,20 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     resolve = lambda p: _real(p if os.path.isabs(os.path.expanduser(p)) else base / p)  # noqa: E731
     return Manifest(path, [resolve(p) for p in exclude], {resolve(k): v for k, v in relabel.items()},
                     {resolve(k): v for k, v in add.items()})
+
+
+def edit_manifest(path: str | os.PathLike, change: Callable[[Manifest], object], base: Manifest | None = None) -> Manifest:
+    """Change the manifest at `path` as `change(manifest)` says, under a lock held from the read to the write: two
+    writers (the app, a second window, a script) each keep the other's entries (read, mark, write without it kept
+    204 of 400). `base`: start from these entries instead of the file's (a run's copy taken to a new file)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path.with_name(f".{path.name}.lock")):
+        manifest = read_manifest(path) if base is None else Manifest(path, list(base.exclude), dict(base.relabel),
+                                                                     dict(base.add))
+        change(manifest)
+        write_manifest(manifest)
+    return manifest
 
 
 def write_manifest(manifest: Manifest, path: str | os.PathLike | None = None) -> Path:

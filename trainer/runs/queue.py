@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,20 +52,35 @@ def add(runs_dir: Path, cfg: RunConfig, label: str | None = None, sweep: str | N
         values: dict | None = None, checked: bool = False) -> RunDir:
     """Queue a run of `cfg` at the end of the queue; its directory. Pre-flight first (unless `checked`): a refused
     config is raised and nothing is queued."""
+    return add_many(runs_dir, [(cfg, label, values)], sweep=sweep, checked=checked)[0]
+
+
+def add_many(runs_dir: Path, items: list[tuple[RunConfig, str | None, dict | None]], sweep: str | None = None,
+             checked: bool = False) -> list[RunDir]:
+    """Queue runs of (config, label, values) at the end of the queue, all or nothing: every run directory is
+    prepared first, then all are marked queued under one hold of the queue lock (a scheduler sees none of them
+    before all of them); a failure or an interrupt on the way removes the directories made."""
     from trainer.runs.prepare import prepare_run  # imports torch: the app queues through `main.py queue add`
 
     runs_dir = Path(runs_dir)
-    run, lock = prepare_run(cfg, runs_dir=runs_dir, label=label, checked=checked)
+    made: list[RunDir] = []
     try:
+        for cfg, label, _ in items:
+            run, lock = prepare_run(cfg, runs_dir=runs_dir, label=label, checked=checked)
+            lock.close()
+            made.append(run)
         with queue_lock(runs_dir):
-            positions = [r.read_status().get("queue", {}).get("position", 0) for r in queued(runs_dir)]
-            run.write_status(state="queued", message="waiting in the queue", model=cfg.model.name,
-                             dataset=cfg.data.train_dir,
-                             queue={"position": max(positions, default=0) + 1, "added": time.time(), "held": False,
-                                    "sweep": sweep, "values": values or {}})
-    finally:
-        lock.close()
-    return run
+            last = max((r.read_status().get("queue", {}).get("position", 0) for r in queued(runs_dir)), default=0)
+            for n, (run, (cfg, _, values)) in enumerate(zip(made, items), start=1):
+                run.write_status(state="queued", message="waiting in the queue", model=cfg.model.name,
+                                 dataset=cfg.data.train_dir,
+                                 queue={"position": last + n, "added": time.time(), "held": False,
+                                        "sweep": sweep, "values": values or {}})
+    except BaseException:
+        for run in made:  # ours, made just now, never started: nothing of the user's is in them
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+    return made
 
 
 def _edit(run: RunDir, **changes) -> None:

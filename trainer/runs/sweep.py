@@ -38,6 +38,9 @@ TOP_KEYS = {"base", "name", "grid", "random", "trials", "seed", "method", "metri
 METHODS = ("grid", "random", "optuna")
 
 
+MAX_TRIALS = 1000  # trials one sweep may have (README, docs/reliability.md)
+
+
 class SweepError(InputError, ValueError):
     """A sweep file that cannot be run; the message names the file and the key at fault."""
 
@@ -53,15 +56,29 @@ class Sweep:
     method: str = "grid"
     metric: str = "val_acc"
 
+    @property
+    def size(self) -> int:
+        """How many trials the sweep has (grid points x random draws), counted without building them."""
+        points = math.prod(len(v) for v in self.grid.values()) if self.grid else 1
+        return points * (self.trials if self.random else 1)
+
     def trials_values(self) -> list[dict]:
         """The overrides of each trial (dotted key -> value), in order: grid points × random draws."""
+        return list(self.trial_values_iter())
+
+    def trial_values_iter(self):
+        """`trials_values` one at a time (the first is there without building the rest)."""
         keys = list(self.grid)
-        points = [dict(zip(keys, combo)) for combo in itertools.product(*(self.grid[k] for k in keys))] or [{}]
+        points = (dict(zip(keys, combo)) for combo in itertools.product(*(self.grid[k] for k in keys))) \
+            if keys else iter([{}])
         if not self.random:
-            return points
+            yield from points
+            return
         rng = random.Random(self.seed)
-        return [{**point, **{k: draw(rng, spec, self._is_int(k)) for k, spec in self.random.items()}}
-                for point in points for _ in range(self.trials)]
+        integer = {k: self._is_int(k) for k in self.random}
+        for point in points:
+            for _ in range(self.trials):
+                yield {**point, **{k: draw(rng, spec, integer[k]) for k, spec in self.random.items()}}
 
     def _is_int(self, key: str) -> bool:
         node = RunConfig().to_dict()
@@ -142,7 +159,11 @@ def sweep_from(raw: object, path: str | Path) -> Sweep:
     if method == "optuna" and (grid or not rand):
         raise SweepError(f"{path}: method optuna searches the random: ranges (and takes no grid)")
     sweep = Sweep(str(raw.get("name") or path.stem), base_cfg.to_dict(), grid, rand, trials, seed, method, metric)
-    for values in sweep.trials_values()[:1] + _extremes(sweep):  # every key and value the config accepts
+    if sweep.size > MAX_TRIALS:
+        raise SweepError(f"{path}: {sweep.size:,} trials (the grid's points x trials); a sweep queues at most "
+                         f"{MAX_TRIALS:,}: split it into smaller sweeps")
+    first = next(iter(sweep.trial_values_iter()), {})
+    for values in [first] + _extremes(sweep):  # every key and value the config accepts
         try:
             sweep.config(values)
         except ConfigError as e:
@@ -176,13 +197,12 @@ def queue_sweep(sweep: Sweep, runs_dir: Path) -> list:
     from trainer.runs import queue
     from trainer.train.preflight import preflight
 
-    configs = []
-    for values in sweep.trials_values():
+    items = []
+    for i, values in enumerate(sweep.trials_values(), start=1):
         try:
             cfg = sweep.config(values)
             preflight(cfg)
         except InputError as e:
             raise SweepError(f"sweep {sweep.name}: {values}: {e}") from e
-        configs.append((values, cfg))
-    return [queue.add(runs_dir, cfg, label=f"{sweep.name}-{i:03d}", sweep=sweep.name, values=values, checked=True)
-            for i, (values, cfg) in enumerate(configs, start=1)]
+        items.append((cfg, f"{sweep.name}-{i:03d}", values))
+    return queue.add_many(runs_dir, items, sweep=sweep.name, checked=True)
