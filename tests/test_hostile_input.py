@@ -3,6 +3,7 @@ explode, files that are not regular files, links that make one file two images, 
 writers of one manifest (issue #45). Each answers in one line, in bounded time and memory."""
 
 import os
+from pathlib import Path
 import shutil
 
 import pytest
@@ -212,3 +213,70 @@ def test_a_sweep_interrupted_while_queueing_leaves_nothing_queued(shapes_dir, tm
     monkeypatch.setattr(prepare, "prepare_run", real)
     runs = queue_sweep(read_sweep(sweep), tmp_path / "runs")
     assert [r.read_status()["queue"]["position"] for r in runs] == [1, 2, 3, 4, 5]
+
+
+def test_a_link_in_test_to_a_training_image_is_a_leak_and_a_pool_of_training_images_is_set_aside(shapes_dir,
+                                                                                                     tmp_path):
+    from helpers import train_here
+
+    root = tmp_path / "split"
+    shutil.copytree(shapes_dir, root / "train")
+    (root / "test" / "circle").mkdir(parents=True)
+    for cls in ("square", "cross", "triangle"):
+        (root / "test" / cls).mkdir()
+        shutil.copy(next((root / "train" / cls).glob("*.png")), root / "test" / cls / "own.png")
+    leaked = sorted((root / "train" / "circle").glob("*.png"))[0]
+    os.symlink(leaked, root / "test" / "circle" / "leak.png")  # the same file, reached from test/
+    report = run_here("check-data", root)
+    assert report.returncode == 0 and "leak.png" in report.stdout, report.stdout[-2000:]
+
+    cfg = write_config(tmp_path, root / "train", train={"epochs": 1})
+    run, code = train_here(cfg, tmp_path / "runs")
+    assert code == 0
+    labelled = run_here("label", run.path, "--pool", root / "train", "--next", "5")
+    assert labelled.returncode == 0, labelled.stderr[-1000:]
+    assert "label next: 0 of the 120 pool images" in labelled.stdout, labelled.stdout[:500]
+    assert "120 pool image(s) already in the run's data" in labelled.stdout, "set aside and named, not offered"
+
+
+def test_an_export_needs_room_cleans_up_after_a_killed_one_and_leaves_a_user_s_card_files(tmp_path, monkeypatch):
+    import shutil as shutil_module
+
+    import torch
+
+    from trainer.deploy import export
+    from trainer.deploy.model_card import out_problem
+
+    out = tmp_path / "m.pt2"
+    dead = tmp_path / f"{export.work_prefix(out)}999999999-abcd"  # an export killed with kill -9
+    alive = tmp_path / f"{export.work_prefix(out)}{os.getpid()}-efgh"  # one going on now
+    for folder in (dead, alive):
+        folder.mkdir()
+        (folder / "m.pt2").write_bytes(b"partial")
+    export.remove_stale_work(out)
+    assert not dead.exists() and alive.exists()
+
+    net = torch.nn.Linear(1000, 1000)  # 4 MB of weights
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr(export.shutil, "disk_usage", lambda p: usage._replace(free=300_000))
+    with pytest.raises(export.ExportError, match=rf"no space left on device in {tmp_path}: the export needs about 5.1 MB"):
+        export.check_room(net, tmp_path)
+
+    mine = tmp_path / "model.onnx"
+    Path(f"{mine}.md").write_text("my notes")  # the user's, with no export beside it
+    assert "model.onnx.md exists (where the model card would go) with no export beside it" in out_problem("onnx", mine)
+
+
+def test_check_data_counts_the_manifest_s_additions_and_escapes_control_characters(shapes_dir, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(shapes_dir, root)
+    extra = tmp_path / "elsewhere" / "new.png"
+    extra.parent.mkdir()
+    shutil.copy(next((root / "circle").glob("*.png")), extra)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(yaml.safe_dump({"add": {str(extra): "circle"}}))
+    (root / "square" / "bad\x1b[31mname.png").write_bytes(b"")  # an escape sequence in a file name
+    report = run_here("check-data", root, "--exclude", manifest)
+    assert report.returncode == 0, report.stderr
+    assert "4 classes, 121 usable images" in report.stdout, "120 from the folder and the manifest's addition"
+    assert "\x1b" not in report.stdout and "\\x1b[31m" in report.stdout

@@ -259,7 +259,9 @@ def cmd_check_data(args) -> int:
         raise CommandError(f"--exclude: {args.exclude}: no such manifest file")
     manifest = read_manifest(args.exclude) if args.exclude else None
     layout = find_layout(args.dir)  # a folder with its own train/ val/ test/: each split, and the leaks between them
-    splits = {name: scan_image_folder(layout[f"{name}_dir"], manifest=manifest if name == "train" else None)
+    # the training folder with the manifest's additions too, as training scans it (it counted 120 where training used 121)
+    splits = {name: scan_image_folder(layout[f"{name}_dir"], manifest=manifest if name == "train" else None,
+                                      additions=name == "train")
               for name in ("train", "val", "test") if layout[f"{name}_dir"]}
     for result in splits.values():
         print(format_report(result))

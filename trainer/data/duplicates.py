@@ -113,15 +113,16 @@ def _same_bytes(images: list[ImageRef], size: int, out: Duplicates) -> list[list
 
 
 def find_duplicates(images: Iterable[ImageRef]) -> Duplicates:
-    """The groups of byte-identical files among `images` (a file listed twice counts once), largest groups first."""
+    """The groups of byte-identical files among `images`, largest groups first. A file listed twice in one split
+    counts once; one file in two splits (a link in test/ to a training image) is a copy across them, a leak."""
     out = Duplicates()
     by_size: dict[int, list[ImageRef]] = defaultdict(list)
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for image in images:
         real = os.path.realpath(image.path)
-        if real in seen:
+        if (real, image.split) in seen:
             continue
-        seen.add(real)
+        seen.add((real, image.split))
         try:
             by_size[os.stat(real).st_size].append(image)
         except OSError as e:

@@ -38,7 +38,7 @@ from trainer.core.files import atomic_write_bytes, atomic_write_text
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, LeakWorth, find_near_duplicates, format_duplicates, leak_worth
 from trainer.data.loader import load_manifest
-from trainer.data.scan import DataError, scan_image_folder
+from trainer.data.scan import DataError, printable_path, scan_image_folder
 from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
 
 log = logging.getLogger(__name__)
@@ -419,20 +419,20 @@ def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
              f"(cleanlab's confident learning on out-of-sample probabilities of {_oof_said(audit)}"
              f"{'; kept from the last audit' if audit.reused else ''})"]
     for s in audit.suspects[:top]:
-        lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {s.path}")
+        lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {printable_path(s.path)}")
     if len(audit.suspects) > top:
         lines.append(f"  ... {len(audit.suspects) - top} more in {run.path / 'audit' / 'label_issues.csv'}")
     far = [o for o in audit.outliers if o.why == "far"]
     unsure = [o for o in audit.outliers if o.why == "unsure"]
     fence = f" (mean cosine distance to its {OUTLIER_K} nearest images over {far[0].fence:.3f})" if far else ""
     lines.append(f"outliers: {len(far)} images far from every other{fence}, farthest first")
-    lines += [f"  {o.distance:.3f}  {o.label}  {o.path}" for o in far[:top]]
+    lines += [f"  {o.distance:.3f}  {o.label}  {printable_path(o.path)}" for o in far[:top]]
     lines.append(f"unsure: {len(unsure)} images the network gives no class even odds (its top probability under "
                  f"{UNSURE_TOP:.0%}), least sure first")
-    lines += [f"  {o.top:.3f}  {o.label}  {o.path}" for o in unsure[:top]]
+    lines += [f"  {o.top:.3f}  {o.label}  {printable_path(o.path)}" for o in unsure[:top]]
     lines += format_duplicates(audit.duplicates, top, "copies (exact, resized or recompressed)")
     if audit.leak_worth:
         lines.append(audit.leak_worth.line())
     for path, why in list(audit.skipped.items())[:5]:
-        lines.append(f"skipped {path}: {why}")
+        lines.append(f"skipped {printable_path(path)}: {why}")
     return lines

@@ -11,6 +11,7 @@ measured: a failure, or a converter's crash, leaves nothing half-written.
 from __future__ import annotations
 
 import datetime
+import glob
 import importlib.util
 import json
 import logging
@@ -34,10 +35,12 @@ from trainer.core.catalog import (
 from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir
+from trainer.core.system import pid_alive
 from trainer.deploy import formats
 from trainer.deploy.evaluation import top_classes
 from trainer.deploy.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
 from trainer.deploy.model_card import markdown, out_problem
+from trainer.model.checkpoint import describe_write_failure, is_write_failure
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +92,17 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
 
         calibration_images(run, state["config"], options.calibration, options.calibration_images, 0)
     check_writable(out.parent)
+    remove_stale_work(out)
     in_graph = EXPORT_REGISTRY[fmt].graph
     net = loaded.net.to(memory_format=torch.contiguous_format)
+    check_room(net, out.parent)
     if pre.get("tta") and in_graph:
         net = FlipAveraged(net).eval()
     # the network as exported, preprocessed as the export will be: the reference of every measurement
     reference = LoadedModel(net, list(state["classes"]), Preprocess(pre["image_size"], tuple(pre["mean"]),
                             tuple(pre["std"]), tta=bool(pre.get("tta")) and not in_graph), loaded.source, state,
                             thresholds=loaded.thresholds)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix=f"{work_prefix(out)}{os.getpid()}-", dir=out.parent))
     try:
         target = work / out.name
         conversion = formats.part(fmt, "write")(net, target, formats.WriteContext(reference, run, options, work))
@@ -114,8 +119,10 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
         atomic_write_text(Path(f"{target}.json"), json.dumps(card, indent=1))
         atomic_write_text(Path(f"{target}.md"), markdown(card))
         _move_into_place(target, out, work)
-    except OSError as e:
-        raise ExportError(f"--out: {out}: cannot be written ({e.strerror or first_line(e)})") from e
+    except Exception as e:
+        if not is_write_failure(e):
+            raise
+        raise ExportError(f"--out: {out}: cannot be written ({describe_write_failure(e, out.parent)})") from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log.info("exported %s as %s to %s", loaded.source, fmt, out)
@@ -129,6 +136,32 @@ def _move_into_place(target: Path, out: Path, work: Path) -> None:
     os.replace(target, out)
     for suffix in (".json", ".md"):
         os.replace(f"{target}{suffix}", f"{out}{suffix}")
+
+
+def work_prefix(out: Path) -> str:
+    """The name an export's temporary folder starts with (then its process id): `.OUT.tmp-PID-XXXX`."""
+    return f".{out.name}.tmp-"
+
+
+def remove_stale_work(out: Path) -> None:
+    """The temporary folders of earlier exports to `out` whose process is gone (killed mid-export: 1 MB each)."""
+    for folder in out.parent.glob(f"{glob.escape(work_prefix(out))}*"):
+        pid = folder.name[len(work_prefix(out)):].partition("-")[0]
+        if folder.is_dir() and not folder.is_symlink() and (not pid.isdigit() or not pid_alive(int(pid))):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+EXPORT_SLACK_BYTES = 1 << 20  # room an export needs beyond its weights (graph, card)
+
+
+def check_room(net: torch.nn.Module, folder: Path) -> None:
+    """ExportError when `folder`'s disk has less room than the network's weights in fp32: the converters write
+    the whole file, and one (torch.export.save) aborts the process with a C++ stack when the disk fills."""
+    needed = sum(t.numel() * t.element_size() for t in net.state_dict().values()) + EXPORT_SLACK_BYTES
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise ExportError(f"--out: no space left on device in {folder}: the export needs about {needed / 1e6:.1f} MB, "
+                          f"{free / 1e6:.1f} MB are free")
 
 
 def check_writable(folder: Path) -> None:

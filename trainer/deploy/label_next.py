@@ -23,7 +23,7 @@ from trainer.core.rundir import RunDir
 from trainer.data.duplicates import NEAR_PIXELS, ImageRef, find_duplicates
 from trainer.data.loader import load_manifest
 from trainer.data.manifest import read_manifest
-from trainer.data.scan import image_paths
+from trainer.data.scan import image_paths, printable_path
 from trainer.deploy.audit import INSTALL, audited_images, embed
 from trainer.deploy.inference import load_run_model
 
@@ -131,13 +131,14 @@ def format_next(found: NextToLabel, manifest: str | None) -> list[str]:
     lines = [f"label next: {len(found.picks)} of the {found.pool} pool images, the network's most uncertain first "
              f"(margin between its two most probable classes; one from each of {len(found.picks)} groups of the "
              f"uncertain ones, so no two are near-copies)"]
-    lines += [f"  {p.margin:.3f}  {p.guess} ({100 * p.probability:.0f}%)  {p.path}" for p in found.picks]
+    lines += [f"  {p.margin:.3f}  {p.guess} ({100 * p.probability:.0f}%)  {printable_path(p.path)}"
+              for p in found.picks]
     if found.in_dataset:
         lines.append(f"{len(found.in_dataset)} pool image(s) already in the run's data (the same bytes), left out:")
-        lines += [f"  {pool} = {known}" for pool, known in list(found.in_dataset.items())[:10]]
+        lines += [f"  {printable_path(pool)} = {printable_path(known)}" for pool, known in list(found.in_dataset.items())[:10]]
     if found.labelled:
         lines.append(f"{len(found.labelled)} pool image(s) already labelled in the manifest")
-    lines += [f"skipped {path}: {why}" for path, why in list(found.skipped.items())[:10]]
+    lines += [f"skipped {printable_path(path)}: {why}" for path, why in list(found.skipped.items())[:10]]
     where = manifest or "the manifest (data.exclude)"
     lines.append(f"label them in the app (Results tab, Label a pool…) or under add: in {where} (image: class)")
     return lines

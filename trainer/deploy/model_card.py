@@ -54,6 +54,9 @@ def out_problem(fmt: str, out: Path) -> str | None:
         beside = Path(f"{out}{suffix}")
         if beside.is_dir() or beside.is_symlink():
             return f"--out: {beside} (where the model card goes) is a folder or a link; choose another name"
+        if beside.exists() and not out.exists():  # no export there: the file beside it is the user's own
+            return (f"--out: {beside} exists (where the model card would go) with no export beside it; it is left "
+                    f"as it is: choose another name")
     return None
 
 

@@ -147,6 +147,15 @@ class CheckpointWriteError(OSError):
     """A checkpoint could not be written; the message says why in words (full disk, permissions, ...)."""
 
 
+TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "file write failed", "unexpected pos")
+
+
+def is_write_failure(e: BaseException) -> bool:
+    """An OSError, or torch.save's own words for a write that failed (`[enforce fail at inline_container.cc:672]
+    unexpected pos ...` on a full disk)."""
+    return isinstance(e, OSError) or (isinstance(e, RuntimeError) and any(w in str(e) for w in TORCH_WRITE_FAILURES))
+
+
 def describe_write_failure(e: BaseException, folder: str | Path) -> str:
     """A failed write as a user reads it: 'no space left on device in FOLDER', not an errno or a torch assert
     (torch.save reports a full disk as `[enforce fail at inline_container.cc]`)."""
@@ -184,12 +193,14 @@ def atomic_save(obj: Any, path: Path) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
+        # said before the partial file goes: with it gone the disk has room again, and a full one would not look it
+        said = describe_write_failure(e, path.parent) if is_write_failure(e) else None
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        if isinstance(e, OSError) or (isinstance(e, RuntimeError) and "write" in str(e)):
-            raise CheckpointWriteError(f"cannot save {path.name}: {describe_write_failure(e, path.parent)}") from e
+        if said is not None:
+            raise CheckpointWriteError(f"cannot save {path.name}: {said}") from e
         raise
     _fsync_dir(path.parent)
 
