@@ -3,8 +3,8 @@ explode, files that are not regular files, links that make one file two images, 
 writers of one manifest (issue #45). Each answers in one line, in bounded time and memory."""
 
 import os
-from pathlib import Path
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
