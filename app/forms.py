@@ -75,14 +75,20 @@ class FullHeight(QWidget):
 
 
 ZERO_WIDTH_SPACE = "\u200b"
-UNBROKEN = re.compile(r"[^\s/\u200b]{24}")  # a run this long with nowhere to wrap gets a break opportunity
+LONG_WORD = 24  # a word this long with nowhere to wrap gets break opportunities
+_LONG = re.compile(rf"\S{{{LONG_WORD + 1},}}")
+_RUN = re.compile(rf"[^/]{{{LONG_WORD}}}")
 
 
 def breakable(text: str) -> str:
-    """`text` (a path, a message naming one) as label HTML that can wrap after each `/` and inside long names: a
-    word-wrapped label is as wide as its longest word, and a long folder path collapsed the form beside it."""
-    spaced = UNBROKEN.sub(lambda m: m.group(0) + ZERO_WIDTH_SPACE, str(text)).replace("/", "/" + ZERO_WIDTH_SPACE)
-    return html.escape(spaced)
+    """`text` (a path, a message naming one) as label HTML that can wrap inside its long words, after each `/` and
+    every LONG_WORD characters: a word-wrapped label is as wide as its longest word, and a long folder path collapsed
+    the form beside it. Short words ("train/val/test") are left as they are."""
+    def spaced(match: re.Match) -> str:
+        word = _RUN.sub(lambda m: m.group(0) + ZERO_WIDTH_SPACE, match.group(0))
+        return word.replace("/", "/" + ZERO_WIDTH_SPACE)
+
+    return html.escape(_LONG.sub(spaced, str(text)))
 
 
 class WrappedLabel(QLabel):

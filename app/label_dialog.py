@@ -172,7 +172,8 @@ class LabelDialog(QDialog):
             self.class_buttons.takeAt(0).widget().deleteLater()
         self.keys = class_keys(self.classes)
         for i, (key, name) in enumerate(sorted(self.keys.items(), key=lambda kv: self.classes.index(kv[1]))):
-            button = QPushButton(f"{key}  {name}")
+            button = QPushButton(name if key == name else f"{key}  {name}")  # "9  9" said nothing more
+            button.setToolTip(f"key {key}")
             button.setAutoDefault(False)
             button.setObjectName(f"labelAs:{name}")
             button.clicked.connect(lambda _=False, n=name: self.label(n))

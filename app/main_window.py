@@ -706,6 +706,11 @@ class MainWindow(QMainWindow):
         self.dashboard.tabs.setCurrentWidget(self.dashboard.results)
         self.dashboard.results.find_label_issues(kind)
 
+    def _fit_progress(self) -> None:
+        """The status bar's progress as wide as its text ("epoch 61/97 · stopped early" was cut at 1024 px)."""
+        self.progress.setMinimumWidth(min(self.progress.maximumWidth(),
+                                          self.progress.fontMetrics().horizontalAdvance(self.progress.text()) + 40))
+
     def _progress(self, done: float, epochs: int, eta_s: float | None) -> None:
         self.progress.setFormat("epoch %v/%m")
         self.progress.setMaximum(max(epochs, 1))
@@ -724,6 +729,7 @@ class MainWindow(QMainWindow):
             self.progress.setMaximum(max(epochs, 1))
             self.progress.setValue(done)
             self.progress.setFormat(f"epoch %v/%m · {reason}" if reason else "epoch %v/%m")
+            self._fit_progress()
         if state in ("failed", "diverged") and message and self.isVisible() and self.isActiveWindow():
             box = QMessageBox(QMessageBox.Icon.Warning, f"Run {state}", message, parent=self)
             box.setDetailedText(self.run_model.run.tail_log(30))

@@ -3,7 +3,7 @@ small overlay file scaled for a preview on the GUI thread."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QImage, QImageReader, QPainter, QPixmap
 from PySide6.QtWidgets import QListWidget
 
@@ -50,6 +50,22 @@ def scaled_pixmap(path: str, size: int) -> QPixmap:
     """A small image file (a Grad-CAM overlay the trainer wrote) as a pixmap that fits `size`, smoothly scaled."""
     return QPixmap(path).scaled(size, size, Qt.AspectRatioMode.KeepAspectRatio,
                                 Qt.TransformationMode.SmoothTransformation)
+
+
+def thumbnail_gallery(name: str, size: int, caption_lines: int = 2) -> QListWidget:
+    """A gallery of `size` px thumbnails with captions under them, laid out on a fixed grid: without one, items laid
+    out before their thumbnails arrived overlapped each other and their captions once they did."""
+    gallery = QListWidget()
+    gallery.setObjectName(name)
+    gallery.setViewMode(QListWidget.ViewMode.IconMode)
+    gallery.setIconSize(QSize(size, size))
+    line = gallery.fontMetrics().lineSpacing()
+    gallery.setGridSize(QSize(size + 44, size + 12 + caption_lines * line))
+    gallery.setResizeMode(QListWidget.ResizeMode.Adjust)
+    gallery.setMovement(QListWidget.Movement.Static)
+    gallery.setUniformItemSizes(True)
+    gallery.setWordWrap(True)
+    return gallery
 
 
 def set_gallery_icons(gallery: QListWidget, images: list[QImage]) -> None:

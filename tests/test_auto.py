@@ -219,11 +219,13 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
     from trainer.data.scan import scan_image_folder
 
     folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)  # resnet18 at 96 px, small_cnn at 3 sizes
-    first = plan(str(folder), 0.5, started=time.time() - 8)  # one probe, no LR sweep
+    # 2 minutes begun 20 s ago: past the probes' share, so one probe and no LR sweep, with room left to train however
+    # slow this machine's probe (0.5 min begun 8 s ago left nothing on a 2-core machine: planning took 20 s)
+    first = plan(str(folder), 2.0, started=time.time() - 20)
     chosen = {c.key: c for c in first.choices}
     assert chosen["train.min_epochs"].value == first.config.train.min_epochs
     slow = (first.config.model.name, first.config.data.image_size, "it was too slow in its first epoch")
-    again = plan(str(folder), 0.5, started=time.time() - 8, faster_than=slow)
+    again = plan(str(folder), 2.0, started=time.time() - 20, faster_than=slow)
     assert (again.config.model.name, again.config.data.image_size) != slow[:2]
     assert again.config.data.image_size < slow[1] or again.config.model.name != slow[0]
     assert all((p.model, p.size) != slow[:2] for p in again.probes), "the slow one is not measured again"
@@ -232,7 +234,7 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
     assert again.config.train.min_epochs == 0 and "measured again once already" in reasons["train.min_epochs"]
     last = ("small_cnn", min(candidate_sizes(scan_image_folder(folder, full=False), False)), "too slow")
     with pytest.raises(AutoError, match="no network faster than small_cnn"):
-        plan(str(folder), 0.5, started=time.time() - 8, faster_than=last)
+        plan(str(folder), 2.0, started=time.time() - 20, faster_than=last)
 
 
 def test_the_first_epoch_ends_a_run_that_cannot_train_its_min_epochs_in_the_budget():

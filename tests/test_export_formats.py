@@ -21,7 +21,7 @@ from trainer.core.catalog import (
 NAME = "npz_weights"
 
 
-# ---- the format: these four functions and the registry entry below are all of it ---------------------------------
+# ---- the format: these five functions and the registry entry below are all of it ---------------------------------
 def write_npz_weights(model, path, context) -> None:
     with open(path, "wb") as f:  # np.savez would add .npz to a name without it
         np.savez(f, **{k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
@@ -37,6 +37,12 @@ def load_npz_weights(path, meta):
     with np.load(path) as arrays:
         model.load_state_dict({k: torch.from_numpy(arrays[k]) for k in arrays.files})
     return model
+
+
+def recognise_npz_weights(path) -> bool:  # a file's format is read from its bytes: an archive of .npy arrays
+    import zipfile
+
+    return zipfile.is_zipfile(path) and all(n.endswith(".npy") for n in zipfile.ZipFile(path).namelist())
 
 
 def snippets_npz_weights(name, model_name, classes, size):

@@ -114,7 +114,7 @@ class GradientsTab(QSplitter):
         keys = sorted(m.histograms)
         every = (m.start_event.get("config", {}).get("monitor", {}) or {}).get("histogram_every")
         self.hist_choice.setPlaceholderText(
-            "histograms are off for this run (monitor.histogram_every: 0)" if every == 0
+            "off for this run (histogram_every: 0)" if every == 0
             else "no histograms were logged" if m.ended else "no histograms yet (monitor.histogram_every)")
         if self.hist_choice.count() != len(keys):
             current = self.hist_choice.currentText()

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -21,8 +21,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QListView,
-    QListWidget,
     QListWidgetItem,
     QPushButton,
     QSplitter,
@@ -35,7 +33,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob, run_in_thread
 from app.eval_results import LabelledPrediction, MultiLabelEvaluation
 from app.pages.plots import NumericItem
-from app.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons
+from app.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons, thumbnail_gallery
 
 THUMB = 96
 PREVIEW = 160
@@ -102,12 +100,7 @@ class MultiLabelView(QWidget):
         self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
         self.gallery_title = QLabel("")
         self.gallery_title.setWordWrap(True)
-        self.gallery = QListWidget()
-        self.gallery.setObjectName("labelErrors")
-        self.gallery.setViewMode(QListView.ViewMode.IconMode)
-        self.gallery.setIconSize(QSize(THUMB, THUMB))
-        self.gallery.setResizeMode(QListView.ResizeMode.Adjust)
-        self.gallery.setMovement(QListView.Movement.Static)
+        self.gallery = thumbnail_gallery("labelErrors", THUMB, caption_lines=1)
         self.gallery.currentRowChanged.connect(self._select)
         self.preview = QLabel()
         self.preview.setFixedSize(PREVIEW, PREVIEW)

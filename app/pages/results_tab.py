@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QImage, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
-    QListWidget,
     QListWidgetItem,
     QPushButton,
     QRadioButton,
@@ -55,7 +54,7 @@ from app.eval_results import (
 from app.pages.multilabel_view import MultiLabelView
 from app.pages.plots import NumericItem
 from app.run_model import RunModel
-from app.thumbnails import load_pair_thumbnails, scaled_pixmap, set_gallery_icons
+from app.thumbnails import load_pair_thumbnails, scaled_pixmap, set_gallery_icons, thumbnail_gallery
 
 EXCLUDE_TIP = ("leave this image out of training: an entry in the dataset manifest (data.exclude); the file itself "
                "is not touched")
@@ -279,14 +278,7 @@ class ResultsTab(QWidget):
             str(self.model.run.path)))
         self._issues_job: CliJob | None = None
         self._audit: tuple[str, dict] | None = None  # (run path, `main.py audit --json`'s report) last read
-        self.gallery = QListWidget()
-        self.gallery.setObjectName("gallery")
-        self.gallery.setViewMode(QListWidget.ViewMode.IconMode)
-        self.gallery.setIconSize(QSize(THUMB, THUMB))
-        self.gallery.setGridSize(QSize(THUMB + 44, THUMB + 48))
-        self.gallery.setResizeMode(QListWidget.ResizeMode.Adjust)
-        self.gallery.setMovement(QListWidget.Movement.Static)
-        self.gallery.setWordWrap(True)
+        self.gallery = thumbnail_gallery("gallery", THUMB)
         self.gallery.currentRowChanged.connect(self._select)
         gallery_box = QWidget()
         gl = QVBoxLayout(gallery_box)

@@ -47,6 +47,9 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     positives, negatives = view.evaluation.false_positives("3"), view.evaluation.false_negatives("3")
     assert positives and negatives, "a 4-epoch run errs both ways on some label"
     assert view.gallery.count() == len(positives) + len(negatives)
+    qtbot.waitUntil(lambda: not view.gallery.item(0).icon().isNull(), timeout=20_000)  # thumbnails in
+    rects = [view.gallery.visualItemRect(view.gallery.item(i)) for i in range(min(6, view.gallery.count()))]
+    assert not any(a.intersects(b) for i, a in enumerate(rects) for b in rects[i + 1:]), "thumbnails never overlap"
     assert f"{len(positives)} false positive(s)" in view.gallery_title.text()
     carried = Counter(n for p in positives for n in p.true)  # what a 3 is taken for: the labels its errors carry
     most = carried.most_common(1)[0][1]

@@ -26,7 +26,9 @@ class ExportFormat:
     suffix: str  # the file suffix it is written with
     description: str  # what it is, in a line (the app's tooltips, the model card)
     module: str
-    container: str  # what the file is, as recognised from its bytes (trainer.deploy.formats.container.CONTAINERS)
+    # what the file is, as recognised from its bytes (a key of trainer.deploy.formats.container.CONTAINERS); None:
+    # the module's `recognise_NAME(path) -> bool` says whether a file is one
+    container: str | None = None
     graph: bool = True  # a network graph (flip test-time augmentation goes inside it), not weights alone
     one_image: bool = False  # takes batch 1, as apps call it
     converter: tuple[str, str] | None = None  # (the module its converter is, the command that installs it)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from trainer.core.catalog import EXPORT_FORMATS, EXPORT_REGISTRY
+from trainer.core.catalog import EXPORT_FORMATS
 from trainer.core.config import ModelConfig
 from trainer.core.errors import InputError, first_line
 from trainer.core.rundir import RunDir
 from trainer.data.loader import Normalise, decode_image
 from trainer.deploy import formats
-from trainer.deploy.formats.container import check_container
+from trainer.deploy.formats.container import check_format_file
 from trainer.device.precision import autocast
 from trainer.model.checkpoint import UnsafeFileError, read_checkpoint
 from trainer.model.models import create_model
@@ -175,7 +175,7 @@ def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor],
     the container its sidecar's format is written in (a sidecar cannot make a .pt2 load as anything else)."""
     if fmt not in EXPORT_FORMATS:
         raise ModelFileError(f"{export}.json: unknown format {fmt!r} (known: {', '.join(EXPORT_FORMATS)})")
-    check_container(export, fmt, EXPORT_REGISTRY[fmt].container, Path(f"{export}.json"))
+    check_format_file(export, fmt, Path(f"{export}.json"))
     return formats.part(fmt, "load")(export, meta)
 
 

@@ -74,6 +74,21 @@ def _is_safetensors(path: Path, head: bytes) -> bool:
             return False
 
 
+def check_format_file(path: Path, fmt: str, sidecar: Path) -> None:
+    """Refuse a file whose bytes are not what its sidecar's format `fmt` writes: the format's container, or for a
+    format without one, what its module's `recognise_FMT(path)` accepts."""
+    from trainer.core.catalog import EXPORT_REGISTRY
+    from trainer.deploy import formats
+
+    container = EXPORT_REGISTRY[fmt].container
+    if container is not None:
+        check_container(path, fmt, container, sidecar)
+        return
+    recognised = formats.part(fmt, "recognise")
+    if recognised is None or not recognised(path):
+        raise UnsafeModelFile(f"{path}: refused: the file is not a {fmt} file, as {sidecar.name} says it is")
+
+
 def check_container(path: Path, fmt: str, container: str, sidecar: Path) -> None:
     """Refuse a file whose bytes are not the container its sidecar's format is written in."""
     found = recognise(path)
