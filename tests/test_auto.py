@@ -123,9 +123,13 @@ def test_auto_refuses_bad_input_in_one_line_before_making_anything(shapes_dir, t
 def test_a_budget_run_stopped_and_resumed_spends_what_was_left_on_the_epochs_it_re_planned(shapes_dir, tmp_path):
     """train.budget is the run's, not each segment's: stopped after its first re-plan and resumed, the run goes on
     with the epochs it re-planned, the learning rate from where it was, and the budget its first segment left; it ends
-    inside it with a model. Through the trainer's own clock (its events), not this machine's speed."""
-    config = write_config(tmp_path, shapes_dir, train={"epochs": 1, "budget": 0.1, "replan": True},  # 6 s
-                          scheduler={"name": "onecycle"})
+    inside it with a model. Planned for 1 epoch and re-planned to many, its learning rate is a function of the
+    budget's share spent: it rises again to the one-cycle peak after the re-plan (it stayed annealed at 1e-6 for
+    the rest of the budget) and ends annealed at the budget's end. Through the trainer's own clock (its events),
+    not this machine's speed."""
+    budget_s = 9
+    config = write_config(tmp_path, shapes_dir, train={"epochs": 1, "budget": budget_s / 60, "replan": True},
+                          scheduler={"name": "onecycle"}, monitor={"log_every": 1})
     run = RunDir(tmp_path / "run")
     proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(config), "--run-dir", str(run.path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -148,7 +152,11 @@ def test_a_budget_run_stopped_and_resumed_spends_what_was_left_on_the_epochs_it_
     steps = [e["time"] for e in events if e["event"] == "step"]
     interval = max(b - a for a, b in zip(steps, steps[1:]) if b > a)
     trained = sum(max(e["time"] for e in part if e["event"] == "step") - part[0]["time"] for part in (first, second))
-    assert trained <= 6 + interval, f"{trained:.1f} s trained over both segments: the budget is the run's"
+    assert trained <= budget_s + interval, f"{trained:.1f} s trained over both segments: the budget is the run's"
+    peak = load_config(config).optimizer.lr
+    after = [e["lr"][0] for e in events if e["event"] == "step" and e["time"] > replan["time"]]
+    assert max(after) >= 0.3 * peak, ("after the re-plan the rate rises again, not annealed", max(after), peak)
+    assert after[-1] <= 0.1 * max(after), ("annealed at the budget's end", after[-1], max(after))
     status = run.read_status()
     planned = [e["epochs"] for e in events if e["event"] == "replan"][-1]
     assert status["state"] == "completed" and (status["epoch"] == planned or status["reason"] == "budget"), status

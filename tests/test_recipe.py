@@ -4,6 +4,8 @@ uninterrupted one does."""
 import json
 import shutil
 
+import time
+
 import pytest
 import torch
 from helpers import run_here, write_config
@@ -172,21 +174,32 @@ def test_progressive_resizing_trains_small_then_full_size_and_validates_at_full_
     assert load_weights_only(run_dir / "checkpoints" / "last.pt")["preprocess"]["image_size"] == 32
 
 
-def test_a_re_planned_schedule_stays_continuous_and_anneals_at_the_new_end():
-    """train.replan moves a run's end: the learning rate does not jump where it moves, and reaches its floor there."""
+def test_a_re_planned_schedule_follows_the_share_of_the_run_and_anneals_at_the_new_end():
+    """train.replan moves a run's end: the schedule goes on from the share of the new plan done and reaches its floor
+    there. A run planned for 1 epoch, annealed in it, and re-planned to 10 rises again to the peak (it stayed at the
+    floor for the other 9); with a deadline (one process) the rate is the budget's share spent, whatever the plan."""
     from trainer.core.config import SchedulerConfig
     from trainer.core.schedule import Stretch, lr_factor
 
     cfg = SchedulerConfig(name="onecycle")
-    total = 100  # 10 epochs of 10 steps, as first planned
+    total = 10  # 1 epoch of 10 steps, as first planned
     stretch = Stretch(total)
     factor = lambda step: lr_factor(stretch.virtual(step), 10, total, cfg)  # noqa: E731
-    assert [stretch.virtual(s) for s in (0, 37, 99)] == [0, 37, 99], "untouched until a re-plan"
-    before = factor(40)
-    stretch.restretch(40, 250)  # faster than planned: 25 epochs in all
-    assert factor(40) == pytest.approx(before)
-    assert factor(41) == pytest.approx(before, rel=0.02), "no jump"
-    assert factor(250) == pytest.approx(lr_factor(total, 10, total, cfg)), "annealed at the new end"
-    stretch.restretch(100, 120)  # then slower: the end comes sooner
-    assert factor(120) == pytest.approx(lr_factor(total, 10, total, cfg))
-    assert all(factor(s) >= factor(s + 1) - 1e-12 for s in range(100, 120)), "from there on, only decaying"
+    assert [stretch.virtual(s) for s in (0, 3, 9)] == [0, 3, 9], "untouched until a re-plan"
+    floor = lr_factor(total, 10, total, cfg)
+    assert factor(10) == pytest.approx(floor), "annealed at the end of the plan"
+    stretch.restretch(10, 100)  # faster than planned: 10 epochs in all
+    assert factor(10) == pytest.approx(lr_factor(1, 10, total, cfg)), "from 10% of the new plan"
+    assert max(factor(s) for s in range(10, 100)) == pytest.approx(1.0, abs=0.02), "up to the peak again"
+    assert factor(100) == pytest.approx(floor), "annealed at the new end"
+    stretch.restretch(60, 70)  # then slower: the end comes sooner
+    assert factor(70) == pytest.approx(floor)
+    assert all(factor(s) >= factor(s + 1) - 1e-12 for s in range(60, 70)), "from there on, only decaying"
+
+    now = time.time()
+    budget = Stretch(10, deadline=(now - 30, now + 70))  # 30 s of a 100 s training budget spent
+    assert budget.virtual(5) == pytest.approx(3.0, abs=0.05), "the share of the budget, not of the steps"
+    budget.restretch(5, 1000)
+    assert budget.virtual(5) == pytest.approx(3.0, abs=0.05), "a re-plan does not move it"
+    budget.deadline = (now - 100, now)
+    assert lr_factor(budget.virtual(999), 10, 10, cfg) == pytest.approx(floor), "annealed when the budget is spent"

@@ -182,6 +182,8 @@ class DatasetPage(QWidget):
         self.scan_result: ScanResult | None = None
         self.scan_error = ""
         self._scan_serial = 0
+        self._scan_running = False  # a scan is on the thread pool
+        self._scan_waiting = False  # and another was asked for meanwhile
         self.manifest: Manifest | None = None
         # where a new manifest goes when data.exclude is not set yet (the window decides: beside the config)
         self.default_manifest = lambda: Path.home() / "traindeck-exclude.yaml"
@@ -401,8 +403,20 @@ class DatasetPage(QWidget):
         runs_dir = self.runs_dir
         scan = (lambda: remote_scan(host, folder, labels)) if host else (
             lambda: _scan_with_thumbnails(folder, manifest_path, runs_dir, labels))
-        run_in_thread(scan,
-                      lambda result: self._show(serial, result), lambda error: self._failed(serial, error), owner=self)
+        if self._scan_running:  # one scan at a time: the newest state is scanned once the one under way ends
+            self._scan_waiting = True  # (twenty quick labels queued twenty full scans of the folder)
+            return
+        self._scan_running = True
+        run_in_thread(scan, lambda result: self._scan_ended(serial, result, self._show),
+                      lambda error: self._scan_ended(serial, error, self._failed), owner=self)
+
+    def _scan_ended(self, serial: int, payload, show) -> None:
+        self._scan_running = False
+        if self._scan_waiting:
+            self._scan_waiting = False
+            self.scan()  # what changed while it ran (its own result is stale: a newer serial)
+            return
+        show(serial, payload)
 
     def _failed(self, serial: int, error: str) -> None:
         if serial != self._scan_serial:

@@ -23,7 +23,7 @@ def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerC
     if cfg.name == "onecycle" and warmup == 0:
         warmup = 0.3 * total_steps
     if step < warmup:
-        return (step + 1) / warmup
+        return min(1.0, (step + 1) / warmup)  # a stretched step is fractional: never past the peak
     epoch = int(step // max(1, steps_per_epoch))
     if cfg.name == "none":
         return 1.0
@@ -42,11 +42,16 @@ def lr_factor(step: int, steps_per_epoch: int, total_steps: int, cfg: SchedulerC
 
 @dataclass
 class Stretch:
-    """The schedule's clock for a run whose length is re-planned (`train.replan`): the schedule is laid out over
-    `total` steps, and the optimizer step is mapped onto it, linearly from the last re-plan, so that the schedule's
-    end falls at `end_step`. The learning rate stays continuous at a re-plan. With a `deadline` (one process: its
-    own clock decides, and no other rank's could differ) the schedule is also never behind the share of the training
-    time spent, so its annealing completes by the deadline even when the machine slows down at the end."""
+    """The schedule's clock for a run whose length is re-planned (`train.replan` under `train.budget`): the schedule
+    is laid out over `total` steps and a step is mapped onto it by the share of the run done, so a re-plan in either
+    direction never leaves the learning rate annealed with budget left (a run planned for 1 epoch and re-planned to
+    20 trained 19 of them at 1e-6) and the end of the annealing is the end of the run.
+
+    With a `deadline` (one process: its own clock decides, and no other rank's could differ) the share is that of the
+    training budget's time spent, so warm-up, peak and annealing follow the budget whatever the re-plans say and
+    however the machine's speed changes, and the last step of the budget is the end of the annealing. Across ranks
+    (no deadline) it is the share of the planned steps done: from a re-plan on, the schedule goes from the share then
+    done to its end at `end_step`."""
 
     total: int
     origin_step: int = 0
@@ -59,19 +64,25 @@ class Stretch:
 
     def virtual(self, step: int) -> float:
         """Where optimizer step `step` is on the schedule's own clock (the step itself until a re-plan)."""
-        if self.end_step == self.total and self.origin_step == 0 and self.deadline is None:
+        if self.deadline is not None:
+            return self.spent_share() * self.total
+        if self.end_step == self.total and self.origin_step == 0:
             return step
         span = max(1, self.end_step - self.origin_step)
-        virtual = self.origin_virtual + (step - self.origin_step) * (self.total - self.origin_virtual) / span
-        if self.deadline is not None:
-            start, end = self.deadline
-            spent = min(1.0, max(0.0, (time.time() - start) / max(end - start, 1e-9)))
-            virtual = max(virtual, spent * self.total)
-        return virtual
+        return min(float(self.total), self.origin_virtual + (step - self.origin_step) * (self.total - self.origin_virtual)
+                   / span)
+
+    def spent_share(self, now: float | None = None) -> float:
+        """The share of the training budget's time spent (with a deadline)."""
+        start, end = self.deadline
+        now = time.time() if now is None else now
+        return min(1.0, max(0.0, (now - start) / max(end - start, 1e-9)))
 
     def restretch(self, step: int, end_step: int) -> None:
-        """From optimizer step `step` on, the schedule ends at `end_step` instead."""
-        self.origin_virtual, self.origin_step, self.end_step = self.virtual(step), step, max(end_step, step + 1)
+        """From optimizer step `step` on, the schedule ends at `end_step`: it goes on from the share of the new plan
+        done at `step` (not from where the old plan had taken it: annealed is not where a longer run should stay)."""
+        end_step = max(end_step, step + 1)
+        self.origin_virtual, self.origin_step, self.end_step = self.total * step / end_step, step, end_step
 
 
 PROGRESSIVE_STEP = 8  # progressive sizes are multiples of this

@@ -24,7 +24,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,15 @@ from trainer.core.csvfile import dict_rows_text
 from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_bytes, atomic_write_text
 from trainer.core.rundir import RunDir
-from trainer.data.duplicates import Duplicates, ImageRef, LeakWorth, find_near_duplicates, format_duplicates, leak_worth
+from trainer.data.duplicates import (
+    DuplicateGroup,
+    Duplicates,
+    ImageRef,
+    LeakWorth,
+    find_near_duplicates,
+    format_duplicates,
+    leak_worth,
+)
 from trainer.data.loader import load_manifest
 from trainer.data.scan import DataError, printable_path, scan_image_folder
 from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
@@ -283,16 +291,13 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
     _check_folds(run, classes, images[:labelled], folds)
     kept = _kept_or_computed(run, model, classes, images, labelled, folds, cross_fit)
     rows = kept.rows[kept.rows < labelled]  # the labelled images that could be read: the first of the rows
-    index = {c: n for n, c in enumerate(classes)}
-    labels = np.asarray([index[images[i].label] for i in rows], np.int64)
-    ranked, quality = rank_issues(labels, kept.probs)
-    suspects = [Suspect(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
-                        float(quality[r]), int(kept.fold[r])) for r in ranked]
+    found = _kept_findings(run, kept) if kept.reused else None  # the Map asks again: nothing to search again
+    if found is None:
+        found = _findings(kept, images, rows, classes)
+        keep(run.path / "audit" / "findings.npz", kept.key, findings=json.dumps(_findings_json(*found)))
+    suspects, outliers, copies = found
     write_issues(run.path / "audit" / "label_issues.csv", suspects)
-    outliers = find_outliers([images[i] for i in rows], kept.embeddings[:len(rows)], kept.probs,
-                             kept.net_probs[:len(rows)], classes)
     write_outliers(run.path / "audit" / "outliers.csv", outliers)
-    copies = find_near_duplicates([images[i] for i in kept.rows], kept.embeddings, kept.thumbnails)
     write_duplicates(run.path / "audit" / "duplicates.csv", copies)
     predictions = run.path / "eval" / "test" / "predictions.csv"
     worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
@@ -300,6 +305,39 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
     if with_map:
         audit.map_how = _write_map(run, kept, images, classes, audit)
     return audit
+
+
+def _findings(kept: Embedded, images: list[ImageRef], rows: np.ndarray,
+              classes: list[str]) -> tuple[list[Suspect], list[Outlier], Duplicates]:
+    """The label issues (cleanlab on the out-of-sample probabilities), outliers and copies of the images read."""
+    index = {c: n for n, c in enumerate(classes)}
+    labels = np.asarray([index[images[i].label] for i in rows], np.int64)
+    ranked, quality = rank_issues(labels, kept.probs)
+    suspects = [Suspect(images[rows[r]].path, classes[labels[r]], classes[int(kept.probs[r].argmax())],
+                        float(quality[r]), int(kept.fold[r])) for r in ranked]
+    outliers = find_outliers([images[i] for i in rows], kept.embeddings[:len(rows)], kept.probs,
+                             kept.net_probs[:len(rows)], classes)
+    copies = find_near_duplicates([images[i] for i in kept.rows], kept.embeddings, kept.thumbnails)
+    return suspects, outliers, copies
+
+
+def _findings_json(suspects: list[Suspect], outliers: list[Outlier], copies: Duplicates) -> dict:
+    return {"suspects": [asdict(s) for s in suspects], "outliers": [asdict(o) for o in outliers],
+            "groups": [{"images": [asdict(i) for i in g.images], "near": g.near, "similarity": g.similarity}
+                       for g in copies.groups],
+            "unreadable": [list(u) for u in copies.unreadable]}
+
+
+def _kept_findings(run: RunDir, kept: Embedded) -> tuple[list[Suspect], list[Outlier], Duplicates] | None:
+    """The findings of the last audit of the same images, labels and checkpoint (RUN/audit/findings.npz, written
+    with oof.npz's fingerprint): the neighbour searches (~n^1.9) are not run again for the Map."""
+    stored = read_kept(run.path / "audit" / "findings.npz", kept.key, ("findings",))
+    if stored is None:
+        return None
+    raw = json.loads(str(stored["findings"]))
+    groups = [DuplicateGroup([ImageRef(**i) for i in g["images"]], g["near"], g["similarity"]) for g in raw["groups"]]
+    return ([Suspect(**s) for s in raw["suspects"]], [Outlier(**o) for o in raw["outliers"]],
+            Duplicates(groups, [tuple(u) for u in raw["unreadable"]]))
 
 
 def _write_map(run: RunDir, kept: Embedded, images: list[ImageRef], classes: list[str], audit: Audit) -> str:
