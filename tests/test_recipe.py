@@ -3,7 +3,6 @@ uninterrupted one does."""
 
 import json
 import shutil
-
 import time
 
 import pytest
