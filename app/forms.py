@@ -23,6 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from trainer.core.config import key_meta
+
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
 
 
@@ -112,6 +114,22 @@ class WrappedLabel(QLabel):
         self._fit()
 
 
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+FLOAT_MAX = 1e9
+EXACT_DECIMALS = 6  # a decimal key's resolution in a form
+
+
+class ExactDoubleSpinBox(QDoubleSpinBox):
+    """A QDoubleSpinBox that keeps EXACT_DECIMALS digits and shows a value as written (0.125, not 0.125000)."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setDecimals(EXACT_DECIMALS)
+
+    def textFromValue(self, value: float) -> str:  # noqa: N802 - Qt's name
+        return f"{value:.{EXACT_DECIMALS}f}".rstrip("0").rstrip(".") or "0"
+
+
 class Binder(QObject):
     """Creates widgets bound to config keys and keeps the key -> widget map."""
 
@@ -132,19 +150,28 @@ class Binder(QObject):
         if not self._loading:
             self.changed.emit()
 
-    def spin(self, key: str, minimum: int, maximum: int, suffix: str = "", special: str = "") -> QSpinBox:
+    def spin(self, key: str, suffix: str = "", special: str = "") -> QSpinBox:
+        """A whole-number key, its range the config's (`key_meta`); `special` names its lowest value (off, auto)."""
+        meta = key_meta(key)
         w = QSpinBox()
-        w.setRange(minimum, maximum)
+        low = meta["ge"] if meta["ge"] is not None else meta["gt"] + 1 if meta["gt"] is not None else INT_MIN
+        high = meta["le"] if meta["le"] is not None else meta["lt"] - 1 if meta["lt"] is not None else INT_MAX
+        w.setRange(max(INT_MIN, int(low)), min(INT_MAX, int(high)))  # a Qt spin box holds 32-bit values
         w.setSuffix(suffix)
         if special:
             w.setSpecialValueText(special)
         return self._register(key, w, w.valueChanged)
 
-    def dspin(self, key: str, minimum: float, maximum: float, step: float = 0.05, decimals: int = 2) -> QDoubleSpinBox:
-        w = QDoubleSpinBox()
-        w.setRange(minimum, maximum)
+    def dspin(self, key: str, step: float = 0.05) -> QDoubleSpinBox:
+        """A decimal key, its range the config's (`key_meta`), holding any valid value as typed (0.125 stays 0.125,
+        not 0.13; 0.02 is not raised to a widget's own 0.05)."""
+        meta = key_meta(key)
+        w = ExactDoubleSpinBox()
+        tiny = 10.0 ** -EXACT_DECIMALS
+        low = meta["ge"] if meta["ge"] is not None else meta["gt"] + tiny if meta["gt"] is not None else -FLOAT_MAX
+        high = meta["le"] if meta["le"] is not None else meta["lt"] - tiny if meta["lt"] is not None else FLOAT_MAX
+        w.setRange(low, high)
         w.setSingleStep(step)
-        w.setDecimals(decimals)
         return self._register(key, w, w.valueChanged)
 
     def number(self, key: str, placeholder: str = "") -> QLineEdit:

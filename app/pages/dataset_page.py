@@ -219,15 +219,15 @@ class DatasetPage(QWidget):
                                               host_of=lambda: self.host))
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
                                                     "Validation images", self, host_of=lambda: self.host))
-        form.addRow("Validation split", binder.dspin("data.val_split", 0.01, 0.9, 0.05))
+        form.addRow("Validation split", binder.dspin("data.val_split", 0.05))
         form.addRow("Manifest", folder_row(binder, "data.exclude", "optional: images left out or relabelled (marked "
                                            "in the Results tab)", "Dataset manifest", self, "Manifests (*.yaml *.yml)"))
 
         loading = QGroupBox("Loading")
         lf = QFormLayout(loading)
-        lf.addRow("Image size", binder.spin("data.image_size", 8, 1024, " px"))
-        lf.addRow("Batch size", binder.spin("data.batch_size", 1, 65536))
-        lf.addRow("Workers", binder.spin("data.num_workers", -1, 64, special="auto"))
+        lf.addRow("Image size", binder.spin("data.image_size", " px"))
+        lf.addRow("Batch size", binder.spin("data.batch_size"))
+        lf.addRow("Workers", binder.spin("data.num_workers", special="auto"))
         lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
         lf.addRow("Unusable files", binder.combo("data.on_bad_file", key_choices("data.on_bad_file")))
         lf.addRow("Sampler", binder.combo("data.sampler", key_choices("data.sampler")))
@@ -240,8 +240,8 @@ class DatasetPage(QWidget):
         af = QFormLayout(augment)
         af.addRow(binder.check("data.augment.hflip", "Random horizontal flip"))
         af.addRow(binder.check("data.augment.random_resized_crop", "Random resized crop"))
-        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, 1.0, 0.05))
-        af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.0, 1.0, 0.05))
+        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05))
+        af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.05))
 
         self.auto = AutoPanel()
         left = FullHeight()  # on a 700 px screen the page scrolls instead of squashing the spin boxes

@@ -606,6 +606,20 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     return problems
 
 
+def key_meta(key: str) -> dict:
+    """What a form needs to know of a config key, declared once (issue #51: a widget's limits are the config's):
+    its type name, default, description, choices and bounds (ge, gt, le, lt; None where there is none)."""
+    cls: Any = RunConfig
+    *sections, name = key.split(".")
+    for section in sections:
+        cls = typing.get_type_hints(cls)[section]
+    f = cls.__dataclass_fields__[name]
+    meta = dict(f.metadata)
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return {"type": _describe(typing.get_type_hints(cls)[name]), "default": default, "doc": meta.get("doc", ""),
+            "choices": meta.get("choices"), **{b: meta.get(b) for b in ("ge", "gt", "le", "lt")}}
+
+
 def key_choices(key: str) -> tuple:
     """The allowed values of a config key, e.g. key_choices("train.amp") (forms offer exactly these)."""
     cls: Any = RunConfig
