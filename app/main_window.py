@@ -165,6 +165,7 @@ class MainWindow(QMainWindow):
         self.dataset_page.auto.requested.connect(self.auto_plan)
         self.auto_job: CliJob | None = None
         self.device_page.slurmRequested.connect(self._save_slurm_dialog)
+        self._folder_gave: dict | None = None  # the splits the training folder's layout gave (val/, test/)
         self.lr_finder = LrFinder(self.runs_dir, self)
         self.lr_finder.done.connect(self._lr_found)
         self.lr_finder.failed.connect(self._lr_failed)
@@ -279,6 +280,7 @@ class MainWindow(QMainWindow):
         """Show `cfg` in the forms; `set_by` names who chose its values (the Advanced page marks them so)."""
         raw = cfg.to_dict()
         self.loaded_raw = raw
+        self._folder_gave = None  # the config's splits are its own, not a folder's
         self.binder.load(raw)
         self.optimizer_page.load(raw)
         self.device_page.load(raw)
@@ -641,17 +643,41 @@ class MainWindow(QMainWindow):
         return self.runs_dir / "configs" / f"{name}-{hashlib.sha1(real.encode()).hexdigest()[:8]}.exclude.yaml"
 
     def _use_folder_splits(self, folder: str) -> None:
-        """A folder laid out as train/ val/ test/ is used as those splits (the scan's rule, as Auto does). A host's
-        folders are not on this machine: its scan there says what it holds."""
+        """A folder laid out as train/ val/ test/ is used as those splits (the scan's rule, as Auto does), and what it
+        gave is remembered: when the training folder becomes another one, the splits it gave go (a flat folder kept
+        the first folder's val/ and test/, and the run validated and tested on another dataset); a split the user
+        set since stays. A host's folders are not on this machine: its scan there says what it holds."""
+        cleared = self._forget_folder_splits(folder)
         layout = find_layout(folder) if not self.device_page.host else None
         if layout is None or os.path.normpath(layout["train_dir"]) == os.path.normpath(folder):
+            if cleared:
+                self.statusBar().showMessage(f"{folder}: a new training folder; the {' and '.join(cleared)} folder of "
+                                             f"the last one no longer applies and was cleared", 10000)
             return
         self.binder.widgets["data.val_dir"].setText(layout["val_dir"] or "")
         self.advanced_page.set_value("data.test_dir", layout["test_dir"])
+        self._folder_gave = {"train_dir": layout["train_dir"], "data.val_dir": layout["val_dir"] or "",
+                             "data.test_dir": layout["test_dir"]}
         self.binder.widgets["data.train_dir"].setText(layout["train_dir"])
         splits = ", ".join(f"{s}/" for s in ("train", "val", "test") if layout[f"{s}_dir"])
         self.statusBar().showMessage(f"{folder} holds {splits}: they are used as the training, validation and test "
                                      f"sets", 10000)
+
+    def _forget_folder_splits(self, folder: str) -> list[str]:
+        """The validation and test folders an earlier training folder gave, cleared when `folder` is another one and
+        they still hold what it gave; which were cleared ("validation", "test")."""
+        gave = self._folder_gave
+        if not gave or os.path.normpath(folder) == os.path.normpath(gave["train_dir"]):
+            return []
+        self._folder_gave = None
+        cleared = []
+        if gave["data.val_dir"] and self.binder.widgets["data.val_dir"].text() == gave["data.val_dir"]:
+            self.binder.widgets["data.val_dir"].setText("")
+            cleared.append("validation")
+        if gave["data.test_dir"] and self.advanced_page.value("data.test_dir") == gave["data.test_dir"]:
+            self.advanced_page.set_value("data.test_dir", None)
+            cleared.append("test")
+        return cleared
 
     def _dataset_changed(self) -> None:
         """A manifest TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""

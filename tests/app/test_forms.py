@@ -31,3 +31,38 @@ def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shap
     assert spins["data.val_split"].text() == "0.125", "shown as written"
     val_split = spins["data.val_split"]
     assert (val_split.minimum(), val_split.maximum()) == (0.000001, 0.999999), "the config's bounds: 0 < val_split < 1"
+
+
+def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_window, tmp_path, monkeypatch):
+    """Training images set to a folder holding train/ val/ test/, then to a flat folder with other classes: its
+    validation and test folders went on being used (the run validated and tested on the first dataset)."""
+    import shutil
+
+    from trainer.data.demo_data import write_demo_dataset
+
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    split = tmp_path / "split"
+    for name, seed in (("train", 1), ("val", 2), ("test", 3)):
+        write_demo_dataset(split / name, per_class=6, size=16, seed=seed)
+    flat = tmp_path / "flat"
+    for old, new in (("circle", "round"), ("square", "boxy")):
+        shutil.copytree(split / "train" / old, flat / new)
+    window = make_window(write_config(tmp_path, split))
+    val_dir = window.binder.widgets["data.val_dir"]
+    qtbot.waitUntil(lambda: val_dir.text() == str(split / "val"), timeout=20_000)
+    assert window.advanced_page.value("data.test_dir") == str(split / "test")
+    window.binder.widgets["data.train_dir"].setText(str(flat))
+    qtbot.waitUntil(lambda: val_dir.text() == "", timeout=20_000)
+    assert window.advanced_page.value("data.test_dir") is None
+    assert "the validation and test folder of the last one no longer applies" in window.statusBar().currentMessage()
+    cfg = window.current_config()
+    assert cfg.data.train_dir == str(flat) and cfg.data.val_dir is None and cfg.data.test_dir is None
+
+    typed = tmp_path / "mine"  # a validation folder the user chose over the folder's own stays on a change
+    shutil.copytree(flat, typed)
+    window.binder.widgets["data.train_dir"].setText(str(split))
+    qtbot.waitUntil(lambda: val_dir.text() == str(split / "val"), timeout=20_000)
+    val_dir.setText(str(typed))
+    window.binder.widgets["data.train_dir"].setText(str(flat))
+    qtbot.waitUntil(lambda: window.advanced_page.value("data.test_dir") is None, timeout=20_000)
+    assert val_dir.text() == str(typed), "what the user set is kept"
