@@ -54,6 +54,8 @@ from trainer.runs.launch import REPO_ROOT, node_commands, train_command, write_s
 
 log = logging.getLogger(__name__)
 
+DATASET_KEYS = ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
+                "data.test_labels")  # what New keeps: the dataset, every other setting at its default
 PAGES = ["Dataset", "Model", "Optimizer", "Device", "Advanced", "Training", "Runs", "Queue"]
 # keys with a home on a page other than through the binder (the Advanced page lists every other key)
 PAGE_KEYS = {"optimizer.groups", "device.parallel", "device.launcher", "device.host"}
@@ -344,11 +346,12 @@ class MainWindow(QMainWindow):
                                      else "")
 
     def new_config(self) -> None:
-        """The defaults on the form's dataset: a fresh start, whatever a plan or an opened run had set."""
+        """The defaults on the form's dataset: a fresh start, whatever a plan or an opened run had set. The dataset's
+        fields stay even when they do not make a valid config yet (they were cleared, while the status bar said
+        'on the same dataset'): the forms then mark what to fix."""
         current = self.current_raw()
         raw = RunConfig().to_dict()
-        for key in ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
-                    "data.test_labels"):
+        for key in DATASET_KEYS:
             set_path(raw, key, get_path(current, key))
         if get_path(raw, "data.labels"):  # a multi-label dataset: its loss, as the config's rule says
             set_path(raw, "loss.name", MULTILABEL_LOSS)
@@ -358,6 +361,14 @@ class MainWindow(QMainWindow):
             cfg = RunConfig()
         self.config_path = None
         self.load_config(cfg)
+        for key in DATASET_KEYS:  # what the defaults could not take is set as it was, to be marked
+            value = get_path(raw, key)
+            if value and getattr(cfg.data, key.removeprefix("data.")) != value:
+                if key in self.binder.widgets:
+                    self.binder.widgets[key].setText(str(value))
+                else:
+                    self.advanced_page.set_value(key, value)
+        self.validate()
         self.statusBar().showMessage("New config: every setting at its default, on the same dataset", 5000)
 
     def _model_described(self, info: dict) -> None:

@@ -1,5 +1,6 @@
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -129,7 +130,7 @@ def test_events_have_every_type_with_documented_fields(shapes_dir, tmp_path):
     assert warning["kind"] == "bad_files" and warning["files"][0]["path"].endswith("broken.png")
     assert "empty file" in warning["files"][0]["reason"]
     assert by_type["run_end"][-1]["status"] == "completed"
-    assert set(by_type) >= set(EVENT_TYPES) - {"error", "system", "test", "export"}  # test_evaluation.py, test_auto.py
+    assert set(by_type) >= set(EVENT_TYPES) - {"error", "system", "test", "export", "replan"}  # test_evaluation.py, test_auto.py
     assert json.loads(run.status_file.read_text())["state"] == "completed"
     assert "broken.png" in run.log.read_text()
 
@@ -182,3 +183,20 @@ def test_print_in_user_model_does_not_corrupt_events(shapes_dir, tmp_path):
     run_dir = next((tmp_path / "runs").iterdir())
     lines = (run_dir / "events.jsonl").read_text().splitlines()
     assert all(json.loads(line)["event"] for line in lines)
+
+
+def test_every_event_type_is_declared_once_and_documented():
+    """EVENT_TYPES is the contract: docs/events.md has a section for each (replan was emitted and not declared), and
+    the writer refuses an event outside it."""
+    import re
+    import tempfile
+
+    from trainer.core.events import EventWriter
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "events.md").read_text(encoding="utf-8")
+    assert set(re.findall(r"^### `(\w+)`", docs, re.M)) == set(EVENT_TYPES)
+    with tempfile.TemporaryDirectory() as folder:
+        writer = EventWriter(Path(folder) / "events.jsonl")
+        with pytest.raises(ValueError, match="'replanned' is not one of EVENT_TYPES"):
+            writer.emit("replanned")
+        writer.close()

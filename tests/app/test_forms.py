@@ -66,3 +66,20 @@ def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_win
     window.binder.widgets["data.train_dir"].setText(str(flat))
     qtbot.waitUntil(lambda: window.advanced_page.value("data.test_dir") is None, timeout=20_000)
     assert val_dir.text() == str(typed), "what the user set is kept"
+
+
+def test_new_keeps_the_dataset_even_when_it_does_not_make_a_valid_config_yet(qtbot, make_window, shapes_dir,
+                                                                             tmp_path, monkeypatch):
+    """New on a form with errors (a labels file beside a validation folder) cleared Training images and the labels
+    file while the status bar said 'on the same dataset'."""
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    window = make_window(write_config(tmp_path, shapes_dir))
+    labels, val = str(tmp_path / "labels.csv"), str(tmp_path / "val")
+    window.binder.widgets["data.labels"].setText(labels)
+    window.binder.widgets["data.val_dir"].setText(val)
+    window.binder.widgets["train.epochs"].setValue(7)
+    window.new_config()
+    assert window.binder.widgets["data.train_dir"].text() == str(shapes_dir)
+    assert (window.binder.widgets["data.labels"].text(), window.binder.widgets["data.val_dir"].text()) == (labels, val)
+    assert window.binder.widgets["train.epochs"].value() == RunConfig().train.epochs, "every other setting: default"
+    qtbot.waitUntil(lambda: any(p.startswith("data.val_dir") for p in window.config_problems), timeout=10_000)

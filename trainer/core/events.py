@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "checkpoint", "test", "export", "system",
-               "warning", "error", "run_end")
+EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint", "test", "export",
+               "system", "warning", "error", "run_end")
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,8 @@ class EventWriter:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def emit(self, event: str, **fields: Any) -> dict:
+        if event not in EVENT_TYPES:  # the declared list is the contract (docs/events.md, the app's RunState)
+            raise ValueError(f"event {event!r} is not one of EVENT_TYPES")
         record = {"event": event, "v": SCHEMA_VERSION, "time": round(time.time(), 3), **fields}
         try:
             line = json.dumps(record, allow_nan=False)
@@ -57,6 +59,8 @@ class NullEventWriter:
     """What ranks other than 0 get: events are written by rank 0 only."""
 
     def emit(self, event: str, **fields: Any) -> dict:
+        if event not in EVENT_TYPES:  # the declared list is the contract (docs/events.md, the app's RunState)
+            raise ValueError(f"event {event!r} is not one of EVENT_TYPES")
         return {"event": event, **fields}
 
     def close(self) -> None:
