@@ -7,6 +7,8 @@ the trainer answers that the plan is made inside the job, and the choices are sh
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
@@ -44,6 +46,7 @@ class AutoPanel(QGroupBox):
         self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")
         self.shown_run = None  # the run whose job-made choices are shown (Auto on a SLURM host)
         self._planning = False
+        self.planned_folder = ""  # the training folder of the plan shown ("" when none is)
         self._unusable = ""  # why the folder's scan says it cannot be trained on ("" when it can, or is unscanned)
         self.button = QPushButton("Train the best model in this time")
         self.button.setObjectName("autoStart")
@@ -120,7 +123,18 @@ class AutoPanel(QGroupBox):
                             f"as they were: this plan is the job's.")
         self._fill(choices)
 
+    def folder_changed(self, folder: str) -> None:
+        """The Dataset page's training folder is now `folder`: a plan made for another folder goes from the page (it
+        stayed there, over the new folder's widgets)."""
+        planned = self.planned_folder
+        if planned and os.path.normpath(planned) != os.path.normpath(folder or ""):
+            self.planned_folder = ""
+            self.shown_run = None
+            self.choices.hide()
+            self.status.setText(f"The last plan was for {planned}; plan again for this folder.")
+
     def _fill(self, choices: list[dict]) -> None:
+        self.planned_folder = next((str(c["value"]) for c in choices if c["key"] == "data.train_dir"), "")
         self.choices.setRowCount(len(choices))
         for i, c in enumerate(choices):
             for j, text in enumerate((c["key"], shown_value(c["value"]), c["why"])):

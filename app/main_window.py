@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QPushButton,
     QScrollArea,
     QStackedWidget,
     QStyle,
@@ -138,6 +139,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.problem_label, 1)
         self.statusBar().addPermanentWidget(self.budget_label)
         self.statusBar().addPermanentWidget(self.eta_label)
+        self.restore_form = QPushButton("Put the form back")
+        self.restore_form.setObjectName("restoreForm")
+        self.restore_form.setToolTip("Opening a run loaded its settings into the forms; this puts back what they held")
+        self.restore_form.clicked.connect(self._restore_form)
+        self.restore_form.hide()
+        self.statusBar().addPermanentWidget(self.restore_form)
         self.statusBar().addPermanentWidget(self.progress)
 
         self.tray = QSystemTrayIcon(self.windowIcon(), self) if QSystemTrayIcon.isSystemTrayAvailable() else None
@@ -168,6 +175,7 @@ class MainWindow(QMainWindow):
         self.auto_job: CliJob | None = None
         self.device_page.slurmRequested.connect(self._save_slurm_dialog)
         self._folder_gave: dict | None = None  # the splits the training folder's layout gave (val/, test/)
+        self._form_before_open: dict | None = None  # the form before a past run's settings were loaded into it
         self.lr_finder = LrFinder(self.runs_dir, self)
         self.lr_finder.done.connect(self._lr_found)
         self.lr_finder.failed.connect(self._lr_failed)
@@ -283,6 +291,8 @@ class MainWindow(QMainWindow):
         raw = cfg.to_dict()
         self.loaded_raw = raw
         self._folder_gave = None  # the config's splits are its own, not a folder's
+        self._form_before_open = None  # another config now: what a run's opening replaced is no longer to go back to
+        self.restore_form.hide()
         self.binder.load(raw)
         self.optimizer_page.load(raw)
         self.device_page.load(raw)
@@ -731,11 +741,26 @@ class MainWindow(QMainWindow):
         """Show a past run's curves (replayed from its events), re-attaching when it is still going."""
         run = RunDir(path)
         self.runs.open(run)
+        before = self.current_raw()
         try:
             self.load_config(load_config(run.config))
         except ConfigError as e:
             log.warning("%s", e)
+        else:
+            if self.current_raw() != before:  # the forms now hold the run's settings: said, and undoable
+                self._form_before_open = before
+                self.restore_form.setText(f"Put the form back (it holds {run.name}'s settings now)")
+                self.restore_form.show()
         self.nav.setCurrentRow(PAGES.index("Training"))
+
+    def _restore_form(self) -> None:
+        """The form as it was before a past run was opened (opening one loads its settings; the next Start trained
+        that run's dataset without a word)."""
+        before, self._form_before_open = self._form_before_open, None
+        self.restore_form.hide()
+        if before is not None:
+            self.load_config(RunConfig.from_dict(before))
+            self.statusBar().showMessage("The form is as it was before the run was opened", 5000)
 
     def show_findings(self, path: str, kind: str) -> None:
         """A finding of the Dataset page's data check: its run opened on the Results tab, the audit's view shown."""

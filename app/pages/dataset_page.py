@@ -393,6 +393,7 @@ class DatasetPage(QWidget):
             self.summary.setText(self._held)
             return
         self.auto.set_folder_problem("" if folder else "no folder chosen")
+        self.auto.folder_changed(folder)
         if not folder:
             self.summary.setText("Choose a folder of training images.")
             self.scanned.emit(None)

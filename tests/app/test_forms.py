@@ -83,3 +83,28 @@ def test_new_keeps_the_dataset_even_when_it_does_not_make_a_valid_config_yet(qtb
     assert (window.binder.widgets["data.labels"].text(), window.binder.widgets["data.val_dir"].text()) == (labels, val)
     assert window.binder.widgets["train.epochs"].value() == RunConfig().train.epochs, "every other setting: default"
     qtbot.waitUntil(lambda: any(p.startswith("data.val_dir") for p in window.config_problems), timeout=10_000)
+
+
+def test_opening_a_past_run_says_it_replaced_the_form_and_puts_it_back(qtbot, make_window, shapes_dir, tmp_path,
+                                                                      monkeypatch):
+    """Opening a run from Runs loaded its settings into the forms without a word: the next Start trained its dataset."""
+    import shutil
+
+    import yaml
+
+    from trainer.core.rundir import RunDir
+
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    run = RunDir(tmp_path / "runs" / "20261203-100000-small_cnn").create()
+    other = tmp_path / "other"
+    shutil.copytree(shapes_dir, other)
+    raw = RunConfig().to_dict()
+    raw["data"]["train_dir"], raw["train"]["epochs"] = str(other), 3
+    run.config.write_text(yaml.safe_dump(raw))
+    window = make_window(write_config(tmp_path, shapes_dir, train={"epochs": 9}), runs_dir=tmp_path / "runs")
+    window.open_run(str(run.path))
+    assert window.binder.widgets["data.train_dir"].text() == str(other)
+    assert window.restore_form.isVisible() and run.name in window.restore_form.text()
+    window.restore_form.click()
+    assert window.binder.widgets["data.train_dir"].text() == str(shapes_dir)
+    assert window.binder.widgets["train.epochs"].value() == 9 and not window.restore_form.isVisible()
