@@ -150,13 +150,17 @@ class Binder(QObject):
         if not self._loading:
             self.changed.emit()
 
-    def spin(self, key: str, suffix: str = "", special: str = "") -> QSpinBox:
+    def spin(self, key: str, suffix: str = "", special: str = "") -> QSpinBox | QLineEdit:
         """A whole-number key, its range the config's (`key_meta`); `special` names its lowest value (off, auto)."""
         meta = key_meta(key)
-        w = QSpinBox()
         low = meta["ge"] if meta["ge"] is not None else meta["gt"] + 1 if meta["gt"] is not None else INT_MIN
         high = meta["le"] if meta["le"] is not None else meta["lt"] - 1 if meta["lt"] is not None else INT_MAX
-        w.setRange(max(INT_MIN, int(low)), min(INT_MAX, int(high)))  # a Qt spin box holds 32-bit values
+        if low < INT_MIN or high > INT_MAX:  # past what a Qt spin box holds (32 bits): typed, checked by the config
+            w = QLineEdit()
+            w.setProperty("kind", "int")
+            return self._register(key, w, w.textChanged)
+        w = QSpinBox()
+        w.setRange(int(low), int(high))
         w.setSuffix(suffix)
         if special:
             w.setSpecialValueText(special)
@@ -229,6 +233,9 @@ class Binder(QObject):
                 value = w.currentText()
             elif w.property("kind") == "number":
                 value = parse_number(w.text())
+            elif w.property("kind") == "int":
+                text = w.text().strip()
+                value = int(text) if text.lstrip("-").isdigit() else (text or None)
             elif w.property("kind") == "int_list":
                 value = [int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in w.text().split(",")
                          if v.strip()]

@@ -16,7 +16,8 @@ def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shap
     raw = RunConfig().to_dict()
     window.binder.dump(raw)
     values = {"data.val_split": 0.125, "data.augment.crop_scale_min": 0.02, "scheduler.warmup_epochs": 0.25,
-              "loss.label_smoothing": 0.005, "data.augment.color_jitter": 0.375}
+              "loss.label_smoothing": 0.005, "data.augment.color_jitter": 0.375,
+              "train.seed": 2**32 - 1}  # past a Qt spin box's 32 bits: typed
     for key in spins:  # every other one at the edges the config allows
         meta = key_meta(key)
         values.setdefault(key, meta["le"] if meta["le"] is not None and meta["le"] < 2**31 else
