@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import traceback
 from collections.abc import Callable
 
 import shiboken6
-from PySide6.QtCore import QObject, QProcess, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QProcess, QRunnable, QThreadPool, Signal
 
 from trainer.runs.launch import main_command
+from trainer.runs.resident import RESIDENT_COMMANDS
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +70,11 @@ def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = N
 class CliJob(QObject):
     """`python main.py ARGS`; `done` carries its stdout parsed as JSON (or the text, with parse_json=False).
 
-    An exit code in `ok_codes` other than 0 still counts as done when the command printed its answer (`predict`
-    exits 2 when some files could not be read, and lists them in its JSON)."""
+    The quick questions (`RESIDENT_COMMANDS`: describe a model, probe the devices, Grad-CAM, predict) go to the app's
+    resident worker (`ResidentWorker`), which has torch imported already; the others run as a process of their own.
+    Either way the answer is the command's, exit code and output. An exit code in `ok_codes` other than 0 still counts
+    as done when the command printed its answer (`predict` exits 2 when some files could not be read, and lists them
+    in its JSON)."""
 
     done = Signal(object)
     failed = Signal(str)
@@ -78,24 +83,32 @@ class CliJob(QObject):
     def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True,
                  ok_codes: tuple[int, ...] = (0,)):
         super().__init__(parent)
+        self.args = [str(a) for a in args]
         self.parse_json = parse_json
         self.ok_codes = ok_codes
         self.cancelled = False
         self._stderr = b""
+        self.process: QProcess | None = None
+        if self.args and self.args[0] in RESIDENT_COMMANDS and os.environ.get("TRAINDECK_RESIDENT", "1") != "0":
+            ResidentWorker.shared().ask(self)
+            return
         self.process = QProcess(self)
         self.process.readyReadStandardError.connect(self._stderr_ready)
         self.process.finished.connect(self._finished)
         self.process.errorOccurred.connect(self._error)
-        program, *arguments = main_command(*args)
+        program, *arguments = main_command(*self.args)
         self.process.start(program, arguments)
 
     def _finished(self, code: int, status) -> None:
+        out = bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
+        self._stderr += bytes(self.process.readAllStandardError())
+        self.answer(code, out, self._stderr.decode("utf-8", "replace"))
+
+    def answer(self, code: int, out: str, err: str) -> None:
+        """The command ended with `code`, having written `out` and `err`: `done` or `failed`, once."""
         if self.cancelled:
             self.deleteLater()
             return
-        out = bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
-        self._stderr += bytes(self.process.readAllStandardError())
-        err = self._stderr.decode("utf-8", "replace")
         if code != 0 and not (code in self.ok_codes and out.strip()):
             lines = [line for line in err.splitlines() if line.strip()]
             self.failed.emit(lines[-1].removeprefix("error: ") if lines else f"exit code {code}")
@@ -121,7 +134,108 @@ class CliJob(QObject):
             self.deleteLater()
 
     def cancel(self) -> None:
-        """Kill the process; neither `done` nor `failed` will be emitted."""
+        """Stop the command (a resident question's answer is dropped); neither `done` nor `failed` will be emitted."""
         self.cancelled = True
-        if self.process.state() != QProcess.ProcessState.NotRunning:
+        if self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning:
             self.process.kill()
+
+
+class ResidentWorker(QObject):
+    """The app's one resident worker (`main.py resident`, trainer/runs/resident.py): started at the first question,
+    asked one JSON line per question (the asker's environment and folder with it) and answered in order. If it dies
+    (killed, crashed), it is started again and the questions it had not answered are asked again, once; a question
+    it dies on twice fails with the reason. The GUI process itself never imports torch."""
+
+    _shared: ResidentWorker | None = None
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.process: QProcess | None = None
+        self.pid: int | None = None  # the worker's, once it said it is ready
+        self._buffer = b""
+        self._next = 1
+        self._waiting: dict[int, CliJob] = {}  # asked and not answered, in the order asked
+        self._retried: set[int] = set()
+        self._sent: set[int] = set()
+
+    @classmethod
+    def shared(cls) -> ResidentWorker:
+        """The application's worker (made on first use, owned by the application)."""
+        if cls._shared is None or not shiboken6.isValid(cls._shared):
+            app = QCoreApplication.instance()
+            cls._shared = cls(app)
+            app.aboutToQuit.connect(cls._shared.stop)
+        return cls._shared
+
+    def ask(self, job: CliJob) -> None:
+        ident, self._next = self._next, self._next + 1
+        self._waiting[ident] = job
+        if self.process is None:
+            self._start()
+        elif self.pid is not None:
+            self._send(ident)
+
+    def _start(self) -> None:
+        self.pid = None
+        self._buffer = b""
+        self._sent.clear()
+        self.process = QProcess(self)
+        self.process.readyReadStandardOutput.connect(self._read)
+        self.process.readyReadStandardError.connect(self._log)
+        self.process.finished.connect(self._died)
+        program, *arguments = main_command("resident")
+        self.process.start(program, arguments)
+
+    def _send(self, ident: int) -> None:
+        job = self._waiting[ident]
+        request = {"id": ident, "argv": job.args, "env": dict(os.environ), "cwd": os.getcwd()}
+        self.process.write((json.dumps(request) + "\n").encode("utf-8"))
+        self._sent.add(ident)
+
+    def _read(self) -> None:
+        self._buffer += bytes(self.process.readAllStandardOutput())
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                log.warning("resident worker: an unreadable reply line: %.200r", line)
+                continue
+            if reply.get("ready"):
+                self.pid = reply.get("pid")
+                for ident in list(self._waiting):
+                    self._send(ident)
+                continue
+            job = self._waiting.pop(reply.get("id"), None)
+            self._sent.discard(reply.get("id"))
+            if job is not None and shiboken6.isValid(job):
+                job.answer(int(reply.get("code", 1)), reply.get("stdout", ""), reply.get("stderr", ""))
+
+    def _log(self) -> None:
+        text = bytes(self.process.readAllStandardError()).decode("utf-8", "replace").strip()
+        if text:
+            log.debug("resident worker: %s", text[-2000:])
+
+    def _died(self, code: int, status) -> None:
+        log.warning("resident worker ended (exit code %s) with %d question(s) unanswered", code, len(self._waiting))
+        self.process.deleteLater()
+        self.process, self.pid = None, None
+        for ident in list(self._waiting):
+            if ident in self._retried:  # it died on this one twice: the question is its cause, or the machine is
+                job = self._waiting.pop(ident)
+                if shiboken6.isValid(job):
+                    job.answer(1, "", f"error: the resident worker stopped while answering {job.args[0]} twice "
+                                      f"(exit code {code})")
+            else:
+                self._retried.add(ident)
+        if self._waiting:
+            self._start()
+
+    def stop(self) -> None:
+        """End the worker (the questions it had not answered are dropped)."""
+        self._waiting.clear()
+        if self.process is not None:
+            self.process.finished.disconnect(self._died)
+            self.process.kill()  # reaped by Qt when it has gone; nothing here waits
+            self.process = None
+            self.pid = None

@@ -29,7 +29,7 @@ log = logging.getLogger("traindeck")
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
             "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "audit", "label", "grad-cam", "queue",
-            "sweep", "standby", "hosts", "agent", "mirror", "fetch")
+            "sweep", "standby", "resident", "hosts", "agent", "mirror", "fetch")
 
 
 class CommandError(InputError):
@@ -815,6 +815,18 @@ def _parser_standby(sub) -> None:
     p.set_defaults(func=cmd_standby)
 
 
+def cmd_resident(args) -> int:
+    from trainer.runs.resident import serve
+
+    return serve(main)  # handed the entry point: the resident worker does not import the CLI back
+
+
+def _parser_resident(sub) -> None:
+    p = sub.add_parser("resident", help="the app's resident worker: answer describe-model, probe-devices, grad-cam "
+                       "and predict requests read from stdin (JSON lines) with torch imported once")
+    p.set_defaults(func=cmd_resident)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck: train image classifiers.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -823,6 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
         _parser_train,
         _parser_auto,
         _parser_standby,
+        _parser_resident,
         _parser_resume,
         _parser_check_data,
         _parser_demo_data,

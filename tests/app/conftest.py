@@ -3,6 +3,8 @@ import pytest
 from PySide6.QtCore import QSettings, QThreadPool, QTimer
 from PySide6.QtWidgets import QApplication
 
+from app.background import ResidentWorker
+
 
 @pytest.fixture(autouse=True)
 def nothing_left_running(qapp):
@@ -11,7 +13,9 @@ def nothing_left_running(qapp):
     yield
     QThreadPool.globalInstance().waitForDone(10_000)
     assert QThreadPool.globalInstance().activeThreadCount() == 0, "a background job is still running"
-    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    resident = ResidentWorker._shared.process.processId() if ResidentWorker._shared is not None and \
+        ResidentWorker._shared.process is not None else None  # the app's one worker, shared by the tests' windows
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.pid != resident]
     _, alive = psutil.wait_procs(new, timeout=5)  # what the window killed on close gets a moment to go
     leftovers = []
     for p in alive:
@@ -62,5 +66,7 @@ def collect_before_exit():
     yield
     import gc
 
+    if ResidentWorker._shared is not None:
+        ResidentWorker._shared.stop()
     gc.collect()
     QApplication.processEvents()

@@ -1,0 +1,44 @@
+"""The resident worker (issue #51): the app's quick questions go to one long-lived torch process, which answers as the
+command line does; killed mid-question, it is started again and the question asked again."""
+
+import json
+import os
+import signal
+
+from helpers import run_here
+from PySide6.QtCore import QObject
+
+from app.background import CliJob, ResidentWorker
+
+
+def ask(qtbot, *args):
+    """A question through the app's client; (its answer, the worker's pid when it answered)."""
+    owner = QObject()  # the asking widget (kept while the answer comes)
+    got = {}
+    job = CliJob(list(args), owner)
+    job.done.connect(lambda answer: got.setdefault("answer", answer))
+    job.failed.connect(lambda error: got.setdefault("error", error))
+    qtbot.waitUntil(lambda: bool(got), timeout=120_000)
+    return got, ResidentWorker.shared().pid
+
+
+def test_questions_share_one_worker_and_get_the_command_line_s_answer(qtbot, shapes_dir, tmp_path):
+    first, pid = ask(qtbot, "describe-model", "resnet18")
+    again, same = ask(qtbot, "describe-model", "small_cnn")
+    assert pid is not None and same == pid, "one worker answers both"
+    assert first["answer"] == json.loads(run_here("describe-model", "resnet18").stdout), "the CLI's own answer"
+    assert again["answer"]["name"] == "small_cnn"
+    refused, _ = ask(qtbot, "predict", str(tmp_path / "nowhere"), str(next(shapes_dir.rglob("*.png"))))
+    assert refused == {"error": f"{tmp_path / 'nowhere'}: no such model file or run directory"}, "its one line"
+
+
+def test_a_killed_worker_is_started_again_and_the_question_asked_again(qtbot):
+    _, pid = ask(qtbot, "describe-model", "small_cnn")
+    owner = QObject()
+    got = {}
+    job = CliJob(["describe-model", "resnet18"], owner)
+    job.done.connect(lambda answer: got.setdefault("answer", answer))
+    job.failed.connect(lambda error: got.setdefault("error", error))
+    os.kill(pid, signal.SIGKILL)  # killed with the question in flight
+    qtbot.waitUntil(lambda: bool(got), timeout=120_000)
+    assert got["answer"]["name"] == "resnet18" and ResidentWorker.shared().pid not in (None, pid)

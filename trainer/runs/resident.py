@@ -1,0 +1,118 @@
+"""The resident worker: one long-lived process that answers the app's quick questions (describe a model, probe the
+devices, Grad-CAM, predict) with torch already imported, so an answer takes a second, not a fresh interpreter and a
+torch import (issue #51; docs/architecture.md).
+
+`python main.py resident` imports torch and the model code, then reads one request a line on stdin:
+`{"id": N, "argv": ["describe-model", "resnet18"], "env": {...}, "cwd": "..."}`, runs it exactly as
+`python main.py ARGV` would in that environment and folder, and writes one reply a line:
+`{"id": N, "code": EXIT_CODE, "stdout": "...", "stderr": "..."}`. Only the commands in `RESIDENT_COMMANDS` are
+taken. The replies go out on a descriptor of their own: whatever a model's code prints (even from C) goes to stderr,
+never into the replies. End of input ends the process. Like `standby`, this module imports nothing heavy until
+`serve` runs, and it is handed the CLI's entry point (it sits below the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+RESIDENT_COMMANDS = ("describe-model", "probe-devices", "grad-cam", "predict")
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """A log handler writing to whatever sys.stderr is at the time (each request's captured stderr)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def warm_imports() -> None:
+    import torch  # noqa: F401
+    import torchvision.models  # noqa: F401
+
+    import trainer.deploy.export  # noqa: F401
+    import trainer.deploy.gradcam  # noqa: F401
+    import trainer.model.models  # noqa: F401
+
+
+def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict | None = None,
+                 cwd: str | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `entry(argv)` run here as `python main.py ARGV` would run, in `env` and `cwd`;
+    the process's environment, folder, signal handlers and log handlers are as they were afterwards."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = entry(list(argv))
+            except SystemExit as e:  # argparse's usage errors
+                code = e.code if isinstance(e.code, int) else 2
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for s, handler in saved_signals.items():
+            signal.signal(s, handler)
+        for handler in list(root.handlers):
+            if handler not in saved_handlers:
+                root.removeHandler(handler)
+        root.setLevel(saved_level)
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def serve(entry: Callable[[list[str]], int], stdin: TextIO = sys.stdin) -> int:
+    """Warm up, then answer requests until stdin ends (see the module's docstring)."""
+    from trainer.core.system import die_with_parent
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # told to go: at once, even mid-import
+    die_with_parent()  # the app gone (even killed): so is its worker
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)  # fd 1 is stderr from here on: a stray print, even from C, never lands in the replies
+    sys.stdout = sys.stderr
+    root = logging.getLogger()
+    handler = _CurrentStderr()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    root.addHandler(handler)  # the CLI's basicConfig then adds none; each request's log lines go to its stderr
+    root.setLevel(logging.INFO)
+    warm_imports()
+    replies.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
+    replies.flush()
+    for line in stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            ident, argv = request["id"], [str(a) for a in request["argv"]]
+            env, cwd = request.get("env"), request.get("cwd")
+        except (ValueError, KeyError, TypeError) as e:
+            reply = {"id": None, "code": 2, "stdout": "", "stderr": f"error: resident: not a request ({e})\n"}
+        else:
+            if not argv or argv[0] not in RESIDENT_COMMANDS:
+                reply = {"id": ident, "code": 2, "stdout": "",
+                         "stderr": f"error: resident: answers {', '.join(RESIDENT_COMMANDS)}, not {argv[:1]}\n"}
+            else:
+                code, out, err = run_captured(entry, argv, env, cwd)
+                reply = {"id": ident, "code": code, "stdout": out, "stderr": err}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    return 0
