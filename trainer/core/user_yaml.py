@@ -114,8 +114,8 @@ def read_yaml_file(path: str | os.PathLike, what: str = "YAML file", max_bytes: 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise YamlError(f"{path}: not a text (UTF-8) {what}: byte {e.start} is {data[e.start:e.start + 1]!r}") \
+        raise YamlError(f"{path}: not a text (UTF-8) YAML file: byte {e.start} is {data[e.start:e.start + 1]!r}") \
             from None
     if "\x00" in text:
-        raise YamlError(f"{path}: not a text {what} (it contains NUL bytes)")
+        raise YamlError(f"{path}: not a text YAML file (it contains NUL bytes)")
     return parse_yaml(text, str(path))
