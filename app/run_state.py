@@ -81,92 +81,109 @@ class RunState:
             return None
 
     def _apply(self, e: dict, now: float | None) -> str | None:
-        kind = e.get("event")
-        if kind == "prepare":
-            self.last_prepare = e
-            return "preparing"
-        if kind == "run_start":
-            if self.awaiting_start and e.get("time", 0) >= self._awaiting_since - CLOCK_SLACK_S:
-                self.awaiting_start = False
-            self.ended = False
-            self.state, self.message = ("starting" if self.awaiting_start else "running"), ""
-            self.segments += 1
-            if self.segments > 1:
-                self._drop_superseded(e.get("start_step") or 0, e.get("start_epoch") or 0)
-            self.start_event = e
-            self.replans = []
-            self.group_names = [g["name"] for g in e.get("param_groups", [])]
-            while len(self.lr) < len(self.group_names):
-                self.lr.append(Series())
-            if e.get("layers") and (self.layer_grad is None or self.layer_grad.rows != len(e["layers"])):
-                self.layers = e["layers"]
-                self.layer_grad = Matrix(len(self.layers))
-            self._eta_origin, self.eta_s = None, None
-            return "runStarted"
-        if kind == "step":
-            step = e["step"]
-            before = self.last_step
-            if before and step > before.get("step", step) and e.get("time") and before.get("time"):
-                self.seconds_per_step = (e["time"] - before["time"]) / (step - before["step"])
-            self.last_step = e
-            self.step_loss.append(step, e.get("loss"))
-            self.images_per_s.append(step, e.get("images_per_s"))
-            if e.get("grad_norm") is not None:
-                self.grad_norm.append(step, e["grad_norm"])
-            for series, lr in zip(self.lr, e.get("lr", [])):
-                series.append(step, lr)
-            self._update_eta(e, now)
-            return "stepLogged"
-        if kind == "grad_stats":
-            self.layer_table = e
-            if self.layer_grad is not None and len(e.get("grad_norm", [])) == self.layer_grad.rows:
-                self.layer_grad.append(e["step"], e["grad_norm"])
-            return None
-        if kind == "histogram":
-            series = self.histograms.setdefault((e["layer"], e["kind"]), [])
-            series.append(e)
-            if len(series) > HISTOGRAMS_KEPT:
-                del series[::2]
-            return None
-        if kind == "epoch":
-            self.last_epoch = e
-            self.epoch_events.append(e)
-            if "val_map" in e:  # multi-label: the best epoch is chosen by mAP, and that is the curve
-                self.score_key = "val_map"
-            key = self.score_key
-            if not self.best_epoch or (e.get(key) or 0) > (self.best_epoch.get(key) or 0):
-                self.best_epoch = e
-            self.train_loss.append(e["epoch"], e.get("train_loss"))
-            self.val_loss.append(e["epoch"], e.get("val_loss"))
-            self.val_score.append(e["epoch"], e.get(key))
-            self._update_eta(e, now)
-            return "epochEnded"
-        if kind == "test":
-            self.test_event = e
-            return "tested"
-        if kind == "system":
-            t = e.get("time", 0.0)
-            self.cpu.append(t, e.get("cpu_percent"))
-            self.memory.append(t, e.get("rss_mb"))
-            return "systemSampled"
-        if kind == "replan":
-            self.replans.append(e)
-            self._eta_origin, self.eta_s = None, None  # the pace is measured afresh against the new length
-            return "replanned"
-        if kind == "warning":
-            self.warnings.append(e)
-            return "warningRaised"
-        if kind == "error":
-            self.errors.append(e)
-            return "errorRaised"
-        if kind == "run_end":
-            if self.awaiting_start:  # not the launch being followed: it has not started yet
-                self._held_end = e
-                return None
-            self.end_event = e
-            self.finish(e.get("status", "failed"), e.get("message", ""))
-            return "finished"
+        handler = self._HANDLERS.get(e.get("event"))
+        return handler(self, e, now) if handler is not None else None
+
+    def _on_prepare(self, e: dict, now: float | None) -> str:
+        self.last_prepare = e
+        return "preparing"
+
+    def _on_run_start(self, e: dict, now: float | None) -> str:
+        if self.awaiting_start and e.get("time", 0) >= self._awaiting_since - CLOCK_SLACK_S:
+            self.awaiting_start = False
+        self.ended = False
+        self.state, self.message = ("starting" if self.awaiting_start else "running"), ""
+        self.segments += 1
+        if self.segments > 1:
+            self._drop_superseded(e.get("start_step") or 0, e.get("start_epoch") or 0)
+        self.start_event = e
+        self.replans = []
+        self.group_names = [g["name"] for g in e.get("param_groups", [])]
+        while len(self.lr) < len(self.group_names):
+            self.lr.append(Series())
+        if e.get("layers") and (self.layer_grad is None or self.layer_grad.rows != len(e["layers"])):
+            self.layers = e["layers"]
+            self.layer_grad = Matrix(len(self.layers))
+        self._eta_origin, self.eta_s = None, None
+        return "runStarted"
+
+    def _on_step(self, e: dict, now: float | None) -> str:
+        step = e["step"]
+        before = self.last_step
+        if before and step > before.get("step", step) and e.get("time") and before.get("time"):
+            self.seconds_per_step = (e["time"] - before["time"]) / (step - before["step"])
+        self.last_step = e
+        self.step_loss.append(step, e.get("loss"))
+        self.images_per_s.append(step, e.get("images_per_s"))
+        if e.get("grad_norm") is not None:
+            self.grad_norm.append(step, e["grad_norm"])
+        for series, lr in zip(self.lr, e.get("lr", [])):
+            series.append(step, lr)
+        self._update_eta(e, now)
+        return "stepLogged"
+
+    def _on_grad_stats(self, e: dict, now: float | None) -> None:
+        self.layer_table = e
+        if self.layer_grad is not None and len(e.get("grad_norm", [])) == self.layer_grad.rows:
+            self.layer_grad.append(e["step"], e["grad_norm"])
         return None
+
+    def _on_histogram(self, e: dict, now: float | None) -> None:
+        series = self.histograms.setdefault((e["layer"], e["kind"]), [])
+        series.append(e)
+        if len(series) > HISTOGRAMS_KEPT:
+            del series[::2]
+        return None
+
+    def _on_epoch(self, e: dict, now: float | None) -> str:
+        self.last_epoch = e
+        self.epoch_events.append(e)
+        if "val_map" in e:  # multi-label: the best epoch is chosen by mAP, and that is the curve
+            self.score_key = "val_map"
+        key = self.score_key
+        if not self.best_epoch or (e.get(key) or 0) > (self.best_epoch.get(key) or 0):
+            self.best_epoch = e
+        self.train_loss.append(e["epoch"], e.get("train_loss"))
+        self.val_loss.append(e["epoch"], e.get("val_loss"))
+        self.val_score.append(e["epoch"], e.get(key))
+        self._update_eta(e, now)
+        return "epochEnded"
+
+    def _on_test(self, e: dict, now: float | None) -> str:
+        self.test_event = e
+        return "tested"
+
+    def _on_system(self, e: dict, now: float | None) -> str:
+        t = e.get("time", 0.0)
+        self.cpu.append(t, e.get("cpu_percent"))
+        self.memory.append(t, e.get("rss_mb"))
+        return "systemSampled"
+
+    def _on_replan(self, e: dict, now: float | None) -> str:
+        self.replans.append(e)
+        self._eta_origin, self.eta_s = None, None  # the pace is measured afresh against the new length
+        return "replanned"
+
+    def _on_warning(self, e: dict, now: float | None) -> str:
+        self.warnings.append(e)
+        return "warningRaised"
+
+    def _on_error(self, e: dict, now: float | None) -> str:
+        self.errors.append(e)
+        return "errorRaised"
+
+    def _on_run_end(self, e: dict, now: float | None) -> str | None:
+        if self.awaiting_start:  # not the launch being followed: it has not started yet
+            self._held_end = e
+            return None
+        self.end_event = e
+        self.finish(e.get("status", "failed"), e.get("message", ""))
+        return "finished"
+
+    # event -> handler (the others, checkpoint and export, change nothing a view shows); every name is an EVENT_TYPE
+    _HANDLERS = {"prepare": _on_prepare, "run_start": _on_run_start, "step": _on_step, "grad_stats": _on_grad_stats,
+                 "histogram": _on_histogram, "epoch": _on_epoch, "test": _on_test, "system": _on_system,
+                 "replan": _on_replan, "warning": _on_warning, "error": _on_error, "run_end": _on_run_end}
 
     def stop_grace_s(self, floor_s: float) -> float:
         """How long Stop waits before it kills: the floor plus a few of this run's steps as measured now (a DDP

@@ -223,3 +223,11 @@ def test_a_multi_label_run_s_curve_and_best_epoch_are_its_map(tmp_path):
                      "val_loss": 0.3, "time": 1000.0 + epoch}, now=1000.0 + epoch)
     assert state.score_key == "val_map" and list(state.val_score.y) == pytest.approx([0.70, 0.65, 0.75])
     assert state.best_epoch["epoch"] == 3
+
+
+def test_every_event_the_app_reads_is_a_declared_event_type():
+    from app.run_state import RunState
+    from trainer.core.events import EVENT_TYPES
+
+    assert set(RunState._HANDLERS) <= set(EVENT_TYPES)
+    assert set(EVENT_TYPES) - set(RunState._HANDLERS) == {"checkpoint", "export"}, "what no view shows"
