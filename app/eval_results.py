@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.core.csvfile import read_dict_rows
+from trainer.core.rundir import RunDir
 from trainer.remote.mirror import local_copy
 
 
@@ -53,7 +54,7 @@ class Evaluation:
 
 def evaluation_names(run_path: Path) -> list[str]:
     """The evaluations a run has: val first, then test, then evaluated folders by name."""
-    folder = Path(run_path) / "eval"
+    folder = RunDir(run_path).evaluations
     names = sorted(p.name for p in folder.iterdir() if (p / "metrics.json").is_file()) if folder.is_dir() else []
     order = {"val": 0, "test": 1}
     return sorted(names, key=lambda n: (order.get(n, 2), n))
@@ -64,7 +65,7 @@ def evaluation_label(run_path: Path, name: str) -> str:
     if name == "val":
         return "val (best epoch)"
     try:
-        folder = json.loads((Path(run_path) / "eval" / name / "metrics.json").read_text(encoding="utf-8")).get("folder")
+        folder = json.loads((RunDir(run_path).evaluation(name) / "metrics.json").read_text(encoding="utf-8")).get("folder")
     except (OSError, ValueError):
         folder = None
     return f"{name}: {folder}" if folder else name
@@ -73,7 +74,7 @@ def evaluation_label(run_path: Path, name: str) -> str:
 def read_evaluation(run_path: Path, name: str) -> Evaluation | MultiLabelEvaluation:
     """One evaluation (a multi-label run's as MultiLabelEvaluation); OSError/ValueError when its files are missing
     or unreadable."""
-    folder = Path(run_path) / "eval" / name
+    folder = RunDir(run_path).evaluation(name)
     metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
     if metrics.get("task") == "multilabel":
         return read_multilabel_evaluation(run_path, name, metrics)
@@ -103,7 +104,7 @@ def most_confused(confusion: list[list[int]], classes: list[str], limit: int = 2
 def mtime(run_path: Path, name: str) -> float:
     """When an evaluation was last written (0 when it does not exist): the tab re-reads it when this changes."""
     try:
-        return (Path(run_path) / "eval" / name / "metrics.json").stat().st_mtime
+        return (RunDir(run_path).evaluation(name) / "metrics.json").stat().st_mtime
     except OSError:
         return 0.0
 
@@ -154,7 +155,7 @@ def read_multilabel_evaluation(run_path: Path, name: str, metrics: dict) -> Mult
     unreadable."""
     rows = []
     remote = (Path(run_path) / "remote.json").exists()
-    with open(Path(run_path) / "eval" / name / "predictions.csv", newline="", encoding="utf-8") as f:
+    with open(RunDir(run_path).evaluation(name) / "predictions.csv", newline="", encoding="utf-8") as f:
         for r in read_dict_rows(f):
             probabilities = {}
             for part in filter(None, r["probabilities"].split(";")):

@@ -60,7 +60,7 @@ def groups_text(groups: list) -> str:
 
 def test_accuracy(run: RunDir) -> float | None:
     try:
-        value = json.loads((run.path / "eval" / "test" / "metrics.json").read_text(encoding="utf-8")).get("accuracy")
+        value = json.loads((run.evaluation("test") / "metrics.json").read_text(encoding="utf-8")).get("accuracy")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, (int, float)) else None
@@ -96,7 +96,7 @@ def summarize(run: RunDir) -> dict:
     started = status.get("started") or run.path.stat().st_mtime
     ended = status.get("ended") if status.get("state") not in ("running", "starting", "queued") else None
     best, final, test = status.get("best_acc"), status.get("val_acc"), status.get("test_acc")
-    if test is None and (run.path / "eval" / "test" / "metrics.json").exists():  # runs from before test_acc
+    if test is None and (run.evaluation("test") / "metrics.json").exists():  # runs from before test_acc
         test = test_accuracy(run)
     scores = {}
     if status.get("best_metric") == "val_map":  # multi-label: mAP, in a column of its own, not under accuracy

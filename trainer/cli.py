@@ -269,7 +269,7 @@ def cmd_check_data(args) -> int:
                             for path, label in r.samples)
     print("\n".join(format_duplicates(found)))
     if args.run:  # what the leaks were worth to that run's test score
-        predictions = Path(args.run) / "eval" / "test" / "predictions.csv"
+        predictions = RunDir(args.run).evaluation("test") / "predictions.csv"
         if not predictions.is_file():
             raise CommandError(f"--run: {predictions}: no test evaluation in that run (main.py evaluate RUN first)")
         print(leak_worth(predictions, found).line())

@@ -72,6 +72,16 @@ class RunDir:
         return self.path / "config.yaml"
 
     @property
+    def evaluations(self) -> Path:
+        """RUN_DIR/eval: one folder per evaluation (val, test, an evaluated folder), each with metrics.json and
+        predictions.csv (docs/events.md)."""
+        return self.path / "eval"
+
+    def evaluation(self, name: str) -> Path:
+        """RUN_DIR/eval/NAME."""
+        return self.evaluations / name
+
+    @property
     def auto_choices(self) -> Path:
         """What Auto chose for this run and why (`main.py auto`; JSON: {"choices": [{key, value, why}]})."""
         return self.path / "auto.json"

@@ -299,7 +299,7 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
     write_issues(run.path / "audit" / "label_issues.csv", suspects)
     write_outliers(run.path / "audit" / "outliers.csv", outliers)
     write_duplicates(run.path / "audit" / "duplicates.csv", copies)
-    predictions = run.path / "eval" / "test" / "predictions.csv"
+    predictions = run.evaluation("test") / "predictions.csv"
     worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
     audit = Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth, oof=oof)
     if with_map:

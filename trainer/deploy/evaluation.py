@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from trainer.core.csvfile import dict_rows_text
 from trainer.core.files import atomic_write_text
+from trainer.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ def prediction_rows(preds: Predictions, classes: list[str], k: int = TOP_K) -> l
 
 def write_evaluation(run_path: Path, name: str, preds: Predictions, classes: list[str], extra: dict | None = None) -> dict:
     """metrics.json and predictions.csv under run_path/eval/NAME (each replaced atomically); the metrics."""
-    folder = Path(run_path) / "eval" / name
+    folder = RunDir(run_path).evaluation(name)
     folder.mkdir(parents=True, exist_ok=True)
     metrics = {**classification_metrics(preds.logits, preds.labels, classes), **(extra or {})}
     atomic_write_text(folder / "metrics.json", json.dumps(metrics, indent=1))
@@ -136,9 +137,9 @@ def evaluation_name(run_path: Path, folder: str, test_dir: str | None, name: str
         path = path.with_suffix("") if path.is_file() else path  # a labels file (multi-label): its name's stem
         base = path.name if path.name not in RESERVED_NAMES else f"{path.parent.name}-{path.name}"
     candidate, n = base, 1
-    while (Path(run_path) / "eval" / candidate / "metrics.json").exists():
+    while (RunDir(run_path).evaluation(candidate) / "metrics.json").exists():
         try:
-            earlier = json.loads((Path(run_path) / "eval" / candidate / "metrics.json").read_text(encoding="utf-8"))
+            earlier = json.loads((RunDir(run_path).evaluation(candidate) / "metrics.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             earlier = {}
         if os.path.realpath(earlier.get("folder") or "") == real or (candidate == "test" and is_test) \
@@ -158,7 +159,6 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     RUN_DIR/eval/NAME (`evaluation_name`); the eval folder written and its metrics. DataError when the folder's
     classes differ from the run's, or the name would replace an evaluation without `overwrite`. A multi-label run
     is evaluated on a labels file (`labels`, default its data.test_labels) at its thresholds."""
-    from trainer.core.rundir import RunDir
     from trainer.data.manifest import read_manifest
     from trainer.data.scan import DataError, scan_image_folder
     from trainer.deploy.inference import load_run_model
@@ -188,7 +188,7 @@ def evaluate_run(run_path: Path, data_dir: str | None = None, which: str = "best
     for path, reason in scan.bad_files:
         log.warning("skipping %s: %s", path, reason)
     metrics = evaluate_samples(run.path, model, scan.samples, name, str(Path(folder).resolve()), scan.bad_files)
-    return run.path / "eval" / name, metrics
+    return run.evaluation(name), metrics
 
 
 def _evaluate_labels_file(run, model, data_dir: str | None, labels: str | None, name: str | None,
@@ -216,7 +216,7 @@ def _evaluate_labels_file(run, model, data_dir: str | None, labels: str | None, 
                                           model.thresholds, extra={"folder": str(Path(labels).resolve()),
                                                                    "checkpoint": str(model.source),
                                                                    "epoch": model.state["epoch"], "skipped": skipped})
-    return run.path / "eval" / name, metrics
+    return run.evaluation(name), metrics
 
 
 def evaluate_samples(run_path: Path, model, samples: list[tuple[str, int]], name: str, folder: str,

@@ -43,7 +43,7 @@ def measure_set(run: RunDir, classes: list[str], seed: int = 0) -> tuple[Measure
     """The images to measure an export on, or None and why there are none."""
     label = {name: i for i, name in enumerate(classes)}
     for split in SPLITS:
-        path = run.path / "eval" / split / "predictions.csv"
+        path = run.evaluation(split) / "predictions.csv"
         if not path.exists():
             continue
         try:
@@ -82,7 +82,7 @@ def calibration_images(run: RunDir, config: dict, folder: Path | None, count: in
                                    "calibrate on with --calibration FOLDER")
         held_out = set()
         for split in SPLITS:
-            path = run.path / "eval" / split / "predictions.csv"
+            path = run.evaluation(split) / "predictions.csv"
             if path.exists():
                 with open(path, encoding="utf-8", newline="") as f:
                     held_out |= {r["path"] for r in read_dict_rows(f)}

@@ -36,7 +36,7 @@ def evaluate_test_set(run: RunDir, reporter, held_out: list[tuple[str, int]], da
     else:
         where = f"{data.train_dir} (data.test_split {data.test_split:g}: {len(held_out)} images held out)"
         metrics = evaluate_samples(run.path, load_run_model(run, "best"), held_out, "test", where)
-        folder = run.path / "eval" / "test"
+        folder = run.evaluation("test")
     reporter.emit("test", folder=str(folder), per_class=metrics["per_class"], **summary(metrics))
     run.write_status(test_acc=metrics["accuracy"])  # the runs table's test column
     log.info("test set: accuracy %.1f%% on %d images (%s)", 100 * metrics["accuracy"], metrics["images"], folder)
@@ -65,7 +65,7 @@ def evaluate_multilabel_test_set(run: RunDir, reporter, held_out: list, data) ->
     metrics = write_multilabel_evaluation(run.path, "test", found.paths, found.logits, targets, model.classes,
                                           model.thresholds, extra={"folder": where, "checkpoint": str(model.source),
                                                                    "epoch": model.state["epoch"], "skipped": skipped})
-    folder = run.path / "eval" / "test"
+    folder = run.evaluation("test")
     reporter.emit("test", folder=str(folder), images=metrics["images"], map=metrics["map"],
                   map_micro=metrics["map_micro"], loss=metrics["loss"],
                   per_label={n: v["ap"] for n, v in metrics["per_label"].items()})

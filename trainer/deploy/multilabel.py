@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainer.core.rundir import RunDir
+
 DEFAULT_THRESHOLD = 0.5
 
 
@@ -118,12 +120,11 @@ def write_multilabel_evaluation(run_path, name: str, paths: list[str], logits: t
     """metrics.json (multilabel_metrics; the thresholds chosen here when none are given) and predictions.csv under
     run_path/eval/NAME, each replaced atomically; the metrics."""
     import json
-    from pathlib import Path
 
     from trainer.core.csvfile import dict_rows_text
     from trainer.core.files import atomic_write_text
 
-    folder = Path(run_path) / "eval" / name
+    folder = RunDir(run_path).evaluation(name)
     folder.mkdir(parents=True, exist_ok=True)
     metrics = {**multilabel_metrics(logits, targets, names, thresholds), **(extra or {})}
     used = [metrics["thresholds"][n] for n in names]
@@ -137,10 +138,9 @@ def run_thresholds(run_path, names: list[str]) -> list[float]:
     """The thresholds a multi-label run chose on its validation split at its best epoch (eval/val/metrics.json);
     DEFAULT_THRESHOLD for a label it has none for (a run stopped before its first epoch ended)."""
     import json
-    from pathlib import Path
 
     try:
-        chosen = json.loads((Path(run_path) / "eval" / "val" / "metrics.json").read_text(encoding="utf-8"))
+        chosen = json.loads((RunDir(run_path).evaluation("val") / "metrics.json").read_text(encoding="utf-8"))
         chosen = chosen.get("thresholds") or {}
     except (OSError, ValueError):
         chosen = {}

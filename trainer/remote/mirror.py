@@ -185,7 +185,7 @@ class Mirror:
         except (HostError, OSError) as e:
             self.note(f"the error gallery's images were not fetched: {e}")
             return
-        for metrics in (self.run.path / "eval").glob("*/metrics.json"):
+        for metrics in self.run.evaluations.glob("*/metrics.json"):
             os.utime(metrics)  # a viewer re-reads the evaluation: its images are here now
 
     def _status(self, status: dict) -> None:
@@ -356,7 +356,7 @@ def gallery_paths(run: RunDir) -> list[str]:
     from trainer.core.csvfile import read_dict_rows
 
     paths: list[str] = []
-    for csv_path in sorted((run.path / "eval").glob("*/predictions.csv")):
+    for csv_path in sorted(run.evaluations.glob("*/predictions.csv")):
         errors: list[tuple[float, str]] = []
         try:
             with open(csv_path, newline="", encoding="utf-8") as f:
