@@ -52,7 +52,7 @@ def scaled_pixmap(path: str, size: int) -> QPixmap:
                                 Qt.TransformationMode.SmoothTransformation)
 
 
-def thumbnail_gallery(name: str, size: int, caption_lines: int = 2) -> QListWidget:
+def thumbnail_gallery(name: str, size: int, caption_lines: int = 2, margin: int = 44) -> QListWidget:
     """A gallery of `size` px thumbnails with captions under them, laid out on a fixed grid: without one, items laid
     out before their thumbnails arrived overlapped each other and their captions once they did."""
     gallery = QListWidget()
@@ -60,7 +60,7 @@ def thumbnail_gallery(name: str, size: int, caption_lines: int = 2) -> QListWidg
     gallery.setViewMode(QListWidget.ViewMode.IconMode)
     gallery.setIconSize(QSize(size, size))
     line = gallery.fontMetrics().lineSpacing()
-    gallery.setGridSize(QSize(size + 44, size + 12 + caption_lines * line))
+    gallery.setGridSize(QSize(size + margin, size + 12 + caption_lines * line))  # margin: room for the captions' width
     gallery.setResizeMode(QListWidget.ResizeMode.Adjust)
     gallery.setMovement(QListWidget.Movement.Static)
     gallery.setUniformItemSizes(True)

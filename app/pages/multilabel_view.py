@@ -100,7 +100,7 @@ class MultiLabelView(QWidget):
         self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
         self.gallery_title = QLabel("")
         self.gallery_title.setWordWrap(True)
-        self.gallery = thumbnail_gallery("labelErrors", THUMB, caption_lines=1)
+        self.gallery = thumbnail_gallery("labelErrors", THUMB, caption_lines=1, margin=16)
         self.gallery.currentRowChanged.connect(self._select)
         self.preview = QLabel()
         self.preview.setFixedSize(PREVIEW, PREVIEW)
