@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, poisoned_model, process_tree_gone, run_main, write_config
+from helpers import REPO, poisoned_model, process_tree_gone, run_here, run_main, write_config
 
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.events import read_events
@@ -86,7 +86,7 @@ def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(de
     best_epoch = max((e for e in events if e["event"] == "epoch"), key=lambda e: e["val_acc"])
     assert val["epoch"] == best_epoch["epoch"] and val["confusion"] == best_epoch["confusion"]
     for split, folder in (("val", val_dir), ("test", test_dir)):  # one process, the same best.pt
-        single = run_main("evaluate", run, "--data", folder, "--name", f"single-{split}")
+        single = run_here("evaluate", run, "--data", folder, "--name", f"single-{split}")  # in one process
         assert single.returncode == 0, single.stderr[-2000:]
         assert predictions(run / "eval" / split) == predictions(run / "eval" / f"single-{split}"), split
 
