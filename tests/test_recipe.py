@@ -202,3 +202,7 @@ def test_a_re_planned_schedule_follows_the_share_of_the_run_and_anneals_at_the_n
     assert budget.virtual(5) == pytest.approx(3.0, abs=0.05), "a re-plan does not move it"
     budget.deadline = (now - 100, now)
     assert lr_factor(budget.virtual(999), 10, 10, cfg) == pytest.approx(floor), "annealed when the budget is spent"
+    early = Stretch(500, deadline=(now - 10, now + 90))  # the plan's last epoch starts at 10% of the budget
+    early.finish_by(400, 500)
+    assert early.virtual(400) == pytest.approx(50, abs=1) and early.virtual(500) == 500, "its end is annealed"
+    assert early.virtual(450) == pytest.approx(275, abs=2), "linearly from where the budget's clock was"

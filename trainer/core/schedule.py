@@ -58,6 +58,7 @@ class Stretch:
     origin_virtual: float = 0.0
     end_step: int = 0
     deadline: tuple[float, float] | None = None  # (training began, the budget ends), time.time() seconds
+    final: tuple[int, float, int] | None = None  # (step, clock then, end step): the last planned epoch ends annealed
 
     def __post_init__(self):
         self.end_step = self.end_step or self.total
@@ -65,7 +66,11 @@ class Stretch:
     def virtual(self, step: int) -> float:
         """Where optimizer step `step` is on the schedule's own clock (the step itself until a re-plan)."""
         if self.deadline is not None:
-            return self.spent_share() * self.total
+            virtual = self.spent_share() * self.total
+            if self.final is not None:  # the plan ends before the budget: its last epoch still ends annealed
+                step0, virtual0, end = self.final
+                virtual = max(virtual, virtual0 + (step - step0) * (self.total - virtual0) / max(1, end - step0))
+            return min(float(self.total), virtual)
         if self.end_step == self.total and self.origin_step == 0:
             return step
         span = max(1, self.end_step - self.origin_step)
@@ -78,11 +83,17 @@ class Stretch:
         now = time.time() if now is None else now
         return min(1.0, max(0.0, (now - start) / max(end - start, 1e-9)))
 
+    def finish_by(self, step: int, end_step: int) -> None:
+        """With a deadline: from `step` (the start of the last epoch planned) the clock also goes linearly to the end
+        by `end_step`, so a run whose epochs end before its budget still ends annealed."""
+        self.final = (step, self.virtual(step), end_step)
+
     def restretch(self, step: int, end_step: int) -> None:
         """From optimizer step `step` on, the schedule ends at `end_step`: it goes on from the share of the new plan
         done at `step` (not from where the old plan had taken it: annealed is not where a longer run should stay)."""
         end_step = max(end_step, step + 1)
         self.origin_virtual, self.origin_step, self.end_step = self.total * step / end_step, step, end_step
+        self.final = None  # a new plan: its own last epoch will say
 
 
 PROGRESSIVE_STEP = 8  # progressive sizes are multiples of this

@@ -88,6 +88,11 @@ class Loop:
                          self.budget_left() / 60, last_seconds)
                 self.out_of_budget = True
                 return "completed"
+            stretch = self.parts.stretch
+            if stretch.deadline is not None and 1 <= st.epoch == cfg.train.epochs - 1:
+                # the last epoch of a plan the trainer measured itself (not the probe's first guess): it ends annealed
+                # even if the budget has time left then
+                stretch.finish_by(st.step, cfg.train.epochs * self.parts.steps_per_epoch)
             start = time.time()
             result = self.train_one_epoch()
             if result is None:
