@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.background import CliJob
 from trainer.core.config import RunConfig, save_config
+from trainer.core.rundir import new_config_file
 
 
 class LrFinder(QObject):
@@ -27,9 +27,7 @@ class LrFinder(QObject):
     def start(self, cfg: RunConfig) -> None:
         if self.busy:
             return
-        folder = self.runs_dir / "configs"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"lr-find-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        path = new_config_file(self.runs_dir, "lr-find")
         save_config(cfg, path)
         self.job = CliJob(["lr-find", str(path), "--json"], self)
         self.job.done.connect(self._done)

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import shlex
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
@@ -48,7 +47,7 @@ from app.run_model import RunModel
 from app.sweep_dialog import SweepDialog
 from app.try_it import TryItDialog
 from trainer.core.config import MULTILABEL_LOSS, ConfigError, RunConfig, load_config, save_config
-from trainer.core.rundir import RunDir, list_runs
+from trainer.core.rundir import RunDir, list_runs, new_config_file
 from trainer.data.demo_data import demo_dataset_dir
 from trainer.data.scan import find_layout
 from trainer.runs.launch import REPO_ROOT, node_commands, train_command, write_slurm_files
@@ -421,9 +420,7 @@ class MainWindow(QMainWindow):
             return ""
         path = self.config_path
         if path is None or load_config(path).to_dict() != cfg.to_dict():
-            folder = self.runs_dir / "configs"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"config-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+            path = new_config_file(self.runs_dir)
             save_config(cfg, path)
         if cfg.device.nnodes > 1:
             return "\n".join(f"# node {i}\n{c}" for i, c in enumerate(node_commands(path, cfg)))
@@ -608,9 +605,7 @@ class MainWindow(QMainWindow):
         if cfg is None or self.config_problems:
             QMessageBox.warning(self, "Cannot queue", "Fix the marked settings first:\n" + "\n".join(self.config_problems))
             return None
-        folder = self.runs_dir / "configs"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"config-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
+        path = new_config_file(self.runs_dir)
         save_config(cfg, path)
         return path
 

@@ -231,3 +231,11 @@ def test_every_event_the_app_reads_is_a_declared_event_type():
 
     assert set(RunState._HANDLERS) <= set(EVENT_TYPES)
     assert set(EVENT_TYPES) - set(RunState._HANDLERS) == {"checkpoint", "export"}, "what no view shows"
+
+
+def test_configs_the_app_writes_in_one_second_never_share_a_file(tmp_path):
+    """Add to queue twice in one second wrote both runs' configs to one configs/config-TIME.yaml."""
+    from trainer.core.rundir import new_config_file
+
+    paths = [new_config_file(tmp_path) for _ in range(3)]
+    assert len(set(paths)) == 3 and all(p.parent == tmp_path / "configs" and p.exists() for p in paths)

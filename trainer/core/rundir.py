@@ -281,6 +281,22 @@ def planned_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
     raise RuntimeError(f"{runs_dir}: could not find a free run directory name")
 
 
+def new_config_file(runs_dir: str | os.PathLike, prefix: str = "config") -> Path:
+    """A new, unused file name for a config the app writes (what Command, Add to queue, a sweep or the LR finder
+    start from): RUNS/configs/PREFIX-TIME[-N].yaml, reserved (two writers in one second never share one)."""
+    folder = Path(runs_dir) / "configs"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        path = folder / (f"{prefix}-{stamp}.yaml" if n == 0 else f"{prefix}-{stamp}-{n + 1}.yaml")
+        try:
+            with open(path, "x"):
+                return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"{folder}: no free config file name")
+
+
 def new_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
     """A fresh, uniquely named run directory under runs_dir (created; two callers never get the same one)."""
     Path(runs_dir).mkdir(parents=True, exist_ok=True)
