@@ -183,6 +183,7 @@ class ResidentWorker(QObject):
         self.process.readyReadStandardOutput.connect(self._read)
         self.process.readyReadStandardError.connect(self._log)
         self.process.finished.connect(self._died)
+        self.process.errorOccurred.connect(self._not_started)
         program, *arguments = main_command("resident")
         self.process.start(program, arguments)
 
@@ -230,6 +231,17 @@ class ResidentWorker(QObject):
                 self._retried.add(ident)
         if self._waiting:
             self._start()
+
+    def _not_started(self, error) -> None:
+        """Python could not be started at all: every question waiting fails, saying so (none would be answered)."""
+        if error != QProcess.ProcessError.FailedToStart:
+            return  # a crash is `finished`'s to handle
+        self.process.deleteLater()
+        self.process, self.pid = None, None
+        waiting, self._waiting = self._waiting, {}
+        for job in waiting.values():
+            if shiboken6.isValid(job):
+                job.answer(1, "", "error: could not start python for the resident worker")
 
     def stop(self) -> None:
         """End the worker (the questions it had not answered are dropped)."""

@@ -42,3 +42,13 @@ def test_a_killed_worker_is_started_again_and_the_question_asked_again(qtbot):
     os.kill(pid, signal.SIGKILL)  # killed with the question in flight
     qtbot.waitUntil(lambda: bool(got), timeout=120_000)
     assert got["answer"]["name"] == "resnet18" and ResidentWorker.shared().pid not in (None, pid)
+
+
+def test_a_worker_that_cannot_start_fails_its_questions_saying_so(qtbot, monkeypatch):
+    import app.background as background
+
+    worker = ResidentWorker()
+    monkeypatch.setattr(ResidentWorker, "shared", classmethod(lambda cls: worker))
+    monkeypatch.setattr(background, "main_command", lambda *args: ["/nonexistent/python", *args])
+    got, _ = ask(qtbot, "describe-model", "small_cnn")
+    assert got == {"error": "could not start python for the resident worker"}
