@@ -44,46 +44,11 @@ def run_here(*args, env=None, cwd=None, **_ignored) -> subprocess.CompletedProce
     """`main.py ARGS` in this process (what `run_main` does, without paying 3-6 s of interpreter and imports):
     for the commands whose answer a subprocess proves nothing more about (refusals, describe, queue edits, short
     in-process runs). The exit code, and what the command printed to stdout and stderr (its log lines included)."""
-    import contextlib
-    import io
-
     from trainer import cli
+    from trainer.runs.resident import run_captured
 
-    out, err = io.StringIO(), io.StringIO()
-    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    echo = logging.StreamHandler(err)  # log lines appear on the command's stderr, as they would in a terminal
-    echo.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    root.addHandler(echo)
-    try:
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = cli.main([str(a) for a in args])
-            except SystemExit as e:  # argparse's usage errors
-                code = e.code if isinstance(e.code, int) else 2
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        for s, h in saved_signals.items():
-            signal.signal(s, h)
-        for h in list(root.handlers):
-            if h not in saved_handlers:
-                root.removeHandler(h)
-                if h is not echo:
-                    h.close()
-        for h in saved_handlers:
-            if h not in root.handlers:
-                root.addHandler(h)
-        root.setLevel(saved_level)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+    code, out, err = run_captured(cli.main, list(args), env, cwd, echo_log=True)
+    return subprocess.CompletedProcess(list(args), code, out, err)
 
 
 def process_tree_gone(pid: int, also=()) -> bool:

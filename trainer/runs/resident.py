@@ -48,14 +48,20 @@ def warm_imports() -> None:
 
 
 def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict | None = None,
-                 cwd: str | None = None) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of `entry(argv)` run here as `python main.py ARGV` would run, in `env` and `cwd`;
-    the process's environment, folder, signal handlers and log handlers are as they were afterwards."""
+                 cwd: str | None = None, echo_log: bool = False) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of `entry(argv)` run here as `python main.py ARGV` would run, in `env` and `cwd`
+    (`echo_log`: its log lines on its stderr, as in a terminal); the process's environment, folder, signal handlers
+    and log handlers are as they were afterwards (the tests' `run_here` is this too)."""
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     root = logging.getLogger()
     saved_handlers, saved_level = list(root.handlers), root.level
+    echo = None
+    if echo_log:
+        echo = _CurrentStderr()
+        echo.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+        root.addHandler(echo)
     try:
         if env is not None:
             os.environ.clear()
@@ -64,7 +70,7 @@ def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict |
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = entry(list(argv))
+                code = entry([str(a) for a in argv])
             except SystemExit as e:  # argparse's usage errors
                 code = e.code if isinstance(e.code, int) else 2
     finally:
@@ -76,6 +82,11 @@ def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict |
         for handler in list(root.handlers):
             if handler not in saved_handlers:
                 root.removeHandler(handler)
+                if handler is not echo:
+                    handler.close()
+        for handler in saved_handlers:  # one the command took away
+            if handler not in root.handlers:
+                root.addHandler(handler)
         root.setLevel(saved_level)
     return int(code or 0), out.getvalue(), err.getvalue()
 
