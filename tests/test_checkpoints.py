@@ -420,6 +420,27 @@ def test_an_exported_program_carrying_a_pickle_runs_nothing_whatever_its_name_or
     assert cli.main(["predict", str(program), str(image)]) == 0, "the export as written still loads"
 
 
+def test_a_torchscript_file_whose_pickle_names_other_code_is_refused(small_exports, shapes_dir, tmp_path, capsys):
+    """TorchScript's pickles may name only its own classes and tensors: a data.pkl carrying a payload is refused
+    before torch.jit.load reads it, and the marker the payload would write never appears."""
+    import pickle
+    import shutil
+
+    from trainer import cli
+
+    _, exports = small_exports
+    script = exports["torchscript"]
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.ts.pt"
+    replace_member(script, evil, "/data.pkl", pickle.dumps(Payload(str(marker)), protocol=2))
+    shutil.copy(f"{script}.json", f"{evil}.json")
+    code = cli.main(["predict", str(evil), str(next(shapes_dir.glob("circle/*.png")))])
+    err = capsys.readouterr().err
+    assert code == 2 and "data.pkl names io open" in err and len(err.strip().splitlines()) == 1, err
+    assert not marker.exists()
+    assert cli.main(["predict", str(script), str(next(shapes_dir.glob("circle/*.png")))]) == 0
+
+
 def test_the_default_export_is_torch_export_and_torchscript_says_it_is_deprecated(trained_resnet, tmp_path, capsys,
                                                                                   shapes_dir):
     assert cli.main(["export", str(trained_resnet.path), "--out", str(tmp_path / "model.pt2")]) == 0

@@ -124,6 +124,31 @@ def check_program(path: Path) -> None:
                                       "unpickle it, which can run code)") from e
 
 
+# what TorchScript's own pickles name: its classes, tensors and storages, ordered dicts, its type tags
+TORCHSCRIPT_GLOBALS = ("__torch__.", "collections OrderedDict", "torch._utils ", "torch.jit._pickle ", "torch ")
+
+
+def check_torchscript(path: Path) -> None:
+    """Refuse a TorchScript archive whose pickles name anything but TorchScript's own classes, tensors and
+    containers (its unpickler builds only those, but a file is data: a pickle naming `builtins open` or a protocol-4
+    import is refused before torch.jit.load reads it)."""
+    import pickletools
+
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith((".pkl", ".debug_pkl")):
+                continue
+            try:
+                ops = list(pickletools.genops(archive.read(info)))
+            except ValueError as e:  # not a pickle at all
+                raise UnsafeModelFile(f"{path}: refused: its member {info.filename} is not a pickle ({e})") from None
+            for op, arg, _ in ops:
+                if op.name in ("STACK_GLOBAL", "INST", "OBJ") or (
+                        op.name == "GLOBAL" and not str(arg).startswith(TORCHSCRIPT_GLOBALS)):
+                    raise UnsafeModelFile(f"{path}: refused: its member {info.filename} names {arg or op.name!s:.80} "
+                                          "(loading it could run code)")
+
+
 def _starts_with(archive: zipfile.ZipFile, info: zipfile.ZipInfo, magic: bytes) -> bool:
     with archive.open(info) as member:
         return member.read(len(magic)) == magic

@@ -58,6 +58,10 @@ def write_torchscript(model, path: Path, context) -> None:  # deprecated: torch 
 def load_torchscript(path: Path, meta: dict):
     import torch
 
+    from trainer.deploy.formats.container import check_torchscript
+
+    check_torchscript(path)  # its pickles name only TorchScript's own classes and tensors
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.jit")
         return torch.jit.load(str(path))
