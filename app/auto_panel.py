@@ -11,7 +11,6 @@ import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QDoubleSpinBox,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -21,6 +20,9 @@ from PySide6.QtWidgets import (
     QTableWidgetItem,
     QVBoxLayout,
 )
+
+from app.forms import ExactDoubleSpinBox
+from trainer.core.catalog import AUTO_MAX_MINUTES, AUTO_MIN_MINUTES
 
 
 def shown_value(value) -> str:
@@ -37,10 +39,9 @@ class AutoPanel(QGroupBox):
     def __init__(self, parent=None):
         super().__init__("Auto", parent)
         self.setObjectName("autoPanel")
-        self.minutes = QDoubleSpinBox()
+        self.minutes = ExactDoubleSpinBox()  # as typed: 2.25 min stays 2.25
         self.minutes.setObjectName("autoMinutes")
-        self.minutes.setRange(0.5, 24 * 60)
-        self.minutes.setDecimals(1)
+        self.minutes.setRange(AUTO_MIN_MINUTES, AUTO_MAX_MINUTES)  # Auto's own bounds
         self.minutes.setValue(10)
         self.minutes.setSuffix(" min")
         self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")

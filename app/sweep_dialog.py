@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 from app.background import CliJob
 from trainer.core.config import describe_keys
 from trainer.runs.launch import main_command
-from trainer.runs.sweep import METHODS
+from trainer.runs.sweep import MAX_TRIALS, METHODS
 
 
 def sweepable_keys() -> list[str]:
@@ -53,7 +53,7 @@ class SweepDialog(QDialog):
         self.method.setToolTip("grid: every combination; random: draws from the ranges; optuna: TPE with median "
                                "pruning of weak trials (needs optuna)")
         self.trials = QSpinBox()
-        self.trials.setRange(1, 1000)
+        self.trials.setRange(1, MAX_TRIALS)  # the sweep's own limit
         self.trials.setValue(8)
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)

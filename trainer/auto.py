@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from trainer.core.catalog import AUTO_MAX_MINUTES as MAX_MINUTES
+from trainer.core.catalog import AUTO_MIN_MINUTES as MIN_MINUTES
 from trainer.core.config import RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
@@ -52,8 +54,6 @@ STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, 
 EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
 VAL_SPLIT = TEST_SPLIT = 0.15
 MULTILABEL_CROP_MIN = 0.8  # a smaller crop can cut a labelled thing out of the image, and its label with it
-MIN_MINUTES = 0.5
-MAX_MINUTES = 7 * 24 * 60  # a week
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
 PROBE_STEPS = 3  # timed training steps per candidate (their median), after the warm-up step
 BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measures: the plan says the machine was busy

@@ -38,6 +38,7 @@ from app.experiments import column_title, format_duration, read_notes, summarize
 from app.export_dialog import ExportDialog
 from app.grad_views import elide_middle
 from app.pages.plots import COLORS, make_plot, with_log_toggle
+from trainer.core.config import key_meta
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir, list_runs, state_text
 from trainer.core.schedule import describe_extension
@@ -175,7 +176,7 @@ class ExtendDialog(QDialog):
         self.facts = facts
         self.more = QSpinBox()
         self.more.setObjectName("moreEpochs")
-        self.more.setRange(1, 100000)
+        self.more.setRange(1, key_meta("train.epochs")["le"])  # more epochs than a run may have are refused
         self.more.setValue(max(1, facts["done"] // 2))
         self.rule = QLabel("")
         self.rule.setObjectName("scheduleRule")

@@ -84,5 +84,8 @@ DEFAULT_EXPORT_FORMAT = "exported_program"  # torch.export: what torch 2.14 keep
 INT8_METHODS = ("auto", "static", "dynamic")
 CALIBRATION_IMAGES = 200  # the training images onnx_int8 is calibrated on, by default (a seeded sample)
 
+# Auto's time budget (`main.py auto --minutes`, the Dataset page's Auto box): at least, at most (a week)
+AUTO_MIN_MINUTES, AUTO_MAX_MINUTES = 0.5, 7 * 24 * 60
+
 # the checkpoints of a run that export (and evaluation) can take
 RUN_CHECKPOINTS = ("best", "last")
