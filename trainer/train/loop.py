@@ -56,7 +56,7 @@ class Loop:
         self.norms_every_step = bool(cfg.train.clip_grad_norm) or cfg.train.on_nonfinite == "skip"
         self._grad_histograms: dict = {}
         self._zero_frac = None
-        self._val_rows: tuple[list[int], torch.Tensor | None] = ([], None)  # evaluate's rows: (indices, logits)
+        self._val_rows: tuple[list[int], list[torch.Tensor]] = ([], [])  # evaluate's rows: (indices, logit batches)
         self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
         self.out_of_budget = False  # the run ended because train.budget was spent
         self.too_slow = ""  # why the run ended after its first epoch (train.min_epochs), when it did
@@ -390,7 +390,7 @@ class Loop:
             confusion += torch.bincount(y * n + top[:, 0], minlength=n * n).float()
             if n > 5:
                 top5 += (top == y[:, None]).any(1).sum()
-        self._val_rows = ([i for batch in batches for i in batch], torch.cat(kept) if kept else None)
+        self._val_rows = ([i for batch in batches for i in batch], kept)  # joined only at a best epoch (val_logits)
         totals = s.all_reduce_sum(torch.cat([loss_sum[None], top5[None], confusion])).cpu()  # host sync
         conf = totals[2:].view(n, n)
         seen = conf.sum().clamp_min(1)
@@ -426,7 +426,7 @@ class Loop:
         both = s.all_reduce_sum(torch.cat([loss_sum[None], logits_all.flatten(), targets.flatten()])).cpu()
         size = logits_all.numel()
         logits_all, targets = both[1:1 + size].view_as(logits_all), both[1 + size:].view_as(logits_all)
-        self._val_rows = (list(range(total)), logits_all)  # every rank holds the whole split's already
+        self._val_rows = (list(range(total)), [logits_all])  # every rank holds the whole split's already
         macro, micro = mean_average_precision(logits_all, targets)
         per_label = [average_precision(logits_all[:, j], targets[:, j]) for j in range(len(parts.classes))]
         parts.train_mode(self.state.epoch)
@@ -453,7 +453,8 @@ class Loop:
     def val_logits(self, total: int) -> torch.Tensor:
         """Every validation image's logits from the last `evaluate`, in the split's order (float32, on the CPU): each
         rank fills its own rows, one sum gathers them (a rank's rows are disjoint: pad=False)."""
-        rows, logits = self._val_rows
+        rows, batches = self._val_rows
+        logits = torch.cat(batches) if batches else torch.zeros(0, len(self.parts.classes), device=self.strategy.device)
         if self.parts.data.multilabel or self.strategy.world_size == 1:
             return logits.cpu()
         whole = torch.zeros(total, len(self.parts.classes), device=self.strategy.device)
