@@ -68,7 +68,7 @@ def run_app(argv: list[str]) -> int:
     from PySide6.QtCore import QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.background import run_in_thread
+    from app.jobs.background import run_in_thread
     from app.main_window import MainWindow, app_icon, load_style
     from trainer.data.demo_data import demo_dataset_dir, ensure_demo_dataset
     from trainer.runs.launch import REPO_ROOT
@@ -93,14 +93,14 @@ def run_app(argv: list[str]) -> int:
     app.aboutToQuit.connect(window.shutdown)
 
     def demo_ready(_):
-        window.state_label.setText("Ready: the demo dataset is selected; press Start")
+        window.status.state_label.setText("Ready: the demo dataset is selected; press Start")
         window.dataset_page.release()  # scanned once complete: no "only one class folder" from a half-written one
         if args.autostart:
-            QTimer.singleShot(500, window.start_run)
+            QTimer.singleShot(500, window.run_actions.start)
 
     if writing_demo:
-        window.state_label.setText("Writing the demo dataset…")
+        window.status.state_label.setText("Writing the demo dataset…")
         run_in_thread(lambda: ensure_demo_dataset(demo), demo_ready)
     elif args.autostart:
-        QTimer.singleShot(500, window.start_run)
+        QTimer.singleShot(500, window.run_actions.start)
     return app.exec()

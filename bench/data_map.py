@@ -1,4 +1,4 @@
-"""The map of the images at 20,000 points (issue #35): is it smooth? The Results tab's map widget (app.data_map_view)
+"""The map of the images at 20,000 points (issue #35): is it smooth? The Results tab's map widget (app.widgets.data_map_view)
 in a 1280x720 window, offscreen: the time to show the points, and for each of 100 hovers (a mouse move over a random
 point) the time until the widget has repainted (the hover's lookup, its text, a synchronous repaint).
 
@@ -40,7 +40,7 @@ def main() -> None:
     from PySide6.QtCore import QPointF
     from PySide6.QtWidgets import QApplication
 
-    from app.data_map_view import DataMap
+    from app.widgets.data_map_view import DataMap
 
     app = QApplication([])
     view = DataMap()

@@ -59,9 +59,9 @@ def main():
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from app.jobs.run_model import RunModel
     from app.main import quiet_garbage_collector
-    from app.pages.dashboard import Dashboard
-    from app.run_model import RunModel
+    from app.training.dashboard import Dashboard
     from trainer.core.rundir import RunDir
 
     app = QApplication([])
@@ -100,7 +100,7 @@ def main():
     ingested = {"step_points_kept": len(model.step_loss), "heatmap_columns_kept": len(model.layer_grad)}
 
     # redraw time of each plot with 1,000,000 points
-    from app.buffers import Series, Smoothed
+    from app.state.buffers import Series, Smoothed
 
     big = Series()  # as the app keeps it: long histories decimated to at most Series.max_points
     for i in range(1_000_000):

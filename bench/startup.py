@@ -46,29 +46,29 @@ import json, sys, time
 launched, think = time.time(), float(sys.argv[2])
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
-import app.main_window as mw
+import app.window.run_actions as ra
 marks = {}
-original_start = mw.MainWindow.start_run
+original_start = ra.RunActions.start
 def start_run(self):
-    if not self.start_action.isEnabled() or time.time() < launched + think:
+    if not self.window.start_action.isEnabled() or time.time() < launched + think:
         QTimer.singleShot(50, lambda: start_run(self))
         return
     marks["start"] = time.time()
     original_start(self)
-    model = self.run_model
+    model = self.runs.model
     model.preparing.connect(lambda e: marks.setdefault("first_prepare", time.time()))
     model.runStarted.connect(lambda e: marks.setdefault("run_start", time.time()))
     def check():
-        x, _ = self.dashboard.curves.raw_loss.getData()
+        x, _ = self.window.dashboard.curves.raw_loss.getData()
         if x is not None and len(x):
             marks["plotted"] = time.time()
             print("MARKS", json.dumps({k: v - marks["start"] for k, v in marks.items()}), flush=True)
-            self.stop_run()
+            self.runs.stop()
             QTimer.singleShot(3000, QApplication.instance().quit)
         else:
             QTimer.singleShot(10, check)
     check()
-mw.MainWindow.start_run = start_run
+ra.RunActions.start = start_run
 sys.argv = ["main.py", "--runs-dir", sys.argv[1], "--autostart"]
 import main
 main.main()

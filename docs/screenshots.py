@@ -49,7 +49,7 @@ def main() -> int:
 
     def wait_ready():
         if window.start_action.isEnabled():
-            window.start_run()
+            window.run_actions.start()
             QTimer.singleShot(100, wait_done)
         else:
             QTimer.singleShot(200, wait_ready)
@@ -90,7 +90,7 @@ def main() -> int:
             return
         tabs = {"dashboard": 0, "gradients": 1, "results": 2}
         if name == "sweep":  # a small grid through the queue: the runs table then has something to compare
-            dialog = window.open_sweep_dialog()
+            dialog = window.run_actions.open_sweep_dialog()
             dialog.name.setText("demo-lr")
             dialog.grid.item(0, 1).setText("0.02, 0.2")
             dialog.add_grid_row("train.epochs", "3")
@@ -122,7 +122,7 @@ def main() -> int:
         if name == "auto":  # Auto's plan for the demo data, its choices on the Dataset page (the run it starts is stopped)
             window.dataset_page.auto.minutes.setValue(0.5)
             when(lambda: not window.runs.running,
-                 lambda: window.auto_plan(0.5))
+                 lambda: window.planning.auto_plan(0.5))
             when(lambda: not window.dataset_page.auto.choices.isHidden(),
                  lambda: (shoot(name, page), QTimer.singleShot(800, window.stop_run),
                           QTimer.singleShot(1500, next_shot)))
@@ -149,13 +149,13 @@ def main() -> int:
                     first = results.evaluation.classes[0]
                     results.show_cell(first, first)
                 results.gallery.setCurrentRow(0)
-                results.cam_button.click()
+                results.image.cam_button.click()
             when(lambda: results.evaluation is not None, select_and_explain)
-            when(lambda: "Grad-CAM for" in results.preview.toolTip(),
+            when(lambda: "Grad-CAM for" in results.image.preview.toolTip(),
                  lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
             return
         if name == "try_it":
-            dialog = window.try_it()
+            dialog = window.run_actions.try_it()
             dialog.resize(900, 560)
             images = sorted(demo_dataset_dir().glob("*/*.png"))[::97][:8]
             dialog.classify([str(p) for p in images] + [str(REPO / "README.md")])
@@ -165,7 +165,7 @@ def main() -> int:
                                                          QTimer.singleShot(300, next_shot))))
             return
         if name == "export":  # the demo run as ONNX, then int8 and ExecuTorch: measured side by side
-            from app.export_dialog import ExportDialog
+            from app.dialogs.export_dialog import ExportDialog
 
             dialog = ExportDialog(str(window.run_model.run.path), window)
             dialog.resize(min(900, width - 40), 500)

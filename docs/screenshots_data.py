@@ -68,7 +68,7 @@ def build_folders(tmp: Path) -> tuple[Path, dict[str, str]]:
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "images")
     out.mkdir(parents=True, exist_ok=True)
-    from app.label_dialog import LabelDialog
+    from app.dialogs.label_dialog import LabelDialog
     from app.main_window import PAGES, MainWindow, load_style
 
     tmp = Path(tempfile.mkdtemp(prefix="traindeck-data-shots-"))
@@ -101,7 +101,7 @@ def main() -> int:
 
         train_and_wait(window.start_run)
         first = window.run_model.run
-        window.open_run(str(first.path))
+        window.run_actions.open(str(first.path))
         tab = window.dashboard.results
         window.dashboard.tabs.setCurrentWidget(tab)
         wait(lambda: tab.evaluation is not None, 60, "the run's evaluation")

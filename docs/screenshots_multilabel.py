@@ -56,7 +56,7 @@ def main() -> int:
         page.binder.widgets["data.labels"].setText(str(labels))  # as Browse… leaves it
         wait(lambda: page.scan_result is not None and "Multi-label" in page.summary.text(), 60, "the scan")
         shoot("multilabel_dataset")
-        window.start_run()
+        window.run_actions.start()
         wait(lambda: window.run_model is not None and window.run_model.state == "completed", 600, "the run")
         run = window.run_model.run
         window.nav.setCurrentRow(PAGES.index("Training"))
@@ -70,7 +70,7 @@ def main() -> int:
         view.choose("3")
         view.gallery.setCurrentRow(0)
         shoot("multilabel_results")
-        dialog = window.try_it()
+        dialog = window.run_actions.try_it()
         dialog.resize(1000, 420)
         dialog.set_model_source(str(run.path / "exports" / "model.onnx"))
         images = sorted((tmp / "mosaics" / "images").glob("*.png"))[:6]

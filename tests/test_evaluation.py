@@ -186,7 +186,7 @@ def test_formula_like_names_are_neutralised_in_the_csv_and_no_evaluation_replace
     """Issue #27. A folder `=cmd` with classes `+SUM(A1)`, `-2+3`, `@A1`: no cell of predictions.csv starts a
     formula (read back with the csv module), metrics.json and the app read the true names; `evaluate --data
     OTHER/val` writes eval/OTHER-val and leaves the trainer's eval/val byte for byte."""
-    from app.eval_results import read_evaluation
+    from app.state.eval_results import read_evaluation
 
     hostile = {"circle": "+SUM(A1)", "cross": "-2+3", "square": "@A1", "triangle": "plain"}
     root, val = tmp_path / "=cmd", tmp_path / "OTHER" / "val"

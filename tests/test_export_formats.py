@@ -78,7 +78,7 @@ def test_a_format_declared_in_one_module_is_offered_checked_exported_and_measure
 
 
 def test_the_export_dialog_lists_a_registered_format(npz_format, qtbot, tmp_path):
-    from app.export_dialog import ExportDialog
+    from app.dialogs.export_dialog import ExportDialog
 
     dialog = ExportDialog(str(tmp_path))
     qtbot.addWidget(dialog)

@@ -3,7 +3,7 @@ by module and elided in the middle."""
 
 import numpy as np
 
-from app.grad_views import elide_middle, layer_ticks, shared_histograms, symlog, value_ticks
+from app.state.grad_views import elide_middle, layer_ticks, shared_histograms, symlog, value_ticks
 
 
 def test_histograms_share_one_value_axis():

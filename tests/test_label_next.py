@@ -1,9 +1,9 @@
-"""The order of the next images to label (trainer.deploy.label_next) and the map's lasso (app.data_map_view), tested
+"""The order of the next images to label (trainer.deploy.label_next) and the map's lasso (app.widgets.data_map_view), tested
 directly: the most uncertain first, but never two of one tight group; a point is selected when inside the polygon."""
 
 import numpy as np
 
-from app.data_map_view import inside
+from app.widgets.data_map_view import inside
 from trainer.deploy.label_next import diverse_uncertain
 
 

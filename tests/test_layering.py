@@ -4,7 +4,9 @@
   module imports itself back through others (no circle);
 - trainer/ never imports Qt or app/;
 - app/ imports only the trainer modules that are torch-free, and a module is torch-free when nothing it imports at
-  load time (its own top-level imports, followed through trainer/) is torch or torchvision.
+  load time (its own top-level imports, followed through trainer/) is torch or torchvision;
+- app/ is floors in an order too (state, jobs, widgets, dialogs, pages, training, window; then the main window and
+  the entry point), with no import up a floor and no circle, and its state floor never imports Qt.
 """
 
 import ast
@@ -134,3 +136,54 @@ def test_the_core_package_is_torch_free_and_the_derived_set_really_is():
     code = f"import sys; import {', '.join(sorted(free))}; print(sorted(m for m in {HEAVY} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.stdout.strip() == "[]", result.stderr[-2000:]
+
+
+# ---- app/: floors, bottom to top; then the window's parts, the main window and the entry point ----------------------
+APP_FLOORS = ["state", "jobs", "widgets", "dialogs", "pages", "training", "window"]
+APP_TOP = ["main_window", "main"]
+QT = ("PySide6", "pyqtgraph")
+
+
+def app_modules() -> dict[str, object]:
+    return {module_name(p): p for p in (REPO / "app").rglob("*.py")}
+
+
+def app_floor(module: str) -> int:
+    part = module.split(".")[1]
+    return APP_FLOORS.index(part) if part in APP_FLOORS else len(APP_FLOORS) + APP_TOP.index(part)
+
+
+def test_every_app_module_is_on_a_floor():
+    loose = [m for m in app_modules() if m.count(".") == 1 and m.split(".")[1] not in APP_TOP + APP_FLOORS]
+    assert not loose, f"app modules outside the floors: {loose}"
+    assert sorted({m.split(".")[1] for m in app_modules() if m.count(".") == 2}) == sorted(APP_FLOORS)
+
+
+def test_no_app_import_runs_up_a_floor_or_in_a_circle():
+    modules = app_modules()
+    graph = {name: {t for t in imports(path) if t in modules and t != name and t.count(".") >= 1}
+             for name, path in modules.items()}
+    upward = [f"{name} -> {t}" for name, targets in graph.items() for t in targets if app_floor(t) > app_floor(name)]
+    assert not upward, upward
+    state: dict[str, int] = {}
+
+    def visit(node, trail):
+        state[node] = 1
+        for nxt in graph[node]:
+            assert state.get(nxt) != 1, f"import circle: {' -> '.join(trail[trail.index(nxt):] + [nxt])}"
+            if nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_app_state_floor_is_qt_free():
+    """What the app holds and derives (a run's series, its results, the experiments, the form's rules) is tested
+    without a window: it never imports Qt."""
+    for name, path in app_modules().items():
+        if name.startswith("app.state."):
+            bad = [m for m in imports(path) if m.split(".")[0] in QT]
+            assert not bad, f"{name} imports {bad}"

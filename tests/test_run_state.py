@@ -8,8 +8,8 @@ import sys
 import pytest
 from helpers import REPO
 
-from app.csv_export import export_run_csv
-from app.run_state import RunState
+from app.state.csv_export import export_run_csv
+from app.state.run_state import RunState
 from trainer.core.config import RunConfig
 from trainer.core.rundir import RunDir
 from trainer.device.devices import auto_precision, device_problems, refusals
@@ -83,7 +83,7 @@ def test_csv_export_has_every_step_at_full_resolution(tmp_path):
 
 
 def test_the_model_layer_imports_no_qt():
-    code = "import sys, app.run_state, app.csv_export, app.buffers; print('PySide6' in sys.modules)"
+    code = "import sys, app.state.run_state, app.state.csv_export, app.state.buffers; print('PySide6' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.stdout.strip() == "False", result.stderr
 
@@ -118,7 +118,7 @@ def test_auto_precision_verdicts():
 
 
 def test_the_runs_page_names_a_dataset_people_recognise():
-    from app.experiments import dataset_label
+    from app.state.experiments import dataset_label
 
     assert dataset_label("/data/photos/train") == "photos/train" and dataset_label(None) == "?"
 
@@ -226,7 +226,7 @@ def test_a_multi_label_run_s_curve_and_best_epoch_are_its_map(tmp_path):
 
 
 def test_every_event_the_app_reads_is_a_declared_event_type():
-    from app.run_state import RunState
+    from app.state.run_state import RunState
     from trainer.core.events import EVENT_TYPES
 
     assert set(RunState._HANDLERS) <= set(EVENT_TYPES)

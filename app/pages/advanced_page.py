@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.forms import get_path, set_path
+from app.state.form_state import get_path, set_path
 from trainer.core.config import describe_keys
 from trainer.core.user_yaml import YamlError, parse_yaml
 

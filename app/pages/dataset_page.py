@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.auto_panel import AutoPanel
-from app.background import run_in_thread
-from app.forms import Binder, FullHeight, WrappedLabel, breakable
-from app.thumbnails import load_thumbnails
+from app.jobs.background import run_in_thread
+from app.pages.auto_panel import AutoPanel
+from app.widgets.forms import Binder, FullHeight, WrappedLabel, breakable
+from app.widgets.thumbnails import load_thumbnails
 from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
@@ -125,7 +125,7 @@ def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: Q
 
     def browse():
         if host_of():  # a folder or a labels file there
-            from app.remote_browser import RemoteFolderDialog
+            from app.dialogs.remote_browser import RemoteFolderDialog
 
             start = edit.text()
             if file_filter:  # the file's folder, or the dataset's
@@ -285,6 +285,32 @@ class DatasetPage(QWidget):
         self.undo_entry.clicked.connect(self.undo_selected)
         self.manifest_title = QLabel("<b>Left out, relabelled or added</b> (none)")
 
+        self._build_fixes(binder)
+
+        right = QWidget()
+        rl = QVBoxLayout(right)
+        rl.addWidget(self.summary)
+        rl.addWidget(self.findings)
+        rl.addWidget(self.auto.choices, 3)  # Auto's choices, once planned: the wide column has room for the reasons
+        rl.addWidget(self.imbalance_fixes)
+        rl.addWidget(self.suggestion)
+        self.bars_title = QLabel("<b>Images per class</b>")
+        rl.addWidget(self.bars_title)
+        rl.addWidget(self.bars, 2)
+        rl.addWidget(QLabel("<b>Samples</b>"))
+        rl.addWidget(self.thumbs, 3)
+        rl.addWidget(QLabel("<b>Unusable files</b>"))
+        rl.addWidget(self.bad_files, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.manifest_title, 1)
+        row.addWidget(self.undo_entry)
+        rl.addLayout(row)
+        rl.addWidget(self.manifest_entries, 1)
+        return right
+
+    def _build_fixes(self, binder: Binder) -> None:
+        """The one-click fixes for unbalanced classes, and the settings suggested from the scan
+        (`trainer.data.suggest`: the rule Auto uses too)."""
         self.imbalance_fixes = QWidget()
         self.imbalance_fixes.setObjectName("imbalanceFixes")
         fixes = QHBoxLayout(self.imbalance_fixes)
@@ -317,27 +343,6 @@ class DatasetPage(QWidget):
         self.suggestions: list = []
         binder.widgets["data.image_size"].valueChanged.connect(lambda _: self._show_suggestions())
         binder.widgets["data.augment.hflip"].toggled.connect(lambda _: self._show_suggestions())
-
-        right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.addWidget(self.summary)
-        rl.addWidget(self.findings)
-        rl.addWidget(self.auto.choices, 3)  # Auto's choices, once planned: the wide column has room for the reasons
-        rl.addWidget(self.imbalance_fixes)
-        rl.addWidget(self.suggestion)
-        self.bars_title = QLabel("<b>Images per class</b>")
-        rl.addWidget(self.bars_title)
-        rl.addWidget(self.bars, 2)
-        rl.addWidget(QLabel("<b>Samples</b>"))
-        rl.addWidget(self.thumbs, 3)
-        rl.addWidget(QLabel("<b>Unusable files</b>"))
-        rl.addWidget(self.bad_files, 1)
-        row = QHBoxLayout()
-        row.addWidget(self.manifest_title, 1)
-        row.addWidget(self.undo_entry)
-        rl.addLayout(row)
-        rl.addWidget(self.manifest_entries, 1)
-        return right
 
     def _labels_changed(self, text: str) -> None:
         """A labels file makes the run multi-label, which trains with its own loss (the config's rule): shown on

@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob
-from app.forms import Binder, scrolling
+from app.jobs.background import CliJob
+from app.widgets.forms import Binder, scrolling
 from trainer.core.config import ConfigError, RunConfig, key_choices
 from trainer.device.devices import device_problems
 
@@ -85,6 +85,19 @@ class DevicePage(QWidget):
         pf.addRow(binder.check("train.sync_batchnorm", "SyncBatchNorm across processes"))
         pf.addRow(self.reasons)
 
+        nodes, prec = self._build_lower_boxes(binder)
+
+        content = QWidget()
+        layout = QVBoxLayout(content)
+        scrolling(self, content)
+        for box in (where, par, nodes, prec):
+            layout.addWidget(box)
+        layout.addStretch(1)
+        self.type.currentTextChanged.connect(lambda _: self._apply_availability())
+        binder.widgets["train.amp"].currentTextChanged.connect(lambda _: self._show_auto_precision())
+
+    def _build_lower_boxes(self, binder: Binder) -> tuple[QGroupBox, QGroupBox]:
+        """Several machines (and the SLURM script), precision and speed."""
         nodes = QGroupBox("Several machines (torchrun)")
         nf = QFormLayout(nodes)
         nf.addRow("Nodes", binder.spin("device.nnodes"))
@@ -106,15 +119,7 @@ class DevicePage(QWidget):
         rf.addRow("", self.amp_note)
         rf.addRow("Memory format", binder.combo("train.memory_format", key_choices("train.memory_format")))
         rf.addRow(binder.check("train.compile", "torch.compile the model (slow first steps)"))
-
-        content = QWidget()
-        layout = QVBoxLayout(content)
-        scrolling(self, content)
-        for box in (where, par, nodes, prec):
-            layout.addWidget(box)
-        layout.addStretch(1)
-        self.type.currentTextChanged.connect(lambda _: self._apply_availability())
-        binder.widgets["train.amp"].currentTextChanged.connect(lambda _: self._show_auto_precision())
+        return nodes, prec
 
     def _build_controls(self, binder: Binder) -> None:
         """Where to run (this machine or a host), the devices found there, the device type and GPUs, the parallel

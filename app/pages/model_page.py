@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob
-from app.forms import Binder
+from app.jobs.background import CliJob
+from app.widgets.forms import Binder
 from trainer.core.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
 from trainer.core.config import is_weights_name, key_choices
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QDialog,
-    QDialogButtonBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -22,8 +18,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from app.pages.model_page import human
+from app.widgets.forms import ERROR_STYLE, Binder, parse_number, scrolling
 from trainer.core.config import key_choices, parse_float
 from trainer.core.groups import assign_groups, group_problems, next_pattern
 from trainer.core.recipes import RECIPES, RecipeError, apply_recipe
@@ -152,34 +148,6 @@ class GroupsEditor(QWidget):
         self.problem.setVisible(bool(mine))
 
 
-class LrFindDialog(QDialog):
-    """The finder's loss-vs-lr curve, its suggestion, and a button to use it."""
-
-    def __init__(self, result: dict, use, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setWindowTitle("Learning-rate finder")
-        self.resize(640, 420)
-        plot = pg.PlotWidget(title="Smoothed loss while the learning rate grows")
-        plot.setBackground("w")
-        plot.setLogMode(x=True, y=False)
-        plot.setLabel("bottom", "learning rate")
-        plot.setLabel("left", "loss")
-        self.result = result
-        self.curve = plot.plot(result["lrs"], result["losses"], pen=pg.mkPen("#1f77b4", width=2))
-        lr = result["suggested_lr"]
-        plot.addItem(pg.InfiniteLine(pos=np.log10(lr), angle=90, pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        apply = buttons.addButton(f"Use lr = {lr:.3g}", QDialogButtonBox.ButtonRole.AcceptRole)
-        apply.setObjectName("useSuggestedLr")
-        apply.clicked.connect(lambda: (use(lr), self.accept()))
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(plot)
-        layout.addWidget(buttons)
-
-
-
-
 class OptimizerPage(QWidget):
     lrFindRequested = Signal()
 
@@ -215,6 +183,23 @@ class OptimizerPage(QWidget):
         sf.addRow("Milestones", milestones)
         sf.addRow("Gamma", b.number("scheduler.gamma"))
 
+        loop, mon = self._build_loop_boxes(b)
+        recipes = self._build_recipes(b)
+
+        content = QWidget()
+        grid = QGridLayout(content)
+        grid.setContentsMargins(0, 0, 0, 0)
+        scrolling(self, content)
+        grid.addWidget(opt, 0, 0)
+        grid.addWidget(sched, 0, 1)
+        grid.addWidget(recipes, 1, 0, 1, 2)
+        grid.addWidget(groups_box, 2, 0, 1, 2)
+        grid.addWidget(loop, 3, 0)
+        grid.addWidget(mon, 3, 1)
+        grid.setRowStretch(2, 1)
+
+    def _build_loop_boxes(self, b: Binder) -> tuple[QGroupBox, QGroupBox]:
+        """The loss and loop settings, and monitoring and checkpoints."""
         loop = QGroupBox("Loss and loop")
         lf = QFormLayout(loop)
         lf.addRow("Loss", b.combo("loss.name", key_choices("loss.name")))
@@ -233,20 +218,7 @@ class OptimizerPage(QWidget):
         mf.addRow("Checkpoint every", b.spin("checkpoint.every_epochs", " epochs"))
         mf.addRow("… and every", b.spin("checkpoint.every_steps", " steps", special="off"))
         mf.addRow("Keep last", b.spin("checkpoint.keep_last", " checkpoints"))
-
-        recipes = self._build_recipes(b)
-
-        content = QWidget()
-        grid = QGridLayout(content)
-        grid.setContentsMargins(0, 0, 0, 0)
-        scrolling(self, content)
-        grid.addWidget(opt, 0, 0)
-        grid.addWidget(sched, 0, 1)
-        grid.addWidget(recipes, 1, 0, 1, 2)
-        grid.addWidget(groups_box, 2, 0, 1, 2)
-        grid.addWidget(loop, 3, 0)
-        grid.addWidget(mon, 3, 1)
-        grid.setRowStretch(2, 1)
+        return loop, mon
 
     def _build_recipes(self, b: Binder) -> QGroupBox:
         """The fine-tuning recipes, one button each (`trainer.core.recipes`), and the keys they set."""

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 import trainer.runs.queue as queue
-from app.background import run_in_thread
+from app.jobs.background import run_in_thread
 from trainer.core.rundir import ENDINGS, RunDir, list_runs
 from trainer.runs.launch import main_command
 

@@ -15,17 +15,12 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
     QComboBox,
-    QDialog,
-    QDialogButtonBox,
-    QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QMessageBox,
-    QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QSplitter,
     QTableView,
     QTabWidget,
@@ -33,15 +28,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import run_in_thread
-from app.experiments import column_title, format_duration, read_notes, summarize, varying_keys, write_notes
-from app.export_dialog import ExportDialog
-from app.grad_views import elide_middle
-from app.pages.plots import COLORS, make_plot, with_log_toggle
-from trainer.core.config import key_meta
+from app.dialogs.export_dialog import ExportDialog
+from app.dialogs.run_dialogs import NotesDialog
+from app.jobs.background import run_in_thread
+from app.state.experiments import column_title, format_duration, summarize, varying_keys
+from app.state.grad_views import elide_middle
+from app.widgets.plots import COLORS, make_plot, with_log_toggle
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir, list_runs, state_text
-from trainer.core.schedule import describe_extension
 
 
 def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
@@ -167,69 +161,6 @@ class RunFilter(QSortFilterProxyModel):
         return all(any(w in cell for cell in row["_filter_text"]) for w in self.words)
 
 
-class ExtendDialog(QDialog):
-    """"Continue for N more epochs", with what the learning-rate schedule will do (the trainer's rule)."""
-
-    def __init__(self, run: RunDir, facts: dict, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.setWindowTitle(f"Continue {run.name}")
-        self.facts = facts
-        self.more = QSpinBox()
-        self.more.setObjectName("moreEpochs")
-        self.more.setRange(1, key_meta("train.epochs")["le"])  # more epochs than a run may have are refused
-        self.more.setValue(max(1, facts["done"] // 2))
-        self.rule = QLabel("")
-        self.rule.setObjectName("scheduleRule")
-        self.rule.setWordWrap(True)
-        self.more.valueChanged.connect(self._show_rule)
-        form = QFormLayout(self)
-        form.addRow(QLabel(f"{run.name} has trained {facts['done']} epochs"
-                           + (" (it stopped early: the extension gets its full patience again)"
-                              if facts["early_stopped"] else "") + "."))
-        form.addRow("More epochs", self.more)
-        form.addRow(self.rule)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Continue")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
-        self._show_rule()
-
-    @property
-    def total(self) -> int:
-        return self.facts["done"] + self.more.value()
-
-    def _show_rule(self) -> None:
-        f = self.facts
-        if f["steps_per_epoch"]:
-            self.rule.setText(describe_extension(f["scheduler"], f["lr"], f["done"], self.total, f["steps_per_epoch"]))
-        else:
-            self.rule.setText("The schedule is recomputed for the new total and continued at the current step.")
-
-
-class NotesDialog(QDialog):
-    def __init__(self, run: RunDir, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.run = run
-        self.setWindowTitle(f"Tags and notes: {run.name}")
-        notes = read_notes(run)
-        self.tags = QLineEdit(", ".join(notes["tags"]))
-        self.tags.setPlaceholderText("comma separated: baseline, augmented, …")
-        self.notes = QPlainTextEdit(notes["notes"])
-        form = QFormLayout(self)
-        form.addRow("Tags", self.tags)
-        form.addRow("Notes", self.notes)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
-
-    def accept(self) -> None:
-        write_notes(self.run, [t.strip() for t in self.tags.text().split(",") if t.strip()],
-                    self.notes.toPlainText())
-        super().accept()
-
-
 class RunsPage(QWidget):
     openRequested = Signal(str)
     resumeRequested = Signal(str)
@@ -274,6 +205,24 @@ class RunsPage(QWidget):
             b.clicked.connect(slot)
             buttons.addWidget(b)
 
+        self._build_views()
+
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.filter)
+        tl.addLayout(buttons)
+        tl.addWidget(self.table)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(self.views)
+        split.setSizes([360, 340])
+        layout = QVBoxLayout(self)
+        layout.addWidget(split)
+
+    def _build_views(self) -> None:
+        """The views of the runs shown: their curves compared, a metric against a hyper-parameter, a sweep's parallel
+        coordinates."""
         self.compare_loss = make_plot("Training loss", "loss")
         self.compare_acc = make_plot("Validation accuracy", "accuracy", "epoch")
         compare = QSplitter()
@@ -299,19 +248,6 @@ class RunsPage(QWidget):
         self.views.addTab(compare, "Compare curves")
         self.views.addTab(scatter, "Metric vs hyper-parameter")
         self.views.addTab(parallel, "Parallel coordinates")
-
-        top = QWidget()
-        tl = QVBoxLayout(top)
-        tl.setContentsMargins(0, 0, 0, 0)
-        tl.addWidget(self.filter)
-        tl.addLayout(buttons)
-        tl.addWidget(self.table)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(top)
-        split.addWidget(self.views)
-        split.setSizes([360, 340])
-        layout = QVBoxLayout(self)
-        layout.addWidget(split)
 
     @property
     def rows(self) -> list[dict]:

@@ -3,7 +3,7 @@ import pytest
 from PySide6.QtCore import QSettings, QThreadPool, QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.background import ResidentWorker
+from app.jobs.background import ResidentWorker
 
 
 @pytest.fixture(autouse=True)

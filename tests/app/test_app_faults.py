@@ -11,7 +11,7 @@ import pytest
 from helpers import REPO, process_tree_gone, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
-from app.trainer_process import TrainerProcess
+from app.jobs.trainer_process import TrainerProcess
 from trainer.core.rundir import RunDir, list_runs
 from trainer.core.system import pid_alive
 
@@ -103,7 +103,7 @@ def test_the_app_killed_mid_run_leaves_the_trainer_running_and_reattachable(qtbo
         if app.poll() is None:
             app.kill()
     window = make_window(cfg, runs_dir=runs)
-    window.open_run(str(run.path))
+    window.run_actions.open(str(run.path))
     assert window.process.running and window.process.pid == trainer_pid
     qtbot.waitUntil(lambda: len(window.run_model.step_loss) > 0, timeout=10_000)
     workers = [p for p in psutil.Process(trainer_pid).children(recursive=True)]
@@ -133,7 +133,7 @@ def test_a_bad_config_opened_in_the_app_is_named_without_a_traceback(qtbot, make
         shown.clear()
         path = tmp_path / f"bad{i}.yaml"
         path.write_bytes(content)
-        assert not window.load_config_file(path)
+        assert not window.files.open(path)
         assert len(shown) == 1 and path.name in shown[0][1] and expected in shown[0][1], shown
         assert "Traceback" not in shown[0][1]
 

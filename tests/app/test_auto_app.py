@@ -44,7 +44,7 @@ def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_wi
 
     # the plan stays in the forms, marked as Auto's on the Advanced page, but its budget was that run's
     advanced = window.advanced_page
-    assert advanced.value("train.budget") == 0 and window.budget_label.text() == ""
+    assert advanced.value("train.budget") == 0 and window.status.budget_label.text() == ""
     marked = {key for key, who in advanced.set_by.items() if who == "Auto's plan"}
     assert "eval.tta" in marked or "train.ema" in marked or "train.early_stop.patience" in marked, advanced.set_by
     assert "budget" not in window.start_action.toolTip()
@@ -56,18 +56,18 @@ def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_wi
     assert window.run_model.start_event["config"]["train"]["budget"] == 0
     qtbot.waitUntil(lambda: window.run_model.ended, timeout=60_000)
     advanced.set_value("train.budget", 2.5)
-    window.validate()
-    assert window.budget_label.text() == "budget 2.5 min" and "2.5 min" in window.start_action.toolTip()
+    window.form.validate()
+    assert window.status.budget_label.text() == "budget 2.5 min" and "2.5 min" in window.start_action.toolTip()
 
 
 def test_auto_refuses_without_a_folder_or_with_a_missing_one_and_says_why(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window(write_config(tmp_path, shapes_dir))
     window.binder.widgets["data.train_dir"].setText("")
-    assert window.auto_plan(1.0) is None
+    assert window.planning.auto_plan(1.0) is None
     assert "choose a folder" in window.dataset_page.auto.status.text()
     window.binder.widgets["data.train_dir"].setText(str(tmp_path / "nowhere"))
-    job = window.auto_plan(1.0)
-    qtbot.waitUntil(lambda: window.auto_job is None, timeout=30_000)
+    job = window.planning.auto_plan(1.0)
+    qtbot.waitUntil(lambda: window.planning.auto_job is None, timeout=30_000)
     assert job is not None and "no such folder" in window.dataset_page.auto.status.text()
     assert not (tmp_path / "runs").exists()
     button = window.dataset_page.auto.button  # and the folder's scan turns Auto off until there is a folder to plan for

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from app.buffers import Series, Smoothed
+from app.state.buffers import Series, Smoothed
 
 
 def test_a_long_history_is_bounded_and_keeps_spikes_and_dips():

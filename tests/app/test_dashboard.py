@@ -3,8 +3,8 @@
 def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot, tmp_path):
     import json
 
-    from app.pages.dashboard import Dashboard
-    from app.run_model import RunModel
+    from app.jobs.run_model import RunModel
+    from app.training.dashboard import Dashboard
     from trainer.core.rundir import RunDir
 
     run = RunDir(tmp_path / "run").create()
@@ -58,9 +58,9 @@ def finished_run_events(tmp_path, steps: int, epochs_done: int, epochs: int, rea
 def test_an_early_stop_reads_the_epochs_it_trained_and_one_step_draws_a_point(qtbot, make_window, tmp_path):
     run = finished_run_events(tmp_path, steps=1, epochs_done=11, epochs=14, reason="early_stop")
     window = make_window(runs_dir=tmp_path / "runs")
-    window.open_run(str(run.path))
+    window.run_actions.open(str(run.path))
     qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.ended, timeout=10_000)
-    assert window.progress.text() == "epoch 11/14 · stopped early", "not 14/14: the run stopped at 11"
+    assert window.status.progress.text() == "epoch 11/14 · stopped early", "not 14/14: the run stopped at 11"
     curves = window.dashboard.curves
     window.dashboard.tabs.setCurrentWidget(curves)
     drawn = ((curves.loss_plot, curves.raw_loss), (curves.speed_plot, curves.speed_curve),
@@ -73,7 +73,7 @@ def test_an_early_stop_reads_the_epochs_it_trained_and_one_step_draws_a_point(qt
         (x0, x1), (y0, y1) = plot.getViewBox().viewRange()
         assert x0 < x < x1 and y0 < y < y1, (plot.plotItem.titleLabel.text, (x, y), (x0, x1), (y0, y1))
         assert x1 - x0 < 10 and y1 - y0 < 10 * max(abs(y), 1e-3), "the view is around the point, not ±200"
-    from app.pages.plots import draw
+    from app.widgets.plots import draw
 
     window.dashboard.tabs.setCurrentWidget(window.dashboard.gradients)
     gradients = window.dashboard.gradients

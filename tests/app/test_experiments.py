@@ -11,7 +11,7 @@ import yaml
 from helpers import train_here, write_config
 from PySide6.QtCore import Qt
 
-from app.experiments import read_notes, varying_keys
+from app.state.experiments import read_notes, varying_keys
 from trainer.core.config import RunConfig
 from trainer.core.rundir import RunDir, new_run_dir
 
@@ -83,7 +83,7 @@ def test_a_model_that_differs_between_runs_has_one_column(qtbot, tmp_path):
 
 
 def test_tags_and_notes_are_kept_beside_the_run(qtbot, tmp_path):
-    from app.pages.runs_page import NotesDialog
+    from app.dialogs.run_dialogs import NotesDialog
 
     run = fake_run(tmp_path / "runs", 0.01, 32, 0.9)
     dialog = NotesDialog(run)
@@ -106,11 +106,11 @@ def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, mak
     run, code = train_here(cfg, tmp_path / "runs")
     assert code == 0
     window = make_window(cfg, runs_dir=tmp_path / "runs")
-    window.open_run(str(run.path))  # on the dashboard, ended: Continue must make it follow again
+    window.run_actions.open(str(run.path))  # on the dashboard, ended: Continue must make it follow again
     qtbot.waitUntil(lambda: window.run_model.ended, timeout=10_000)
-    window.extend_run(str(run.path))
+    window.run_actions.extend(str(run.path))
     qtbot.waitUntil(lambda: getattr(window, "extend_dialog", None) is not None, timeout=20_000)
-    dialog = window.extend_dialog
+    dialog = window.run_actions.extend_dialog
     dialog.more.setValue(2)
     assert "cosine schedule recomputed for 3 epochs and continued at epoch 2" in dialog.rule.text()
     dialog.accept()
@@ -119,7 +119,7 @@ def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, mak
     assert RunDir(run.path).read_status().get("epoch") == 3
     assert [e["epoch"] for e in model.epoch_events] == [1, 2, 3] and model.epochs == 3
     assert np.all(np.diff(model.step_loss.x) > 0)
-    assert window.progress.value() == window.progress.maximum() == 3, "the counter counts the run's 3 epochs"
+    assert window.status.progress.value() == window.status.progress.maximum() == 3, "the counter counts the run's 3 epochs"
 
 
 def test_the_runs_and_queue_pages_follow_status_changes_by_themselves(qtbot, tmp_path):
@@ -172,8 +172,8 @@ def test_compared_runs_are_labelled_by_what_differs_not_by_their_long_names(qtbo
 def test_the_runs_table_leads_with_test_accuracy_readable_groups_and_the_whole_duration(tmp_path):
     """Test accuracy where evaluated, parameter groups as people say them, duration over every segment from the
     first start (a resumed run showed its last segment only)."""
-    from app.experiments import summarize
     from app.pages.runs_page import RunsPage
+    from app.state.experiments import summarize
     from trainer.runs.runner import earlier_seconds
 
     runs_dir = tmp_path / "runs"

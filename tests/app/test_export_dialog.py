@@ -8,7 +8,7 @@ from helpers import train_here, write_config
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QPushButton
 
-from app.export_dialog import COLUMNS, ExportDialog
+from app.dialogs.export_dialog import COLUMNS, ExportDialog
 
 
 @pytest.fixture(scope="module")

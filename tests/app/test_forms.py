@@ -4,7 +4,7 @@ rounded or clamped on its way through the forms (0.125 became 0.13, 0.02 became 
 from helpers import write_config
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 
-from app.forms import get_path, set_path
+from app.state.form_state import get_path, set_path
 from trainer.core.config import RunConfig, key_meta
 
 
@@ -56,7 +56,7 @@ def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_win
     qtbot.waitUntil(lambda: val_dir.text() == "", timeout=20_000)
     assert window.advanced_page.value("data.test_dir") is None
     assert "the validation and test folder of the last one no longer applies" in window.statusBar().currentMessage()
-    cfg = window.current_config()
+    cfg = window.form.config()
     assert cfg.data.train_dir == str(flat) and cfg.data.val_dir is None and cfg.data.test_dir is None
 
     typed = tmp_path / "mine"  # a validation folder the user chose over the folder's own stays on a change
@@ -79,11 +79,11 @@ def test_new_keeps_the_dataset_even_when_it_does_not_make_a_valid_config_yet(qtb
     window.binder.widgets["data.labels"].setText(labels)
     window.binder.widgets["data.val_dir"].setText(val)
     window.binder.widgets["train.epochs"].setValue(7)
-    window.new_config()
+    window.form.new()
     assert window.binder.widgets["data.train_dir"].text() == str(shapes_dir)
     assert (window.binder.widgets["data.labels"].text(), window.binder.widgets["data.val_dir"].text()) == (labels, val)
     assert window.binder.widgets["train.epochs"].value() == RunConfig().train.epochs, "every other setting: default"
-    qtbot.waitUntil(lambda: any(p.startswith("data.val_dir") for p in window.config_problems), timeout=10_000)
+    qtbot.waitUntil(lambda: any(p.startswith("data.val_dir") for p in window.form.problems), timeout=10_000)
 
 
 def test_opening_a_past_run_says_it_replaced_the_form_and_puts_it_back(qtbot, make_window, shapes_dir, tmp_path,
@@ -103,9 +103,33 @@ def test_opening_a_past_run_says_it_replaced_the_form_and_puts_it_back(qtbot, ma
     raw["data"]["train_dir"], raw["train"]["epochs"] = str(other), 3
     run.config.write_text(yaml.safe_dump(raw))
     window = make_window(write_config(tmp_path, shapes_dir, train={"epochs": 9}), runs_dir=tmp_path / "runs")
-    window.open_run(str(run.path))
+    window.run_actions.open(str(run.path))
     assert window.binder.widgets["data.train_dir"].text() == str(other)
-    assert window.restore_form.isVisible() and run.name in window.restore_form.text()
-    window.restore_form.click()
+    assert window.form.restore_button.isVisible() and run.name in window.form.restore_button.text()
+    window.form.restore_button.click()
     assert window.binder.widgets["data.train_dir"].text() == str(shapes_dir)
-    assert window.binder.widgets["train.epochs"].value() == 9 and not window.restore_form.isVisible()
+    assert window.binder.widgets["train.epochs"].value() == 9 and not window.form.restore_button.isVisible()
+
+
+def test_the_form_s_rules_hold_without_a_window(tmp_path):
+    """app/state/form_state.py, Qt-free: New keeps the dataset (a labels file its loss), a new folder clears only the
+    splits the last one gave and still holds, and each dataset has its own manifest name."""
+    from app.state.form_state import FormState, manifest_path_for, new_config_raw
+
+    current = RunConfig().to_dict()
+    current["data"].update(train_dir="/d/train", val_dir="/d/val", labels="/d/labels.csv")
+    current["optimizer"]["lr"] = 0.5
+    raw = new_config_raw(current)
+    assert raw["data"]["train_dir"] == "/d/train" and raw["data"]["labels"] == "/d/labels.csv"
+    assert raw["optimizer"]["lr"] == RunConfig().optimizer.lr and raw["loss"]["name"] != RunConfig().loss.name
+
+    state = FormState()
+    state.splits_given({"train_dir": "/d/train", "val_dir": "/d/val", "test_dir": "/d/test"})
+    assert state.splits_to_clear("/d/train", {"data.val_dir": "/d/val", "data.test_dir": "/d/test"}) == []
+    assert state.splits_to_clear("/flat", {"data.val_dir": "/d/val", "data.test_dir": "/mine/test"}) == [
+        "data.val_dir"], "the test folder the user set since stays"
+    assert state.folder_gave is None and state.splits_to_clear("/other", {"data.val_dir": "/d/val"}) == []
+
+    first, second = manifest_path_for("/a/cats", tmp_path, None), manifest_path_for("/b/cats", tmp_path, None)
+    assert first != second and first.parent == second.parent == tmp_path / "configs"
+    assert manifest_path_for("/a/cats", tmp_path, tmp_path / "mine.yaml") == tmp_path / "mine.exclude.yaml"

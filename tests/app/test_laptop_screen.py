@@ -54,7 +54,7 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
     window.nav.setCurrentRow(PAGES.index("Training"))
     qtbot.wait(50)
     dash = window.dashboard
-    for widget in (dash.warnings, dash.summary, window.progress, window.eta_label, window.state_label):
+    for widget in (dash.warnings, dash.summary, window.status.progress, window.status.eta_label, window.status.state_label):
         assert on_screen(window, widget), widget.objectName()
     for tab in range(dash.tabs.count()):
         dash.tabs.setCurrentIndex(tab)
@@ -64,8 +64,8 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
     dash.tabs.setCurrentIndex(2)
     qtbot.wait(30)
     results = dash.results
-    for widget in (results.matrix, results.gallery_title, results.cam_button, results.relabel_choice,
-                   results.undo_button):
+    for widget in (results.matrix, results.gallery_title, results.image.cam_button, results.image.relabel_choice,
+                   results.image.undo_button):
         assert on_screen(window, widget), widget.objectName() or widget.text()
     window.nav.setCurrentRow(PAGES.index("Runs"))
     qtbot.wait(50)
@@ -112,7 +112,7 @@ def test_a_manifest_made_for_one_dataset_does_not_follow_to_the_next(qtbot, make
     exclude = window.binder.widgets["data.exclude"]
     train_dir.setText(str(shapes_dir))
     qtbot.waitUntil(lambda: window.dataset_page.scan_result is not None, timeout=30_000)
-    window._mark_image(str(next(shapes_dir.glob("circle/*.png"))), None)
+    window.run_actions.mark_image(str(next(shapes_dir.glob("circle/*.png"))), None)
     first = exclude.text()
     assert first and shapes_dir.name in first and Path(first).parent == tmp_path / "runs" / "configs"
     train_dir.setText(str(other))
@@ -145,7 +145,7 @@ def test_the_dataset_page_suggests_a_size_for_photos_and_applies_it(qtbot, make_
     qtbot.waitUntil(lambda: page.scan_result is not None and page.suggestion.isVisible(), timeout=30_000)
     assert "data.image_size 224" in page.suggestion_text.text() and "300 px" in page.suggestion_text.text()
     page.apply_suggestion.click()
-    assert window.current_config().data.image_size == 224 and not page.suggestion.isVisible()
+    assert window.form.config().data.image_size == 224 and not page.suggestion.isVisible()
 
 
 def test_the_empty_weights_choice_is_labelled(qtbot, make_window, shapes_dir, tmp_path):
@@ -158,7 +158,7 @@ def test_the_empty_weights_choice_is_labelled(qtbot, make_window, shapes_dir, tm
 
 
 def test_the_grad_cam_button_keeps_its_width_while_computing(qtbot):
-    from app.pages.results_tab import ResultsTab
+    from app.training.results_tab import ResultsTab
 
     tab = ResultsTab()
     qtbot.addWidget(tab)

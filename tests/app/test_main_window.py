@@ -53,12 +53,12 @@ def test_configure_start_watch_stop_and_reopen(qtbot, make_window, shapes_dir, t
     assert run.read_status()["state"] == "stopped"
     assert run.output_log.exists() and not list((run.path.parent / ".pending").iterdir()), \
         "the trainer made the directory and took the app's pending output in; the pending config is gone"
-    assert "stopped" in window.state_label.text()
+    assert "stopped" in window.status.state_label.text()
     assert window.resume_action.isEnabled()
     steps, losses = window.run_model.step_loss.x.copy(), window.run_model.step_loss.y.copy()
 
     # reopen the run: the same curve, replayed from its events
-    window.open_run(str(run.path))
+    window.run_actions.open(str(run.path))
     qtbot.waitUntil(lambda: window.run_model.state == "stopped" and len(window.run_model.step_loss) == len(steps),
                     timeout=10_000)
     np.testing.assert_array_equal(window.run_model.step_loss.x, steps)
@@ -74,7 +74,7 @@ def test_invalid_values_are_flagged_in_place_and_block_start(qtbot, make_window,
     lr.setText("-3")
     qtbot.waitUntil(lambda: not window.start_action.isEnabled(), timeout=5_000)
     assert "optimizer.lr: must be > 0, got -3" in lr.toolTip()
-    assert lr.styleSheet() and "optimizer.lr" in window.problem_label.text()
+    assert lr.styleSheet() and "optimizer.lr" in window.status.problem_label.text()
     lr.setText("0.01")
     qtbot.waitUntil(window.start_action.isEnabled, timeout=5_000)
     assert lr.styleSheet() == ""
@@ -108,7 +108,7 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
         assert "no CUDA GPU is available here" in page.reasons.text()
         window.binder.widgets["device.type"].setCurrentText("cuda")
         qtbot.waitUntil(lambda: "device.type: cuda, but no CUDA GPU is available here" in
-                        window.problem_label.toolTip(), timeout=5_000)
+                        window.status.problem_label.toolTip(), timeout=5_000)
         assert not window.start_action.isEnabled()
         window.binder.widgets["device.type"].setCurrentText("cpu")
     if not probe["horovod"]:
@@ -163,7 +163,7 @@ def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
     window.start_action.trigger()
     qtbot.waitUntil(lambda: window.run_model.state == "failed", timeout=60_000)
     qtbot.waitUntil(lambda: not window.process.running, timeout=10_000)
-    assert "boom in user code" in window.state_label.text()
+    assert "boom in user code" in window.status.state_label.text()
     assert any("boom in user code" in window.dashboard.warnings.item(i).text()
                for i in range(window.dashboard.warnings.count()))
     events = read_events(window.run_model.run.events)
@@ -210,8 +210,8 @@ def test_ddp_run_from_the_app_plots_stops_every_rank_and_resumes_from_its_checkp
     assert any(f"resumed from epoch 0, step {stopped_at}" in line for line in said), said
     steps = window.run_model.step_loss.x
     assert np.all(np.diff(steps) > 0), "the stopped attempt's steps after its checkpoint are not drawn twice"
-    assert window.progress.value() == window.progress.maximum() == 2
-    assert "completed" in window.state_label.text() and not window.stop_action.isEnabled()
+    assert window.status.progress.value() == window.status.progress.maximum() == 2
+    assert "completed" in window.status.state_label.text() and not window.stop_action.isEnabled()
 
 
 @pytest.mark.slow
@@ -223,12 +223,12 @@ def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_windo
     window.optimizer_page.find_lr.click()
     assert window.optimizer_page.find_lr.text() == "Sweeping…"
     qtbot.waitUntil(lambda: getattr(window, "lr_dialog", None) is not None, timeout=120_000)
-    _, drawn = window.lr_dialog.curve.getData()
-    raw = window.lr_dialog.result["raw_losses"]
+    _, drawn = window.planning.lr_dialog.curve.getData()
+    raw = window.planning.lr_dialog.result["raw_losses"]
     assert drawn[0] == pytest.approx(raw[0]), "the curve starts at the first loss measured"
     for i in range(1, 10):  # at lr 1e-6 nothing has moved yet: the drawn curve is the losses' level, no drop
         assert drawn[i] == pytest.approx(np.mean(raw[:i + 1]), rel=0.05), (i, drawn[:10], raw[:10])
-    use = window.lr_dialog.findChild(QPushButton, "useSuggestedLr")
+    use = window.planning.lr_dialog.findChild(QPushButton, "useSuggestedLr")
     suggested = use.text().split("= ")[1]
     use.click()
     assert window.binder.widgets["optimizer.lr"].text() == suggested and float(suggested) > 1e-4
@@ -264,8 +264,8 @@ def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_d
 
 
 def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tmp_path):
-    from app.pages.dashboard import Dashboard
-    from app.run_model import RunModel
+    from app.jobs.run_model import RunModel
+    from app.training.dashboard import Dashboard
     from trainer.core.events import EventWriter
     from trainer.core.rundir import RunDir
 
@@ -300,9 +300,9 @@ def test_save_slurm_script_writes_the_form_s_config_and_the_cli_s_script(qtbot, 
     window.binder.widgets["optimizer.lr"].setText("3e-4")
     script = tmp_path / "job" / "train.sh"
     script.parent.mkdir()
-    config_path = window.save_slurm_script(script)
+    config_path = window.files.save_slurm_script(script)
     cfg = load_config(config_path)
-    assert cfg.to_dict() == window.current_config().to_dict() and cfg.optimizer.lr == 3e-4
+    assert cfg.to_dict() == window.form.config().to_dict() and cfg.optimizer.lr == 3e-4
     assert script.read_text() == slurm_script(config_path, cfg, window.runs_dir.resolve())
     assert "#SBATCH --nodes=2" in script.read_text()
 
@@ -328,10 +328,10 @@ def test_the_model_store_filters_sorts_and_starts_from_pretrained(qtbot, make_wi
     qtbot.waitUntil(lambda: "auto: the IMAGENET1K_V1 weights of resnet18" in
                     window.dataset_page.normalisation.text(), timeout=10_000)
     assert "mean 0.485, 0.456, 0.406" in window.dataset_page.normalisation.text()
-    cfg = window.current_config()
+    cfg = window.form.config()
     assert cfg.model.weights == "DEFAULT" and cfg.data.mean == "auto"
     page.weights.setCurrentText("")  # back to no weights: the config default stays explicit
-    assert window.current_config().model.weights is None
+    assert window.form.config().model.weights is None
 
 
 def test_fine_tuning_recipes_set_their_keys(qtbot, make_window, shapes_dir, tmp_path):
@@ -339,34 +339,34 @@ def test_fine_tuning_recipes_set_their_keys(qtbot, make_window, shapes_dir, tmp_
     qtbot.waitUntil(lambda: window.model_page.head == "fc", timeout=60_000)
     page = window.optimizer_page
     page.recipe_buttons["fine_tune"].click()
-    cfg = window.current_config()
+    cfg = window.form.config()
     assert cfg.optimizer.groups[0].pattern == "fc" and cfg.optimizer.groups[0].lr == 0.02
     assert cfg.optimizer.lr == pytest.approx(0.002) and not cfg.model.freeze_backbone
     assert "Fine-tune" in page.recipe_note.text()
     page.recipe_buttons["linear_probe"].click()
-    cfg = window.current_config()
+    cfg = window.form.config()
     assert cfg.model.freeze_backbone and cfg.model.unfreeze_at_epoch == 0
     table = window.model_page.table
     frozen = [table.item(r, 0).toolTip() for r in range(table.rowCount())]
     assert frozen[0].startswith("frozen") and not frozen[-1], "the backbone is shown frozen, the head is not"
     assert "trainable (backbone frozen)" in window.model_page.count.text()
     page.recipe_buttons["gradual"].click()
-    cfg = window.current_config()
+    cfg = window.form.config()
     assert not cfg.model.freeze_backbone and cfg.model.unfreeze_at_epoch == 1
     # Add group offers a pattern that would receive parameters: the head first, then a module no group has
     page.groups.set_groups([])
     page.groups.set_groups([{"pattern": "fc", "lr": 0.02}])
     window.findChild(QPushButton, "addGroup").click()
-    window.validate()
+    window.form.validate()
     assert [g["pattern"] for g in page.groups.groups()] == ["fc", "conv1"], "not a duplicate fc"
-    assert not [p for p in window.config_problems if p.startswith("optimizer.groups")]
+    assert not [p for p in window.form.problems if p.startswith("optimizer.groups")]
     page.groups.set_groups([{"pattern": "fc"}, {"pattern": "fc"}])  # a group no parameter reaches
-    window.validate()
+    window.form.validate()
     assert not window.start_action.isEnabled() and not page.groups.problem.isHidden()
     assert "optimizer.groups[1].pattern" in page.groups.problem.text(), "the reason beside the groups"
     page.recipe_buttons["scratch"].click()
-    window.validate()
-    cfg = window.current_config()
+    window.form.validate()
+    cfg = window.form.config()
     assert cfg.model.unfreeze_at_epoch == 0 and not cfg.optimizer.groups, "every layer alike: the user's groups too"
     assert page.groups.problem.isHidden()
 
@@ -383,7 +383,7 @@ def test_a_folder_with_train_val_test_is_used_as_its_splits(qtbot, make_window, 
                     and window.dataset_page.scan_result.root == str(dataset / "train"), timeout=30_000)
     scan = window.dataset_page.scan_result
     assert sorted(scan.classes) == sorted(p.name for p in (dataset / "train").iterdir()), "not train, val, test"
-    cfg = window.current_config()
+    cfg = window.form.config()
     assert (cfg.data.train_dir, cfg.data.val_dir, cfg.data.test_dir) == (
         str(dataset / "train"), str(dataset / "val"), str(dataset / "test"))
     assert "train/, val/, test/" in window.statusBar().currentMessage()
@@ -457,7 +457,7 @@ def test_stop_while_the_trainer_is_still_starting_says_stopped(qtbot, make_windo
     if window.run_model.run.path.exists():
         pytest.skip("this machine made the run directory before the Stop arrived")
     assert window.run_model.state == "stopped", window.run_model.message
-    assert "stopped" in window.state_label.text() and "code -15" not in window.state_label.text()
+    assert "stopped" in window.status.state_label.text() and "code -15" not in window.status.state_label.text()
 
 
 def test_the_normalisation_line_never_shows_the_previous_model_s_weights(qtbot, make_window, shapes_dir, tmp_path):

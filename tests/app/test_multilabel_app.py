@@ -30,7 +30,7 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert sum(page.scan_result.counts.values()) == sum(len(line.split(";")) for line in
                                                          labels.read_text().splitlines()[1:])
 
-    window.start_run()
+    window.run_actions.start()
     qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.state == "completed", timeout=120_000)
     run = window.run_model.run
     curves = window.dashboard.curves
@@ -81,17 +81,17 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert yaml.safe_load(open(manifest_path))["relabel"], "a manifest a person can read"
 
     qtbot.waitUntil(lambda: not window.runs.running, timeout=30_000)  # the run's process has exited
-    job = window.auto_plan(0.5)  # Auto plans a run of the same labels file (tests/test_multilabel.py: its plan)
+    job = window.planning.auto_plan(0.5)  # Auto plans a run of the same labels file (tests/test_multilabel.py: its plan)
     arguments = job.process.arguments()
     assert arguments[arguments.index("--labels") + 1] == str(labels)
     job.cancel()
-    window.auto_job = None
+    window.planning.auto_job = None
 
-    window.new_config()  # every setting at its default, on the same dataset: its labels file and its loss too
+    window.form.new()  # every setting at its default, on the same dataset: its labels file and its loss too
     assert window.binder.widgets["data.labels"].text() == str(labels)
-    assert window.binder.widgets["loss.name"].currentText() == "bce" and not window.validate()
+    assert window.binder.widgets["loss.name"].currentText() == "bce" and not window.form.validate()
 
-    dialog = window.try_it()  # the ONNX file the run exported: every label at its threshold
+    dialog = window.run_actions.try_it()  # the ONNX file the run exported: every label at its threshold
     dialog.set_model_source(str(run.path / "exports" / "model.onnx"))
     with qtbot.waitSignal(dialog.predicted, timeout=60_000) as got:
         dialog.classify([first.path])

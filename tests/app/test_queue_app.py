@@ -52,7 +52,7 @@ def test_sweep_dialog_queues_a_grid_and_shows_a_refusal(qtbot, make_window, shap
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 1})
     window = make_window(cfg)
     wait_ready(qtbot, window)
-    dialog = window.open_sweep_dialog()
+    dialog = window.run_actions.open_sweep_dialog()
     dialog.name.setText("lrs")
     dialog.grid.item(0, 1).setText("0.01, 0.02")
     dialog.add_grid_row("data.batch_size", "8, 16")

@@ -17,7 +17,7 @@ def test_the_editor_asks_the_trainer_s_rule_and_a_refused_start_leaves_nothing(q
     window.optimizer_page.groups.add_group({"pattern": "layer4", "lr": 0.01})
     qtbot.waitUntil(lambda: window.start_action.isEnabled(), timeout=30_000)
     window.binder.widgets["model.freeze_backbone"].setChecked(True)  # now layer4 does not train
-    qtbot.waitUntil(lambda: "groups[0].pattern: 'layer4' matches only backbone" in window.problem_label.text(),
+    qtbot.waitUntil(lambda: "groups[0].pattern: 'layer4' matches only backbone" in window.status.problem_label.text(),
                     timeout=10_000)
     assert not window.start_action.isEnabled()
 
@@ -29,7 +29,7 @@ def test_the_editor_asks_the_trainer_s_rule_and_a_refused_start_leaves_nothing(q
     window.start_action.trigger()
     qtbot.waitUntil(lambda: window.run_model.ended, timeout=60_000)
     assert window.run_model.state == "failed" and str(not_weights) in window.run_model.message
-    assert str(not_weights) in window.state_label.text()
+    assert str(not_weights) in window.status.state_label.text()
     assert list_runs(runs) == [] and not window.run_model.run.path.exists()
     assert not any((runs / ".pending").iterdir()), "the pending config and output are gone"
     assert not window.resume_action.isEnabled()

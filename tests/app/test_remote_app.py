@@ -12,7 +12,7 @@ from helpers import write_config
 from PySide6.QtWidgets import QPushButton
 from test_main_window import wait_ready
 
-from app.remote_browser import RemoteFolderDialog
+from app.dialogs.remote_browser import RemoteFolderDialog
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
 
@@ -56,7 +56,7 @@ def test_a_run_on_a_host_from_the_app_survives_the_app_and_its_follower(qtbot, m
     window.close()
     kill_tree(follower)
     window = make_window(config, runs_dir=hosts["local_runs"])  # reopened: a new follower catches up
-    window.open_run(str(run.path))
+    window.run_actions.open(str(run.path))
     assert window.process.running
     qtbot.waitUntil(lambda: window.run_model.epochs_done(window.run_model.last_step or {"epoch": 1}) >= 2,
                     timeout=90_000)
@@ -78,7 +78,7 @@ def test_a_run_on_a_host_from_the_app_survives_the_app_and_its_follower(qtbot, m
     assert all(p.path.startswith(copies) for p in tab.evaluation.errors()[:5])
     qtbot.waitUntil(lambda: tab.gallery.count() > 0 and not tab.gallery.item(0).icon().isNull(), timeout=10_000)
 
-    from app.export_dialog import ExportDialog  # Export brings the ONNX file home, saying how far the fetch is
+    from app.dialogs.export_dialog import ExportDialog  # Export brings the ONNX file home, saying how far the fetch is
 
     dialog = ExportDialog(str(run.path), window)
     dialog.format.setCurrentIndex(dialog.format.findData("onnx"))
@@ -106,8 +106,8 @@ def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results
         assert window.device_page.run_on.currentText() == "cluster (SLURM through loop)"
         wait_ready(qtbot, window)
         window.start_action.trigger()
-        qtbot.waitUntil(lambda: "pending (Resources)" in window.state_label.text(), timeout=60_000)
-        assert "SLURM job" in window.state_label.text()
+        qtbot.waitUntil(lambda: "pending (Resources)" in window.status.state_label.text(), timeout=60_000)
+        assert "SLURM job" in window.status.state_label.text()
     finally:
         subprocess.run(["scancel", blocker])
     qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=120_000)
@@ -169,7 +169,7 @@ def test_the_auto_box_with_a_slurm_host_plans_a_multi_label_run_inside_the_job_a
     status = json.loads((mirror / "status.json").read_text())
     assert status["state"] == "stopped" and status["remote"]["job"]["active"] is False, status
     assert (hosts["remote_runs"] / f"slurm-{job}" / "checkpoints" / "last.pt").exists(), "stopped with a checkpoint"
-    assert window.run_model.state == "stopped" and "stopped" in window.state_label.text().lower()
+    assert window.run_model.state == "stopped" and "stopped" in window.status.state_label.text().lower()
 
 
 def test_the_auto_box_with_a_host_chosen_plans_there_and_starts_a_run_there(qtbot, make_window, hosts, shapes_dir,

@@ -8,7 +8,7 @@ import signal
 from helpers import run_here
 from PySide6.QtCore import QObject
 
-from app.background import CliJob, ResidentWorker
+from app.jobs.background import CliJob, ResidentWorker
 
 
 def ask(qtbot, *args):
@@ -45,7 +45,7 @@ def test_a_killed_worker_is_started_again_and_the_question_asked_again(qtbot):
 
 
 def test_a_worker_that_cannot_start_fails_its_questions_saying_so(qtbot, monkeypatch):
-    import app.background as background
+    import app.jobs.background as background
 
     worker = ResidentWorker()
     monkeypatch.setattr(ResidentWorker, "shared", classmethod(lambda cls: worker))

@@ -35,7 +35,7 @@ def finished_run(tmp_path_factory, shapes_dir):
 
 
 def open_results(qtbot, window, run):
-    window.open_run(str(run.path))
+    window.run_actions.open(str(run.path))
     window.dashboard.tabs.setCurrentWidget(window.dashboard.results)
     tab = window.dashboard.results
     qtbot.waitUntil(lambda: tab.evaluation is not None, timeout=20_000)
@@ -113,7 +113,7 @@ def test_matrix_cells_gallery_grad_cam_and_the_manifest(qtbot, make_window, fini
 
 
 def test_fifty_classes_scroll_and_zoom_with_names_readable(qtbot, tmp_path):
-    from app.pages.results_tab import ResultsTab
+    from app.training.results_tab import ResultsTab
 
     classes = [f"species_{i:02d}_with_a_long_name" for i in range(60)]
     n = 600
@@ -143,8 +143,8 @@ def test_fifty_classes_scroll_and_zoom_with_names_readable(qtbot, tmp_path):
 def test_try_it_gives_the_command_line_s_top_1_and_names_a_non_image(qtbot, make_window, finished_run, tmp_path):
     run, photos, cfg = finished_run
     window = make_window(cfg, runs_dir=run.path.parent)
-    window.open_run(str(run.path))
-    dialog = window.try_it()
+    window.run_actions.open(str(run.path))
+    dialog = window.run_actions.try_it()
     assert dialog.model_source == str(run.path)
     folder = tmp_path / "mine"
     folder.mkdir()
@@ -192,7 +192,7 @@ def test_only_images_of_the_training_folder_can_be_excluded_or_relabelled(qtbot,
 
 def test_ten_classes_in_a_narrow_pane_show_every_column_numbered(qtbot, tmp_path):
     """At 1024x700 4 of 10 confusion-matrix columns showed: names above columns widened them past the pane."""
-    from app.pages.results_tab import ResultsTab
+    from app.training.results_tab import ResultsTab
 
     classes = [f"digit_{i}" for i in range(10)]
     labels = torch.arange(200) % 10
@@ -275,7 +275,7 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
 
 
 def test_number_keys_label_the_class_they_read():
-    from app.label_dialog import class_keys
+    from app.dialogs.label_dialog import class_keys
 
     assert class_keys([str(d) for d in range(10)]) == {str(d): str(d) for d in range(10)}, "9 is nine, 0 is zero"
     assert class_keys(["cat", "dog"]) == {"1": "cat", "2": "dog"}
@@ -292,7 +292,7 @@ def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, 
     from PIL import Image
     from sklearn.datasets import load_digits
 
-    from app.label_dialog import LabelDialog
+    from app.dialogs.label_dialog import LabelDialog
     from trainer.core.events import read_events
 
     run, _, cfg, _, _ = flipped_digits_run

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trainer.core.csvfile import true_text
+from trainer.core.predictions import read_predictions
 from trainer.data.scan import printable_path
 
 CHUNK = 1 << 20
@@ -216,16 +216,12 @@ class LeakWorth:
 def leak_worth(predictions_csv: str | os.PathLike, found: Duplicates) -> LeakWorth:
     """A run's test accuracy with and without the test images that are copies of another split's (its
     `eval/test/predictions.csv`, as `main.py evaluate` writes it)."""
-    import csv
-
     leaked = {os.path.realpath(i.path) for g in found.leaks for i in g.images if i.split == "test"}
     images = correct = n_leaked = correct_without = 0
-    with open(predictions_csv, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            right = row["true"] == row["predicted"]
-            images, correct = images + 1, correct + right
-            if os.path.realpath(true_text(row["path"])) in leaked:
-                n_leaked += 1
-            else:
-                correct_without += right
+    for row in read_predictions(predictions_csv):
+        images, correct = images + 1, correct + row.correct
+        if os.path.realpath(row.path) in leaked:
+            n_leaked += 1
+        else:
+            correct_without += row.correct
     return LeakWorth(images, correct, n_leaked, correct_without)

@@ -20,12 +20,12 @@ import torch.nn.functional as F
 
 from trainer.core.csvfile import dict_rows_text
 from trainer.core.files import atomic_write_text
+from trainer.core.predictions import FIELDS as PREDICTION_FIELDS
 from trainer.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
 ECE_BINS = 15
-PREDICTION_FIELDS = ["path", "true", "predicted", "confidence", "loss", "top_k"]
 TOP_K = 5
 
 

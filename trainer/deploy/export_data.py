@@ -14,8 +14,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.core.csvfile import read_dict_rows
 from trainer.core.errors import InputError
+from trainer.core.predictions import read_predictions
 from trainer.core.rundir import RunDir
 from trainer.data.scan import image_paths
 
@@ -47,12 +47,11 @@ def measure_set(run: RunDir, classes: list[str], seed: int = 0) -> tuple[Measure
         if not path.exists():
             continue
         try:
-            with open(path, encoding="utf-8", newline="") as f:
-                rows = read_dict_rows(f)
-            if rows and "probabilities" in rows[0]:  # multi-label: the image's labels as a 0/1 tuple
-                samples = [(r["path"], tuple(float(n in r["true"].split(";")) for n in classes)) for r in rows]
+            rows = read_predictions(path)
+            if rows and rows[0].probabilities:  # multi-label: the image's labels as a 0/1 tuple
+                samples = [(r.path, tuple(float(n in r.true) for n in classes)) for r in rows]
             else:
-                samples = [(r["path"], label[r["true"]]) for r in rows]
+                samples = [(r.path, label[r.true[0]]) for r in rows]
         except (OSError, KeyError, ValueError) as e:
             return None, f"{path}: unreadable ({e})"
         chosen = sorted(random.Random(seed).sample(samples, MEASURE_IMAGES)) if len(samples) > MEASURE_IMAGES \
@@ -84,8 +83,7 @@ def calibration_images(run: RunDir, config: dict, folder: Path | None, count: in
         for split in SPLITS:
             path = run.evaluation(split) / "predictions.csv"
             if path.exists():
-                with open(path, encoding="utf-8", newline="") as f:
-                    held_out |= {r["path"] for r in read_dict_rows(f)}
+                held_out |= {r.path for r in read_predictions(path)}
         pool = [p for p in image_paths(train_dir) if p not in held_out]
         if not pool:
             raise CalibrationError(f"data.train_dir: {train_dir}: no training images left to calibrate on; give "

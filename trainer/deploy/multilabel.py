@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trainer.core.predictions import MULTILABEL_FIELDS as PREDICTION_FIELDS
 from trainer.core.rundir import RunDir
 
 DEFAULT_THRESHOLD = 0.5
@@ -96,7 +97,6 @@ def multilabel_metrics(logits: torch.Tensor, targets: torch.Tensor, names: list[
             "per_label": per_label, "classes": list(names)}
 
 
-PREDICTION_FIELDS = ["path", "true", "predicted", "probabilities"]
 
 
 def prediction_rows(paths: list[str], probs: torch.Tensor, targets: torch.Tensor | None, names: list[str],

@@ -58,6 +58,11 @@ def train_command(config_path: str | Path, run_dir: str | Path | None = None, ov
     return cmd
 
 
+def headless_command(config_path: str | Path, runs_dir: str | Path) -> list[str]:
+    """`python main.py train CONFIG --runs-dir DIR` as a user types it in the repository (the app's Command)."""
+    return ["python", "main.py", *train_command(config_path, runs_dir=runs_dir)[2:]]
+
+
 def resume_command(run_dir: str | Path, epochs: int | None = None) -> list[str]:
     """Continue a run; with `epochs`, extend it to that many epochs in all (trainer/core/schedule.py's rule)."""
     return main_command("resume", run_dir, *(["--epochs", str(epochs)] if epochs else []))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from app.background import CliJob
+from app.jobs.background import CliJob
 from trainer.core.config import RunConfig, save_config
 from trainer.core.rundir import new_config_file
 

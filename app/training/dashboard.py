@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.pages.curves_tab import CurvesTab
-from app.pages.gradients_tab import GradientsTab
-from app.pages.results_tab import ResultsTab
-from app.run_model import RunModel
+from app.jobs.run_model import RunModel
+from app.training.curves_tab import CurvesTab
+from app.training.gradients_tab import GradientsTab
+from app.training.results_tab import ResultsTab
 
 REDRAW_MS = 100
 # Step plots redrawn per timer tick, the longest-waiting first: repainting one plot of tens of thousands of
@@ -60,6 +60,28 @@ class Dashboard(QWidget):
         self.tabs.addTab(self.log_view, "Log")
         self.tabs.currentChanged.connect(lambda _: self.redraw())
 
+        side = self._build_side_panel()
+
+        # the side panel can be narrowed or dragged shut (a laptop screen), the tabs keep the rest
+        self.splitter = QSplitter()
+        self.splitter.setObjectName("dashboardSplitter")
+        self.splitter.addWidget(self.tabs)
+        self.splitter.addWidget(side)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setSizes([1000, 260])
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.splitter)
+        self.side = side
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(REDRAW_MS)
+        self._timer.timeout.connect(self._tick)
+        self._ticks = 0
+
+    def _build_side_panel(self) -> QWidget:
+        """The side panel: the run's summary, its progress, the machine's load and the warnings."""
         # ---- side panel ----
         self.summary = QLabel("No run yet: press Start.")
         self.summary.setObjectName("runSummary")
@@ -89,24 +111,7 @@ class Dashboard(QWidget):
         sl.addWidget(self.system)
         sl.addWidget(QLabel("<b>Warnings and errors</b>"))
         sl.addWidget(self.warnings, 1)
-
-        # the side panel can be narrowed or dragged shut (a laptop screen), the tabs keep the rest
-        self.splitter = QSplitter()
-        self.splitter.setObjectName("dashboardSplitter")
-        self.splitter.addWidget(self.tabs)
-        self.splitter.addWidget(side)
-        self.splitter.setStretchFactor(0, 1)
-        self.splitter.setCollapsible(0, False)
-        self.splitter.setSizes([1000, 260])
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.splitter)
-        self.side = side
-
-        self._timer = QTimer(self)
-        self._timer.setInterval(REDRAW_MS)
-        self._timer.timeout.connect(self._tick)
-        self._ticks = 0
+        return side
 
     # ---- binding to a run ----------------------------------------------------------------------
     def set_model(self, model: RunModel) -> None:

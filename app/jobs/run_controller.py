@@ -15,8 +15,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.run_model import RunModel
-from app.trainer_process import TrainerProcess
+from app.jobs.run_model import RunModel
+from app.jobs.trainer_process import TrainerProcess
 from trainer.core.config import RunConfig, save_config
 from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_text

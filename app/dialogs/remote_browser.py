@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.background import CliJob
+from app.jobs.background import CliJob
 
 
 class RemoteFolderDialog(QDialog):

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.forms import ExactDoubleSpinBox
+from app.widgets.forms import ExactDoubleSpinBox
 from trainer.core.catalog import AUTO_MAX_MINUTES, AUTO_MIN_MINUTES
 
 

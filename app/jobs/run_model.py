@@ -1,6 +1,6 @@
 """RunModel: a thin Qt watcher over a RunState. It reads a run's new events on a timer and tells the views.
 
-The state itself (`app.run_state.RunState`: buffers, summaries, ETA) is Qt-free and tested without Qt;
+The state itself (`app.state.run_state.RunState`: buffers, summaries, ETA) is Qt-free and tested without Qt;
 this class only polls `events.jsonl` (and the log) within a time budget, so even a huge history never
 stalls the GUI thread, and turns each change into a signal.
 """
@@ -13,7 +13,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.run_state import RunState
+from app.state.run_state import RunState
 from trainer.core.events import EventTail
 from trainer.core.rundir import RunDir
 

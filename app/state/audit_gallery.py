@@ -4,7 +4,7 @@ title and what the audit measured of each. Torch-free."""
 
 from __future__ import annotations
 
-from app.eval_results import Prediction
+from app.state.eval_results import Prediction
 
 KEYS = "E exclude · R relabel as suggested · K keep"
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer.core.csvfile import read_dict_rows
+from trainer.core.predictions import read_predictions
 from trainer.core.rundir import RunDir
 from trainer.remote.mirror import local_copy
 
@@ -82,15 +82,9 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation | MultiLabelEvaluat
     remote = (Path(run_path) / "remote.json").exists()  # a mirror: the images are its copies of the host's
     csv_path = folder / "predictions.csv"
     if csv_path.exists():
-        with open(csv_path, newline="", encoding="utf-8") as f:
-            for r in read_dict_rows(f):  # the true names (cells a spreadsheet would run are neutralised on disk)
-                top = []
-                for part in filter(None, r.get("top_k", "").split(";")):
-                    cls, _, p = part.rpartition(":")
-                    top.append((cls, float(p)))
-                path = local_copy(run_path, r["path"]) if remote else r["path"]
-                rows.append(Prediction(path, r["true"], r["predicted"], float(r["confidence"]), float(r["loss"]),
-                                       top))
+        for r in read_predictions(csv_path):
+            path = local_copy(run_path, r.path) if remote else r.path
+            rows.append(Prediction(path, r.true[0], r.predicted[0], r.confidence, r.loss, r.top_k))
     rows.sort(key=lambda p: -p.loss)
     return Evaluation(name, metrics, rows)
 
@@ -155,13 +149,7 @@ def read_multilabel_evaluation(run_path: Path, name: str, metrics: dict) -> Mult
     unreadable."""
     rows = []
     remote = (Path(run_path) / "remote.json").exists()
-    with open(RunDir(run_path).evaluation(name) / "predictions.csv", newline="", encoding="utf-8") as f:
-        for r in read_dict_rows(f):
-            probabilities = {}
-            for part in filter(None, r["probabilities"].split(";")):
-                label, _, p = part.rpartition(":")
-                probabilities[label] = float(p)
-            path = local_copy(run_path, r["path"]) if remote else r["path"]
-            rows.append(LabelledPrediction(path, [t for t in r["true"].split(";") if t],
-                                           [t for t in r["predicted"].split(";") if t], probabilities))
+    for r in read_predictions(RunDir(run_path).evaluation(name) / "predictions.csv"):
+        path = local_copy(run_path, r.path) if remote else r.path
+        rows.append(LabelledPrediction(path, r.true, r.predicted, r.probabilities))
     return MultiLabelEvaluation(name, metrics, rows)

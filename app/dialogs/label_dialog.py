@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob, run_in_thread
-from app.thumbnails import load_thumbnails
+from app.jobs.background import CliJob, run_in_thread
+from app.widgets.thumbnails import load_thumbnails
 
 PREVIEW = 300
 KEY_ORDER = "1234567890"  # the number keys, in the order classes without a digit name get them

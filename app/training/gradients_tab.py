@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.grad_views import layer_ticks, shared_histograms, value_ticks
-from app.pages.plots import NumericItem, image_plot
-from app.run_model import RunModel
+from app.jobs.run_model import RunModel
+from app.state.grad_views import layer_ticks, shared_histograms, value_ticks
+from app.widgets.plots import NumericItem, image_plot
 
 HEAT_AXIS_WIDTH = 210  # room for the layer names beside the heatmap
 LABEL_PX = 14  # the height a layer label needs on the heatmap's axis

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob
+from app.jobs.background import CliJob
 from trainer.core.catalog import (
     DEFAULT_EXPORT_FORMAT,
     DEPRECATED_EXPORT_FORMATS,
@@ -78,19 +78,7 @@ class ExportDialog(QDialog):
         self.setWindowTitle(f"Export {Path(run_dir).name}")
         self.setMinimumWidth(760)  # the comparison's columns, and the result line (a path) wraps rather than is cut
         self.run_dir = run_dir
-        self.format = QComboBox()
-        for fmt in EXPORT_FORMATS:  # the trainer's list, its default first; deprecated ones say so
-            self.format.addItem(fmt + (" (deprecated)" if fmt in DEPRECATED_EXPORT_FORMATS else ""), fmt)
-            self.format.setItemData(self.format.count() - 1,
-                                    DEPRECATED_EXPORT_FORMATS.get(fmt, EXPORT_DESCRIPTIONS[fmt]),
-                                    Qt.ItemDataRole.ToolTipRole)
-        self.format.setCurrentIndex(self.format.findData(DEFAULT_EXPORT_FORMAT))
-        self.about = QLabel(EXPORT_DESCRIPTIONS[DEFAULT_EXPORT_FORMAT])
-        self.about.setWordWrap(True)
-        self.about.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        # room for the longest description: the rows below (and the list under the mouse) stay where they are
-        self.about.setMinimumHeight(self.about.fontMetrics().lineSpacing() * ABOUT_LINES)
-        self.format.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self._build_format_choice()
         self.checkpoint = QComboBox()
         self.checkpoint.addItems(list(RUN_CHECKPOINTS))
         # RUN_DIR/exports: where export.formats writes too
@@ -114,17 +102,7 @@ class ExportDialog(QDialog):
         self.result = QLabel("")
         self.result.setWordWrap(True)
         self.result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        for column, tip in HEADER_TIPS.items():
-            self.table.horizontalHeaderItem(COLUMNS.index(column)).setToolTip(tip)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.table.doubleClicked.connect(lambda _: self.open_card())
-        self.exports: list[Path] = []
+        self._build_comparison()
         form = QFormLayout()
         form.addRow("Format", self.format)
         form.addRow("", self.about)
@@ -148,6 +126,36 @@ class ExportDialog(QDialog):
         self.out.editingFinished.connect(self.refresh)
         self.job: CliJob | None = None
         self._format_changed(DEFAULT_EXPORT_FORMAT)
+
+    def _build_format_choice(self) -> None:
+        """The formats the trainer offers (its default first; deprecated ones say so) and what the chosen one is."""
+        self.format = QComboBox()
+        for fmt in EXPORT_FORMATS:  # the trainer's list, its default first; deprecated ones say so
+            self.format.addItem(fmt + (" (deprecated)" if fmt in DEPRECATED_EXPORT_FORMATS else ""), fmt)
+            self.format.setItemData(self.format.count() - 1,
+                                    DEPRECATED_EXPORT_FORMATS.get(fmt, EXPORT_DESCRIPTIONS[fmt]),
+                                    Qt.ItemDataRole.ToolTipRole)
+        self.format.setCurrentIndex(self.format.findData(DEFAULT_EXPORT_FORMAT))
+        self.about = QLabel(EXPORT_DESCRIPTIONS[DEFAULT_EXPORT_FORMAT])
+        self.about.setWordWrap(True)
+        self.about.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        # room for the longest description: the rows below (and the list under the mouse) stay where they are
+        self.about.setMinimumHeight(self.about.fontMetrics().lineSpacing() * ABOUT_LINES)
+        self.format.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+
+    def _build_comparison(self) -> None:
+        """The folder's exports side by side, from their cards."""
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        for column, tip in HEADER_TIPS.items():
+            self.table.horizontalHeaderItem(COLUMNS.index(column)).setToolTip(tip)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.doubleClicked.connect(lambda _: self.open_card())
+        self.exports: list[Path] = []
 
     def _format_changed(self, fmt: str) -> None:
         path = Path(self.out.text())

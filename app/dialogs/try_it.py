@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.background import CliJob, run_in_thread
-from app.thumbnails import load_thumbnails
+from app.jobs.background import CliJob, run_in_thread
+from app.widgets.thumbnails import load_thumbnails
 from trainer.core.catalog import EXPORT_FORMATS
 from trainer.data.scan import IMAGE_EXTENSIONS
 

@@ -23,24 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.state.form_state import get_path, set_path
 from trainer.core.config import key_meta
 
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
-
-
-def get_path(raw: dict, key: str) -> Any:
-    node: Any = raw
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
-
-
-def set_path(raw: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = raw
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
 
 
 def parse_number(text: str) -> Any:

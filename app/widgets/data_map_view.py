@@ -15,8 +15,8 @@ from PySide6.QtCore import QPointF, Qt, Signal
 from PySide6.QtGui import QColor, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import QComboBox, QGraphicsPathItem, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.background import CliJob, run_in_thread
-from app.thumbnails import load_thumbnails
+from app.jobs.background import CliJob, run_in_thread
+from app.widgets.thumbnails import load_thumbnails
 from trainer.core.csvfile import true_text
 
 HOVER_THUMB = 96

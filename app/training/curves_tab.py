@@ -9,11 +9,11 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
-from app.background import run_in_thread
-from app.buffers import Series, Smoothed
-from app.csv_export import export_run_csv
-from app.pages.plots import COLORS, curve, draw, make_plot, show, with_log_toggle
-from app.run_model import RunModel
+from app.jobs.background import run_in_thread
+from app.jobs.run_model import RunModel
+from app.state.buffers import Series, Smoothed
+from app.state.csv_export import export_run_csv
+from app.widgets.plots import COLORS, curve, draw, make_plot, show, with_log_toggle
 
 
 class CurvesTab(QWidget):
@@ -48,6 +48,20 @@ class CurvesTab(QWidget):
         self._step_turn = 0  # the step plot whose turn is next
         self.smoother: Smoothed | None = None
 
+        controls = self._build_controls()
+
+        self.plots = QWidget()
+        grid = QGridLayout(self.plots)
+        grid.setContentsMargins(0, 0, 0, 0)
+        for i, plot in enumerate([self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot,
+                                  self.norm_plot]):
+            grid.addWidget(with_log_toggle(plot), i // 3, i % 3)
+        layout = QVBoxLayout(self)
+        layout.addLayout(controls)
+        layout.addWidget(self.plots, 1)
+
+    def _build_controls(self) -> QHBoxLayout:
+        """Smoothing, log scale and the exports, above the plots."""
         self.smoothing = QSlider(Qt.Orientation.Horizontal)
         self.smoothing.setObjectName("smoothing")
         self.smoothing.setRange(0, 99)
@@ -71,16 +85,7 @@ class CurvesTab(QWidget):
         controls.addStretch(1)
         controls.addWidget(export_png)
         controls.addWidget(export_csv)
-
-        self.plots = QWidget()
-        grid = QGridLayout(self.plots)
-        grid.setContentsMargins(0, 0, 0, 0)
-        for i, plot in enumerate([self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot,
-                                  self.norm_plot]):
-            grid.addWidget(with_log_toggle(plot), i // 3, i % 3)
-        layout = QVBoxLayout(self)
-        layout.addLayout(controls)
-        layout.addWidget(self.plots, 1)
+        return controls
 
     def set_model(self, model: RunModel) -> None:
         self.model = model

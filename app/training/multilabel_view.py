@@ -2,15 +2,13 @@
 recall, support), the chosen label's precision-recall curve and, in the gallery, its false positives and false
 negatives; the selected image's labels and every probability, and one click to add or remove the label in the
 dataset manifest (the labels file itself is never rewritten). Torch-free: the trainer wrote the files
-(trainer.deploy.multilabel); app/eval_results.py reads them."""
+(trainer.deploy.multilabel); app/state/eval_results.py reads them."""
 
 from __future__ import annotations
 
 import html
 import os
-import tempfile
 from collections import Counter
-from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
@@ -30,10 +28,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.background import CliJob, run_in_thread
-from app.eval_results import LabelledPrediction, MultiLabelEvaluation
-from app.pages.plots import NumericItem
-from app.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons, thumbnail_gallery
+from app.jobs.background import run_in_thread
+from app.state.eval_results import LabelledPrediction, MultiLabelEvaluation
+from app.widgets.grad_cam import GradCam
+from app.widgets.plots import NumericItem
+from app.widgets.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons, thumbnail_gallery
 
 THUMB = 96
 PREVIEW = 160
@@ -120,8 +119,9 @@ class MultiLabelView(QWidget):
         self.cam_button.clicked.connect(self.grad_cam)
         self.cam_button.setEnabled(False)
         self.run_path = ""  # the run whose network Grad-CAM asks
-        self._cam_job: CliJob | None = None
-        self._cam_dir: tempfile.TemporaryDirectory | None = None
+        self.gradcam = GradCam(self)
+        self.gradcam.done.connect(self._cam_done)
+        self.gradcam.failed.connect(self._cam_failed)
         self._layout()
 
     def _layout(self) -> None:
@@ -246,7 +246,7 @@ class MultiLabelView(QWidget):
     def _select(self, row: int) -> None:
         self.selected = self.shown[row] if 0 <= row < len(self.shown) else None
         self.preview.setPixmap(QPixmap())
-        self.cam_button.setEnabled(self.selected is not None and bool(self.run_path) and self._cam_job is None)
+        self.cam_button.setEnabled(self.selected is not None and bool(self.run_path) and not self.gradcam.busy)
         self.cam_button.setText(f"Grad-CAM of {self.label}" if self.selected is not None else "Grad-CAM")
         if self.selected is None:
             self.details.setText("")
@@ -264,33 +264,27 @@ class MultiLabelView(QWidget):
 
     def grad_cam(self) -> None:
         """Where the network finds the chosen label in the selected image: `main.py grad-cam --class LABEL`."""
-        if self.selected is None or not self.run_path or self._cam_job is not None:
+        if self.selected is None or not self.run_path or self.gradcam.busy:
             return
-        p, label = self.selected[0], self.label
-        if self._cam_dir is None:
-            self._cam_dir = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
-        out = Path(self._cam_dir.name) / f"cam-{abs(hash((p.path, label)))}.png"
         self.cam_button.setEnabled(False)
         self.cam_button.setText("Computing…")
-        job = self._cam_job = CliJob(["grad-cam", self.run_path, p.path, "--class", label, "--out", str(out)], self)
-        job.done.connect(lambda result: self._cam_done(p, result))
-        job.failed.connect(self._cam_failed)
+        self.gradcam.ask(self.run_path, self.selected[0].path, self.label)
 
-    def _cam_done(self, p: LabelledPrediction, result: dict) -> None:
-        self._cam_job = None
+    def _cam_over(self) -> None:
         self.cam_button.setEnabled(True)
         self.cam_button.setText(f"Grad-CAM of {self.label}")
-        if self.selected is None or self.selected[0] is not p:
+
+    def _cam_done(self, image: str, result: dict) -> None:
+        self._cam_over()
+        if self.selected is None or self.selected[0].path != image:
             return
         self.cam = result
         self.preview.setPixmap(scaled_pixmap(result["overlay"], PREVIEW))
         self.preview.setToolTip(f"Grad-CAM of {result['explained']} ({100 * result['explained_probability']:.0f}%): "
                                 f"bright where the network finds it")
 
-    def _cam_failed(self, message: str) -> None:
-        self._cam_job = None
-        self.cam_button.setEnabled(True)
-        self.cam_button.setText(f"Grad-CAM of {self.label}")
+    def _cam_failed(self, image: str, message: str) -> None:
+        self._cam_over()
         self.details.setText(self.details.text() + f"<br><span style='color:#c9302c'>Grad-CAM failed: "
                              f"{html.escape(message)}</span>")
 

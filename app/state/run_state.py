@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from app.buffers import Matrix, Series
+from app.state.buffers import Matrix, Series
 from trainer.core.rundir import FINAL_STATES, RunDir
 
 STOP_GRACE_STEPS = 5  # Stop waits this many measured steps beyond its floor: the step in flight, the ranks'

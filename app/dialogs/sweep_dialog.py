@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.background import CliJob
+from app.jobs.background import CliJob
 from trainer.core.config import describe_keys
 from trainer.runs.launch import main_command
 from trainer.runs.sweep import MAX_TRIALS, METHODS
@@ -74,6 +74,10 @@ class SweepDialog(QDialog):
         self.queue_button.setObjectName("queueSweep")
         self.queue_button.clicked.connect(self.submit)
 
+        self._lay_out(add_grid, add_range, remove_grid, remove_range)
+
+    def _lay_out(self, add_grid, add_range, remove_grid, remove_range) -> None:
+        """The form, the grid's and the ranges' tables with their buttons, the result and Queue."""
         form = QFormLayout()
         form.addRow("Name", self.name)
         form.addRow("Method", self.method)

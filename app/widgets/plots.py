@@ -6,7 +6,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QTableWidgetItem, QVBoxLayout, QWidget
 
-from app.buffers import Series
+from app.state.buffers import Series
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 

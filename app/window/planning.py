@@ -1,0 +1,133 @@
+"""The trainer's advice on the form: Auto's plan (loaded, shown and started as a run) and the learning-rate finder
+(its curve, and its suggestion into the form). Both are asked of the trainer; this shows what it answered."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QMessageBox
+
+from app.dialogs.lr_find_dialog import LrFindDialog
+from app.jobs.background import CliJob
+from app.jobs.lr_finder import LrFinder
+from trainer.core.config import ConfigError, RunConfig
+
+
+class Planning(QObject):
+    runStarted = Signal()  # Auto started its run: show the Training page
+
+    def __init__(self, window, form, runs):
+        super().__init__(window)
+        self.window, self.form, self.runs = window, form, runs
+        self.panel = window.dataset_page.auto
+        self.auto_job: CliJob | None = None
+        self.lr_dialog: LrFindDialog | None = None
+        self._asked: tuple | None = None  # what the last Auto plan was asked for (folder, minutes, overrides, labels)
+        self.lr_finder = LrFinder(form.runs_dir, self)
+        self.lr_finder.done.connect(self._lr_found)
+        self.lr_finder.failed.connect(self._lr_failed)
+
+    # ---- the learning-rate finder --------------------------------------------------------------------
+    def find_lr(self) -> None:
+        """Sweep the learning rate on the current form (in a subprocess); show the curve, offer the suggestion."""
+        cfg = self.form.config()
+        if cfg is None or self.lr_finder.busy:
+            return
+        self.lr_finder.start(cfg)
+        self._lr_button(sweeping=True)
+
+    def _lr_button(self, sweeping: bool) -> None:
+        button = self.window.optimizer_page.find_lr
+        button.setEnabled(not sweeping)
+        button.setText("Sweeping…" if sweeping else "Find…")
+
+    def _lr_found(self, result: dict) -> None:
+        self._lr_button(sweeping=False)
+        lr_box = self.form.binder.widgets["optimizer.lr"]
+        self.lr_dialog = LrFindDialog(result, lambda lr: lr_box.setText(f"{lr:.3g}"), self.window)
+        self.lr_dialog.open()
+
+    def _lr_failed(self, error: str) -> None:
+        self._lr_button(sweeping=False)
+        QMessageBox.warning(self.window, "Learning-rate finder", error)
+
+    # ---- Auto ----------------------------------------------------------------------------------------
+    def auto_plan(self, minutes: float) -> CliJob | None:
+        """Auto (issue #24): plan in a subprocess (`main.py auto --plan-only`), then load the plan into the forms,
+        show every choice and start it as a run."""
+        dataset, host = self.window.dataset_page, self.window.device_page.host
+        folder = dataset.train_dir
+        if self.auto_job is not None or self.runs.running:
+            self.panel.failed("a run is going; stop it first" if self.runs.running else "already planning")
+            return None
+        if not folder:
+            self.panel.failed("choose a folder of training images first")
+            return None
+        exclude = self.form.binder.widgets["data.exclude"].text().strip()
+        args = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"]
+        if dataset.labels_path:  # multi-label: Auto plans a run of the labels file, by mAP
+            args += ["--labels", dataset.labels_path]
+        if host:  # planned there, on its devices (the folder is the host's)
+            args += ["--host", host]
+        if exclude:
+            args += ["--set", f"data.exclude={exclude}"]
+        self.auto_job = job = CliJob(args, self)
+        self._asked = (folder, minutes, [f"data.exclude={exclude}"] if exclude else [], dataset.labels_path or None)
+        self.panel.planning("starting")
+        job.progress.connect(lambda line: self.panel.planning(line.removeprefix("auto: ").strip())
+                             if line.startswith("auto: ") else None)
+        job.done.connect(self._auto_planned)
+        job.failed.connect(self._auto_failed)
+        return job
+
+    def _auto_failed(self, error: str) -> None:
+        self.auto_job = None
+        self.panel.failed(error)
+
+    def _auto_planned(self, plan: dict) -> None:
+        self.auto_job = None
+        if plan.get("in_job"):  # the trainer's answer for a SLURM host: the plan is made inside the job
+            self._auto_in_job(plan)
+            return
+        try:
+            cfg = RunConfig.from_dict(plan["config"])
+        except (ConfigError, KeyError, TypeError) as e:
+            self._auto_failed(f"the plan is not a config this app reads ({e})")
+            return
+        self.form.config_path = None
+        self.form.load(cfg, set_by="Auto's plan")
+        self.panel.show_choices(plan["choices"], plan.get("planning_s", 0))
+        if self.form.validate() or self.runs.running:
+            self.panel.failed("the plan is loaded, but the form has problems (see the status bar)")
+            return
+        self.runs.start(cfg, choices=plan["choices"])
+        # The budget was that run's: the form keeps Auto's other choices (marked on the Advanced page), not its clock.
+        self.form.advanced.set_value("train.budget", 0.0)
+        self.form.validate()
+        self.runStarted.emit()
+
+    def _auto_in_job(self, plan: dict) -> None:
+        """Auto submitted to a SLURM host as one run: its choices are shown once the job has made them (its
+        auto.json, mirrored); the forms are left as they were (the plan is the job's)."""
+        folder, minutes, overrides, labels = self._asked
+        run = self.runs.start_auto(folder, minutes, plan["host"], overrides, labels)
+        panel = self.panel
+        panel.waiting_for_job(plan["why"])
+
+        def show_when_planned(_event) -> None:
+            if panel.shown_run == run.path:
+                return
+            try:
+                choices = json.loads(run.auto_choices.read_text(encoding="utf-8"))["choices"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return  # not mirrored yet: the next epoch looks again
+            panel.show_job_choices(choices, run.path, plan["host"])
+
+        self.runs.model.runStarted.connect(show_when_planned)
+        self.runs.model.epochEnded.connect(show_when_planned)
+        self.runs.model.finished.connect(lambda *_: show_when_planned(None))
+        self.runStarted.emit()
+
+    def shutdown(self) -> None:
+        self.lr_finder.cancel()
