@@ -106,7 +106,8 @@ def test_calibration_images_are_a_seeded_sample_of_the_training_split_only(photo
     (run.path / "eval" / "val" / "predictions.csv").rename(tmp_path / "kept.csv")
     try:
         held = [str(tmp_path / "mixed" / "astronaut" / f"{i:04d}.jpg") for i in range(55)]
-        (run.path / "eval" / "val" / "predictions.csv").write_text("path,true\n" + "".join(f"{p},astronaut\n" for p in held))
+        (run.path / "eval" / "val" / "predictions.csv").write_text(
+            "path,true,predicted,confidence,loss,top_k\n" + "".join(f"{p},astronaut,astronaut,0.9,0.1,\n" for p in held))
         chosen, _ = calibration_images(run, config, None, 1000, seed=0)
         assert not set(held) & set(chosen) and len(chosen) == 240 - 55
     finally:

@@ -768,14 +768,19 @@ def _parser_predict(sub) -> None:
 def cmd_lr_find(args) -> int:
     import tempfile
 
+    from trainer.core.events import LR_POINT
     from trainer.train.lr_find import LrFindError, find_lr
     from trainer.train.preflight import preflight
 
     cfg = load_config(args.config, args.set)
     preflight(cfg)
+    def point(lr: float, loss: float) -> None:  # the curve as it grows, for whoever follows stderr (the app)
+        print(f"{LR_POINT} {lr:.6g} {loss:.6g}", file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            result = find_lr(cfg, RunDir(tmp).create(), steps=args.steps, start=args.start, end=args.end)
+            result = find_lr(cfg, RunDir(tmp).create(), steps=args.steps, start=args.start, end=args.end,
+                             on_point=point if args.json else None)
         except LrFindError as e:
             raise CommandError(str(e)) from e
     lr = result["suggested_lr"]

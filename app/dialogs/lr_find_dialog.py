@@ -1,34 +1,68 @@
-"""The learning-rate finder's answer: its loss-vs-lr curve, its suggestion, and a button to use it."""
+"""The learning-rate finder's curve: the smoothed loss against the learning rate, drawn as the sweep measures it
+(the trainer streams each point); at its end the suggestion, marked, and a button to use it. Closing it gives the
+sweep up."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QWidget
 
 
 class LrFindDialog(QDialog):
-    """The finder's loss-vs-lr curve, its suggestion, and a button to use it."""
-
-    def __init__(self, result: dict, use, parent: QWidget | None = None):
+    def __init__(self, use: Callable[[float], None], parent: QWidget | None = None):
         super().__init__(parent)
         self.setWindowTitle("Learning-rate finder")
         self.resize(640, 420)
-        plot = pg.PlotWidget(title="Smoothed loss while the learning rate grows")
-        plot.setBackground("w")
-        plot.setLogMode(x=True, y=False)
-        plot.setLabel("bottom", "learning rate")
-        plot.setLabel("left", "loss")
-        self.result = result
-        self.curve = plot.plot(result["lrs"], result["losses"], pen=pg.mkPen("#1f77b4", width=2))
-        lr = result["suggested_lr"]
-        plot.addItem(pg.InfiniteLine(pos=np.log10(lr), angle=90, pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
+        self.use = use
+        self.result: dict | None = None  # the whole sweep, once it has ended
+        self.lrs: list[float] = []
+        self.losses: list[float] = []
+        self.plot = pg.PlotWidget(title="Smoothed loss while the learning rate grows")
+        self.plot.setBackground("w")
+        self.plot.setLogMode(x=True, y=False)
+        self.plot.setLabel("bottom", "learning rate")
+        self.plot.setLabel("left", "loss")
+        self.curve = self.plot.plot([], [], pen=pg.mkPen("#1f77b4", width=2), symbol="o", symbolSize=4)
+        self.state = QLabel("Sweeping: building the data and the model, then one point per step…")
+        self.state.setObjectName("lrFindState")
+        self.state.setWordWrap(True)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        apply = buttons.addButton(f"Use lr = {lr:.3g}", QDialogButtonBox.ButtonRole.AcceptRole)
-        apply.setObjectName("useSuggestedLr")
-        apply.clicked.connect(lambda: (use(lr), self.accept()))
+        self.apply = buttons.addButton("Use the suggestion", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.apply.setObjectName("useSuggestedLr")
+        self.apply.setEnabled(False)
+        self.apply.clicked.connect(self._use)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addWidget(plot)
+        layout.addWidget(self.plot)
+        layout.addWidget(self.state)
         layout.addWidget(buttons)
+
+    def add_point(self, lr: float, loss: float) -> None:
+        self.lrs.append(lr)
+        self.losses.append(loss)
+        self.curve.setData(self.lrs, self.losses)
+        self.state.setText(f"Sweeping: {len(self.lrs)} steps, lr {lr:.3g}, smoothed loss {loss:.4g}")
+
+    def finish(self, result: dict) -> None:
+        """The whole sweep (the trainer's answer): its curve, the suggestion marked, the button to use it."""
+        self.result = result
+        self.curve.setData(result["lrs"], result["losses"])
+        lr = result["suggested_lr"]
+        self.plot.addItem(pg.InfiniteLine(pos=np.log10(lr), angle=90,
+                                          pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
+        self.apply.setText(f"Use lr = {lr:.3g}")
+        self.apply.setEnabled(True)
+        self.state.setText(f"Suggested: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, lowest loss at "
+                           f"{result['min_loss_lr']:.3g}), from {len(result['lrs'])} steps")
+
+    def fail(self, error: str) -> None:
+        self.state.setText(f"The sweep failed: {error}")
+        self.state.setStyleSheet("color: #c9302c;")
+
+    def _use(self) -> None:
+        self.use(self.result["suggested_lr"])
+        self.accept()

@@ -15,7 +15,7 @@ import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QProcess, QRunnable, QThreadPool, Signal
 
 from trainer.runs.launch import main_command
-from trainer.runs.resident import RESIDENT_COMMANDS
+from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,9 @@ class CliJob(QObject):
     def cancel(self) -> None:
         """Stop the command (a resident question's answer is dropped); neither `done` nor `failed` will be emitted."""
         self.cancelled = True
-        if self.process is not None and self.process.state() != QProcess.ProcessState.NotRunning:
+        if self.process is None:
+            ResidentWorker.shared().cancel(self)
+        elif self.process.state() != QProcess.ProcessState.NotRunning:
             self.process.kill()
 
 
@@ -207,6 +209,11 @@ class ResidentWorker(QObject):
                 for ident in list(self._waiting):
                     self._send(ident)
                 continue
+            if "progress" in reply:  # a line the command wrote as it went: the answer is still to come
+                job = self._waiting.get(reply.get("id"))
+                if job is not None and shiboken6.isValid(job) and not job.cancelled:
+                    job.progress.emit(str(reply["progress"]))
+                continue
             job = self._waiting.pop(reply.get("id"), None)
             self._sent.discard(reply.get("id"))
             if job is not None and shiboken6.isValid(job):
@@ -242,6 +249,19 @@ class ResidentWorker(QObject):
         for job in waiting.values():
             if shiboken6.isValid(job):
                 job.answer(1, "", "error: could not start python for the resident worker")
+
+    def cancel(self, job: CliJob) -> None:
+        """`job`'s answer is no longer wanted. A long command the worker is on (the learning-rate finder) is given up
+        by restarting the worker, which then answers the other questions; a quick one is answered and dropped."""
+        ident = next((i for i, j in self._waiting.items() if j is job), None)
+        if ident is None:
+            return
+        if ident not in self._sent or job.args[0] not in LONG_COMMANDS:
+            return  # answered in seconds (or not yet asked): its answer is dropped when it comes
+        del self._waiting[ident]
+        self._sent.discard(ident)
+        if self.process is not None:
+            self.process.kill()  # `_died` starts it again for the questions still waiting
 
     def stop(self) -> None:
         """End the worker (the questions it had not answered are dropped)."""

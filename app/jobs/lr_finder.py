@@ -1,4 +1,5 @@
-"""The learning-rate finder from the app: `main.py lr-find` on the current form, in a subprocess."""
+"""The learning-rate finder from the app: `main.py lr-find` on the current form (the resident worker answers it when
+it is up), its points as they are measured, then the whole sweep."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from PySide6.QtCore import QObject, Signal
 
 from app.jobs.background import CliJob
 from trainer.core.config import RunConfig, save_config
+from trainer.core.events import LR_POINT
 from trainer.core.rundir import new_config_file
 
 
 class LrFinder(QObject):
     done = Signal(dict)  # the sweep: lrs, losses, suggested_lr, ...
     failed = Signal(str)
+    point = Signal(float, float)  # a step measured: learning rate, smoothed loss
 
     def __init__(self, runs_dir: Path, parent: QObject | None = None):
         super().__init__(parent)
@@ -32,6 +35,15 @@ class LrFinder(QObject):
         self.job = CliJob(["lr-find", str(path), "--json"], self)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
+        self.job.progress.connect(self._progress)
+
+    def _progress(self, line: str) -> None:
+        if line.startswith(LR_POINT):
+            try:
+                lr, loss = (float(x) for x in line.removeprefix(LR_POINT).split())
+            except ValueError:
+                return
+            self.point.emit(lr, loss)
 
     def _done(self, result: dict) -> None:
         self.job = None

@@ -208,7 +208,7 @@ class ResultsTab(QWidget):
         self.gallery_title.setText("")
         self.headline.setText("")
         self.image.run_path = self.multilabel.run_path = str(model.run.path)
-        self.image.train_dir = model.start_event.get("config", {}).get("data", {}).get("train_dir")
+        self.image.train_dir_of = lambda: model.start_event.get("config", {}).get("data", {}).get("train_dir")
         self._select(-1)
         self.data_map.set_run(str(model.run.path))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -33,7 +34,7 @@ class SelectedImage(QWidget):
         self.selected: Prediction | None = None
         self.marked: dict[str, str | None] = {}  # real path -> class (None: excluded), from the Dataset page
         self.run_path = ""  # the run whose network Grad-CAM asks
-        self.train_dir: str | None = None  # the run's data.train_dir: only its images can be marked
+        self.train_dir_of: Callable[[], str | None] = lambda: None  # the run's data.train_dir (its images are marked)
         self.gradcam = GradCam(self)
         self.gradcam.done.connect(self._cam_done)
         self.gradcam.failed.connect(self._cam_failed)
@@ -111,9 +112,10 @@ class SelectedImage(QWidget):
     def _in_training_folder(self, path: str) -> bool:
         """Whether the image is one the run trains on (under data.train_dir, its validation split included): only
         those can be left out of training or relabelled; a separate validation or test folder's cannot."""
-        if not self.train_dir:
+        train_dir = self.train_dir_of()
+        if not train_dir:
             return True  # an older run without its config in the events: offer it, as before
-        root = os.path.realpath(self.train_dir)
+        root = os.path.realpath(train_dir)
         return os.path.realpath(path).startswith(root + os.sep)
 
     def set_marked(self, marked: dict[str, str | None]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QMessageBox
 
 from app.dialogs.lr_find_dialog import LrFindDialog
 from app.jobs.background import CliJob
@@ -15,7 +14,7 @@ from trainer.core.config import ConfigError, RunConfig
 
 
 class Planning(QObject):
-    runStarted = Signal()  # Auto started its run: show the Training page
+    showTraining = Signal()  # Auto started its run: the Training page shows it
 
     def __init__(self, window, form, runs):
         super().__init__(window)
@@ -27,6 +26,7 @@ class Planning(QObject):
         self.lr_finder = LrFinder(form.runs_dir, self)
         self.lr_finder.done.connect(self._lr_found)
         self.lr_finder.failed.connect(self._lr_failed)
+        self.lr_finder.point.connect(lambda lr, loss: self.lr_dialog and self.lr_dialog.add_point(lr, loss))
 
     # ---- the learning-rate finder --------------------------------------------------------------------
     def find_lr(self) -> None:
@@ -36,6 +36,16 @@ class Planning(QObject):
             return
         self.lr_finder.start(cfg)
         self._lr_button(sweeping=True)
+        lr_box = self.form.binder.widgets["optimizer.lr"]
+        self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(f"{lr:.3g}"), self.window)
+        dialog.rejected.connect(lambda: self._lr_given_up(dialog))
+        dialog.open()
+
+    def _lr_given_up(self, dialog: LrFindDialog) -> None:
+        """The curve's window closed before the sweep ended: the sweep is given up."""
+        if dialog is self.lr_dialog and self.lr_finder.busy:
+            self.lr_finder.cancel()
+            self._lr_button(sweeping=False)
 
     def _lr_button(self, sweeping: bool) -> None:
         button = self.window.optimizer_page.find_lr
@@ -44,13 +54,11 @@ class Planning(QObject):
 
     def _lr_found(self, result: dict) -> None:
         self._lr_button(sweeping=False)
-        lr_box = self.form.binder.widgets["optimizer.lr"]
-        self.lr_dialog = LrFindDialog(result, lambda lr: lr_box.setText(f"{lr:.3g}"), self.window)
-        self.lr_dialog.open()
+        self.lr_dialog.finish(result)
 
     def _lr_failed(self, error: str) -> None:
         self._lr_button(sweeping=False)
-        QMessageBox.warning(self.window, "Learning-rate finder", error)
+        self.lr_dialog.fail(error)
 
     # ---- Auto ----------------------------------------------------------------------------------------
     def auto_plan(self, minutes: float) -> CliJob | None:
@@ -105,7 +113,7 @@ class Planning(QObject):
         # The budget was that run's: the form keeps Auto's other choices (marked on the Advanced page), not its clock.
         self.form.advanced.set_value("train.budget", 0.0)
         self.form.validate()
-        self.runStarted.emit()
+        self.showTraining.emit()
 
     def _auto_in_job(self, plan: dict) -> None:
         """Auto submitted to a SLURM host as one run: its choices are shown once the job has made them (its
@@ -127,7 +135,7 @@ class Planning(QObject):
         self.runs.model.runStarted.connect(show_when_planned)
         self.runs.model.epochEnded.connect(show_when_planned)
         self.runs.model.finished.connect(lambda *_: show_when_planned(None))
-        self.runStarted.emit()
+        self.showTraining.emit()
 
     def shutdown(self) -> None:
         self.lr_finder.cancel()

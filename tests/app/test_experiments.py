@@ -109,7 +109,7 @@ def test_continue_for_more_epochs_shows_the_schedule_rule_and_extends(qtbot, mak
     window.run_actions.open(str(run.path))  # on the dashboard, ended: Continue must make it follow again
     qtbot.waitUntil(lambda: window.run_model.ended, timeout=10_000)
     window.run_actions.extend(str(run.path))
-    qtbot.waitUntil(lambda: getattr(window, "extend_dialog", None) is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: window.run_actions.extend_dialog is not None, timeout=20_000)
     dialog = window.run_actions.extend_dialog
     dialog.more.setValue(2)
     assert "cosine schedule recomputed for 3 epochs and continued at epoch 2" in dialog.rule.text()

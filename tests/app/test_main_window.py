@@ -222,7 +222,14 @@ def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_windo
     wait_ready(qtbot, window)
     window.optimizer_page.find_lr.click()
     assert window.optimizer_page.find_lr.text() == "Sweeping…"
-    qtbot.waitUntil(lambda: getattr(window, "lr_dialog", None) is not None, timeout=120_000)
+    dialog = window.planning.lr_dialog
+    assert dialog.isVisible() and not dialog.findChild(QPushButton, "useSuggestedLr").isEnabled()
+    qtbot.waitUntil(lambda: len(dialog.lrs) > 0, timeout=120_000)
+    assert dialog.result is None, "the curve is drawn point by point while the sweep runs, not only at its end"
+    qtbot.waitUntil(lambda: dialog.result is not None, timeout=120_000)
+    assert len(dialog.lrs) == len(dialog.result["lrs"]), "every point came before the answer"
+    assert np.allclose(dialog.lrs, dialog.result["lrs"], rtol=1e-5)  # what was drawn live is the answer's curve
+    assert np.allclose(dialog.losses, dialog.result["losses"], rtol=1e-5)
     _, drawn = window.planning.lr_dialog.curve.getData()
     raw = window.planning.lr_dialog.result["raw_losses"]
     assert drawn[0] == pytest.approx(raw[0]), "the curve starts at the first loss measured"

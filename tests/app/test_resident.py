@@ -52,3 +52,23 @@ def test_a_worker_that_cannot_start_fails_its_questions_saying_so(qtbot, monkeyp
     monkeypatch.setattr(background, "main_command", lambda *args: ["/nonexistent/python", *args])
     got, _ = ask(qtbot, "describe-model", "small_cnn")
     assert got == {"error": "could not start python for the resident worker"}
+
+
+def test_a_long_question_streams_its_progress_and_giving_it_up_frees_the_worker(qtbot, shapes_dir, tmp_path):
+    """The learning-rate finder in the worker: its points come as it measures them (the app draws them), and a sweep
+    given up (its window closed) does not keep the worker from the next question."""
+    from helpers import write_config
+
+    config = write_config(tmp_path, shapes_dir)
+    owner = QObject()
+    points, got = [], {}
+    job = CliJob(["lr-find", str(config), "--json", "--steps", "5000", "--end", "1e-3"], owner)  # minutes if left
+    job.progress.connect(lambda line: line.startswith("lr-find: point") and points.append(line))
+    job.done.connect(lambda answer: got.setdefault("answer", answer))
+    qtbot.waitUntil(lambda: len(points) >= 3, timeout=120_000)
+    pid = ResidentWorker.shared().pid
+    assert not got, "the points come before the answer"
+    job.cancel()  # mid-sweep
+    answer, new_pid = ask(qtbot, "describe-model", "small_cnn")
+    assert answer["answer"]["name"] == "small_cnn" and new_pid != pid, "a fresh worker answers at once"
+    assert not got, "the sweep given up says nothing more"

@@ -53,11 +53,11 @@ def test_matrix_cells_gallery_grad_cam_and_the_manifest(qtbot, make_window, fini
     r, c = next((i, j) for i in range(4) for j in range(4) if conf[i][j])
     cell = tab.matrix_model.index(r, c)
     assert tab.matrix_model.data(cell) == str(conf[r][c])
-    tab.row_share.setChecked(True)
+    tab.confusion.row_share.setChecked(True)
     assert tab.matrix_model.data(cell) == f"{100 * conf[r][c] / sum(conf[r]):.0f}"
-    tab.zoom.setValue(tab.zoom.minimum())
+    tab.confusion.zoom.setValue(tab.confusion.zoom.minimum())
     narrow = tab.matrix.horizontalHeader().sectionSize(0)
-    tab.zoom.setValue(tab.zoom.maximum())
+    tab.confusion.zoom.setValue(tab.confusion.zoom.maximum())
     assert tab.matrix.horizontalHeader().sectionSize(0) > narrow
 
     errors = sum(conf[i][j] for i in range(4) for j in range(4) if i != j)
@@ -81,26 +81,26 @@ def test_matrix_cells_gallery_grad_cam_and_the_manifest(qtbot, make_window, fini
 
     # the selected image: its classes, then Grad-CAM from a subprocess
     tab.gallery.setCurrentRow(0)
-    image = tab.selected.path
-    assert f"true <b>{classes[true]}</b>" in tab.details.text() and "%" in tab.details.text()
-    tab.cam_button.click()
-    qtbot.waitUntil(lambda: "Grad-CAM for" in tab.preview.toolTip(), timeout=60_000)
-    assert not tab.preview.pixmap().isNull() and tab.cam_button.isEnabled()
+    image = tab.image.selected.path
+    assert f"true <b>{classes[true]}</b>" in tab.image.details.text() and "%" in tab.image.details.text()
+    tab.image.cam_button.click()
+    qtbot.waitUntil(lambda: "Grad-CAM for" in tab.image.preview.toolTip(), timeout=60_000)
+    assert not tab.image.preview.pixmap().isNull() and tab.image.cam_button.isEnabled()
 
     # exclude it: the manifest is written beside the config, the Dataset page lists it, the scan honours it
-    tab.exclude_button.click()
+    tab.image.exclude_button.click()
     manifest_path = cfg.with_name("config.exclude.yaml")
     assert read_manifest(manifest_path).exclude == [os.path.realpath(image)]
     assert window.binder.widgets["data.exclude"].text() == str(manifest_path)
     qtbot.waitUntil(lambda: window.dataset_page.manifest_entries.count() == 1, timeout=20_000)
     assert "leaves out 1" in window.dataset_page.summary.text()
-    assert "excluded from training" in tab.details.text()
+    assert "excluded from training" in tab.image.details.text()
     # relabel another image of the gallery
     tab.show_errors()
     other = next(i for i, p in enumerate(tab.shown) if p.path != image)
     tab.gallery.setCurrentRow(other)
-    tab.relabel_choice.setCurrentText(tab.shown[other].predicted)
-    tab.relabel_button.click()
+    tab.image.relabel_choice.setCurrentText(tab.shown[other].predicted)
+    tab.image.relabel_button.click()
     qtbot.waitUntil(lambda: window.dataset_page.manifest_entries.count() == 2, timeout=20_000)
     assert read_manifest(manifest_path).relabel == {os.path.realpath(tab.shown[other].path): tab.shown[other].predicted}
     # undo the exclusion on the Dataset page
@@ -131,12 +131,12 @@ def test_fifty_classes_scroll_and_zoom_with_names_readable(qtbot, tmp_path):
     assert tab.matrix_model.rowCount() == 60
     assert tab.matrix_model.headerData(59, Qt.Orientation.Vertical) == f"{classes[59]}  59"
     assert classes[3] in tab.matrix_model.headerData(3, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
-    tab.zoom.setValue(tab.zoom.maximum())
+    tab.confusion.zoom.setValue(tab.confusion.zoom.maximum())
     qtbot.waitUntil(lambda: tab.matrix.horizontalScrollBar().maximum() > 0)  # scrolls, nothing cut off
     tab.matrix.scrollTo(tab.matrix_model.index(59, 59))
     assert tab.matrix.viewport().rect().intersects(tab.matrix.visualRect(tab.matrix_model.index(59, 59)))
     before = tab.matrix.horizontalHeader().length()
-    tab.zoom.setValue(tab.zoom.minimum())  # zoomed out: the whole matrix in far less room
+    tab.confusion.zoom.setValue(tab.confusion.zoom.minimum())  # zoomed out: the whole matrix in far less room
     assert tab.matrix.horizontalHeader().length() < 0.6 * before
 
 
@@ -177,17 +177,17 @@ def test_only_images_of_the_training_folder_can_be_excluded_or_relabelled(qtbot,
     window = make_window(cfg, runs_dir=run.path.parent)
     tab = open_results(qtbot, window, run)
     tab.gallery.setCurrentRow(0)
-    assert tab.selected.path.startswith(str(photos)) and tab.exclude_button.isEnabled()
+    assert tab.image.selected.path.startswith(str(photos)) and tab.image.exclude_button.isEnabled()
     index = next(i for i in range(tab.eval_choice.count()) if tab.eval_choice.itemData(i) == "elsewhere")
     assert "elsewhere" in tab.eval_choice.itemText(index), "listed by the folder it evaluated"
     tab.eval_choice.setCurrentIndex(index)
     qtbot.waitUntil(lambda: tab.evaluation is not None and tab.evaluation.name == "elsewhere", timeout=20_000)
     tab.show_cell(tab.evaluation.classes[0], tab.evaluation.classes[0])
     tab.gallery.setCurrentRow(0)
-    assert tab.selected.path.startswith(str(other))
-    assert not tab.exclude_button.isEnabled() and not tab.relabel_button.isEnabled()
-    assert "not in the training folder" in tab.exclude_button.toolTip()
-    assert tab.cam_button.isEnabled(), "Grad-CAM still explains it"
+    assert tab.image.selected.path.startswith(str(other))
+    assert not tab.image.exclude_button.isEnabled() and not tab.image.relabel_button.isEnabled()
+    assert "not in the training folder" in tab.image.exclude_button.toolTip()
+    assert tab.image.cam_button.isEnabled(), "Grad-CAM still explains it"
 
 
 def test_ten_classes_in_a_narrow_pane_show_every_column_numbered(qtbot, tmp_path):
@@ -225,7 +225,7 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "issue", timeout=180_000)
     assert "probably labelled wrong" in tab.gallery_title.text() and tab.gallery.currentRow() == 0
     assert sum(p.path in flipped for p in tab.shown[:10]) >= 5, "the flipped digits head the list"
-    assert "given <b>" in tab.details.text() and "suggested <b>" in tab.details.text()
+    assert "given <b>" in tab.image.details.text() and "suggested <b>" in tab.image.details.text()
     first, second = tab.shown[0], tab.shown[1]
     qtbot.keyClick(tab.gallery, Qt.Key.Key_E)  # exclude, next
     qtbot.keyClick(tab.gallery, Qt.Key.Key_R)  # relabel as suggested, next
@@ -237,10 +237,10 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     assert read_manifest(manifest).relabel == {os.path.realpath(second.path): second.predicted}
     tab.outliers_button.click()  # the audit kept its work: the outliers come from it
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].audit == "outlier", timeout=60_000)
-    assert "far from every other" in tab.gallery_title.text() and "cosine distance" in tab.details.text()
+    assert "far from every other" in tab.gallery_title.text() and "cosine distance" in tab.image.details.text()
     assert set(crops) <= {p.path for p in tab.shown}, "the photograph's crops among them"
     tab.gallery.setCurrentRow(len(tab.shown) - 1)  # after the far ones, the images the network is unsure of
-    assert tab.shown[-1].audit == "unsure" and "no class even odds" in tab.details.text()
+    assert tab.shown[-1].audit == "unsure" and "no class even odds" in tab.image.details.text()
     tab.copies_button.click()  # the test images copied into training, each beside its test image
     qtbot.waitUntil(lambda: bool(tab.shown) and tab.shown[0].copy_of is not None, timeout=60_000)
     assert "of a test or validation image: a leak" in tab.gallery_title.text()
@@ -250,7 +250,7 @@ def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_wind
     qtbot.waitUntil(lambda: tab.gallery.item(0).icon().actualSize(QSize(96, 96)).width() == 96, timeout=10_000)
     qtbot.keyClick(tab.gallery, Qt.Key.Key_E)  # exclude the copy, not its test image
     qtbot.waitUntil(lambda: os.path.realpath(tab.shown[0].path) in read_manifest(manifest).exclude, timeout=20_000)
-    assert tab.gallery.currentRow() == 1 and "copy of the test image" in tab.details.text()
+    assert tab.gallery.currentRow() == 1 and "copy of the test image" in tab.image.details.text()
     tab.side_tabs.setCurrentWidget(tab.data_map)  # the map: every image audited, a lasso, its images in the gallery
     tab.data_map.draw_button.click()
     qtbot.waitUntil(lambda: len(tab.data_map.rows) == 1681 + 150, timeout=180_000)

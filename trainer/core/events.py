@@ -1,7 +1,8 @@
 """The event stream between the trainer and its viewers: JSON lines in `events.jsonl`.
 
 Torch-free. The trainer (rank 0 only) appends with `EventWriter`; the app and tools read with `EventTail`,
-which returns only complete lines, so a reader never sees half an event. Documented in docs/events.md.
+which returns only complete lines, so a reader never sees half an event. Documented in docs/events.md. The one
+progress line a command streams for the app to draw (`LR_POINT`) is declared here too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any
 SCHEMA_VERSION = 1
 EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint", "test", "export",
                "system", "warning", "error", "run_end")
+# Not an event of a run: `main.py lr-find --json` writes "lr-find: point LR LOSS" on stderr at each step of its sweep,
+# for a viewer that draws the curve as it grows (the app's finder); the whole curve is the JSON answer.
+LR_POINT = "lr-find: point"
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,15 @@
-"""The resident worker: one long-lived process that answers the app's quick questions (describe a model, probe the
-devices, Grad-CAM, predict) with torch already imported, so an answer takes a second, not a fresh interpreter and a
-torch import (issue #51; docs/architecture.md).
+"""The resident worker: one long-lived process that answers the app's questions (describe a model, probe the
+devices, Grad-CAM, predict, the learning-rate finder) with torch already imported, so an answer takes a second, not a
+fresh interpreter and a torch import (issue #51; docs/architecture.md).
 
 `python main.py resident` imports torch and the model code, then reads one request a line on stdin:
 `{"id": N, "argv": ["describe-model", "resnet18"], "env": {...}, "cwd": "..."}`, runs it exactly as
 `python main.py ARGV` would in that environment and folder, and writes one reply a line:
-`{"id": N, "code": EXIT_CODE, "stdout": "...", "stderr": "..."}`. Only the commands in `RESIDENT_COMMANDS` are
-taken. The replies go out on a descriptor of their own: whatever a model's code prints (even from C) goes to stderr,
-never into the replies. End of input ends the process. Like `standby`, this module imports nothing heavy until
-`serve` runs, and it is handed the CLI's entry point (it sits below the CLI).
+`{"id": N, "code": EXIT_CODE, "stdout": "...", "stderr": "..."}`; before it, each line the command writes to its
+stderr as it goes, `{"id": N, "progress": "LINE"}` (the learning-rate finder's points, drawn as they come). Only the
+commands in `RESIDENT_COMMANDS` are taken. The replies go out on a descriptor of their own: whatever a model's code
+prints (even from C) goes to stderr, never into the replies. End of input ends the process. Like `standby`, this
+module imports nothing heavy until `serve` runs, and it is handed the CLI's entry point (it sits below the CLI).
 """
 
 from __future__ import annotations
@@ -23,7 +24,24 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-RESIDENT_COMMANDS = ("describe-model", "probe-devices", "grad-cam", "predict")
+RESIDENT_COMMANDS = ("describe-model", "probe-devices", "grad-cam", "predict", "lr-find")
+LONG_COMMANDS = ("lr-find",)  # minutes, not seconds: given up by restarting the worker (nothing else stops them)
+
+
+class _Lines(io.StringIO):
+    """A captured stream that also hands on each complete line as it is written."""
+
+    def __init__(self, on_line: Callable[[str], None]):
+        super().__init__()
+        self.on_line = on_line
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            if line.strip():
+                self.on_line(line)
+        return super().write(text)
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -45,14 +63,17 @@ def warm_imports() -> None:
     import trainer.deploy.export  # noqa: F401
     import trainer.deploy.gradcam  # noqa: F401
     import trainer.model.models  # noqa: F401
+    import trainer.train.lr_find  # noqa: F401
 
 
 def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict | None = None,
-                 cwd: str | None = None, echo_log: bool = False) -> tuple[int, str, str]:
+                 cwd: str | None = None, echo_log: bool = False,
+                 on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `entry(argv)` run here as `python main.py ARGV` would run, in `env` and `cwd`
-    (`echo_log`: its log lines on its stderr, as in a terminal); the process's environment, folder, signal handlers
-    and log handlers are as they were afterwards (the tests' `run_here` is this too)."""
-    out, err = io.StringIO(), io.StringIO()
+    (`echo_log`: its log lines on its stderr, as in a terminal; `on_line`: told each stderr line as it is written);
+    the process's environment, folder, signal handlers and log handlers are as they were afterwards (the tests'
+    `run_here` is this too)."""
+    out, err = io.StringIO(), (_Lines(on_line) if on_line else io.StringIO())
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     root = logging.getLogger()
@@ -122,7 +143,11 @@ def serve(entry: Callable[[list[str]], int], stdin: TextIO = sys.stdin) -> int:
                 reply = {"id": ident, "code": 2, "stdout": "",
                          "stderr": f"error: resident: answers {', '.join(RESIDENT_COMMANDS)}, not {argv[:1]}\n"}
             else:
-                code, out, err = run_captured(entry, argv, env, cwd)
+                def progress(text: str, ident=ident) -> None:
+                    replies.write(json.dumps({"id": ident, "progress": text}) + "\n")
+                    replies.flush()
+
+                code, out, err = run_captured(entry, argv, env, cwd, on_line=progress)
                 reply = {"id": ident, "code": code, "stdout": out, "stderr": err}
         replies.write(json.dumps(reply) + "\n")
         replies.flush()

@@ -10,6 +10,7 @@ are the raw losses, not a drop that never happened.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -30,8 +31,10 @@ class LrFindError(InputError, ValueError):
     """The sweep could not suggest a learning rate."""
 
 
-def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0) -> dict:
-    """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr."""
+def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0,
+            on_point: Callable[[float, float], None] | None = None) -> dict:
+    """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr; `on_point(lr, smoothed loss)` is
+    told each point as it is measured (the app draws the curve as it grows)."""
     cfg.device.parallel = "none"
     cfg.train.ema = 0.0  # a throw-away sweep: no average to keep
     strategy = Strategy(cfg.device)
@@ -60,6 +63,8 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
             losses.append(corrected)
             raw.append(value)
             best = min(best, corrected)
+            if on_point is not None:
+                on_point(lr, corrected)
             if not math.isfinite(value) or corrected > 4 * best or len(lrs) >= steps:
                 return _result(lrs, losses, raw)
         epoch += 1
