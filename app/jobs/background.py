@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QObject, QProcess, QRunnable, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QProcess, QRunnable, QThreadPool, QTimer, Signal
 
 from trainer.runs.launch import main_command
 from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
@@ -159,6 +159,7 @@ class ResidentWorker(QObject):
         self._waiting: dict[int, CliJob] = {}  # asked and not answered, in the order asked
         self._retried: set[int] = set()
         self._sent: set[int] = set()
+        self._start_pending = False
 
     @classmethod
     def shared(cls) -> ResidentWorker:
@@ -172,12 +173,18 @@ class ResidentWorker(QObject):
     def ask(self, job: CliJob) -> None:
         ident, self._next = self._next, self._next + 1
         self._waiting[ident] = job
-        if self.process is None:
-            self._start()
-        elif self.pid is not None:
+        if self.process is None and not self._start_pending:
+            # started from the event loop: after what the GUI thread is doing now (a window's first paint: the
+            # window's own questions are asked while it is built, and it shows before the worker's start costs it)
+            self._start_pending = True
+            QTimer.singleShot(0, self._start)
+        elif self.process is not None and self.pid is not None:
             self._send(ident)
 
     def _start(self) -> None:
+        self._start_pending = False
+        if self.process is not None or not self._waiting:
+            return  # started meanwhile, or nothing is asked any more (stopped)
         self.pid = None
         self._buffer = b""
         self._sent.clear()
