@@ -102,6 +102,7 @@ def test_an_audit_names_what_it_cannot_do(tmp_path, shapes_run):
     assert done.returncode == 2 and "--folds 100: class" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_fold_runs_give_each_image_probabilities_from_a_run_that_never_saw_it(shapes_run, shapes_dir):
     """--oof runs: two training runs with the run's recipe, each without one fold (left out by its own manifest,
     the folder untouched); together they hold out every labelled image once."""

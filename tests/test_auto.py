@@ -120,6 +120,7 @@ def test_auto_refuses_bad_input_in_one_line_before_making_anything(shapes_dir, t
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_budget_run_stopped_and_resumed_spends_what_was_left_on_the_epochs_it_re_planned(shapes_dir, tmp_path):
     """train.budget is the run's, not each segment's: stopped after its first re-plan and resumed, the run goes on
     with the epochs it re-planned, the learning rate from where it was, and the budget its first segment left; it ends
@@ -218,6 +219,7 @@ def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_pr
         plan(str(shapes_dir), 0.5, started=time.time() - 60)  # the whole budget gone: said, not a crash
 
 
+@pytest.mark.slow
 def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path, torch_home):
     """Measured again after a first epoch that showed too few epochs fit: only the candidates after the slow one
     (its smaller sizes, then the faster networks) are measured, the reason says why, and there is no third round;

@@ -34,6 +34,7 @@ def fake_state(epoch: int, step: int, size: int = 50_000) -> dict:
     return {"model": {"w": torch.full((size,), float(step))}, "epoch": epoch, "step": step}
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_save_loop_leaves_a_loadable_checkpoint(tmp_path):
     folder = tmp_path / "checkpoints"
     script = ("import sys, torch\nfrom pathlib import Path\nfrom trainer.model.checkpoint import save_checkpoint\n"
@@ -197,6 +198,7 @@ def run_card_snippet(out: Path, x: torch.Tensor, tmp_path: Path) -> torch.Tensor
     return torch.load(tmp_path / "y.pt", weights_only=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", LOSSLESS)
 def test_exports_load_with_their_cards_snippet_without_traindeck_and_give_the_same_logits(trained_resnet, tmp_path,
                                                                                            fmt, shapes_dir):
@@ -309,6 +311,7 @@ writer.wait()
 """
 
 
+@pytest.mark.slow
 def test_a_hard_crash_inside_the_write_window_loses_that_checkpoint_alone(tmp_path):
     folder = tmp_path / "checkpoints"
     result = subprocess.run([sys.executable, "-c", CRASH_IN_WRITE, str(folder), str(REPO)], capture_output=True,
@@ -334,6 +337,7 @@ class NotATensor:
     pass
 
 
+@pytest.mark.slow
 def test_predict_names_damaged_models_and_images(small_exports, shapes_dir, tmp_path, capsys):
     import shutil
 
@@ -441,6 +445,7 @@ def test_a_torchscript_file_whose_pickle_names_other_code_is_refused(small_expor
     assert cli.main(["predict", str(script), str(next(shapes_dir.glob("circle/*.png")))]) == 0
 
 
+@pytest.mark.slow
 def test_the_default_export_is_torch_export_and_torchscript_says_it_is_deprecated(trained_resnet, tmp_path, capsys,
                                                                                   shapes_dir):
     assert cli.main(["export", str(trained_resnet.path), "--out", str(tmp_path / "model.pt2")]) == 0

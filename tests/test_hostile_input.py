@@ -160,6 +160,7 @@ def _mark_many(path: str, prefix: str, count: int) -> None:
         edit_manifest(path, lambda m, n=n: m.mark_excluded(f"/data/{prefix}-{n}.png"))
 
 
+@pytest.mark.slow
 def test_two_writers_of_one_manifest_keep_every_entry(tmp_path):
     """Two processes each running the app's read -> mark -> write 200 times kept 204 of 400 entries."""
     import multiprocessing

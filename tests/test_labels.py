@@ -70,6 +70,7 @@ def test_a_bad_labels_file_is_one_message_naming_the_line_exit_2_and_no_run(imag
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_million_bad_rows_are_counted_not_listed_and_train_stops_before_a_run(images, tmp_path):
     root, files = images
     path = root / "big.csv"

@@ -63,6 +63,7 @@ from trainer.model.checkpoint import load_weights_only  # noqa: E402
 from trainer.train.stats import GradMonitor  # noqa: E402
 
 
+@pytest.mark.slow
 def test_fp16_on_cpu_trains_as_well_as_bf16(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 4}, optimizer={"lr": 0.05})
     best, runs = {}, {}

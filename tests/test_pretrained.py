@@ -153,6 +153,7 @@ def serve_resnet18(folder, monkeypatch, base_url, damaged=False):
     return name, state
 
 
+@pytest.mark.slow
 def test_fetch_weights_downloads_into_the_hub_cache_with_progress(torch_home, weights_server, monkeypatch, capsys):
     folder, url = weights_server
     name, state = serve_resnet18(folder, monkeypatch, url)
@@ -185,6 +186,7 @@ def test_a_run_downloads_with_progress_events(torch_home, weights_server, monkey
     assert "downloading pretrained weights" in progress[-1]["message"]
 
 
+@pytest.mark.slow
 def test_gradual_unfreezing_trains_the_backbone_only_from_epoch_n(torch_home, no_network, shapes_dir, tmp_path):
     file_state = seed_resnet18(torch_home)
     cfg = pretrained_config(tmp_path, shapes_dir, unfreeze_at_epoch=1)
@@ -200,6 +202,7 @@ def test_gradual_unfreezing_trains_the_backbone_only_from_epoch_n(torch_home, no
     assert start["frozen"] == {"backbone": False, "until_epoch": 1}
 
 
+@pytest.mark.slow
 def test_a_resume_across_the_unfreeze_epoch_equals_an_uninterrupted_run(shapes_dir, tmp_path):
     """Stopped in the middle of epoch 1 (frozen) and resumed through the unfreezing at epoch 2 (0-based 1)."""
     import subprocess

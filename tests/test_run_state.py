@@ -69,6 +69,7 @@ def test_a_trainer_gone_without_a_word_is_noticed(tmp_path):
     assert not state.check_process(), "reported once"
 
 
+@pytest.mark.slow
 def test_csv_export_has_every_step_at_full_resolution(tmp_path):
     events = tmp_path / "events.jsonl"
     lines = list(events_for(epochs=3, steps_per_epoch=20_000))

@@ -89,6 +89,7 @@ def test_optuna_prunes_weak_trials(tmp_path, shapes_dir):
     assert "best val_acc" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_sweep_becomes_a_slurm_job_array_one_trial_per_task(tmp_path, shapes_dir):
     import os
     import subprocess

@@ -36,6 +36,7 @@ from trainer.core.catalog import (
     RUN_CHECKPOINTS,
 )
 from trainer.deploy.model_card import card_path, format_percent, format_size, quality, read_card
+from trainer.runs.launch import export_args
 
 ABOUT_LINES = 3  # the format's description: the longest wraps to this many lines at the dialog's width
 COLUMNS = ["file", "format", "size", "top-1", "checkpoint", "agreement", "batch 1", "throughput", "measured on"]
@@ -219,10 +220,9 @@ class ExportDialog(QDialog):
     def _start_export(self) -> None:
         self.export_button.setEnabled(False)
         self.result.setText("exporting, then measuring the file on the run's images…")
-        args = ["export", self.run_dir, "--format", self.format.currentData(), "--out", self.out.text(),
-                "--checkpoint", self.checkpoint.currentText()]
-        if self.format.currentData() == "onnx_int8" and self.calibration.text().strip():
-            args += ["--calibration", self.calibration.text().strip()]
+        fmt = self.format.currentData()
+        calibration = self.calibration.text().strip() if fmt == "onnx_int8" else None
+        args = export_args(self.run_dir, fmt, self.out.text(), self.checkpoint.currentText(), calibration)
         self.job = CliJob(args, self, parse_json=False)
         self.job.progress.connect(lambda line: self.result.setText(line) if line.startswith("fetching") else None)
         self.job.done.connect(lambda text: self._finished(f"<span style='color:#2b7a2b'>{_html(text)}</span>"))

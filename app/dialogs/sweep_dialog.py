@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import CliJob
 from trainer.core.config import describe_keys
-from trainer.runs.launch import main_command
+from trainer.runs.launch import main_command, sweep_args
 from trainer.runs.sweep import MAX_TRIALS, METHODS
 
 
@@ -178,7 +178,7 @@ class SweepDialog(QDialog):
         path = folder / f"{body['name']}.sweep.yaml"
         path.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
         if body["method"] == "optuna":
-            program, *arguments = main_command("sweep", str(path), "--runs-dir", str(self.runs_dir))
+            program, *arguments = main_command(*sweep_args(path, self.runs_dir))
             process = QProcess()
             process.setProgram(program)
             process.setArguments(arguments)
@@ -191,7 +191,7 @@ class SweepDialog(QDialog):
             return path
         self.queue_button.setEnabled(False)
         self.result.setText("checking and queueing…")
-        self.job = CliJob(["sweep", str(path), "--runs-dir", str(self.runs_dir)], self, parse_json=False)
+        self.job = CliJob(sweep_args(path, self.runs_dir), self, parse_json=False)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
         return path

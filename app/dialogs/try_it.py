@@ -28,6 +28,7 @@ from app.jobs.background import CliJob, run_in_thread
 from app.widgets.thumbnails import load_thumbnails
 from trainer.core.catalog import EXPORT_FORMATS
 from trainer.data.scan import IMAGE_EXTENSIONS
+from trainer.runs.launch import predict_args
 
 THUMB = 64
 TOP = 5
@@ -154,7 +155,7 @@ class TryItDialog(QDialog):
             self.job.cancel()
         self.images = list(paths)
         self.status.setText(f"Classifying {len(paths)} item(s) with {Path(self.model_source).name}…")
-        self.job = CliJob(["predict", self.model_source, *paths, "--top", str(TOP), "--json"], self,
+        self.job = CliJob(predict_args(self.model_source, paths, TOP), self,
                           ok_codes=(0, 2))
         self.job.done.connect(self._show)
         self.job.failed.connect(self._failed)

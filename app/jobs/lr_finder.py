@@ -11,6 +11,7 @@ from app.jobs.background import CliJob
 from trainer.core.config import RunConfig, save_config
 from trainer.core.events import LR_POINT
 from trainer.core.rundir import new_config_file
+from trainer.runs.launch import lr_find_args
 
 
 class LrFinder(QObject):
@@ -32,7 +33,7 @@ class LrFinder(QObject):
             return
         path = new_config_file(self.runs_dir, "lr-find")
         save_config(cfg, path)
-        self.job = CliJob(["lr-find", str(path), "--json"], self)
+        self.job = CliJob(lr_find_args(path), self)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
         self.job.progress.connect(self._progress)

@@ -22,7 +22,7 @@ from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
 from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
-from trainer.runs.launch import REPO_ROOT, main_command, resume_command, train_command
+from trainer.runs.launch import REPO_ROOT, auto_run_args, main_command, mirror_args, resume_command, train_command
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +109,7 @@ class RunController(QObject):
         pending.mkdir(parents=True, exist_ok=True)
         output = pending / f"{run.name}.output.log"
         self._pending = (None, output, None)
-        command = main_command("auto", folder, "--minutes", f"{minutes:g}", "--host", host, "--run-dir", run.path,
-                               "--output-log", output, *(["--labels", labels] if labels else []),
-                               *(["--set", *overrides] if overrides else []))
+        command = main_command(*auto_run_args(folder, minutes, host, run.path, output, labels, overrides))
         self.process.grace_ms = REMOTE_GRACE_MS
         self._stop_requested = False
         self.process.start(command, output, cwd=str(REPO_ROOT))
@@ -180,7 +178,7 @@ class RunController(QObject):
             started = self._followers.get(run.path)  # by reattach_remote, perhaps not yet holding the mirror's lock
             pid = mirror_pid(run) or (started.pid if started is not None and started.poll() is None else None)
             if pid is None:
-                self._start_for(run, main_command("mirror", run.path))
+                self._start_for(run, main_command(*mirror_args(run.path)))
             else:
                 self.process.grace_ms = REMOTE_GRACE_MS
                 self.process.attach(pid)
@@ -198,7 +196,7 @@ class RunController(QObject):
             if run.is_remote and run.is_live() and mirror_pid(run) is None:
                 with open(run.path / MIRROR_LOG, "ab") as out:
                     self._followers[run.path] = subprocess.Popen(
-                        main_command("mirror", run.path), stdin=subprocess.DEVNULL, stdout=out,
+                        main_command(*mirror_args(run.path)), stdin=subprocess.DEVNULL, stdout=out,
                         stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO_ROOT),
                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
                 started.append(run)

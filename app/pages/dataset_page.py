@@ -37,7 +37,7 @@ from trainer.data.manifest import Manifest, edit_manifest, read_manifest
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, suggest
 from trainer.remote.protocol import read_scan
-from trainer.runs.launch import main_command
+from trainer.runs.launch import agent_scan_args, main_command
 
 THUMB = 56
 # what a scan hands the page: the scan, thumbnails, the manifest, the flip rule, the exact duplicates and the last
@@ -97,8 +97,7 @@ def _duplicates(folder: str, result: ScanResult) -> Duplicates:
 def remote_scan(host: str, folder: str, labels: str = "") -> ScanPayload:
     """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`; multi-label with `labels`,
     a labels file there), with its thumbnails."""
-    done = subprocess.run(main_command("agent", "scan", folder, "--host", host, "--thumbs", THUMBS_PER_CLASS,
-                                       "--thumb-size", THUMB, *([f"--labels={labels}"] if labels else [])),
+    done = subprocess.run(main_command(*agent_scan_args(folder, host, THUMBS_PER_CLASS, THUMB, labels)),
                           capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]

@@ -25,6 +25,7 @@ from app.jobs.background import CliJob
 from app.widgets.forms import Binder, scrolling
 from trainer.core.config import ConfigError, RunConfig, key_choices
 from trainer.device.devices import device_problems
+from trainer.runs.launch import hosts_list_args, probe_devices_args
 
 # (label, device.parallel, device.launcher)
 MODES = [
@@ -159,7 +160,7 @@ class DevicePage(QWidget):
         return self.run_on.currentData() or ""
 
     def load_hosts(self) -> None:
-        job = CliJob(["hosts", "list", "--json"], self)
+        job = CliJob(hosts_list_args(), self)
         job.done.connect(self._hosts_listed)
         job.failed.connect(lambda error: self._hosts_note(f"hosts.yaml: {error}"))
         self._hosts_job = job
@@ -202,7 +203,7 @@ class DevicePage(QWidget):
     def start_probe(self) -> None:
         self.devices.clear()
         self.devices.addItem(f"probing {self.host}…" if self.host else "probing this machine…")
-        job = CliJob(["probe-devices"] + (["--host", self.host] if self.host else []), self)
+        job = CliJob(probe_devices_args(self.host), self)
         job.done.connect(self._probed)
         job.failed.connect(self._probe_failed)
         self._job = job

@@ -34,6 +34,7 @@ from app.jobs.background import CliJob
 from app.widgets.forms import Binder
 from trainer.core.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
 from trainer.core.config import is_weights_name, key_choices
+from trainer.runs.launch import describe_model_args
 
 BUILTIN = list(BUILTIN_MODELS)
 COMMON = list(SUGGESTED_TORCHVISION)
@@ -197,7 +198,7 @@ class ModelPage(QWidget):
             self.load_store()
 
     def load_store(self) -> None:
-        job = CliJob(["describe-model", "--store"], self)
+        job = CliJob(describe_model_args(), self)
         job.done.connect(self._store_loaded)
         job.failed.connect(lambda error: self.store_status.setText(f"cannot list the models: {error}"))
         self._store_job = job
@@ -246,11 +247,8 @@ class ModelPage(QWidget):
             self._job.cancel()
         self.count.setText(f"describing {name}…")
         self.describing.emit()
-        args = ["describe-model", name, "--classes", str(self._classes)]
         weights = self.weights.currentText().strip()
-        if is_weights_name(weights):
-            args += ["--weights", weights]
-        job = CliJob(args, self)
+        job = CliJob(describe_model_args(name, self._classes, weights if is_weights_name(weights) else None), self)
         job.done.connect(self._described)
         job.failed.connect(self._describe_failed)
         self._job = job

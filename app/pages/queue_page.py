@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 import trainer.runs.queue as queue
 from app.jobs.background import run_in_thread
 from trainer.core.rundir import ENDINGS, RunDir, list_runs
-from trainer.runs.launch import main_command
+from trainer.runs.launch import main_command, queue_run_args
 
 COLUMNS = ["#", "run", "state", "progress", "best val acc", "model", "sweep", "values", "GPUs", "added"]
 REFRESH_MS = 1500
@@ -207,7 +207,7 @@ class QueuePage(QWidget):
         """Start `main.py queue run` detached (it outlives the app) unless one is already working this queue."""
         if self.runs_dir is None or queue.live_schedulers(self.runs_dir):
             return
-        program, *arguments = main_command("queue", "run", "--runs-dir", str(self.runs_dir))
+        program, *arguments = main_command(*queue_run_args(self.runs_dir))
         log = self.runs_dir / queue.SCHEDULERS / "scheduler.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         process = QProcess()

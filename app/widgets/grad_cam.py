@@ -9,6 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.jobs.background import CliJob
+from trainer.runs.launch import grad_cam_args
 
 
 class GradCam(QObject):
@@ -30,8 +31,7 @@ class GradCam(QObject):
         if self._folder is None:
             self._folder = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
         out = Path(self._folder.name) / f"cam-{abs(hash((image, label)))}.png"
-        args = ["grad-cam", run_path, image, *(["--class", label] if label else []), "--out", str(out)]
-        job = self.job = CliJob(args, self)
+        job = self.job = CliJob(grad_cam_args(run_path, image, out, label), self)
         job.done.connect(lambda result: self._over(job) and self.done.emit(image, result))
         job.failed.connect(lambda error: self._over(job) and self.failed.emit(image, error))
 

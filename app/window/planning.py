@@ -11,6 +11,7 @@ from app.dialogs.lr_find_dialog import LrFindDialog
 from app.jobs.background import CliJob
 from app.jobs.lr_finder import LrFinder
 from trainer.core.config import ConfigError, RunConfig
+from trainer.runs.launch import auto_plan_args
 
 
 class Planning(QObject):
@@ -73,13 +74,8 @@ class Planning(QObject):
             self.panel.failed("choose a folder of training images first")
             return None
         exclude = self.form.binder.widgets["data.exclude"].text().strip()
-        args = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"]
-        if dataset.labels_path:  # multi-label: Auto plans a run of the labels file, by mAP
-            args += ["--labels", dataset.labels_path]
-        if host:  # planned there, on its devices (the folder is the host's)
-            args += ["--host", host]
-        if exclude:
-            args += ["--set", f"data.exclude={exclude}"]
+        # multi-label: Auto plans a run of the labels file, by mAP; with a host, there, on its devices
+        args = auto_plan_args(folder, minutes, dataset.labels_path, host, [f"data.exclude={exclude}"] if exclude else [])
         self.auto_job = job = CliJob(args, self)
         self._asked = (folder, minutes, [f"data.exclude={exclude}"] if exclude else [], dataset.labels_path or None)
         self.panel.planning("starting")

@@ -16,6 +16,7 @@ from app.jobs.background import CliJob, run_in_thread
 from app.state.experiments import extension_facts
 from trainer.core.config import save_config
 from trainer.core.rundir import RunDir, list_runs, new_config_file
+from trainer.runs.launch import queue_add_args
 
 
 class RunActions(QObject):
@@ -93,7 +94,7 @@ class RunActions(QObject):
         path = self._form_config_file()
         if path is None:
             return None
-        job = CliJob(["queue", "add", str(path), "--runs-dir", str(self.form.runs_dir)], self, parse_json=False)
+        job = CliJob(queue_add_args(path, self.form.runs_dir), self, parse_json=False)
         button.setEnabled(False)
         queue = self.window.queue_page
 

@@ -60,6 +60,7 @@ def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_wi
     assert window.status.budget_label.text() == "budget 2.5 min" and "2.5 min" in window.start_action.toolTip()
 
 
+@pytest.mark.slow
 def test_auto_refuses_without_a_folder_or_with_a_missing_one_and_says_why(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window(write_config(tmp_path, shapes_dir))
     window.binder.widgets["data.train_dir"].setText("")

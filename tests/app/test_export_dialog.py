@@ -26,6 +26,7 @@ def export(qtbot, dialog: ExportDialog, fmt: str) -> None:
     qtbot.waitUntil(lambda: dialog.job is None, timeout=120_000)
 
 
+@pytest.mark.slow
 def test_exports_are_compared_side_by_side_with_their_cards_numbers(qtbot, finished_run, tmp_path, monkeypatch):
     dialog = ExportDialog(str(finished_run.path))
     qtbot.addWidget(dialog)

@@ -82,6 +82,7 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
     assert on_screen(window, open_folder) and on_screen(window, window.runs_page.table)
 
 
+@pytest.mark.slow
 def test_a_relaunch_restores_the_last_session_s_dataset_and_settings(qtbot, make_window, shapes_dir, tmp_path):
     window = make_window()  # the demo config, as on a first start
     window.binder.widgets["data.train_dir"].setText(str(shapes_dir))

@@ -137,6 +137,7 @@ def test_copy_command_runs_the_same_config(qtbot, make_window, shapes_dir, tmp_p
     assert yaml.safe_load(open(config_path))["data"]["train_dir"] == str(shapes_dir)
 
 
+@pytest.mark.slow
 def test_window_starts_without_torch():
     code = ("import sys, os; os.environ['QT_QPA_PLATFORM']='offscreen'\n"
             "from PySide6.QtCore import QSettings, QTimer\nfrom PySide6.QtWidgets import QApplication\n"

@@ -1,11 +1,13 @@
 """What the app refuses, and what the trainer refuses for it: a group the frozen backbone leaves empty is shown
 before Start; a config the trainer's pre-flight refuses leaves no run directory and its reason is shown."""
 
+import pytest
 from helpers import write_config
 
 from trainer.core.rundir import list_runs
 
 
+@pytest.mark.slow
 def test_the_editor_asks_the_trainer_s_rule_and_a_refused_start_leaves_nothing(qtbot, make_window, shapes_dir,
                                                                               tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINDECK_STANDBY", "0")

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 
+import pytest
 from helpers import run_here
 from PySide6.QtCore import QObject
 
@@ -32,6 +33,7 @@ def test_questions_share_one_worker_and_get_the_command_line_s_answer(qtbot, sha
     assert refused == {"error": f"{tmp_path / 'nowhere'}: no such model file or run directory"}, "its one line"
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_started_again_and_the_question_asked_again(qtbot):
     _, pid = ask(qtbot, "describe-model", "small_cnn")
     owner = QObject()
@@ -54,6 +56,7 @@ def test_a_worker_that_cannot_start_fails_its_questions_saying_so(qtbot, monkeyp
     assert got == {"error": "could not start python for the resident worker"}
 
 
+@pytest.mark.slow
 def test_a_long_question_streams_its_progress_and_giving_it_up_frees_the_worker(qtbot, shapes_dir, tmp_path):
     """The learning-rate finder in the worker: its points come as it measures them (the app draws them), and a sweep
     given up (its window closed) does not keep the worker from the next question."""

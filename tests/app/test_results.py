@@ -213,6 +213,7 @@ def test_ten_classes_in_a_narrow_pane_show_every_column_numbered(qtbot, tmp_path
     assert tab.matrix_model.headerData(9, Qt.Orientation.Vertical) == "digit_9  9"
 
 
+@pytest.mark.slow
 def test_label_issues_fill_the_gallery_and_one_key_decides_each(qtbot, make_window, flipped_digits_run):
     """Label issues from the Results tab: `main.py audit` in a subprocess, its suspects most likely first (the flipped
     digits among them), and E, R, K decide each one into the manifest and move on; then the outliers (the crops of a
@@ -284,6 +285,7 @@ def test_number_keys_label_the_class_they_read():
     assert list(eleven) == list("1234567890") and "c10" not in eleven.values(), "the eleventh class: the box"
 
 
+@pytest.mark.slow
 def test_twenty_pool_images_labelled_by_key_then_trained_on(qtbot, make_window, flipped_digits_run, tmp_path):
     """The labelling loop: a pool of new handwritten digits (with an unreadable file and a copy of a training
     image) ordered by `main.py label`, 20 labelled through the view (keys 1-9, the class box for the tenth class),

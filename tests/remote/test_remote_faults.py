@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import run_here, write_config
 
 
@@ -44,6 +45,7 @@ def test_a_host_without_traindeck_or_with_another_version_says_what_to_install(h
     assert "TrainDeck 0.0.1 there speaks event schema 0" in done.stderr and "install TrainDeck 0.1.0" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_dataset_on_the_host_is_refused_by_the_trainer_there(hosts, tmp_path):
     config = write_config(tmp_path, tmp_path / "not-on-the-host")
     done = run_here("train", config, "--host", "loop", "--runs-dir", hosts["local_runs"])

@@ -27,6 +27,90 @@ def main_command(*args: str | Path) -> list[str]:
     return [sys.executable, str(REPO_ROOT / "main.py"), *map(str, args)]
 
 
+# ---- the app's questions and helpers: `main.py` argument lists (CliJob and main_command take them) -----------------
+def _opt(flag: str, value) -> list[str]:
+    return [flag, str(value)] if value not in (None, "") else []
+
+
+def describe_model_args(name: str | None = None, classes: int | None = None, weights: str | None = None) -> list[str]:
+    """The Model page's description of `name` (with `classes` outputs, `weights`); no name: the model store."""
+    if name is None:
+        return ["describe-model", "--store"]
+    return ["describe-model", name, *_opt("--classes", classes), *_opt("--weights", weights)]
+
+
+def probe_devices_args(host: str | None = None) -> list[str]:
+    return ["probe-devices", *_opt("--host", host)]
+
+
+def hosts_list_args() -> list[str]:
+    return ["hosts", "list", "--json"]
+
+
+def grad_cam_args(run: str | Path, image: str, out: str | Path, label: str | None = None) -> list[str]:
+    return ["grad-cam", str(run), image, *_opt("--class", label), "--out", str(out)]
+
+
+def predict_args(source: str | Path, paths: list[str], top: int) -> list[str]:
+    return ["predict", str(source), *paths, "--top", str(top), "--json"]
+
+
+def lr_find_args(config: str | Path) -> list[str]:
+    return ["lr-find", str(config), "--json"]
+
+
+def audit_args(run: str | Path, data_map: bool = False) -> list[str]:
+    return ["audit", str(run), *(["--map"] if data_map else []), "--json"]
+
+
+def label_args(run: str | Path, pool: str, count: int, manifest: str | None = None) -> list[str]:
+    return ["label", str(run), "--pool", pool, "--next", str(count), "--json", *_opt("--manifest", manifest)]
+
+
+def export_args(run: str | Path, fmt: str, out: str, checkpoint: str, calibration: str | None = None) -> list[str]:
+    return ["export", str(run), "--format", fmt, "--out", out, "--checkpoint", checkpoint,
+            *_opt("--calibration", calibration)]
+
+
+def auto_plan_args(folder: str, minutes: float, labels: str | None = None, host: str | None = None,
+                   overrides: list[str] | None = None) -> list[str]:
+    """Auto's plan alone (the Dataset page's Auto box loads it into the forms)."""
+    return ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only", *_opt("--labels", labels),
+            *_opt("--host", host), *(["--set", *overrides] if overrides else [])]
+
+
+def auto_run_args(folder: str, minutes: float, host: str, run_dir: str | Path, output_log: str | Path,
+                  labels: str | None = None, overrides: list[str] | None = None) -> list[str]:
+    """Auto as one run on a host (a SLURM host plans inside its job), mirrored into `run_dir`."""
+    return ["auto", folder, "--minutes", f"{minutes:g}", "--host", host, "--run-dir", str(run_dir),
+            "--output-log", str(output_log), *_opt("--labels", labels), *(["--set", *overrides] if overrides else [])]
+
+
+def queue_add_args(config: str | Path, runs_dir: str | Path) -> list[str]:
+    return ["queue", "add", str(config), "--runs-dir", str(runs_dir)]
+
+
+def queue_run_args(runs_dir: str | Path) -> list[str]:
+    return ["queue", "run", "--runs-dir", str(runs_dir)]
+
+
+def sweep_args(path: str | Path, runs_dir: str | Path) -> list[str]:
+    return ["sweep", str(path), "--runs-dir", str(runs_dir)]
+
+
+def mirror_args(run: str | Path) -> list[str]:
+    return ["mirror", str(run)]
+
+
+def agent_ls_args(path: str, host: str) -> list[str]:
+    return ["agent", "ls", path, "--host", host]
+
+
+def agent_scan_args(folder: str, host: str, thumbs: int, size: int, labels: str | None = None) -> list[str]:
+    return ["agent", "scan", folder, "--host", host, "--thumbs", str(thumbs), "--thumb-size", str(size),
+            *([f"--labels={labels}"] if labels else [])]
+
+
 def worker_module_args(run_dir: str | Path, resume: bool) -> list[str]:
     return ["-m", "trainer.runs.worker", str(run_dir)] + (["--resume"] if resume else [])
 
