@@ -78,8 +78,10 @@ def test_check_data_with_a_run_says_what_the_leak_was_worth_to_its_test_score(tm
     right = [r["true"] == r["predicted"] for r in rows]
     right_without = [ok for ok, r in zip(right, rows) if r["path"] not in {str(p) for p in leaked}]
     assert len(rows) == 40 and len(right_without) == 37 and "3 leak(s) across splits" in done.stdout
-    assert (f"the run's test top-1: {sum(right) / 40:.1%} on 40 images; without the 3 leaked ones "
+    assert (f"the run's test accuracy: {sum(right) / 40:.1%} on 40 images; without the 3 leaked ones "
             f"{sum(right_without) / 37:.1%} on 37: the leak was worth ") in done.stdout
+    tested = json.loads((run.path / "eval" / "test" / "metrics.json").read_text())["accuracy"]
+    assert f"the run's test accuracy: {tested:.1%} on 40 images" in done.stdout, "the figure the run itself reports"
     assert f"label issues, copies and outliers: not looked for yet (main.py audit {run.path})" in done.stdout
     missing = run_here("check-data", root, "--run", tmp_path / "nowhere")
     assert missing.returncode == 2 and "no test evaluation in that run" in missing.stderr

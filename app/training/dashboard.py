@@ -181,7 +181,7 @@ class Dashboard(QWidget):
             self.summary.setText(self._facts)
             return
         top5 = f", top-5 {100 * e['top5_accuracy']:.1f}%" if e.get("top5_accuracy") is not None else ""
-        self._facts += f"<br><b>test set: {100 * e['accuracy']:.1f}%</b> on {e['images']} images{top5}"
+        self._facts += f"<br><b>test accuracy: {100 * e['accuracy']:.1f}%</b> on {e['images']} images{top5}"
         self.summary.setText(self._facts)
 
     def _resuming(self) -> None:

@@ -207,9 +207,9 @@ class LeakWorth:
         with_all = self.correct / self.images
         rest = self.images - self.leaked
         if not self.leaked or not rest:
-            return f"the run's test top-1: {with_all:.1%} on {self.images} images; none of them is a leak"
+            return f"the run's test accuracy: {with_all:.1%} on {self.images} images; none of them is a leak"
         without = self.correct_without / rest
-        return (f"the run's test top-1: {with_all:.1%} on {self.images} images; without the {self.leaked} leaked ones "
+        return (f"the run's test accuracy: {with_all:.1%} on {self.images} images; without the {self.leaked} leaked ones "
                 f"{without:.1%} on {rest}: the leak was worth {100 * (with_all - without):+.1f} points")
 
 
