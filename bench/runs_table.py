@@ -60,7 +60,7 @@ def main() -> int:
         read.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         page._show(rows, params)
-        page.table.sortByColumn(page.model.columns.index("best acc"), page.table.horizontalHeader().sortIndicatorOrder())
+        page.table.sortByColumn(page.model.columns.index("best val acc"), page.table.horizontalHeader().sortIndicatorOrder())
         app.processEvents()
         shown.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
