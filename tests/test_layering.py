@@ -70,10 +70,8 @@ def test_no_import_runs_up_the_layers():
     assert not upward, upward
 
 
-def test_no_import_circle():
-    modules = trainer_modules()
-    graph = {name: {t for t in imports(path) if t in modules and t != name and t != "trainer"}
-             for name, path in modules.items()}
+def assert_no_circle(graph: dict[str, set[str]]) -> None:
+    """Depth first through the import graph: a module met again on the way down is a circle."""
     state: dict[str, int] = {}
 
     def visit(node, trail):
@@ -88,6 +86,12 @@ def test_no_import_circle():
     for name in graph:
         if name not in state:
             visit(name, [name])
+
+
+def test_no_import_circle():
+    modules = trainer_modules()
+    assert_no_circle({name: {t for t in imports(path) if t in modules and t != name and t != "trainer"}
+                      for name, path in modules.items()})
 
 
 def torch_free() -> set[str]:
@@ -165,19 +169,7 @@ def test_no_app_import_runs_up_a_floor_or_in_a_circle():
              for name, path in modules.items()}
     upward = [f"{name} -> {t}" for name, targets in graph.items() for t in targets if app_floor(t) > app_floor(name)]
     assert not upward, upward
-    state: dict[str, int] = {}
-
-    def visit(node, trail):
-        state[node] = 1
-        for nxt in graph[node]:
-            assert state.get(nxt) != 1, f"import circle: {' -> '.join(trail[trail.index(nxt):] + [nxt])}"
-            if nxt not in state:
-                visit(nxt, trail + [nxt])
-        state[node] = 2
-
-    for name in graph:
-        if name not in state:
-            visit(name, [name])
+    assert_no_circle(graph)
 
 
 def test_the_app_state_floor_is_qt_free():
