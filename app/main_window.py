@@ -79,7 +79,8 @@ class MainWindow(QMainWindow):
         self.optimizer_page = OptimizerPage(self.binder)
         self.device_page = DevicePage(self.binder)
         self.advanced_page = AdvancedPage(set(self.binder.widgets) | PAGE_KEYS)
-        self.dashboard = Dashboard()
+        self._dashboard: Dashboard | None = None  # built when first needed (16 plots: a third of the start-up)
+        self._marks: dict = {}  # the manifest's entries, for the dashboard's results when it is built
         self.runs_page = RunsPage()
         self.queue_page = QueuePage()
 
@@ -89,13 +90,13 @@ class MainWindow(QMainWindow):
         self.nav.setFixedWidth(110)
         self.stack = QStackedWidget()
         for page in (self.dataset_page, self.model_page, self.optimizer_page, self.device_page, self.advanced_page,
-                     self.dashboard, self.runs_page, self.queue_page):
+                     QWidget(), self.runs_page, self.queue_page):
             scroll = QScrollArea()
             scroll.setWidgetResizable(True)
             scroll.setFrameShape(QFrame.Shape.NoFrame)
             scroll.setWidget(page)
             self.stack.addWidget(scroll)
-        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.nav.currentRowChanged.connect(self._show_page)
         central = QWidget()
         layout = QHBoxLayout(central)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -170,16 +171,11 @@ class MainWindow(QMainWindow):
 
     def _connect_runs(self) -> None:
         """Who tells whom about runs: the run controller to the views, the results to the manifest, the lists."""
-        results = self.dashboard.results
         self.runs.process.ended.connect(self._process_ended)
-        self.runs.modelChanged.connect(self.dashboard.set_model)
+        self.runs.modelChanged.connect(self._model_changed)
         self.runs.runFinished.connect(lambda *_: self.runs_page.refresh())
         self.runs.changed.connect(self._update_buttons)
-        results.markRequested.connect(self.run_actions.mark_image)
-        results.undoRequested.connect(self.dataset_page.undo)
-        results.labelPoolRequested.connect(self.run_actions.label_pool)
-        results.marksRequested.connect(self.dataset_page.mark_many)
-        self.dataset_page.manifestChanged.connect(results.set_marked)
+        self.dataset_page.manifestChanged.connect(self._marks_changed)
         self.runs_page.openRequested.connect(self.run_actions.open)
         self.queue_page.openRequested.connect(self.run_actions.open)
         self.runs_page.resumeRequested.connect(self.run_actions.resume)
@@ -222,6 +218,38 @@ class MainWindow(QMainWindow):
         self.resize(min(width, area.width() - frame_w), min(height, area.height() - frame_h))
         self.move(area.x() + (area.width() - self.width() - frame_w) // 2,
                   area.y() + (area.height() - self.height() - frame_h) // 2)
+
+    @property
+    def dashboard(self) -> Dashboard:
+        """The Training page, built the first time it is shown or a run is on it."""
+        if self._dashboard is None:
+            self._dashboard = dashboard = Dashboard()
+            self.stack.widget(PAGES.index("Training")).setWidget(dashboard)
+            results = dashboard.results
+            results.markRequested.connect(self.run_actions.mark_image)
+            results.undoRequested.connect(self.dataset_page.undo)
+            results.labelPoolRequested.connect(self.run_actions.label_pool)
+            results.marksRequested.connect(self.dataset_page.mark_many)
+            results.set_marked(self._marks)
+            if self.runs.model is not None:
+                dashboard.set_model(self.runs.model)
+        return self._dashboard
+
+    def _model_changed(self, model) -> None:
+        if self._dashboard is None:
+            self.dashboard  # noqa: B018 - built now, on the run the controller shows
+        else:
+            self._dashboard.set_model(model)
+
+    def _show_page(self, row: int) -> None:
+        if row == PAGES.index("Training"):
+            self.dashboard  # noqa: B018 - built on its first showing
+        self.stack.setCurrentIndex(row)
+
+    def _marks_changed(self, marks: dict) -> None:
+        self._marks = marks
+        if self._dashboard is not None:
+            self._dashboard.results.set_marked(marks)
 
     # ---- what the parts say --------------------------------------------------------------------
     @property
@@ -293,7 +321,8 @@ class MainWindow(QMainWindow):
         self.settings.setValue("geometry", self.saveGeometry())
         self.files.keep_for_next_session()
         self.settings.sync()
-        self.dashboard.stop_updates()
+        if self._dashboard is not None:
+            self._dashboard.stop_updates()
         self.model_page.cancel_jobs()
         self.device_page.cancel_jobs()
         self.planning.shutdown()

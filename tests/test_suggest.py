@@ -63,3 +63,37 @@ def test_flips_stay_off_where_a_mirrored_class_looks_like_another(tmp_path, shap
     safe, why = flip_rule(scan_image_folder(tmp_path, full=False))
     assert not safe and "go_left -> go_right" in why
     assert flip_rule(scan_image_folder(shapes_dir, full=False))[0], "shapes drawn anywhere: flips are fine"
+
+
+def test_augment_auto_is_decided_by_the_trainer_for_the_data_and_said_in_run_start(tmp_path):
+    """data.augment's defaults are auto (issue #47): a digits folder trains without flips, a multi-label run with
+    crops of at least 80%, each decision with its reason in run_start and the log; a value the config sets is kept."""
+    from types import SimpleNamespace
+
+    from helpers import run_here, write_config
+
+    from trainer.core.config import AugmentConfig, RunConfig
+    from trainer.core.events import read_events
+    from trainer.data.suggest import MULTILABEL_CROP_MIN, resolve_augment
+
+    assert RunConfig().data.augment.hflip == RunConfig().data.augment.crop_scale_min == "auto"
+    photos = scan_image_folder(folder(tmp_path / "photos", ["cat", "dog"], (40, 30)))
+    mosaic = SimpleNamespace(classes=["3", "7"], samples=[], labels_file=True)
+    decided = resolve_augment(photos_aug := AugmentConfig(), photos)
+    assert (photos_aug.hflip, photos_aug.crop_scale_min) == (True, 0.6) and len(decided) == 2
+    resolve_augment(mosaic_aug := AugmentConfig(), mosaic)
+    assert (mosaic_aug.hflip, mosaic_aug.crop_scale_min) == (False, MULTILABEL_CROP_MIN)
+    mine = AugmentConfig(hflip=True, crop_scale_min=0.3)
+    assert resolve_augment(mine, mosaic) == [] and (mine.hflip, mine.crop_scale_min) == (True, 0.3), "set: kept"
+
+    digits = folder(tmp_path / "digits", [str(d) for d in range(3)], (16, 16), per_class=6)
+    cfg = write_config(tmp_path, digits, train={"epochs": 1})
+    done = run_here("train", cfg, "--run-dir", tmp_path / "run")
+    assert done.returncode == 0, done.stderr[-2000:]
+    start = next(e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "run_start")
+    said = {c["key"]: c for c in start["augment"]}
+    assert said["data.augment.hflip"]["value"] is False and "characters" in said["data.augment.hflip"]["why"]
+    assert start["config"]["data"]["augment"]["hflip"] is False, "the run's config shows what it trained with"
+    assert "data.augment.hflip: auto -> False" in done.stderr
+    bad = run_here("train", write_config(tmp_path, digits, data={"augment": {"hflip": "sometimes"}}))
+    assert bad.returncode == 2 and "data.augment.hflip: must be true, false or auto, got 'sometimes'" in bad.stderr

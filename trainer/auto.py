@@ -35,7 +35,7 @@ from trainer.core.catalog import AUTO_MIN_MINUTES as MIN_MINUTES
 from trainer.core.config import RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
-from trainer.data.suggest import flip_rule, median_short_side, suggested_image_size
+from trainer.data.suggest import MULTILABEL_CROP_MIN, flip_rule, median_short_side, suggested_image_size
 from trainer.device.machine import OtherLoad
 from trainer.train.loop import patience_of, score_key
 
@@ -53,7 +53,6 @@ LR_STEPS = (30, 100)  # the learning-rate sweep's steps: at least, at most
 STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, the model built)
 EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
 VAL_SPLIT = TEST_SPLIT = 0.15
-MULTILABEL_CROP_MIN = 0.8  # a smaller crop can cut a labelled thing out of the image, and its label with it
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
 PROBE_STEPS = 3  # timed training steps per candidate (their median), after the warm-up step
 BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measures: the plan says the machine was busy

@@ -179,6 +179,7 @@ class DatasetPage(QWidget):
         super().__init__(parent)
         self.binder = binder
         self.scan_result: ScanResult | None = None
+        self.flips: tuple[bool, str] | None = None  # the trainer's flip rule, measured on the scan
         self.scan_error = ""
         self._scan_serial = 0
         self._scan_running = False  # a scan is on the thread pool
@@ -237,9 +238,10 @@ class DatasetPage(QWidget):
 
         augment = QGroupBox("Augmentation")
         af = QFormLayout(augment)
-        af.addRow(binder.check("data.augment.hflip", "Random horizontal flip"))
+        af.addRow("Horizontal flip", binder.choice("data.augment.hflip", [
+            ("auto: the trainer decides for this data", "auto"), ("on", True), ("off", False)]))
         af.addRow(binder.check("data.augment.random_resized_crop", "Random resized crop"))
-        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05))
+        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, special="auto"))
         af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.05))
 
         self.auto = AutoPanel()
@@ -341,7 +343,7 @@ class DatasetPage(QWidget):
         self.suggestion.hide()
         self.suggestions: list = []
         binder.widgets["data.image_size"].valueChanged.connect(lambda _: self._show_suggestions())
-        binder.widgets["data.augment.hflip"].toggled.connect(lambda _: self._show_suggestions())
+        binder.widgets["data.augment.hflip"].currentIndexChanged.connect(lambda _: self._show_suggestions())
 
     def _labels_changed(self, text: str) -> None:
         """A labels file makes the run multi-label, which trains with its own loss (the config's rule): shown on
@@ -392,7 +394,7 @@ class DatasetPage(QWidget):
         self._scan_serial += 1
         serial = self._scan_serial
         self.scan_result = None
-        self.flips: tuple[bool, str] | None = None
+        self.flips = None
         if getattr(self, "_held", None):
             self.summary.setText(self._held)
             return
@@ -493,17 +495,27 @@ class DatasetPage(QWidget):
         raw: dict = {}
         self.binder.dump(raw)
         self.suggestions = suggest(self.scan_result, raw, self.flips) if self.scan_result is not None else []
+        self._show_flip_rule()
         self.suggestion_text.setText("Suggested for this folder: " + "; ".join(
             f"<b>{s.key} {s.value}</b> ({s.why})" for s in self.suggestions))
         self.suggestion.setVisible(bool(self.suggestions))
 
+    def _show_flip_rule(self) -> None:
+        """What `auto` will decide for this folder's flips (the trainer's rule, measured on the scan) and why."""
+        flip = self.binder.widgets["data.augment.hflip"]
+        index = flip.findData("auto")
+        if self.flips is None:
+            flip.setItemText(index, "auto: the trainer decides for this data")
+            flip.setItemData(index, "", Qt.ItemDataRole.ToolTipRole)
+            return
+        safe, why = self.flips
+        flip.setItemText(index, f"auto: {'on' if safe else 'off'} for this folder")
+        flip.setItemData(index, why, Qt.ItemDataRole.ToolTipRole)
+        flip.setToolTip(why if flip.currentIndex() == index else "")
+
     def _apply_suggestions(self) -> None:
         for s in self.suggestions:
-            widget = self.binder.widgets[s.key]
-            if isinstance(s.value, bool):
-                widget.setChecked(s.value)
-            else:
-                widget.setValue(s.value)
+            self.binder.set_value(s.key, s.value)
         self._show_suggestions()
 
     # ---- the manifest (data.exclude) -----------------------------------------------------------------

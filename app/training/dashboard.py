@@ -40,6 +40,15 @@ CATCHING_UP_EVERY = 5
 GRADIENTS_TAB, RESULTS_TAB = 1, 2
 
 
+def augment_line(decided: list[dict]) -> str:
+    """What the trainer decided for data.augment's auto values, for the summary (the reasons on hover)."""
+    shown = {"data.augment.hflip": lambda v: "flips " + ("on" if v else "off"),
+             "data.augment.crop_scale_min": lambda v: f"crops from {100 * v:.0f}%"}
+    parts = [f"<span title='{html.escape(c['why'], quote=True)}'>{shown[c['key']](c['value'])}</span>"
+             for c in decided if c["key"] in shown]
+    return f"<br>augmentation (auto): {', '.join(parts)}" if parts else ""
+
+
 class Dashboard(QWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -170,7 +179,8 @@ class Dashboard(QWidget):
                if e.get("frozen", {}).get("until_epoch") else "")
             + (f"<br>resumed from {Path(e['resumed_from']).name} at epoch {e.get('start_epoch', 0)}, step "
                f"{e.get('start_step', 0)}" if e.get("resumed_from") else "")
-            + (f"<br><b>time budget {budget:g} min</b> (train.budget)" if budget else ""))
+            + (f"<br><b>time budget {budget:g} min</b> (train.budget)" if budget else "")
+            + augment_line(e.get("augment") or []))
         self.summary.setText(self._facts)
         self.curves.add_group_curves()
 

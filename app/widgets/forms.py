@@ -152,9 +152,9 @@ class Binder(QObject):
             w.setSpecialValueText(special)
         return self._register(key, w, w.valueChanged)
 
-    def dspin(self, key: str, step: float = 0.05) -> QDoubleSpinBox:
+    def dspin(self, key: str, step: float = 0.05, special: str = "") -> QDoubleSpinBox:
         """A decimal key, its range the config's (`key_meta`), holding any valid value as typed (0.125 stays 0.125,
-        not 0.13; 0.02 is not raised to a widget's own 0.05)."""
+        not 0.13; 0.02 is not raised to a widget's own 0.05); `special` names the box's lowest value (auto)."""
         meta = key_meta(key)
         w = ExactDoubleSpinBox()
         tiny = 10.0 ** -EXACT_DECIMALS
@@ -162,7 +162,18 @@ class Binder(QObject):
         high = meta["le"] if meta["le"] is not None else meta["lt"] - tiny if meta["lt"] is not None else FLOAT_MAX
         w.setRange(low, high)
         w.setSingleStep(step)
+        if special:
+            w.setSpecialValueText(special)
+            w.setProperty("special", special)
         return self._register(key, w, w.valueChanged)
+
+    def choice(self, key: str, options: list[tuple[str, Any]]) -> QComboBox:
+        """A key whose values are not all text (true, false, auto): each option shown by its label."""
+        w = QComboBox()
+        for label, value in options:
+            w.addItem(label, value)
+        w.setProperty("kind", "choice")
+        return self._register(key, w, w.currentIndexChanged)
 
     def number(self, key: str, placeholder: str = "") -> QLineEdit:
         """Free-form number entry (1e-3 works); empty means null."""
@@ -191,28 +202,41 @@ class Binder(QObject):
         self._loading = True
         try:
             for key, w in self.widgets.items():
-                value = get_path(raw, key)
-                if isinstance(w, QCheckBox):
-                    w.setChecked(bool(value))
-                elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
-                    w.setValue(value if value is not None else w.minimum())
-                elif isinstance(w, QComboBox):
-                    text = "" if value is None else str(value)
-                    if w.findText(text) < 0 and w.isEditable():
-                        w.addItem(text)
-                    w.setCurrentText(text)
-                elif isinstance(w, QLineEdit):
-                    if isinstance(value, list):
-                        w.setText(", ".join(str(v) for v in value))
-                    else:
-                        w.setText("" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
+                self._show(w, get_path(raw, key))
         finally:
             self._loading = False
+
+    def set_value(self, key: str, value: Any) -> None:
+        """One key's widget showing `value` (as a user would set it: the change is signalled)."""
+        self._show(self.widgets[key], value)
+
+    @staticmethod
+    def _show(w: QWidget, value: Any) -> None:
+        if isinstance(w, QCheckBox):
+            w.setChecked(bool(value))
+        elif w.property("kind") == "choice":
+            w.setCurrentIndex(max(0, w.findData(value)))
+        elif isinstance(w, (QSpinBox, QDoubleSpinBox)):  # null, or the special text (auto): the lowest value
+            w.setValue(w.minimum() if value is None or isinstance(value, str) else value)
+        elif isinstance(w, QComboBox):
+            text = "" if value is None else str(value)
+            if w.findText(text) < 0 and w.isEditable():
+                w.addItem(text)
+            w.setCurrentText(text)
+        elif isinstance(w, QLineEdit):
+            if isinstance(value, list):
+                w.setText(", ".join(str(v) for v in value))
+            else:
+                w.setText("" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
 
     def dump(self, raw: dict) -> None:
         for key, w in self.widgets.items():
             if isinstance(w, QCheckBox):
                 value: Any = w.isChecked()
+            elif w.property("kind") == "choice":
+                value = w.currentData()
+            elif w.property("special") and w.value() == w.minimum():
+                value = w.property("special")
             elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
                 value = w.value()
             elif isinstance(w, QComboBox):

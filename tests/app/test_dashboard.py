@@ -84,3 +84,29 @@ def test_an_early_stop_reads_the_epochs_it_trained_and_one_step_draws_a_point(qt
 
     draw(curves.raw_loss, [1.0, 200.0], [2.2, 0.4])  # the second point: a line, and the view follows the data again
     assert curves.raw_loss.opts["symbol"] is None and all(curves.loss_plot.getViewBox().autoRangeEnabled())
+
+
+def test_what_augment_auto_became_is_on_the_summary_with_its_reason(qtbot, tmp_path):
+    import json
+
+    from app.jobs.run_model import RunModel
+    from app.training.dashboard import Dashboard
+    from trainer.core.rundir import RunDir
+
+    run = RunDir(tmp_path / "run").create()
+    why = "the classes look like characters (digits or letters): mirrored, they are other symbols"
+    start = {"event": "run_start", "config": {"train": {"epochs": 2}}, "classes": ["0", "1"], "train_size": 10,
+             "val_size": 2, "device": "cpu", "cache": "memory", "trainable": 10, "param_groups": [], "layers": [],
+             "augment": [{"key": "data.augment.hflip", "value": False, "why": why},
+                         {"key": "data.augment.crop_scale_min", "value": 0.6, "why": "the usual"}], "time": 1.0}
+    run.events.write_text(json.dumps(start) + "\n")
+    dashboard = Dashboard()
+    qtbot.addWidget(dashboard)
+    model = RunModel(run)
+    dashboard.set_model(model)
+    model.poll()
+    text = dashboard.summary.text()
+    assert "augmentation (auto): " in text and "flips off</span>" in text and "crops from 60%" in text
+    assert f"title='{why}'" in text, "the trainer's reason on hover"
+    model.close()
+    dashboard.stop_updates()

@@ -32,6 +32,14 @@ def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shap
     assert spins["data.val_split"].text() == "0.125", "shown as written"
     val_split = spins["data.val_split"]
     assert (val_split.minimum(), val_split.maximum()) == (0.000001, 0.999999), "the config's bounds: 0 < val_split < 1"
+    for hflip, crop in (("auto", "auto"), (False, 0.5), (True, "auto")):  # the trainer's auto survives too
+        set_path(raw, "data.augment.hflip", hflip)
+        set_path(raw, "data.augment.crop_scale_min", crop)
+        window.binder.load(raw)
+        out = RunConfig().to_dict()
+        window.binder.dump(out)
+        assert (get_path(out, "data.augment.hflip"), get_path(out, "data.augment.crop_scale_min")) == (hflip, crop)
+    assert spins["data.augment.crop_scale_min"].text() == "auto"
 
 
 def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_window, tmp_path, monkeypatch):

@@ -64,9 +64,13 @@ def opt(default: Any = None, doc: str = "", *, choices: tuple | None = None, ge:
 
 @dataclass
 class AugmentConfig:
-    hflip: bool = opt(True, "random horizontal flip")
+    hflip: bool | str = opt("auto", "random horizontal flip: true, false, or auto = on unless mirror images change the "
+                            "class (the class names look like characters, or in a sample of the images mirrored "
+                            "classes look like other classes); the trainer decides and run_start says why")
     random_resized_crop: bool = opt(True, "random crop of part of the image, resized back to image_size")
-    crop_scale_min: float = opt(0.6, "smallest crop area, as a fraction of the image", gt=0, le=1)
+    crop_scale_min: float | str = opt("auto", "smallest crop area, as a fraction of the image; auto = 0.8 for a "
+                                      "multi-label run (a smaller crop can cut a labelled thing out of the image, and "
+                                      "its label with it), else 0.6", gt=0, le=1)
     color_jitter: float = opt(0.0, "strength of random brightness/contrast/saturation changes (0 = off)",
                               ge=0, le=1)
 
@@ -562,6 +566,11 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if isinstance(d.std, str) and d.std != "auto" or isinstance(d.std, list) and (
             len(d.std) != 3 or any(s <= 0 for s in d.std)):
         problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {shown(d.std)}")
+    for key in ("hflip", "crop_scale_min"):
+        value = getattr(d.augment, key)
+        if isinstance(value, str) and value != "auto":
+            kind = "true, false" if key == "hflip" else "a fraction of the image (0 < x <= 1)"
+            problems.append(f"data.augment.{key}: must be {kind} or auto, got {shown(value)}")
     if d.test_split and d.test_dir:
         problems.append("data.test_split: set it or data.test_dir, not both (the test set is one or the other)")
     if d.test_split + (0 if d.val_dir else d.val_split) >= 0.9:

@@ -36,7 +36,7 @@ def suggest(scan: ScanResult, current: dict, flips: tuple[bool, str] | None = No
     if size is not None and size != data.get("image_size"):
         out.append(Suggestion("data.image_size", size, f"the images' median short side is {median_short_side(scan):.0f} px"))
     augment = data.get("augment", {})
-    if augment.get("hflip", True):
+    if augment.get("hflip") is True:  # auto: the trainer applies the same rule itself
         safe, why = flips or (not looks_like_characters(scan.classes), "the classes look like characters (digits or "
                                                                          "letters): mirrored, they are other symbols")
         if not safe:
@@ -120,6 +120,26 @@ def mirror_confusions(scan: ScanResult) -> list[tuple[str, str]]:
         if best is not None and scores[best] >= MIRROR_STEADY and scores[best] > scores[k] + MIRROR_MARGIN:
             out.append((scan.classes[k], scan.classes[best]))
     return out
+
+
+MULTILABEL_CROP_MIN = 0.8  # a smaller crop can cut a labelled thing out of the image, and its label with it
+CROP_MIN = 0.6  # single-label: RandomResizedCrop's spirit, kept from the earlier fixed default
+
+
+def resolve_augment(augment, scan) -> list[dict]:
+    """`data.augment`'s auto values decided for this data, in place; what was decided and why, one
+    {"key", "value", "why"} each (nothing for a value the config set). `scan`: the classes, the training samples and
+    whether the run is multi-label (`labels_file`), as a ScanResult has them."""
+    decided = []
+    if augment.hflip == "auto":
+        augment.hflip, why = flip_rule(scan)  # multi-label: the label names decide (digits, letters)
+        decided.append({"key": "data.augment.hflip", "value": augment.hflip, "why": why})
+    if augment.crop_scale_min == "auto":
+        augment.crop_scale_min = MULTILABEL_CROP_MIN if scan.labels_file else CROP_MIN
+        why = ("multi-label: a smaller crop can cut a labelled thing out of the image, and its label with it"
+               if scan.labels_file else "the usual smallest crop for one class an image")
+        decided.append({"key": "data.augment.crop_scale_min", "value": augment.crop_scale_min, "why": why})
+    return decided
 
 
 def flip_rule(scan: ScanResult) -> tuple[bool, str]:

@@ -210,13 +210,15 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
         trainable=sum(p.numel() for p in net.parameters() if p.requires_grad),
         layers=parts.monitor.names, resumed_from=resumed_from, start_epoch=state.epoch, start_step=state.step,
         weights=parts.weights, mean=parts.mean, std=parts.std, normalisation=parts.normalisation_source,
-        head=parts.head, manifest=parts.data.manifest,
+        head=parts.head, manifest=parts.data.manifest, augment=parts.augment_choices,
         checkpoint_writer="background" if background_checkpoints else "sync",
         frozen={"backbone": parts.linear_probe, "until_epoch": parts.unfreeze_at_epoch})
     if strategy.is_main:
         if parts.data.manifest:
             log.info("manifest %s: %d images left out, %d relabelled, %d added", parts.data.manifest["file"],
                      parts.data.manifest["excluded"], parts.data.manifest["relabelled"], parts.data.manifest["added"])
+        for choice in parts.augment_choices:
+            log.info("%s: auto -> %s (%s)", choice["key"], choice["value"], choice["why"])
         if parts.weights:
             log.info("weights: %s (%s, sha256 %s); normalisation from %s", parts.weights.get("name") or "local file",
                      parts.weights.get("file"), (parts.weights.get("sha256") or "-")[:16], parts.normalisation_source)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -16,6 +17,7 @@ from trainer.core.config import RunConfig
 from trainer.core.groups import is_head_parameter, pattern_matches
 from trainer.core.schedule import Stretch
 from trainer.data import loader as data_mod
+from trainer.data.suggest import resolve_augment
 from trainer.device.machine import fast_gpu_math
 from trainer.device.precision import Precision, choose_precision, fill_momentum_buffers
 from trainer.device.strategy import Strategy
@@ -52,6 +54,7 @@ class Parts:
     mean: list[float]  # the normalisation in effect (data.mean/std, or what auto means for these weights)
     std: list[float]
     normalisation_source: str
+    augment_choices: list  # what data.augment's auto values became, and why ({"key", "value", "why"} each)
     weights: dict | None  # what was loaded: name, file, sha256
     head: str | None  # the classifier head's module name
     backbone: list[nn.Parameter]  # every parameter outside the head
@@ -109,6 +112,9 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
     reporter.prepare("scan", f"scanning {cfg.data.train_dir}")
     data = data_mod.load_data(cfg.data, cfg.train.seed, workers, reporter.cache_progress(), should_stop)
     reporter.bad_files(data.skipped)
+    # data.augment's auto values, decided on this data (every rank alike: the rule reads the same sample)
+    augment_choices = resolve_augment(cfg.data.augment, SimpleNamespace(
+        classes=data.classes, samples=data.train.samples, labels_file=data.multilabel))
     for name, count in data.classes_without_val():
         reporter.warning("no_val_images", f"class {name!r} has no validation images ({count} in training): its "
                          f"validation accuracy cannot be measured; add images or set data.val_dir", cls=name)
@@ -170,5 +176,6 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         anomalies=AnomalyWatch(mon.loss_spike_factor, mon.grad_explode, mon.grad_vanish),
         histogram_layers=chosen or ([names[0], names[-1]] if len(names) > 1 else names),
         steps_per_epoch=steps_per_epoch, stretch=stretch, mean=mean, std=std, normalisation_source=source, weights=weights,
+        augment_choices=augment_choices,
         head=head, backbone=backbone, backbone_norms=backbone_norms, linear_probe=cfg.model.freeze_backbone,
         unfreeze_at_epoch=cfg.model.unfreeze_at_epoch, average=average)
