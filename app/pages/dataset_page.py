@@ -11,6 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
+    QComboBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -238,8 +239,10 @@ class DatasetPage(QWidget):
 
         augment = QGroupBox("Augmentation")
         af = QFormLayout(augment)
-        af.addRow("Horizontal flip", binder.choice("data.augment.hflip", [
-            ("auto: the trainer decides for this data", "auto"), ("on", True), ("off", False)]))
+        flip = binder.choice("data.augment.hflip", [("auto", "auto"), ("on", True), ("off", False)])
+        flip.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        flip.setMinimumContentsLength(10)  # "auto (off)": the page keeps its width on a laptop screen
+        af.addRow("Horizontal flip", flip)
         af.addRow(binder.check("data.augment.random_resized_crop", "Random resized crop"))
         af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, special="auto"))
         af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.05))
@@ -505,12 +508,12 @@ class DatasetPage(QWidget):
         flip = self.binder.widgets["data.augment.hflip"]
         index = flip.findData("auto")
         if self.flips is None:
-            flip.setItemText(index, "auto: the trainer decides for this data")
-            flip.setItemData(index, "", Qt.ItemDataRole.ToolTipRole)
+            flip.setItemText(index, "auto")
+            flip.setItemData(index, "the trainer decides for this data", Qt.ItemDataRole.ToolTipRole)
             return
         safe, why = self.flips
-        flip.setItemText(index, f"auto: {'on' if safe else 'off'} for this folder")
-        flip.setItemData(index, why, Qt.ItemDataRole.ToolTipRole)
+        flip.setItemText(index, f"auto ({'on' if safe else 'off'})")
+        flip.setItemData(index, f"the trainer's rule for this folder: {why}", Qt.ItemDataRole.ToolTipRole)
         flip.setToolTip(why if flip.currentIndex() == index else "")
 
     def _apply_suggestions(self) -> None:
