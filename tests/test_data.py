@@ -19,7 +19,8 @@ def test_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_dir, tm
     plain = load_data(DataConfig(train_dir=str(shapes_dir), image_size=16, cache="none"), seed=0, workers=0)
     assert cached.cache == cache and plain.cache == "none"
     assert cached.train.samples == plain.train.samples and cached.val.samples == plain.val.samples
-    augment = BatchAugment(AugmentConfig(color_jitter=0.3), [0.5] * 3, [0.25] * 3, torch.device("cpu"))
+    augment = BatchAugment(AugmentConfig(hflip=True, crop_scale_min=0.6, color_jitter=0.3), [0.5] * 3, [0.25] * 3,
+                           torch.device("cpu"))
     batches = epoch_batches(len(plain.train), 8, seed=0, epoch=3)
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
     pairs = zip(iterate_batches(cached.train, batches, 0, 16, CPU), iterate_batches(plain.train, batches, 2, 16, CPU))

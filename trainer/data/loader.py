@@ -422,6 +422,10 @@ class BatchAugment:
 
     def __init__(self, aug: AugmentConfig, mean: list[float], std: list[float], device: torch.device,
                  memory_format: torch.memory_format = torch.contiguous_format):
+        undecided = [k for k in ("hflip", "crop_scale_min") if getattr(aug, k) == "auto"]
+        if undecided:  # a programming error, not the user's: the trainer decides auto before building this
+            raise ValueError(f"data.augment: {', '.join(undecided)} still auto (trainer.data.suggest.resolve_augment "
+                             f"decides it for the data first)")
         self.aug = aug
         self.normalise = Normalise(mean, std, device, memory_format)
         self.device = device
