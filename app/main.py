@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import logging
 import os
 import sys
@@ -84,6 +85,9 @@ def run_app(argv: list[str]) -> int:
                         hold_scan="Writing the demo dataset…" if writing_demo else None)
     window.show()
     quiet_garbage_collector()
+    # pyqtgraph (the plots) is imported off the GUI thread while the user looks at the first page: the window shows
+    # without it, and the first chart does not stall the window for its import
+    run_in_thread(lambda: importlib.import_module("pyqtgraph"), lambda _: None, lambda _: None, priority=-1)
     if os.environ.get("TRAINDECK_STANDBY", "1") != "0":
         # A trainer that imports torch while the user chooses, so Start is quicker; started once the window's own
         # start-up jobs (device probe, model description) have had the CPU, not in their way.

@@ -6,6 +6,7 @@ status bar (`status.py`), the run lifecycle (`app/jobs/run_controller.py`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QSettings, QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
@@ -31,7 +32,6 @@ from app.pages.model_page import ModelPage
 from app.pages.optimizer_page import OptimizerPage
 from app.pages.queue_page import QueuePage
 from app.pages.runs_page import RunsPage
-from app.training.dashboard import Dashboard
 from app.widgets.forms import Binder
 from app.window.config_files import ConfigFiles
 from app.window.form import DEMO_CONFIG, Form
@@ -39,6 +39,9 @@ from app.window.planning import Planning
 from app.window.run_actions import RunActions
 from app.window.status import StatusLine
 from trainer.runs.launch import REPO_ROOT
+
+if TYPE_CHECKING:
+    from app.training.dashboard import Dashboard
 
 PAGES = ["Dataset", "Model", "Optimizer", "Device", "Advanced", "Training", "Runs", "Queue"]
 # keys with a home on a page other than through the binder (the Advanced page lists every other key)
@@ -79,7 +82,7 @@ class MainWindow(QMainWindow):
         self.optimizer_page = OptimizerPage(self.binder)
         self.device_page = DevicePage(self.binder)
         self.advanced_page = AdvancedPage(set(self.binder.widgets) | PAGE_KEYS)
-        self._dashboard: Dashboard | None = None  # built when first needed (16 plots: a third of the start-up)
+        self._dashboard: Dashboard | None = None  # built when first needed (16 plots and pyqtgraph: most of the start-up)
         self._marks: dict = {}  # the manifest's entries, for the dashboard's results when it is built
         self.runs_page = RunsPage()
         self.queue_page = QueuePage()
@@ -223,6 +226,8 @@ class MainWindow(QMainWindow):
     def dashboard(self) -> Dashboard:
         """The Training page, built the first time it is shown or a run is on it."""
         if self._dashboard is None:
+            from app.training.dashboard import Dashboard  # with pyqtgraph: not part of the start-up
+
             self._dashboard = dashboard = Dashboard()
             self.stack.widget(PAGES.index("Training")).setWidget(dashboard)
             results = dashboard.results

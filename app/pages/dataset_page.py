@@ -7,7 +7,6 @@ import random
 import subprocess
 from pathlib import Path
 
-import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
@@ -28,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import run_in_thread
 from app.pages.auto_panel import AutoPanel
+from app.widgets.class_bars import ClassBars
 from app.widgets.forms import Binder, FullHeight, WrappedLabel, breakable
 from app.widgets.thumbnails import load_thumbnails
 from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
@@ -268,11 +268,7 @@ class DatasetPage(QWidget):
                                  "that run's Results tab on the finding")
         self.findings.linkActivated.connect(lambda link: self.findingsRequested.emit(*link.split("|", 1)[::-1]))
         self.findings.hide()
-        self.bars = pg.PlotWidget()
-        self.bars.setMinimumHeight(160)
-        self.bars.setMouseEnabled(x=False, y=False)
-        self.bars.setLabel("left", "images")
-        self.bars.setBackground("w")
+        self.bars = ClassBars()
         self.thumbs = QListWidget()
         self.thumbs.setViewMode(QListWidget.ViewMode.IconMode)
         self.thumbs.setIconSize(QSize(THUMB, THUMB))
@@ -434,7 +430,7 @@ class DatasetPage(QWidget):
         self.scan_error = error
         self.auto.set_folder_problem(error)
         self.summary.setText(f"<span style='color:#c9302c'>{breakable(error)}</span>")
-        self.bars.clear()
+        self.bars.show_counts({})
         self.thumbs.clear()
         self.bad_files.clear()
         self.scanned.emit(None)
@@ -467,11 +463,7 @@ class DatasetPage(QWidget):
         self._show_findings(findings)
         self.imbalance_fixes.setVisible(result.unbalanced)
         self._show_suggestions()
-        self.bars.clear()
-        if counts:
-            xs = list(range(len(counts)))
-            self.bars.addItem(pg.BarGraphItem(x=xs, height=list(counts.values()), width=0.7, brush="#4a90d9"))
-            self.bars.getAxis("bottom").setTicks([list(zip(xs, counts.keys()))])
+        self.bars.show_counts(counts)
         self.thumbs.clear()
         for name, image in thumbs:
             item = QListWidgetItem(QPixmap.fromImage(image), name)

@@ -4,26 +4,20 @@ and parallel coordinates of a sweep; open, resume, continue, export, open folder
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 from pathlib import Path
 
-import pyqtgraph as pg
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
-    QComboBox,
     QHBoxLayout,
     QHeaderView,
-    QLabel,
     QLineEdit,
     QMessageBox,
     QPushButton,
     QSplitter,
     QTableView,
-    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -31,9 +25,8 @@ from PySide6.QtWidgets import (
 from app.dialogs.export_dialog import ExportDialog
 from app.dialogs.run_dialogs import NotesDialog
 from app.jobs.background import run_in_thread
-from app.state.experiments import column_title, format_duration, summarize, varying_keys
+from app.state.experiments import METRICS, column_title, format_duration, summarize, varying_keys
 from app.state.grad_views import elide_middle
-from app.widgets.plots import COLORS, make_plot, with_log_toggle
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir, list_runs, state_text
 
@@ -51,18 +44,11 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
 # what matters first (the accuracies were off-screen at 1024 px behind the hyper-parameters), then what was run
 BASE_COLUMNS = ["run", "status", "test acc", "best val acc", "last val acc", "model", "dataset"]
 METRIC_COLUMNS = ["trained", "duration", "started", "tags"]
-# the hyper-parameter first plotted against the metric, when it differs between the runs: what sweeps vary most
-PREFERRED_X = ("optimizer.lr", "optimizer.weight_decay", "data.batch_size", "model.name")
-LOG_AXIS_RATIO = 10  # a positive axis spanning this factor or more is drawn on a log scale (0.02..0.2 included)
 FOLLOW_MS = 2000  # while the Runs page is shown, how often it looks for status changes
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
-PARALLEL_COLOURS = 8  # parallel-coordinates lines are drawn in this many colour bands, one plot item each
-LEGEND_CHARS = 24  # a compared run's legend entry
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
 STATUS_COLORS = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
                  "running": "#1f77b4", "queued": "#777777"}
-METRICS = {"test acc": "test-set accuracy (of best.pt, where a test set was evaluated)",
-           "best val acc": "best validation accuracy", "last val acc": "final validation accuracy"}
 
 
 class ExperimentModel(QAbstractTableModel):
@@ -170,7 +156,6 @@ class RunsPage(QWidget):
         super().__init__(parent)
         self.runs_dir: Path | None = None
         self._signature: tuple = ()
-        self.scatter_log_x = False  # whether the metric-vs-hyper-parameter plot's x axis is log10 of the values
         self._checking = False
         self._follow = QTimer(self)
         self._follow.setInterval(FOLLOW_MS)
@@ -205,7 +190,9 @@ class RunsPage(QWidget):
             b.clicked.connect(slot)
             buttons.addWidget(b)
 
-        self._build_views()
+        self._views = None  # RunViews, built when the page is first shown (pyqtgraph's plots: not at start-up)
+        self._views_holder = QWidget()
+        QVBoxLayout(self._views_holder).setContentsMargins(0, 0, 0, 0)
 
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -215,39 +202,21 @@ class RunsPage(QWidget):
         tl.addWidget(self.table)
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
-        split.addWidget(self.views)
+        split.addWidget(self._views_holder)
         split.setSizes([360, 340])
         layout = QVBoxLayout(self)
         layout.addWidget(split)
 
-    def _build_views(self) -> None:
-        """The views of the runs shown: their curves compared, a metric against a hyper-parameter, a sweep's parallel
-        coordinates."""
-        self.compare_loss = make_plot("Training loss", "loss")
-        self.compare_acc = make_plot("Validation accuracy", "accuracy", "epoch")
-        compare = QSplitter()
-        compare.addWidget(with_log_toggle(self.compare_loss))
-        compare.addWidget(with_log_toggle(self.compare_acc))
-        self.scatter_x = QComboBox()
-        self.scatter_x.setObjectName("scatterX")
-        self.scatter_y = QComboBox()
-        self.scatter_y.setObjectName("scatterY")
-        self.scatter_y.addItems(list(METRICS))
-        self.scatter_y.setCurrentText("best val acc")  # every run has one; a test set only some
-        self.scatter_plot = make_plot("Metric against a hyper-parameter (runs shown)", "accuracy", "")
-        self.scatter_x.currentTextChanged.connect(lambda _: self.draw_scatter())
-        self.scatter_y.currentTextChanged.connect(lambda _: self.draw_scatter())
-        scatter = with_controls(self.scatter_plot, "x", self.scatter_x, "y", self.scatter_y)
-        self.sweep_choice = QComboBox()
-        self.sweep_choice.setObjectName("parallelSweep")
-        self.sweep_choice.currentTextChanged.connect(lambda _: self.draw_parallel())
-        self.parallel_plot = make_plot("Parallel coordinates (each line: one run; colour: best accuracy)", "", "")
-        self.parallel_plot.getAxis("left").setTicks([[(0, "low"), (1, "high")]])
-        parallel = with_controls(self.parallel_plot, "Sweep", self.sweep_choice)
-        self.views = QTabWidget()
-        self.views.addTab(compare, "Compare curves")
-        self.views.addTab(scatter, "Metric vs hyper-parameter")
-        self.views.addTab(parallel, "Parallel coordinates")
+    @property
+    def views(self):
+        """The compare, metric-against-hyper-parameter and parallel-coordinates views, built at the first need."""
+        if self._views is None:
+            from app.pages.run_views import RunViews
+
+            self._views = RunViews(self.model, self.shown_rows)
+            self._views_holder.layout().addWidget(self._views)
+            self._views.refresh()
+        return self._views
 
     @property
     def rows(self) -> list[dict]:
@@ -258,6 +227,7 @@ class RunsPage(QWidget):
         self.refresh()
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        self.views  # noqa: B018 - built on the first show
         self._follow.start()  # while shown, the table follows status changes by itself (a queued run starting)
         super().showEvent(event)
 
@@ -294,25 +264,8 @@ class RunsPage(QWidget):
         self.model.set_rows(rows, params)
         if self.model.columns != columns:  # fitting columns to their contents is the slow part: only when they change
             self.table.resizeColumnsToContents()
-        x = self.scatter_x.currentText()
-        self.scatter_x.blockSignals(True)
-        self.scatter_x.clear()
-        self.scatter_x.addItems(self.model.params)
-        if x not in self.model.params:  # first shown: the swept key (the learning rate), not the first column
-            x = next((k for k in PREFERRED_X if k in self.model.params), x)
-        if x in self.model.params:
-            self.scatter_x.setCurrentText(x)
-        self.scatter_x.blockSignals(False)
-        sweep = self.sweep_choice.currentText()
-        sweeps = sorted({r["sweep"] for r in rows if r["sweep"]})
-        self.sweep_choice.blockSignals(True)
-        self.sweep_choice.clear()
-        self.sweep_choice.addItems(sweeps)
-        if sweep in sweeps:
-            self.sweep_choice.setCurrentText(sweep)
-        self.sweep_choice.blockSignals(False)
-        self.draw_scatter()
-        self.draw_parallel()
+        if self._views is not None:
+            self._views.refresh()
 
     def shown_rows(self) -> list[dict]:
         """The runs the filter lets through, in the table's order."""
@@ -322,65 +275,6 @@ class RunsPage(QWidget):
     def selected(self) -> list[str]:
         rows = sorted({self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()})
         return [self.model.rows[r]["path"] for r in rows if r < len(self.model.rows)]
-
-    def draw_scatter(self) -> None:
-        """The chosen metric against the chosen hyper-parameter, one point per run shown (text values spread out
-        as categories)."""
-        plot, key, metric = self.scatter_plot, self.scatter_x.currentText(), self.scatter_y.currentText()
-        plot.clear()
-        points = [(r["params"].get(key), r[metric], r["run"]) for r in self.shown_rows() if r.get(metric) is not None]
-        if not key or not points:
-            return
-        xs, categories = axis_values([p[0] for p in points])
-        plot.setLabel("left", METRICS[metric])
-        self.scatter_log_x = not categories and min(xs) > 0 and max(xs) / min(xs) >= LOG_AXIS_RATIO
-        if categories:
-            ticks = [list(categories.items())]
-        elif self.scatter_log_x:
-            # log10 of the values, plotted as they are (a scatter item ignores the plot's log mode), each tick
-            # labelled with a run's own value (a range of a decade or two has no powers of ten to label)
-            xs = [math.log10(v) for v in xs]
-            ticks = [[(x, f"{10 ** x:g}") for x in sorted(set(xs))]]
-        else:
-            ticks = None
-        plot.getAxis("bottom").setTicks(ticks)
-        plot.setLabel("bottom", key + (" (log scale)" if self.scatter_log_x else ""))
-        plot.addItem(pg.ScatterPlotItem(x=xs, y=[p[1] for p in points], size=9, brush=COLORS[0],
-                                        data=[p[2] for p in points], hoverable=True, tip=lambda x, y, data: data))
-
-    def draw_parallel(self) -> None:
-        """Each run of the chosen sweep as a line across its varying hyper-parameters and the metric, each axis
-        scaled from its lowest to its highest value; colour from low (light) to high (dark) best accuracy."""
-        plot = self.parallel_plot
-        plot.clear()
-        rows = [r for r in self.model.rows if r["sweep"] and r["sweep"] == self.sweep_choice.currentText()]
-        keys = varying_keys(rows)
-        if not rows or not keys:
-            return
-        axes = keys + ["best val acc"]
-        columns = [axis_values([r["params"].get(k) if k in r["params"] else r.get(k) for r in rows])[0] for k in axes]
-        scaled = []
-        for values in columns:
-            finite = [v for v in values if v is not None]
-            low, high = (min(finite), max(finite)) if finite else (0, 1)
-            logscale = low > 0 and high / low >= 100
-            f = (lambda v: math.log10(v)) if logscale else (lambda v: v)
-            lo, hi = f(low), f(high)
-            scaled.append([0.5 if v is None or hi == lo else (f(v) - lo) / (hi - lo) for v in values])
-        plot.getAxis("bottom").setTicks([[(i, column_title(k) if k in keys else k) for i, k in enumerate(axes)]])
-        accs = [r["best val acc"] or 0 for r in rows]
-        lo, hi = min(accs), max(accs)
-        cmap = pg.colormap.get("CET-L12")
-        xs = list(range(len(axes))) + [float("nan")]
-        bands: dict[int, tuple[list, list]] = {}
-        for i, acc in enumerate(accs):  # one item per colour band, lines separated by NaN: fast with 500 runs
-            band = 0 if hi == lo else min(PARALLEL_COLOURS - 1, int((acc - lo) / (hi - lo) * PARALLEL_COLOURS))
-            bx, by = bands.setdefault(band, ([], []))
-            bx.extend(xs)
-            by.extend([s[i] for s in scaled] + [float("nan")])
-        for band, (bx, by) in sorted(bands.items()):
-            colour = cmap.map(0.25 + 0.75 * (band + 0.5) / PARALLEL_COLOURS)
-            plot.plot(bx, by, pen=pg.mkPen(colour, width=2), connect="finite")
 
     def _open(self) -> None:
         for path in self.selected()[:1]:
@@ -403,36 +297,7 @@ class RunsPage(QWidget):
     def _compare(self) -> None:
         paths = self.selected()
         if paths:
-            run_in_thread(lambda: load_curves(paths), self._show_compare, owner=self)
-
-    def _show_compare(self, curves: list) -> None:
-        for plot in (self.compare_loss, self.compare_acc):
-            plot.clear()
-            plot.addLegend(offset=(-10, 10))
-            plot.setToolTip(self.compare_tooltip([name for name, _ in curves]))
-        for i, (name, data) in enumerate(curves):
-            name = self.legend_label(name)
-            pen = pg.mkPen(COLORS[i % len(COLORS)], width=2)
-            if data["steps"]:
-                xs, ys = zip(*data["steps"])
-                self.compare_loss.plot(xs, ys, pen=pen, name=name)
-            if data["epochs"]:
-                xs, ys = zip(*data["epochs"])
-                self.compare_acc.plot(xs, ys, pen=pen, name=name, symbol="o", symbolSize=5)
-
-    def legend_label(self, run_name: str) -> str:
-        """A compared run's legend: its short name (its start time without the day, at most LEGEND_CHARS); what differs
-        between the runs shown goes into the plots' tooltip (`compare_tooltip`), where it has room."""
-        return elide_middle(re.sub(r"^\d{8}-(\d\d)(\d\d)(\d\d)-", r"\1:\2:\3 ", run_name), LEGEND_CHARS)
-
-    def compare_tooltip(self, run_names: list[str]) -> str:
-        """One line per compared run: its legend and the hyper-parameters that differ between the runs shown."""
-        lines = []
-        for name in run_names:
-            row = next((r for r in self.model.rows if r["run"] == name), None)
-            values = ", ".join(f"{column_title(k)}={row['params'].get(k)}" for k in self.model.params) if row else ""
-            lines.append(f"{self.legend_label(name)}: {values or name}")
-        return "\n".join(lines)
+            run_in_thread(lambda: load_curves(paths), self.views.show_compare, owner=self)
 
     def _export(self) -> None:
         for path in self.selected()[:1]:
@@ -474,30 +339,7 @@ def status_signature(runs_dir: Path) -> tuple:
     return tuple(out)
 
 
-def with_controls(plot: pg.PlotWidget, *labelled) -> QWidget:
-    """The plot under a row of labelled choices: with_controls(plot, "x", combo_x, "y", combo_y)."""
-    panel = QWidget()
-    layout = QVBoxLayout(panel)
-    layout.setContentsMargins(0, 0, 0, 0)
-    row = QHBoxLayout()
-    for label, widget in zip(labelled[::2], labelled[1::2]):
-        row.addWidget(QLabel(label))
-        row.addWidget(widget, 1)
-    layout.addLayout(row)
-    layout.addWidget(plot, 1)
-    return panel
-
-
 def read_table(runs_dir: Path) -> tuple[list[dict], list[str]]:
     """Every run's row and the hyper-parameters that differ (on the thread pool: the GUI thread only shows them)."""
     rows = [summarize(r) for r in list_runs(runs_dir, remote=True)]
     return rows, varying_keys(rows)
-
-
-def axis_values(values: list) -> tuple[list[float | None], dict[float, str]]:
-    """Numbers as they are; anything else (model names, switches) as evenly spaced categories, with their labels."""
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in values):
-        return [None if v is None else float(v) for v in values], {}
-    labels = sorted({str(v) for v in values})
-    index = {label: float(i) for i, label in enumerate(labels)}
-    return [index[str(v)] for v in values], {i: label for label, i in index.items()}

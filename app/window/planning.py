@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
-from app.dialogs.lr_find_dialog import LrFindDialog
 from app.jobs.background import CliJob
 from app.jobs.lr_finder import LrFinder
 from trainer.core.config import ConfigError, RunConfig
 from trainer.runs.launch import auto_plan_args
+
+if TYPE_CHECKING:
+    from app.dialogs.lr_find_dialog import LrFindDialog
 
 
 class Planning(QObject):
@@ -38,6 +41,8 @@ class Planning(QObject):
         self.lr_finder.start(cfg)
         self._lr_button(sweeping=True)
         lr_box = self.form.binder.widgets["optimizer.lr"]
+        from app.dialogs.lr_find_dialog import LrFindDialog  # with pyqtgraph: not part of the start-up
+
         self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(f"{lr:.3g}"), self.window)
         dialog.rejected.connect(lambda: self._lr_given_up(dialog))
         dialog.open()

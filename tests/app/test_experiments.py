@@ -53,16 +53,17 @@ def test_the_runs_table_shows_what_differs_filters_sorts_and_plots(qtbot, tmp_pa
     page.table.sortByColumn(headers.index("best val acc"), Qt.SortOrder.DescendingOrder)
     assert [r["best val acc"] for r in page.shown_rows()] == [0.92, 0.88, 0.81, 0.55]
     assert page.proxy.index(0, headers.index("duration")).data() == "1m35s"
-    assert page.scatter_x.currentText() == "optimizer.lr", "the swept key first, not the first column"
-    assert page.scatter_log_x, "learning rates 0.001..0.1 on a log axis"
-    (points,) = page.scatter_plot.listDataItems()
+    views = page.views
+    assert views.scatter_x.currentText() == "optimizer.lr", "the swept key first, not the first column"
+    assert views.scatter_log_x, "learning rates 0.001..0.1 on a log axis"
+    (points,) = views.scatter_plot.listDataItems()
     assert sorted(points.data["x"]) == pytest.approx([-3, -2.5229, -2, -1], abs=1e-3)
-    labels = [label for level in page.scatter_plot.getAxis("bottom")._tickLevels for _, label in level]
+    labels = [label for level in views.scatter_plot.getAxis("bottom")._tickLevels for _, label in level]
     assert labels == ["0.001", "0.003", "0.01", "0.1"], "each run's own value labelled"
-    scatter = [i for i in page.scatter_plot.listDataItems()]
+    scatter = [i for i in views.scatter_plot.listDataItems()]
     assert len(scatter) == 1 and len(scatter[0].data) == 4
-    page.sweep_choice.setCurrentText("lrs")
-    lines = sum(int(np.isnan(item.yData).sum()) for item in page.parallel_plot.listDataItems())
+    views.sweep_choice.setCurrentText("lrs")
+    lines = sum(int(np.isnan(item.yData).sum()) for item in views.parallel_plot.listDataItems())
     assert lines == 3  # one line per run of the sweep (NaN-separated within colour bands)
     tags = {r["params"]["optimizer.lr"]: r["tags"] for r in page.model.rows}
     assert tags == {0.001: ["lrs"], 0.01: ["lrs"], 0.1: ["lrs"], 0.003: []}, "the sweep is a tag of its runs alone"
@@ -154,6 +155,7 @@ def test_the_runs_and_queue_pages_follow_status_changes_by_themselves(qtbot, tmp
 
 
 def test_compared_runs_are_labelled_by_what_differs_not_by_their_long_names(qtbot, tmp_path):
+    from app.pages.run_views import legend_label
     from app.pages.runs_page import RunsPage
 
     runs_dir = tmp_path / "runs"
@@ -163,16 +165,16 @@ def test_compared_runs_are_labelled_by_what_differs_not_by_their_long_names(qtbo
     qtbot.addWidget(page)
     page.set_runs_dir(runs_dir)
     qtbot.waitUntil(lambda: len(page.rows) == 2, timeout=10_000)
-    assert page.legend_label("20261201-101500-resnet18") == "10:15:00 resnet18", "short: the day goes"
-    assert page.legend_label(a.name) != page.legend_label(b.name)
-    tip = page.compare_tooltip([a.name, b.name]).splitlines()
-    assert tip == [f"{page.legend_label(a.name)}: lr=0.01", f"{page.legend_label(b.name)}: lr=0.1"]
+    assert legend_label("20261201-101500-resnet18") == "10:15:00 resnet18", "short: the day goes"
+    assert legend_label(a.name) != legend_label(b.name)
+    tip = page.views.compare_tooltip([a.name, b.name]).splitlines()
+    assert tip == [f"{legend_label(a.name)}: lr=0.01", f"{legend_label(b.name)}: lr=0.1"]
 
 
 def test_the_runs_table_leads_with_test_accuracy_readable_groups_and_the_whole_duration(tmp_path):
     """Test accuracy where evaluated, parameter groups as people say them, duration over every segment from the
     first start (a resumed run showed its last segment only)."""
-    from app.pages.runs_page import RunsPage
+    from app.pages.run_views import legend_label
     from app.state.experiments import summarize
     from trainer.runs.runner import earlier_seconds
 
@@ -193,7 +195,7 @@ def test_the_runs_table_leads_with_test_accuracy_readable_groups_and_the_whole_d
     assert row["params"]["optimizer.groups"] == "fc 0.001, layer4.* 0.0001 wd 0, conv1 frozen"
     assert row["duration"] == pytest.approx(95 + 60, abs=1), "both segments, not the idle time between them"
     assert row["started_ts"] == first["started"]
-    assert RunsPage.legend_label(None, "20261202-101500-resnet18-a-very-long-name-indeed") == "10:15:00 re…-name-indeed"
+    assert legend_label("20261202-101500-resnet18-a-very-long-name-indeed") == "10:15:00 re…-name-indeed"
 
 
 def test_two_runs_of_one_folder_show_what_their_manifests_changed(qtbot, tmp_path):

@@ -138,16 +138,36 @@ def test_copy_command_runs_the_same_config(qtbot, make_window, shapes_dir, tmp_p
 
 
 @pytest.mark.slow
-def test_window_starts_without_torch():
-    code = ("import sys, os; os.environ['QT_QPA_PLATFORM']='offscreen'\n"
+def test_window_shows_without_torch_or_pyqtgraph_and_draws_the_class_counts_after(tmp_path):
+    """The window is up before torch (never in the GUI process) and pyqtgraph (a third of the start-up) are
+    imported; the Dataset page's chart of images per class is drawn once the scan has counted them."""
+    code = ("import sys, os\n"
             "from PySide6.QtCore import QSettings, QTimer\nfrom PySide6.QtWidgets import QApplication\n"
-            "app = QApplication([])\nfrom app.main_window import MainWindow\n"
-            "w = MainWindow(QSettings(), sys.argv[1]); w.show()\n"
-            "QTimer.singleShot(1500, app.quit); app.exec(); w.shutdown()\n"
+            "app = QApplication([])\nsys.argv = ['main.py', '--runs-dir', sys.argv[1]]\n"
+            "import app.main_window as mw\nshow = mw.MainWindow.show\n"
+            "def shown(w):\n"
+            "    show(w); print('AT_SHOW', 'pyqtgraph' in sys.modules, flush=True)\n"
+            "    def check(n=0):\n"
+            "        bars = w.dataset_page.bars.plot\n"
+            "        if bars is None and n < 600:\n"
+            "            return QTimer.singleShot(50, lambda: check(n + 1))\n"
+            "        heights = [h for item in (bars.getPlotItem().items if bars else []) for h in item.opts['height']]\n"
+            "        print('BARS', len(heights), float(sum(heights)), flush=True)\n"
+            "        counts = w.dataset_page.scan_result.counts\n"
+            "        print('SCANNED', len(counts), float(sum(counts.values())), flush=True)\n"
+            "        app.quit()\n"
+            "    check()\n"
+            "mw.MainWindow.show = shown\n"
+            "import main\nmain.main()\n"
             "print('TORCH' if 'torch' in sys.modules else 'NO_TORCH')")
-    result = subprocess.run([sys.executable, "-c", code, "/tmp/td-runs-unused"], capture_output=True, text=True,
-                            cwd=REPO, timeout=60, env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs")], capture_output=True, text=True,
+                            cwd=REPO, timeout=90, env=dict(os.environ, QT_QPA_PLATFORM="offscreen",
+                                                           TRAINDECK_STANDBY="0", XDG_CONFIG_HOME=str(tmp_path)))
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert lines.get("AT_SHOW") == "False", result.stdout + result.stderr
     assert "NO_TORCH" in result.stdout, result.stderr
+    assert lines.get("BARS") == lines.get("SCANNED"), "one bar per class, its image count"
+    assert int(lines["BARS"].split()[0]) >= 2, result.stdout
 
 
 @pytest.mark.slow
