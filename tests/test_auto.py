@@ -305,6 +305,7 @@ def test_training_threads_give_way_to_other_programs_and_come_back():
     if cores < 2:
         pytest.skip("one core: nothing to give way")
     before = torch.get_num_threads()
+    torch.set_num_threads(cores)
     fit = CpuThreads(cores, every_s=0.5)
     with OtherPrograms(cores):
         time.sleep(1.0)

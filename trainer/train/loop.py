@@ -72,7 +72,16 @@ class Loop:
         self.cpu_threads = CpuThreads(torch.get_num_threads()) if cfg.device.share_cpu and one_cpu_process else None
 
     def fit(self) -> str:
-        """Train the remaining epochs; 'completed', or 'stopped' when asked to stop (after checkpointing)."""
+        """Train the remaining epochs; 'completed', or 'stopped' when asked to stop (after checkpointing). torch's
+        threads are given back as they were (device.share_cpu may have lent some to other programs): a process that
+        trains in-process and goes on (the resident worker's LR finder, a test) keeps its threads."""
+        try:
+            return self._fit()
+        finally:
+            if self.cpu_threads is not None:
+                torch.set_num_threads(self.cpu_threads.full)
+
+    def _fit(self) -> str:
         cfg, st = self.cfg, self.state
         if self.parts.average is not None and st.step == 0:
             self.parts.average.reset()  # a fresh run: every rank's network holds rank 0's weights by now
