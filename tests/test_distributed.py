@@ -58,11 +58,10 @@ def predictions(folder) -> dict[str, str]:
     return {row["path"]: row["predicted"] for row in csv.DictReader(open(folder / "predictions.csv"))}
 
 
-# The launchers share the training code, but each starts its ranks its own way: both are checked against one process.
+# The launchers share the training code, but each starts its ranks its own way: both are checked against one process,
+# torchrun (env://) by what its run reports and evaluates here, mp.spawn (tcp://) weight by weight after one epoch.
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher, init", [("torchrun", "env"), ("spawn", "tcp")])
-def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(demo_dir, held_out_dirs, tmp_path,
-                                                                               launcher, init):
+def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(demo_dir, held_out_dirs, tmp_path):
     """The Results tab reads eval/val and eval/test: under DDP they must say what the epoch said (val_acc) and what
     one process says of the same checkpoint (`main.py evaluate`), image by image (they read 42% beside 93%)."""
     val_dir, test_dir = held_out_dirs
@@ -70,7 +69,7 @@ def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(de
                                                  "test_dir": str(test_dir)},
                        train={"epochs": 4}, optimizer={"lr": 0.05}, monitor={"log_every": 5})
     run = tmp_path / "run"
-    result = run_main("train", cfg, "--run-dir", run, "--set", *ddp_sets(launcher, **{"device.init_method": init}),
+    result = run_main("train", cfg, "--run-dir", run, "--set", *ddp_sets("torchrun", **{"device.init_method": "env"}),
                       timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     events = read_events(run / "events.jsonl")
@@ -78,7 +77,7 @@ def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(de
     assert start["world_size"] == 2 and "DDP x2 (gloo" in start["device"]
     assert sum(1 for e in events if e["event"] == "run_start") == 1, "rank 0 alone writes events"
     best = RunDir(run).read_status()["best_acc"]
-    assert best >= 0.8, f"{launcher}: best val_acc {best}"  # one process: 0.887, both launchers 0.856
+    assert best >= 0.8, f"best val_acc {best}"  # one process: 0.887, DDP 0.856
     state = load_weights_only(run / "checkpoints" / "last.pt")
     assert not any(k.startswith("module.") for k in state["model"]), "checkpoints hold the unwrapped model"
     val = json.loads((run / "eval" / "val" / "metrics.json").read_text())
@@ -92,7 +91,7 @@ def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(de
 
 
 @pytest.mark.slow
-def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):
+def test_one_ddp_epoch_started_by_mp_spawn_equals_one_single_process_epoch(shapes_dir, tmp_path):
     model = tmp_path / "plain.py"
     model.write_text(PLAIN_MODEL)
     common = dict(data={"image_size": 16, "augment": {"hflip": False, "random_resized_crop": False}},
@@ -102,7 +101,7 @@ def test_one_ddp_epoch_equals_one_single_process_epoch(shapes_dir, tmp_path):
     single_cfg = write_config(tmp_path, shapes_dir, **common)
     assert run_main("train", single_cfg, "--run-dir", tmp_path / "single", "--set", "data.batch_size=8").returncode == 0
     result = run_main("train", single_cfg, "--run-dir", tmp_path / "ddp", "--set", "data.batch_size=4",
-                      *ddp_sets("torchrun"))
+                      *ddp_sets("spawn", **{"device.init_method": "tcp"}))
     assert result.returncode == 0, result.stderr[-3000:]
     a = load_weights_only(tmp_path / "single" / "checkpoints" / "last.pt")
     b = load_weights_only(tmp_path / "ddp" / "checkpoints" / "last.pt")

@@ -27,9 +27,9 @@ from trainer.data.scan import printable_path
 log = logging.getLogger("traindeck")
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
-COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices",
-            "auto", "export", "predict", "lr-find", "fetch-weights", "evaluate", "audit", "label", "grad-cam", "queue",
-            "sweep", "standby", "resident", "hosts", "agent", "mirror", "fetch")
+COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices", "auto",
+            "export", "predict", "lr-find", "augment-preview", "fetch-weights", "evaluate", "audit", "label",
+            "grad-cam", "queue", "sweep", "standby", "resident", "hosts", "agent", "mirror", "fetch")
 
 
 class CommandError(InputError):
@@ -796,6 +796,34 @@ def cmd_lr_find(args) -> int:
     return 0
 
 
+def cmd_augment_preview(args) -> int:
+    from trainer.data.preview import augment_preview
+
+    cfg = load_config(args.config, args.set)
+    result = augment_preview(cfg, Path(args.out), args.images, args.draws, args.seed)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for choice in result["decided"]:
+        print(f"{choice['key']}: auto -> {choice['value']} ({choice['why']})")
+    for row in result["images"]:
+        print(f"{row['label']}: {row['path']} -> {row['original']} and {len(row['draws'])} draws")
+    return 0
+
+
+def _parser_augment_preview(sub) -> None:
+    p = sub.add_parser("augment-preview", help="a few training images as the network sees them: decoded, then in "
+                       "several random draws of data.augment, written as PNG files")
+    p.add_argument("config")
+    p.add_argument("--out", required=True, help="folder for the PNG files (created)")
+    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    p.add_argument("--images", type=int, default=4, help="how many training images (one of each class first)")
+    p.add_argument("--draws", type=int, default=4, help="augmented versions of each")
+    p.add_argument("--seed", type=int, default=0, help="which images and which draws")
+    p.add_argument("--json", action="store_true", help="print what was drawn as JSON")
+    p.set_defaults(func=cmd_augment_preview)
+
+
 def _parser_lr_find(sub) -> None:
     p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")
     p.add_argument("config")
@@ -827,8 +855,8 @@ def cmd_resident(args) -> int:
 
 
 def _parser_resident(sub) -> None:
-    p = sub.add_parser("resident", help="the app's resident worker: answer describe-model, probe-devices, grad-cam "
-                       "and predict requests read from stdin (JSON lines) with torch imported once")
+    p = sub.add_parser("resident", help="the app's resident worker: answer describe-model, probe-devices, grad-cam, "
+                       "predict, lr-find and augment-preview requests read from stdin (JSON lines) with torch imported once")
     p.set_defaults(func=cmd_resident)
 
 
@@ -856,6 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
         _parser_probe_devices,
         _parser_export,
         _parser_lr_find,
+        _parser_augment_preview,
         _parser_predict,
     ):
         add(sub)

@@ -188,10 +188,12 @@ class ResidentWorker(QObject):
         self.pid = None
         self._buffer = b""
         self._sent.clear()
-        self.process = QProcess(self)
-        self.process.readyReadStandardOutput.connect(self._read)
-        self.process.readyReadStandardError.connect(self._log)
-        self.process.finished.connect(self._died)
+        self.process = process = QProcess(self)
+        # each slot told which process spoke: a worker that ended may still have output queued for the event loop,
+        # after `self.process` is None or the next worker
+        process.readyReadStandardOutput.connect(lambda: process is self.process and self._read())
+        process.readyReadStandardError.connect(lambda: process is self.process and self._log())
+        process.finished.connect(self._died)
         self.process.errorOccurred.connect(self._not_started)
         program, *arguments = main_command("resident")
         self.process.start(program, arguments)

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import run_in_thread
 from app.pages.auto_panel import AutoPanel
+from app.widgets.augment_preview import AugmentPreview
 from app.widgets.class_bars import ClassBars
 from app.widgets.forms import Binder, FullHeight, WrappedLabel, breakable
 from app.widgets.thumbnails import load_thumbnails
@@ -248,9 +249,10 @@ class DatasetPage(QWidget):
         af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.05))
 
         self.auto = AutoPanel()
+        self.preview = AugmentPreview()  # drawn by the trainer for the form's config (the window asks)
         left = FullHeight()  # on a 700 px screen the page scrolls instead of squashing the spin boxes
         ll = QVBoxLayout(left)
-        for box in (self.auto, folders, loading, augment):
+        for box in (self.auto, folders, loading, augment, self.preview):
             ll.addWidget(box)
         ll.addStretch(1)
         return left

@@ -1,6 +1,8 @@
 """The forms hold what the config holds (issue #51): a widget's limits are the config key's, so a valid value is never
 rounded or clamped on its way through the forms (0.125 became 0.13, 0.02 became 0.05)."""
 
+from pathlib import Path
+
 from helpers import write_config
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 
@@ -141,3 +143,29 @@ def test_the_form_s_rules_hold_without_a_window(tmp_path):
     first, second = manifest_path_for("/a/cats", tmp_path, None), manifest_path_for("/b/cats", tmp_path, None)
     assert first != second and first.parent == second.parent == tmp_path / "configs"
     assert manifest_path_for("/a/cats", tmp_path, tmp_path / "mine.yaml") == tmp_path / "mine.exclude.yaml"
+
+
+def test_the_augmentation_preview_follows_the_settings_as_the_trainer_draws_them(qtbot, make_window, shapes_dir,
+                                                                                 tmp_path):
+    """The Dataset page shows training images as the network will see them (issue #47): drawn by the trainer for
+    the form's settings, drawn again when an augmentation setting changes, and other draws on Draw again."""
+    window = make_window(write_config(tmp_path, shapes_dir))
+    preview = window.dataset_page.preview
+    qtbot.waitUntil(lambda: preview.result is not None, timeout=60_000)
+    first = preview.result
+    assert first["augment"]["hflip"] is True and first["augment"]["color_jitter"] == 0, "the trainer's auto: shapes"
+    assert preview.tiles.count() == len(first["images"]) * 5 == 20, "each image as decoded, then 4 draws"
+    assert "no colour jitter" in preview.caption.text()
+    window.binder.widgets["data.augment.color_jitter"].setValue(0.4)
+    qtbot.waitUntil(lambda: preview.result["augment"]["color_jitter"] == 0.4, timeout=60_000)
+    assert "colour jitter 0.4" in preview.caption.text()
+    assert not Path(first["images"][0]["original"]).parent.exists(), "the previous drawing's files go"
+    window.binder.widgets["optimizer.lr"].setText("0.2")  # not a setting the preview depends on: not drawn again
+    asked = preview._asks
+    qtbot.wait(500)
+    assert preview._asks == asked and preview.job is None
+    jittered = preview.result
+    preview.again.click()
+    qtbot.waitUntil(lambda: preview.result is not jittered, timeout=60_000)
+    assert preview.result["seed"] == 1
+    assert [r["path"] for r in preview.result["images"]] != [r["path"] for r in jittered["images"]], "other images"

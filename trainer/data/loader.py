@@ -194,15 +194,8 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
         for name, store in stores.items():
             skipped += store.bad
             folders[name].samples = [s for s in folders[name].samples if s[0] in store.rows]
-    samples = folders["train"].samples
-    test_s: list[tuple[str, int]] = []
-    split = random_split if cfg.labels else stratified_split  # multi-label: no one class to stratify by
-    if cfg.test_split and not (cfg.test_dir or cfg.test_labels):  # before validation, with a seed of its own
-        samples, test_s = split(samples, cfg.test_split, seed + TEST_SPLIT_SEED)
-    if "val" in folders:
-        train_s, val_s = samples, folders["val"].samples
-    else:
-        train_s, val_s = split(samples, cfg.val_split, seed)
+    train_s, val_s, test_s = split_samples(cfg, folders["train"].samples, seed,
+                                           folders["val"].samples if "val" in folders else None)
     if not train_s:
         raise DataError(f"data.train_dir: {cfg.train_dir}: no usable training images")
     if not val_s:
@@ -219,6 +212,28 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
         path, reason = bundle.skipped[0]
         raise DataError(f"{path}: {reason} (data.on_bad_file is fail; {len(bundle.skipped)} bad files in all)")
     return bundle
+
+
+def split_samples(cfg: DataConfig, samples: list, seed: int, val: list | None) -> tuple[list, list, list]:
+    """(train, val, test) as a run splits the training folder's samples: data.test_split first (with a seed of its
+    own), then data.val_split, unless `val` (a validation folder's samples) is given."""
+    test_s: list = []
+    split = random_split if cfg.labels else stratified_split  # multi-label: no one class to stratify by
+    if cfg.test_split and not (cfg.test_dir or cfg.test_labels):  # before validation
+        samples, test_s = split(samples, cfg.test_split, seed + TEST_SPLIT_SEED)
+    if val is not None:
+        return samples, val, test_s
+    train_s, val_s = split(samples, cfg.val_split, seed)
+    return train_s, val_s, test_s
+
+
+def training_samples(cfg: DataConfig, seed: int) -> tuple[list[str], list]:
+    """(classes, training samples) as a run with this config and seed splits them, nothing decoded: files only a
+    decode finds unusable are still among them (`load_data` drops those before it splits)."""
+    manifest = load_manifest(cfg)
+    folders = _labelled_scans(cfg, manifest) if cfg.labels else _folder_scans(cfg, False, manifest)
+    val = folders["val"].samples if "val" in folders else None
+    return folders["train"].classes, split_samples(cfg, folders["train"].samples, seed, val)[0]
 
 
 def _folder_scans(cfg: DataConfig, full: bool, manifest) -> dict[str, ScanResult]:
@@ -433,10 +448,11 @@ class BatchAugment:
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         x = images.to(self.device, non_blocking=True).float()
         if generator is not None:
-            x = self._augment(x, generator)
+            x = self.augment(x, generator)
         return self.normalise(x)
 
-    def _augment(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def augment(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """The batch (float, 0-255) cropped, flipped and jittered per sample with `g`'s draws; not normalised."""
         n = x.shape[0]
         aug = self.aug
         if aug.random_resized_crop or aug.hflip:

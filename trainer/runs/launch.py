@@ -59,6 +59,10 @@ def lr_find_args(config: str | Path) -> list[str]:
     return ["lr-find", str(config), "--json"]
 
 
+def augment_preview_args(config: str | Path, out: str | Path, seed: int = 0) -> list[str]:
+    return ["augment-preview", str(config), "--out", str(out), "--seed", str(seed), "--json"]
+
+
 def audit_args(run: str | Path, data_map: bool = False) -> list[str]:
     return ["audit", str(run), *(["--map"] if data_map else []), "--json"]
 

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-RESIDENT_COMMANDS = ("describe-model", "probe-devices", "grad-cam", "predict", "lr-find")
+RESIDENT_COMMANDS = ("describe-model", "probe-devices", "grad-cam", "predict", "lr-find", "augment-preview")
 LONG_COMMANDS = ("lr-find",)  # minutes, not seconds: given up by restarting the worker (nothing else stops them)
 
 
@@ -60,6 +60,7 @@ def warm_imports() -> None:
     import torch  # noqa: F401
     import torchvision.models  # noqa: F401
 
+    import trainer.data.preview  # noqa: F401
     import trainer.deploy.export  # noqa: F401
     import trainer.deploy.gradcam  # noqa: F401
     import trainer.model.models  # noqa: F401
