@@ -25,19 +25,31 @@ from PySide6.QtWidgets import (
 from app.dialogs.export_dialog import ExportDialog
 from app.dialogs.run_dialogs import NotesDialog
 from app.jobs.background import run_in_thread
+from app.state.buffers import Series
 from app.state.experiments import METRICS, column_title, format_duration, summarize, varying_keys
 from app.state.grad_views import elide_middle
-from trainer.core.events import read_events
+from trainer.core.events import EventTail
 from trainer.core.rundir import RunDir, list_runs, state_text
+
+COMPARE_POINTS = 4000  # of each compared run's loss curve: each bucket's lowest and highest (a one-step spike stays)
 
 
 def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
+    """Each run's loss per step, thinned to COMPARE_POINTS, and validation accuracy per epoch; the event file is read
+    as a stream, never held whole (a 10^5-step run's file is over 100 MB, its million points too many to draw)."""
     out = []
     for path in paths:
-        events = read_events(Path(path) / "events.jsonl")
-        steps = [(e["step"], e["loss"]) for e in events if e["event"] == "step" and e.get("loss") is not None]
-        epochs = [(e["epoch"], e["val_acc"]) for e in events if e["event"] == "epoch"]
-        out.append((Path(path).name, {"steps": steps, "epochs": epochs}))
+        loss, epochs = Series(), []
+        tail = EventTail(Path(path) / "events.jsonl")
+        while batch := tail.read_new():
+            for e in batch:
+                if e["event"] == "step" and e.get("loss") is not None:
+                    loss.append(e["step"], e["loss"])
+                elif e["event"] == "epoch":
+                    epochs.append((e["epoch"], e["val_acc"]))
+        shown = loss.display_index(COMPARE_POINTS)
+        out.append((Path(path).name, {"steps": list(zip(loss.x[shown].tolist(), loss.y[shown].tolist())),
+                                      "epochs": epochs}))
     return out
 
 

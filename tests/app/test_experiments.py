@@ -217,3 +217,26 @@ def test_two_runs_of_one_folder_show_what_their_manifests_changed(qtbot, tmp_pat
     column = page.model.columns.index("data changes")
     shown = {page.model.rows[r]["path"]: page.model.data(page.model.index(r, column)) for r in range(2)}
     assert shown == {str(before.path): "none", str(after.path): "−1 excluded, 1 relabelled, +20 added"}
+
+
+def test_compare_reads_a_long_run_as_a_stream_and_draws_a_bounded_curve(tmp_path):
+    """Compare of a 10^5-step run (issue #50): at most COMPARE_POINTS points to draw, the first and last steps and a
+    one-step spike among them, every epoch's accuracy."""
+    from app.pages.runs_page import COMPARE_POINTS, load_curves
+
+    run = tmp_path / "20261203-101500-long"
+    run.mkdir()
+    steps = 100_000
+    with open(run / "events.jsonl", "w") as f:
+        f.write('{"event": "run_start", "step": 0}\n')
+        for step in range(1, steps + 1):
+            loss = 50.0 if step == 54_321 else 2.0 / (1 + step / 1000)
+            f.write(f'{{"event": "step", "step": {step}, "loss": {loss}, "lr": [0.1]}}\n')
+            if step % 10_000 == 0:
+                f.write(f'{{"event": "epoch", "epoch": {step // 10_000}, "val_acc": {step / steps}}}\n')
+    ((name, curves),) = load_curves([str(run)])
+    xs, ys = zip(*curves["steps"])
+    assert name == run.name and len(xs) <= COMPARE_POINTS
+    assert xs[0] == 1 and xs[-1] == steps and list(xs) == sorted(xs)
+    assert max(ys) == 50.0 and xs[ys.index(50.0)] == 54_321, "the spike is drawn where it was"
+    assert curves["epochs"] == [(e, e / 10) for e in range(1, 11)]
