@@ -8,7 +8,7 @@ what `auto` becomes is the trainer's own decision (its run_start says it).
 - mosaics: 1,500 2x2 mosaics of 2-4 digits (the tests' builder), small_cnn at 32 px, asl, 8 epochs: the best
   validation mAP.
 
-python bench/augment_auto.py [--seeds 0 1 2]
+python bench/augment_auto.py [--seeds 0 1 2] [--cases digits mosaics]
 """
 
 import argparse
@@ -51,6 +51,7 @@ def train(raw: dict, folder: Path) -> tuple[float, list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--cases", nargs="+", choices=("digits", "mosaics"), default=["digits", "mosaics"])
     args = parser.parse_args()
     digit_folder = digits(DATA / "auto-digits")
     results = {"machine": machine(), "seeds": args.seeds, "rows": []}
@@ -67,6 +68,8 @@ def main() -> None:
                 "model": {"name": "small_cnn"}, "loss": {"name": "asl"}, "optimizer": {"name": "adamw", "lr": 0.003},
                 "train": {"epochs": 8, "early_stop": {"metric": "val_map"}}}}
         for case, base in cases.items():
+            if case.split()[0] not in args.cases:
+                continue
             for setting, augment in SETTINGS.items():
                 scores, said = [], []
                 for seed in args.seeds:
@@ -85,7 +88,7 @@ def main() -> None:
                 print(f"{case:20} {setting:30} median {100 * row['median']:.1f}% "
                       f"({', '.join(f'{100 * s:.1f}' for s in scores)}){'  auto: ' + became if became else ''}",
                       flush=True)
-    save_result("augment_auto", results)
+    save_result("augment_auto" if len(args.cases) == 2 else f"augment_auto_{args.cases[0]}", results)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,8 @@ INGREDIENTS = {
     "label_smoothing": {"loss": {"label_smoothing": 0.1}},
     "onecycle": {"scheduler": {"name": "onecycle"}},
     "progressive_resize": {"train": {"epochs": 3, "progressive_resize": 0.5}, "data": {"image_size": 32}},
+    "augment_policies": {"data": {"augment": {"policy": "trivial_augment", "random_erasing": 0.5, "mixup": 0.2,
+                                               "cutmix": 1.0}}},
 }
 
 

@@ -247,6 +247,10 @@ class DatasetPage(QWidget):
         af.addRow(binder.check("data.augment.random_resized_crop", "Random resized crop"))
         af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, special="auto"))
         af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.05))
+        af.addRow("Policy", binder.combo("data.augment.policy", key_choices("data.augment.policy")))
+        af.addRow("Random erasing", binder.dspin("data.augment.random_erasing", 0.05))
+        af.addRow("MixUp", binder.dspin("data.augment.mixup", 0.1))
+        af.addRow("CutMix", binder.dspin("data.augment.cutmix", 0.1))
 
         self.auto = AutoPanel()
         self.preview = AugmentPreview()  # drawn by the trainer for the form's config (the window asks)

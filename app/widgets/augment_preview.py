@@ -129,6 +129,9 @@ class AugmentPreview(QGroupBox):
             "no crops"
         parts = [f"flips {'on' if augment['hflip'] else 'off'}", crop,
                  f"colour jitter {augment['color_jitter']:g}" if augment["color_jitter"] else "no colour jitter"]
+        parts += [augment["policy"].replace("_", " ")] if augment.get("policy", "none") != "none" else []
+        parts += [f"{name} {augment[key]:g}" for key, name in (("random_erasing", "erasing"), ("mixup", "MixUp"),
+                                                              ("cutmix", "CutMix")) if augment.get(key)]
         draws = len(result["images"][0]["draws"]) if result["images"] else 0
         self.caption.setText(f"Each row: a training image at {result['image_size']} px as decoded, then {draws} random "
                              f"draws of the run's augmentation ({', '.join(parts)}).")

@@ -73,6 +73,17 @@ class AugmentConfig:
                                       "its label with it), else 0.6", gt=0, le=1)
     color_jitter: float = opt(0.0, "strength of random brightness/contrast/saturation changes (0 = off)",
                               ge=0, le=1)
+    policy: str = opt("none", "an automatic augmentation policy applied to each image after the crop and flip "
+                      "(torchvision's): trivial_augment (one random operation of random strength each) or "
+                      "rand_augment (two of strength 9); none = off",
+                      choices=("none", "trivial_augment", "rand_augment"))
+    random_erasing: float = opt(0.0, "share of the images in which a random rectangle (2-33% of the image) is "
+                                "painted over with the image's mean colour (0 = off)", ge=0, le=1)
+    mixup: float = opt(0.0, "MixUp: each batch blended with itself in another order, labels blended alike; the "
+                       "blend drawn from Beta(mixup, mixup), typically 0.2-0.4 (0 = off)", ge=0, le=10)
+    cutmix: float = opt(0.0, "CutMix: a rectangle of another image of the batch pasted in, labels mixed by its "
+                        "area; the area drawn from Beta(cutmix, cutmix), typically 1.0 (0 = off; with mixup on too, "
+                        "each batch is one or the other)", ge=0, le=10)
 
 
 @dataclass
@@ -523,6 +534,7 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
 
 MULTILABEL_LOSS = "bce"  # the loss a multi-label run (data.labels set) starts from
 MULTILABEL_LOSSES = ("bce", "asl")  # the losses of multi-label runs, and only of them
+MIXED_LABEL_LOSSES = ("cross_entropy", "bce", "asl")  # the losses that take MixUp's and CutMix's blended labels
 
 
 def _multilabel_checks(cfg: RunConfig) -> list[str]:
@@ -571,6 +583,10 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         if isinstance(value, str) and value != "auto":
             kind = "true, false" if key == "hflip" else "a fraction of the image (0 < x <= 1)"
             problems.append(f"data.augment.{key}: must be {kind} or auto, got {shown(value)}")
+    mixing = [k for k in ("mixup", "cutmix") if getattr(d.augment, k)]
+    if mixing and cfg.loss.name not in MIXED_LABEL_LOSSES:
+        problems.append(f"data.augment.{mixing[0]}: mixed labels need loss.name {', '.join(MIXED_LABEL_LOSSES)}, "
+                        f"not {cfg.loss.name}")
     if d.test_split and d.test_dir:
         problems.append("data.test_split: set it or data.test_dir, not both (the test set is one or the other)")
     if d.test_split + (0 if d.val_dir else d.val_split) >= 0.9:

@@ -32,6 +32,8 @@ from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_im
 log = logging.getLogger(__name__)
 
 ORIENTATION_TAG = 0x0112  # EXIF
+ERASE_AREA = (0.02, 0.33)  # data.augment.random_erasing: the rectangle's share of the image, lowest and highest
+ERASE_RATIO = 10 / 3  # and the most its sides differ, either way
 TEST_SPLIT_SEED = 7_919  # data.test_split draws with train.seed + this: another draw than validation's
 MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in this share of free RAM
 
@@ -429,7 +431,8 @@ class Normalise:
 
 
 class BatchAugment:
-    """Random resized crop, flip and colour jitter on whole uint8 batches, then normalisation.
+    """Random resized crop, flip, colour jitter, an automatic policy and erasing on whole uint8 batches, then
+    normalisation; MixUp and CutMix (`mix`) on the augmented batch and its labels.
 
     Per-sample crops and flips are one affine `grid_sample`; the random draws come from a
     torch.Generator whose state is checkpointed, so a resumed run augments exactly as before.
@@ -442,6 +445,7 @@ class BatchAugment:
             raise ValueError(f"data.augment: {', '.join(undecided)} still auto (trainer.data.suggest.resolve_augment "
                              f"decides it for the data first)")
         self.aug = aug
+        self._policy_op = None  # torchvision's policy (data.augment.policy), made at its first batch
         self.normalise = Normalise(mean, std, device, memory_format)
         self.device = device
 
@@ -452,7 +456,8 @@ class BatchAugment:
         return self.normalise(x)
 
     def augment(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
-        """The batch (float, 0-255) cropped, flipped and jittered per sample with `g`'s draws; not normalised."""
+        """The batch (float, 0-255) cropped, flipped, jittered and erased per sample with `g`'s draws; not
+        normalised."""
         n = x.shape[0]
         aug = self.aug
         if aug.random_resized_crop or aug.hflip:
@@ -484,4 +489,66 @@ class BatchAugment:
             x = gray + (x - gray) * saturation
             mean = gray.mean(dim=(2, 3), keepdim=True)
             x = (mean + (x - mean) * contrast).clamp(0, 255)
+        if aug.policy != "none":
+            x = self._policy(x, g)
+        if aug.random_erasing > 0:
+            x = self._erase(x, g)
         return x
+
+    def _policy(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """data.augment.policy: torchvision's TrivialAugment or RandAugment, image by image (each its own operations),
+        its random draws seeded from `g` (torchvision draws from torch's global generator: forked here, so the
+        run's other randomness is untouched and a resumed run draws the same)."""
+        if self._policy_op is None:
+            from torchvision.transforms import v2
+
+            self._policy_op = v2.TrivialAugmentWide() if self.aug.policy == "trivial_augment" else v2.RandAugment()
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+        cuda = [x.device.index or 0] if x.device.type == "cuda" else []  # manual_seed seeds those too: restored
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            images = x.round().clamp(0, 255).to(torch.uint8)
+            return torch.stack([self._policy_op(image) for image in images]).float()
+
+    def _erase(self, x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """data.augment.random_erasing: in that share of the images, a rectangle of 2-33% of the image (sides in a
+        ratio of 0.3 to 3.3) painted over with the image's mean colour."""
+        n, _, h, w = x.shape
+        on = torch.rand(n, generator=g) < self.aug.random_erasing
+        area = (ERASE_AREA[0] + (ERASE_AREA[1] - ERASE_AREA[0]) * torch.rand(n, generator=g)) * h * w
+        ratio = torch.exp((torch.rand(n, generator=g) * 2 - 1) * math.log(ERASE_RATIO))
+        eh = torch.sqrt(area * ratio).round().clamp(1, h).long()
+        ew = torch.sqrt(area / ratio).round().clamp(1, w).long()
+        top = (torch.rand(n, generator=g) * (h - eh + 1)).long()
+        left = (torch.rand(n, generator=g) * (w - ew + 1)).long()
+        rows, cols = torch.arange(h).view(1, h, 1), torch.arange(w).view(1, 1, w)
+        inside = ((rows >= top.view(n, 1, 1)) & (rows < (top + eh).view(n, 1, 1)) & (cols >= left.view(n, 1, 1))
+                  & (cols < (left + ew).view(n, 1, 1)) & on.view(n, 1, 1))
+        return torch.where(inside.unsqueeze(1).to(x.device), x.mean(dim=(2, 3), keepdim=True), x)
+
+    def mix(self, x: torch.Tensor, y: torch.Tensor, g: torch.Generator, classes: int) -> tuple[torch.Tensor,
+                                                                                               torch.Tensor]:
+        """data.augment.mixup / cutmix: the batch mixed with itself in another order, one blend for the batch (drawn
+        from Beta(alpha, alpha) with `g`), the targets mixed alike: (images, targets as probabilities per class).
+        With both on, each batch is one or the other; with neither (or one image), (x, y) as given."""
+        aug = self.aug
+        if not (aug.mixup or aug.cutmix) or x.shape[0] < 2:
+            return x, y
+        cut = aug.cutmix > 0 and (aug.mixup == 0 or torch.rand(1, generator=g).item() < 0.5)
+        alpha = aug.cutmix if cut else aug.mixup
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+        lam = float(np.random.default_rng(seed).beta(alpha, alpha))
+        order = torch.randperm(x.shape[0], generator=g).to(x.device)
+        if cut:
+            h, w = x.shape[2:]
+            side = math.sqrt(1 - lam)
+            cy, cx = (int(v) for v in (torch.rand(2, generator=g) * torch.tensor([h, w])))
+            y0, y1 = max(cy - round(h * side / 2), 0), min(cy + round(h * side / 2), h)
+            x0, x1 = max(cx - round(w * side / 2), 0), min(cx + round(w * side / 2), w)
+            x = x.clone()
+            x[:, :, y0:y1, x0:x1] = x[order][:, :, y0:y1, x0:x1]
+            lam = 1 - (y1 - y0) * (x1 - x0) / (h * w)  # the share of the image that is still its own
+        else:
+            x = lam * x + (1 - lam) * x[order]
+        target = F.one_hot(y, classes).float() if y.dim() == 1 else y.float()
+        return x, lam * target + (1 - lam) * target[order]

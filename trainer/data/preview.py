@@ -15,7 +15,8 @@ from types import SimpleNamespace
 from trainer.core.config import RunConfig
 from trainer.data.scan import DataError
 
-AUGMENT_KEYS = ("hflip", "random_resized_crop", "crop_scale_min", "color_jitter")
+AUGMENT_KEYS = ("hflip", "random_resized_crop", "crop_scale_min", "color_jitter", "policy", "random_erasing", "mixup",
+                "cutmix")
 
 
 def augment_preview(cfg: RunConfig, out: Path, images: int = 4, draws: int = 4, seed: int = 0) -> dict:
@@ -49,7 +50,9 @@ def augment_preview(cfg: RunConfig, out: Path, images: int = 4, draws: int = 4, 
         row["draws"] = []
     for d in range(draws):
         g = torch.Generator().manual_seed(seed * 1000 + d)
-        augmented = batch_augment.augment(x.float(), g).round().clamp(0, 255).to(torch.uint8)
+        labels = torch.arange(len(kept))  # MixUp and CutMix blend the images shown with each other
+        mixed, _ = batch_augment.mix(batch_augment.augment(x.float(), g), labels, g, len(kept))
+        augmented = mixed.round().clamp(0, 255).to(torch.uint8)
         for i, row in enumerate(kept):
             row["draws"].append(save_png(augmented[i], out / f"{i}-draw{d + 1}.png"))
     return {"image_size": data.image_size, "seed": seed, "images": kept, "decided": decided,

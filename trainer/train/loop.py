@@ -231,7 +231,8 @@ class Loop:
             if size != cfg.data.image_size:
                 x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
             y = labels.to(s.device, non_blocking=True)
-            loss, logits, result = self.train_step(x, y, last_micro=last_micro, log_now=log_now)
+            x, target = parts.augment.mix(x, y, parts.aug_generator, len(parts.classes))  # MixUp, CutMix: when on
+            loss, logits, result = self.train_step(x, target, last_micro=last_micro, log_now=log_now)
             finite = torch.isfinite(loss)
             if skip_mode:  # a skipped step's loss is reported by its warning, not averaged in (nor divergence)
                 loss = torch.where(finite, loss, torch.zeros_like(loss))
