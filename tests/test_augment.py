@@ -128,6 +128,7 @@ def test_the_same_generator_state_draws_the_same_batch(photos):
     assert not torch.equal(first[0], later[0]), "the next batch draws anew"
 
 
+@pytest.mark.slow  # two training runs
 def test_mixup_and_cutmix_train_a_single_and_a_multi_label_run_to_a_finite_loss(shapes_dir, tmp_path):
     mixing = {"mixup": 0.2, "cutmix": 1.0, "random_erasing": 0.25, "policy": "trivial_augment"}
     single = write_config(tmp_path, shapes_dir, data={"augment": mixing}, train={"epochs": 2})
