@@ -21,6 +21,7 @@ def tree_state(folder):
     return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
 
 
+@pytest.mark.slow  # the session's digits run (~15 s) and a 5-fold audit
 def test_the_flipped_labels_head_the_audit_and_the_folder_is_left_as_it_was(flipped_digits_run, monkeypatch):
     run, flipped, _, crops, _ = flipped_digits_run
     before = tree_state(run.path.parent.parent / "digits")

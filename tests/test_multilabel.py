@@ -97,6 +97,7 @@ def test_two_ddp_ranks_measure_the_map_of_the_whole_validation_split(tmp_path):
     assert val["images"] == 60 and max(e["val_map"] for e in epochs) == pytest.approx(val["map"], abs=1e-6)
 
 
+@pytest.mark.slow  # Auto's probe on 1,500 mosaics
 def test_auto_plans_a_multi_label_run_by_map(mosaics, tmp_path):
     """`main.py auto FOLDER --labels FILE --plan-only`: the labels file, the multi-label loss, early stopping on mAP,
     crops that keep the labelled things in view; every choice is the config's value, and the config validates."""
