@@ -267,7 +267,7 @@ class MainWindow(QMainWindow):
 
     def _validated(self, problems: list[str]) -> None:
         self.status.show_problems(problems)
-        self.dataset_page.preview.show_config(self.form.config())  # drawn again when its settings changed
+        self.dataset_page.preview.show_config(self.form.state.checked)  # drawn again when its settings changed
         self.status.show_hidden_settings(self.advanced_page.differing(), (self.start_action, self.queue_action))
         self._update_buttons()
 

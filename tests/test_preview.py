@@ -85,3 +85,5 @@ def test_a_folder_that_cannot_be_read_is_named_without_a_traceback(tmp_path):
     done = run_here("augment-preview", cfg, "--out", tmp_path / "out", "--json")
     assert done.returncode == 2 and "data.train_dir" in done.stderr and str(tmp_path / "nowhere") in done.stderr
     assert "Traceback" not in done.stderr
+    done = run_here("augment-preview", cfg, "--out", tmp_path / "out", "--images", "0")
+    assert done.returncode == 2 and "--images: must be at least 1, got 0" in done.stderr

@@ -799,6 +799,9 @@ def cmd_lr_find(args) -> int:
 def cmd_augment_preview(args) -> int:
     from trainer.data.preview import augment_preview
 
+    for flag, value in (("--images", args.images), ("--draws", args.draws)):
+        if value < 1:
+            raise CommandError(f"{flag}: must be at least 1, got {value}")
     cfg = load_config(args.config, args.set)
     result = augment_preview(cfg, Path(args.out), args.images, args.draws, args.seed)
     if args.json:

@@ -65,6 +65,7 @@ class FormState:
     folder_gave: dict | None = None  # {"train_dir", "data.val_dir", "data.test_dir"} a folder's layout set
     before_open: dict | None = None  # the form before a past run's settings were loaded into it
     problems: list[str] = field(default_factory=list)  # the last validation's
+    checked: RunConfig | None = None  # the config the last validation parsed (None: the form did not parse)
 
     def loaded_again(self) -> None:
         """Another config is in the form: its splits are its own, and what an opened run replaced is gone."""

@@ -105,8 +105,9 @@ class Form(QObject):
         dataset, model, optimizer, device = self.pages
         raw = self.raw()
         problems: list[str] = []
+        self.state.checked = None
         try:
-            RunConfig.from_dict(raw)
+            self.state.checked = RunConfig.from_dict(raw)
         except ConfigError as e:
             problems.extend(e.problems)
         problems += dataset.problems() + model.problems()

@@ -546,7 +546,7 @@ class BatchAugment:
             y0, y1 = max(cy - round(h * side / 2), 0), min(cy + round(h * side / 2), h)
             x0, x1 = max(cx - round(w * side / 2), 0), min(cx + round(w * side / 2), w)
             x = x.clone()
-            x[:, :, y0:y1, x0:x1] = x[order][:, :, y0:y1, x0:x1]
+            x[:, :, y0:y1, x0:x1] = x[order, :, y0:y1, x0:x1]  # only the rectangle gathered
             lam = 1 - (y1 - y0) * (x1 - x0) / (h * w)  # the share of the image that is still its own
         else:
             x = lam * x + (1 - lam) * x[order]
