@@ -3,18 +3,37 @@ import os
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+# The suite runs on two workers (pytest-xdist, the README's `-n 2`): torch's threads in each are its share of the cores,
+# so two workers' training does not oversubscribe them (two threads each on two cores made every step wait).
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // WORKERS))))
 # The decoded-image cache of every run started by the tests (in-process or as subprocesses) goes here, not ~/.cache.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="traindeck-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+# Modules that share the one-node SLURM run on one worker, one after the other: a job that fills the node makes the
+# other's job pend, which the tests read as their own.
+ONE_WORKER = {"tests/remote/test_slurm_runs.py": "slurm", "tests/app/test_remote_app.py": "slurm"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Each module is one unit of work for a worker (`--dist loadgroup`: its module-scoped fixtures built once), the
+    modules with the most slow tests first, so the long ones start early and the two workers end together."""
+    group = {item: ONE_WORKER.get(item.nodeid.split("::")[0], item.nodeid.split("::")[0]) for item in items}
+    slow = Counter(group[item] for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[group[item]])
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group[item]))
 
 
 @pytest.fixture(scope="session")

@@ -278,14 +278,32 @@ def test_the_first_epoch_ends_a_run_that_cannot_train_its_min_epochs_in_the_budg
     assert not resumed.too_slow and resumed.cfg.train.epochs == 3
 
 
+WATCHER = """import sys
+from trainer.device.machine import OtherLoad
+load = OtherLoad()
+print("ready", flush=True)
+sys.stdin.readline()
+print(load.share())
+"""
+
+
 def test_the_machine_s_other_load_is_measured_without_auto_s_own_work():
+    """One window seen by this process and by another program: this process's busy core is the other program's
+    "other load" and not its own, whatever else the machine runs meanwhile (the suite's other worker)."""
+    import psutil
+
     from trainer.device.machine import OtherLoad
 
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               cwd=REPO)
+    assert watcher.stdout.readline().strip() == "ready"
     load = OtherLoad()
-    end = time.perf_counter() + 1.0
-    while time.perf_counter() < end:  # this process's own work is not "other programs"
+    end = time.perf_counter() + 1.5
+    while time.perf_counter() < end:  # this process's own work
         pass
-    assert load.share() < 0.5
+    ours = load.share()
+    theirs = float(watcher.communicate("\n", timeout=60)[0])
+    assert theirs - ours > 0.4 / (psutil.cpu_count() or 1), (ours, theirs)  # about a core apart: this one
     load = OtherLoad()
     with OtherPrograms(os.cpu_count() or 1):
         time.sleep(1.5)
@@ -293,12 +311,13 @@ def test_the_machine_s_other_load_is_measured_without_auto_s_own_work():
     assert busy > 0.5, busy
 
 
-def test_training_threads_give_way_to_other_programs_and_come_back():
+def test_training_threads_give_way_to_other_programs_and_come_back(monkeypatch):
     """device.share_cpu: with every core kept busy by other programs, torch trains on one thread (a thread sharing its
     core slows every parallel step); once they are gone, on all its threads again."""
     import psutil
     import torch
 
+    from trainer.device import machine
     from trainer.device.machine import CpuThreads
 
     cores = psutil.cpu_count() or 1
@@ -313,10 +332,11 @@ def test_training_threads_give_way_to_other_programs_and_come_back():
     try:
         assert changed is not None and changed[1] == 1 and torch.get_num_threads() == 1, changed
         assert changed[2] > cores / 2, "the other programs' cores, measured"
-        fit.check()  # the last slice of the other programs' time
-        time.sleep(0.7)
+        # gone: the machine's other load reads nothing (given here: the suite's other worker may keep a core busy)
+        monkeypatch.setattr(machine.OtherLoad, "share", lambda self: 0.0)
+        time.sleep(0.6)
         back = fit.check()
-        assert back is not None and back[1] == cores and torch.get_num_threads() == cores, back
+        assert back == (1, cores, 0.0) and torch.get_num_threads() == cores, back
     finally:
         torch.set_num_threads(before)
 

@@ -17,7 +17,7 @@ from trainer.core.rundir import RunDir
 from trainer.deploy.export_data import calibration_images
 from trainer.model.checkpoint import read_checkpoint
 
-pytestmark = pytest.mark.slow  # resnet18 trained on real photographs for 8 epochs, then every deploy format
+pytestmark = pytest.mark.slow  # resnet18 trained on real photographs for 6 epochs, then every deploy format
 
 
 def _bench_common():
@@ -34,9 +34,9 @@ def photo_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("photos")
     folder = common.photos(tmp / "photos", per_class=(60, 20, 40), names=common.SCIKIT_IMAGE_PHOTOS)
     cfg = write_config(tmp, folder / "train", data={"val_dir": str(folder / "val"), "test_dir": str(folder / "test"),
-                                                    "image_size": 64, "batch_size": 32},
-                       model={"name": "resnet18"}, optimizer={"name": "adamw", "lr": 0.002},
-                       scheduler={"name": "onecycle"}, train={"epochs": 8, "seed": 0},
+                                                    "image_size": 48, "batch_size": 32},
+                       model={"name": "resnet18"}, optimizer={"name": "adamw", "lr": 0.001},
+                       scheduler={"name": "onecycle"}, train={"epochs": 6, "seed": 0},
                        # the same network on a busy machine too (a thread count fitted to the load changes the sums)
                        device={"share_cpu": False})
     run, code = train_here(cfg, tmp / "runs")
@@ -75,20 +75,20 @@ def test_int8_onnx_keeps_top1_within_a_point_at_under_30_percent_of_the_size(pho
         tested = list(csv.DictReader(f))
     for card in (fp32, int8):
         assert card["classes"] == state["classes"] == sorted(p.name for p in (folder / "train").iterdir())
-        assert (card["image_size"], card["mean"], card["std"]) == (64, state["preprocess"]["mean"],
+        assert (card["image_size"], card["mean"], card["std"]) == (48, state["preprocess"]["mean"],
                                                                    state["preprocess"]["std"])
-        assert card["source_run"] == str(run.path) and card["epoch"] == state["epoch"] == 8
+        assert card["source_run"] == str(run.path) and card["epoch"] == state["epoch"]  # best.pt's
         m = card["metrics"]
         assert m["split"] == "test" and m["images"] == len(tested) == 4 * 40 and m["skipped"] == 0
         right = sum(r["true"] == r["predicted"] for r in tested) / len(tested)  # the run's own test evaluation
         assert abs(m["checkpoint_top1"] - right) <= 2 / len(tested), "the same images, the same network"
         assert card["training"]["data"] == {"train_images": start["train_size"], "val_images": start["val_size"],
                                             "test_images": 160}
-        assert card["training"]["config"] == state["config"] and card["training"]["epochs_trained"] == 8
+        assert card["training"]["config"] == state["config"] and card["training"]["epochs_trained"] == 6
         assert card["training"]["checkpoint_epoch"] == state["epoch"]
     md = (tmp_path / "model.int8.onnx.md").read_text()
     assert f"| {int8['file']['bytes'] / 1e6:.1f} MB | {100 * int8['metrics']['top1']:.1f}% |" in md
-    assert "Output index: class." in md and "8 epochs trained" in md
+    assert "Output index: class." in md and "6 epochs trained" in md
     assert "0. astronaut" in md and "## Load it" in md and 'InferenceSession("model.int8.onnx")' in md
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary left"
 

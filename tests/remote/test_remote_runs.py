@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import REPO, run_main, write_config
+from helpers import REPO, run_here, run_main, write_config
 
 from trainer.core.events import read_events
 
@@ -71,14 +71,14 @@ def test_a_host_run_is_mirrored_whole_through_a_dropped_connection_and_exports_h
     assert not (mirror / "checkpoints").exists()  # checkpoints stay there until asked for
 
     onnx = tmp_path / "home" / "model.onnx"
-    done = run_main("export", mirror, "--format", "onnx", "--out", onnx)
+    done = run_here("export", mirror, "--format", "onnx", "--out", onnx)
     assert done.returncode == 0, done.stderr
     assert "fetching exports/model.onnx from loop: 100%" in done.stderr
     assert onnx.stat().st_size > 1000 and json.loads(onnx.with_name("model.onnx.json").read_text())["classes"]
 
     image = next(shapes_dir.glob("*/*.png"))
     for model in (mirror, onnx):  # Try it on the run (its checkpoint fetched) and on the exported file
-        done = run_main("predict", model, image, "--json")
+        done = run_here("predict", model, image, "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)[0]["top"][0][0] in ("circle", "cross", "square", "triangle")
     assert (mirror / "checkpoints" / "best.pt").exists()
@@ -97,7 +97,7 @@ def test_stop_checkpoints_on_the_host_and_the_run_resumes_from_here(hosts, shape
     stopped_at = json.loads((mirror / "status.json").read_text())["epoch"]
     assert 1 <= stopped_at < 40
 
-    done = run_main("resume", mirror, "--epochs", str(stopped_at + 2), timeout=240)
+    done = run_here("resume", mirror, "--epochs", str(stopped_at + 2))
     assert done.returncode == 0, done.stderr
     status = json.loads((mirror / "status.json").read_text())
     assert status["state"] == "completed" and status["epoch"] == stopped_at + 2

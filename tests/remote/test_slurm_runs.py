@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import pytest
-from helpers import run_here, run_main, write_config
+from helpers import run_here, write_config
 
 from tests.remote.test_remote_runs import start_remote_train, wait_for_mirror
 
@@ -68,7 +68,7 @@ def test_scancel_mid_run_stops_it_with_a_checkpoint_and_it_resumes(slurm, hosts,
     assert status["state"] == "stopped", (status, err)
     remote = hosts["remote_runs"] / f"slurm-{json.loads((mirror / 'remote.json').read_text())['job']}"
     assert (remote / "checkpoints" / "last.pt").exists()
-    done = run_main("resume", remote, "--epochs", str(status["epoch"] + 1), timeout=240)  # on the cluster's disk
+    done = run_here("resume", remote, "--epochs", str(status["epoch"] + 1))  # on the cluster's disk
     assert done.returncode == 0, done.stderr
     assert json.loads((remote / "status.json").read_text())["state"] == "completed"
 
