@@ -9,10 +9,6 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-# The suite runs on two workers (pytest-xdist, the README's `-n 2`): torch's threads in each are its share of the cores,
-# so two workers' training does not oversubscribe them (two threads each on two cores made every step wait).
-WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // WORKERS))))
 # The decoded-image cache of every run started by the tests (in-process or as subprocesses) goes here, not ~/.cache.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="traindeck-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
@@ -23,6 +19,15 @@ sys.path.insert(0, str(REPO))
 # Modules that share the one-node SLURM run on one worker, one after the other: a job that fills the node makes the
 # other's job pend, which the tests read as their own.
 ONE_WORKER = {"tests/remote/test_slurm_runs.py": "slurm", "tests/app/test_remote_app.py": "slurm"}
+
+
+def pytest_configure(config):
+    """torch's threads (OMP_NUM_THREADS, unless set): with `-n 2` (pytest-xdist, the README's command) each worker's
+    share of the cores, so two workers' training does not oversubscribe them (two threads each on two cores made every
+    step wait). Decided here, in the process that starts the workers, before they inherit its environment."""
+    workers = config.getoption("numprocesses", None)
+    workers = workers if isinstance(workers, int) and workers > 0 else 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // workers))))
 
 
 @pytest.hookimpl(tryfirst=True)
