@@ -150,7 +150,7 @@ def test_fp16_resnet18_survives_an_overflow_on_its_first_step():
                                     weight_decay=optimizer.defaults["weight_decay"])
     ref_scaler = torch.amp.GradScaler("cpu")
     monitor = GradMonitor(net)
-    x, y = torch.randn(8, 3, 16, 16), torch.tensor([0, 1, 2, 3] * 2)  # 16 px: the same layers, a quarter of the work
+    x, y = torch.randn(8, 3, 32, 32), torch.tensor([0, 1, 2, 3] * 2)
     applied = 0
     for step in range(4):
         for model, backward in ((net, precision.backward), (reference, lambda loss: ref_scaler.scale(loss).backward())):

@@ -21,7 +21,7 @@ mkdir -p "$DIR"
 exec 9>"$DIR/start.lock"; flock -w 100 9 || { echo "another start of the test cluster holds $DIR/start.lock" >&2; exit 1; }
 if munge_works && slurm_up; then exit 0; fi
 HOST=$(hostname -s)
-CPUS=$(nproc)
+CPUS=$(nproc --all)  # --all: not lowered by OMP_NUM_THREADS, which nproc honours (the suite sets it per worker)
 MEM=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024 ))
 mkdir -p "$DIR/state" "$DIR/spool" /run/munge /var/lib/munge /var/log/munge
 [ -s /etc/munge/munge.key ] || { mkdir -p /etc/munge; dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=1024 2>/dev/null; }

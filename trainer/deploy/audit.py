@@ -223,7 +223,9 @@ def rank_issues(labels: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.n
     from cleanlab.filter import find_label_issues
     from cleanlab.rank import get_label_quality_scores
 
-    ranked = find_label_issues(labels, probs, return_indices_ranked_by="self_confidence")
+    # n_jobs=1: cleanlab's default forks a pool, which can hang for good in a process that already holds threads
+    # (torch's, the resident worker's; an audit in the test suite's worker never came back); the work is light
+    ranked = find_label_issues(labels, probs, return_indices_ranked_by="self_confidence", n_jobs=1)
     return np.asarray(ranked, dtype=np.int64), get_label_quality_scores(labels, probs, method="self_confidence")
 
 
