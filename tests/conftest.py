@@ -16,11 +16,6 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# Modules that share the one-node SLURM run on one worker, one after the other: a job that fills the node makes the
-# other's job pend, which the tests read as their own.
-ONE_WORKER = {"tests/remote/test_slurm_runs.py": "slurm", "tests/app/test_remote_app.py": "slurm"}
-
-
 def pytest_configure(config):
     """torch's threads (OMP_NUM_THREADS, unless set): with `-n 2` (pytest-xdist, the README's command) each worker's
     share of the cores, so two workers' training does not oversubscribe them (two threads each on two cores made every
@@ -32,13 +27,11 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each module is one unit of work for a worker (`--dist loadgroup`: its module-scoped fixtures built once), the
-    modules with the most slow tests first, so the long ones start early and the two workers end together."""
-    group = {item: ONE_WORKER.get(item.nodeid.split("::")[0], item.nodeid.split("::")[0]) for item in items}
-    slow = Counter(group[item] for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[group[item]])
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group[item]))
+    """The modules with the most slow tests first (`--dist loadfile --no-loadscope-reorder`: each module one unit of
+    work for a worker, in this order), so the long ones start early and the two workers end together."""
+    module = {item: item.nodeid.split("::")[0] for item in items}
+    slow = Counter(module[item] for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[module[item]])
 
 
 @pytest.fixture(scope="session")
@@ -78,4 +71,4 @@ def torch_home(tmp_path, monkeypatch):
     return home
 
 
-from remote_servers import hosts, slurm, sshd  # noqa: E402,F401 - real sshd and SLURM for the remote tests
+from remote_servers import hosts, slurm, slurm_started, sshd  # noqa: E402,F401 - real sshd and SLURM for the remote tests

@@ -31,8 +31,19 @@ def sshd(tmp_path_factory):
     stop_loopback_sshd(server)
 
 
+@pytest.fixture
+def slurm(slurm_started):
+    """The one-node test cluster, this test's alone: a test of the suite's other worker that uses it waits (a job that
+    fills the node would make the other test's job pend, which it would read as its own)."""
+    import fcntl
+
+    with open(TEST_SLURM_CONF.parent / "tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield slurm_started
+
+
 @pytest.fixture(scope="session")
-def slurm():
+def slurm_started():
     if os.geteuid() != 0 or not shutil.which("slurmctld") or not shutil.which("munged"):
         pytest.skip("SLURM is not installed or this is not root (apt-get install slurm-wlm munge; run as root)")
     try:
