@@ -16,6 +16,7 @@ atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+
 def pytest_configure(config):
     """torch's threads (OMP_NUM_THREADS, unless set): with `-n 2` (pytest-xdist, the README's command) each worker's
     share of the cores, so two workers' training does not oversubscribe them (two threads each on two cores made every

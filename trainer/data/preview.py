@@ -48,9 +48,9 @@ def augment_preview(cfg: RunConfig, out: Path, images: int = 4, draws: int = 4, 
     for i, row in enumerate(kept):
         row["original"] = save_png(x[i], out / f"{i}-original.png")
         row["draws"] = []
+    labels = torch.arange(len(kept))  # MixUp and CutMix blend the images shown with each other
     for d in range(draws):
         g = torch.Generator().manual_seed(seed * 1000 + d)
-        labels = torch.arange(len(kept))  # MixUp and CutMix blend the images shown with each other
         mixed, _ = batch_augment.mix(batch_augment.augment(x.float(), g), labels, g, len(kept))
         augmented = mixed.round().clamp(0, 255).to(torch.uint8)
         for i, row in enumerate(kept):
