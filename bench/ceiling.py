@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import BENCH_OPTIMIZER  # noqa: E402
 
+from trainer.data.frame import Frame  # noqa: E402
 from trainer.data.loader import decode_image  # noqa: E402
 from trainer.data.scan import scan_image_folder  # noqa: E402
 
@@ -26,7 +27,7 @@ def main():
     memory_format = getattr(torch, sys.argv[7])
     torch.manual_seed(0)
     scan = scan_image_folder(root, full=False)
-    x = torch.stack([decode_image(p, size) for p, _ in scan.samples]).float().div(255)
+    x = torch.stack([decode_image(p, Frame(size, size)) for p, _ in scan.samples]).float().div(255)
     x = x.contiguous(memory_format=memory_format)
     y = torch.tensor([label for _, label in scan.samples])
     model = torchvision.models.get_model(name, num_classes=len(scan.classes)).to(memory_format=memory_format)

@@ -78,7 +78,7 @@ def side_by_side(run: Path, exports: Path, repeats: int) -> dict:
     checkpoint = load_run_model(RunDir(run))
     pre = Preprocess.from_record(checkpoint.state["preprocess"], exported=True)
     images, _ = measure_set(RunDir(run), checkpoint.classes)
-    x = pre.to_input(sample_images(images, pre.image_size, pre.decode))
+    x = pre.to_input(sample_images(images, pre.frame, pre.decode))
     net = checkpoint.net.to(memory_format=torch.contiguous_format)
     sessions = {name: onnxruntime.InferenceSession(str(exports / f"model{suffix}"), providers=["CPUExecutionProvider"])
                 for name, suffix in (("onnx fp32", ".onnx"), ("onnx int8", ".int8.onnx"))}

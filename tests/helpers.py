@@ -301,3 +301,24 @@ def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16, digits_per_im
     labels = root / "labels.csv"
     labels.write_text("\n".join(lines) + "\n")
     return labels
+
+
+WIDE = (96, 48)  # the images' width x height
+
+
+def wide_images(root, per_class: int, seed: int = 0):
+    """Two classes told apart only at the images' ends: a bright disc in the left or the right quarter of a noisy
+    96 x 48 px image (a square centre crop cuts both quarters off)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:WIDE[1], 0:WIDE[0]]
+    for name, centre in (("left", 12), ("right", 84)):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.normal(90, 25, (WIDE[1], WIDE[0], 3))
+            cx, cy = centre + rng.integers(-4, 5), 24 + rng.integers(-8, 9)
+            pixels[(xx - cx) ** 2 + (yy - cy) ** 2 < 64] = 230
+            Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(root / name / f"{i:03d}.png")
+    return root

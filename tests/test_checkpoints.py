@@ -16,6 +16,7 @@ from helpers import REPO, run_here, train_here, write_config
 
 from trainer import cli
 from trainer.core.catalog import EXPORT_FORMATS as FORMATS
+from trainer.data.frame import Frame
 from trainer.data.loader import decode_image
 from trainer.deploy.export import export_run, predict
 from trainer.deploy.inference import load_run_model
@@ -217,7 +218,7 @@ def test_exports_load_with_their_cards_snippet_without_traindeck_and_give_the_sa
     predicted = [r.label for r in predict(out, images)]
     mean = torch.tensor(state["preprocess"]["mean"]).view(1, 3, 1, 1)
     std = torch.tensor(state["preprocess"]["std"]).view(1, 3, 1, 1)
-    batch = (torch.stack([decode_image(str(p), 32) for p in images]).float() / 255 - mean) / std
+    batch = (torch.stack([decode_image(str(p), Frame(32, 32)) for p in images]).float() / 255 - mean) / std
     with torch.no_grad():
         in_app = [state["classes"][i] for i in model(batch).argmax(1).tolist()]
     assert predicted == in_app

@@ -7,9 +7,11 @@ import torch
 
 import trainer.data.loader
 from trainer.core.config import AugmentConfig, DataConfig
+from trainer.data.frame import Frame
 from trainer.data.loader import BatchAugment, epoch_batches, iterate_batches, load_data, stratified_split
 
 CPU = torch.device("cpu")
+SIXTEEN = Frame(16, 16)  # the configs below: data.image_size 16
 
 
 @pytest.mark.parametrize("cache", ["memory", "disk"])
@@ -23,7 +25,7 @@ def test_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_dir, tm
                            torch.device("cpu"))
     batches = epoch_batches(len(plain.train), 8, seed=0, epoch=3)
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    pairs = zip(iterate_batches(cached.train, batches, 0, 16, CPU), iterate_batches(plain.train, batches, 2, 16, CPU))
+    pairs = zip(iterate_batches(cached.train, batches, 0, SIXTEEN, CPU), iterate_batches(plain.train, batches, 2, SIXTEEN, CPU))
     n = 0
     for (xa, ya), (xb, yb) in pairs:
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
@@ -32,13 +34,13 @@ def test_cache_feeds_the_same_pixels_and_augmentation_as_decoding(shapes_dir, tm
     assert n == len(batches)
     loader = plain.train.loader
     next_epoch = epoch_batches(len(plain.train), 8, seed=0, epoch=4)
-    for (xa, ya), (xb, yb) in zip(iterate_batches(cached.train, next_epoch, 0, 16, CPU),
-                                  iterate_batches(plain.train, next_epoch, 2, 16, CPU)):
+    for (xa, ya), (xb, yb) in zip(iterate_batches(cached.train, next_epoch, 0, SIXTEEN, CPU),
+                                  iterate_batches(plain.train, next_epoch, 2, SIXTEEN, CPU)):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     assert plain.train.loader is loader  # the same decoding workers, kept across epochs
     val_batches = epoch_batches(len(plain.val), 8, seed=0, epoch=0, shuffle=False)
-    for (xa, _), (xb, _) in zip(iterate_batches(cached.val, val_batches, 0, 16, CPU),
-                                iterate_batches(plain.val, val_batches, 0, 16, CPU)):
+    for (xa, _), (xb, _) in zip(iterate_batches(cached.val, val_batches, 0, SIXTEEN, CPU),
+                                iterate_batches(plain.val, val_batches, 0, SIXTEEN, CPU)):
         assert torch.equal(xa, xb)
 
 

@@ -129,7 +129,7 @@ def test_fp16_and_executorch_are_measured_and_core_ml_is_checked(photo_run, tmp_
     coreml = export(run, "coreml", tmp_path / "model.mlpackage")
     assert (tmp_path / "model.mlpackage").is_dir() and "metrics" not in coreml
     assert coreml["not_measured"] == {"accuracy and speed": "Core ML runs on macOS and iOS only"}
-    assert "input (images, 1 x 3 x S x S) and output checked" in coreml["checked"] and "Core ML (Swift)" in coreml["load"]
+    assert "input (images, 1 x 3 x H x W) and output checked" in coreml["checked"] and "Core ML (Swift)" in coreml["load"]
     capsys.readouterr()
     assert cli.main(["predict", str(tmp_path / "model.mlpackage"), str(image)]) == 2
     assert "Core ML models run on macOS and iOS only" in capsys.readouterr().err

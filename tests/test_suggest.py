@@ -4,7 +4,7 @@ import numpy as np
 from PIL import Image
 
 from trainer.data.scan import ScanResult, scan_image_folder
-from trainer.data.suggest import looks_like_characters, suggest, suggested_image_size
+from trainer.data.suggest import looks_like_characters, suggest, suggested_image_size, suggested_shape
 
 
 def folder(root, classes, size, per_class=3):
@@ -25,6 +25,22 @@ def test_photos_get_a_size_that_keeps_their_detail_and_digits_lose_the_flip(tmp_
     keys = {s.key: s.value for s in suggest(digits, current)}
     assert keys == {"data.augment.hflip": False}, "28 px digits stay at 32 px, but must not be mirrored"
     assert suggest(photos, {"data": {"image_size": 224, "augment": {"hflip": True}}}) == [], "nothing to change"
+
+
+def test_wide_or_tall_images_keep_their_shape_and_square_ones_go_back_to_square(tmp_path):
+    wide = scan_image_folder(folder(tmp_path / "wide", ["left", "right"], (96, 48)))
+    current = {"data": {"image_size": 32, "image_width": 0}}
+    said = {s.key: s for s in suggest(wide, current)}
+    assert said["data.image_width"].value == 64 and "a square crop would cut off 50% of each" in said[
+        "data.image_width"].why and "data.image_size" not in said, "48 px high: 32, and 64 wide"
+    tall = scan_image_folder(folder(tmp_path / "tall", ["up", "down"], (48, 96)))
+    said = {s.key: s.value for s in suggest(tall, current)}
+    assert said == {"data.image_size": 64, "data.image_width": 32}, "the height in proportion, the width 32"
+    photos = ScanResult("x", image_sizes=[(400, 300)] * 3)  # 4:3: a centre crop keeps most of each photo
+    assert suggested_shape(photos) == (224, 0)
+    square = scan_image_folder(folder(tmp_path / "square", ["a", "b"], (40, 40)))
+    (back,) = suggest(square, {"data": {"image_size": 32, "image_width": 64}})
+    assert (back.key, back.value, back.why) == ("data.image_width", 0, "the images are about square")
 
 
 def test_the_size_rule_and_what_counts_as_characters():

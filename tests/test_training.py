@@ -28,7 +28,7 @@ def test_param_groups_get_their_own_lr_and_frozen_groups_stay_put(shapes_dir, tm
     # each group's biases and norm weights in a no-decay half (optimizer.norm_weight_decay 0)
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.2, 0.2, 0.01, 0.01]
     assert [g["weight_decay"] for g in state["optimizer"]["param_groups"]] == [0.0, 0.0, 5e-4, 0.0]
-    initial = build_model(ModelConfig(name="small_cnn"), 4, 16, seed=0)[0].state_dict()
+    initial = build_model(ModelConfig(name="small_cnn"), 4, (16, 16), seed=0)[0].state_dict()
     for key in ("features.0.0.weight", "features.0.1.weight", "features.0.1.bias"):
         assert torch.equal(state["model"][key], initial[key]), f"frozen {key} changed"
     assert not torch.equal(state["model"]["fc.weight"], initial["fc.weight"])

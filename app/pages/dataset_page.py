@@ -228,6 +228,8 @@ class DatasetPage(QWidget):
         loading = QGroupBox("Loading")
         lf = QFormLayout(loading)
         lf.addRow("Image size", binder.spin("data.image_size", " px"))
+        lf.addRow("Image width", binder.spin("data.image_width", " px", special="square"))
+        lf.addRow("Resize", binder.combo("data.resize", key_choices("data.resize")))
         lf.addRow("Batch size", binder.spin("data.batch_size"))
         lf.addRow("Workers", binder.spin("data.num_workers", special="auto"))
         lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
@@ -347,7 +349,8 @@ class DatasetPage(QWidget):
         sugg.addWidget(self.apply_suggestion)
         self.suggestion.hide()
         self.suggestions: list = []
-        binder.widgets["data.image_size"].valueChanged.connect(lambda _: self._show_suggestions())
+        for key in ("data.image_size", "data.image_width"):
+            binder.widgets[key].valueChanged.connect(lambda _: self._show_suggestions())
         binder.widgets["data.augment.hflip"].currentIndexChanged.connect(lambda _: self._show_suggestions())
 
     def _labels_changed(self, text: str) -> None:

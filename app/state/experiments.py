@@ -23,7 +23,8 @@ NOT_HYPERPARAMETERS = {"data.train_dir", "data.val_dir", "data.test_dir", "data.
                        "device.master_addr", "device.master_port", "device.node_rank", "device.init_file"}
 SHORT = {"optimizer.lr": "lr", "data.batch_size": "batch", "model.name": "model", "model.weights": "weights",
          "train.epochs": "epochs", "optimizer.name": "optimizer", "optimizer.weight_decay": "wd",
-         "scheduler.name": "schedule", "data.image_size": "size", "train.seed": "seed", "train.amp": "precision"}
+         "scheduler.name": "schedule", "data.image_size": "size", "data.image_width": "width",
+         "train.seed": "seed", "train.amp": "precision"}
 # the runs' metrics, column name: what it is
 METRICS = {"test acc": "test-set accuracy (of best.pt, where a test set was evaluated)",
            "best val acc": "best validation accuracy", "last val acc": "final validation accuracy"}

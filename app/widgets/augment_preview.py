@@ -21,7 +21,8 @@ from trainer.runs.launch import augment_preview_args
 
 # what the preview depends on: another value of any of these draws it again
 PREVIEW_KEYS = ("data.train_dir", "data.labels", "data.exclude", "data.val_dir", "data.val_labels", "data.val_split",
-                "data.test_split", "data.test_dir", "data.image_size", "data.augment", "train.seed")
+                "data.test_split", "data.test_dir", "data.image_size", "data.image_width", "data.resize", "data.augment",
+                "train.seed")
 TILE = 52  # px, each image on the page (five in a row fit the page at 1024 px)
 
 
@@ -133,7 +134,7 @@ class AugmentPreview(QGroupBox):
         parts += [f"{name} {augment[key]:g}" for key, name in (("random_erasing", "erasing"), ("mixup", "MixUp"),
                                                               ("cutmix", "CutMix")) if augment.get(key)]
         draws = len(result["images"][0]["draws"]) if result["images"] else 0
-        self.caption.setText(f"Each row: a training image at {result['image_size']} px as decoded, then {draws} random "
+        self.caption.setText(f"Each row: a training image at {result['frame']} as decoded, then {draws} random "
                              f"draws of the run's augmentation ({', '.join(parts)}).")
         self.caption.setToolTip("\n".join(f"{c['key']}: auto, {c['value']}: {c['why']}" for c in result["decided"]))
         for row, image in enumerate(result["images"]):

@@ -189,3 +189,23 @@ def test_the_window_opens_inside_the_screen_s_available_area(qtbot, make_window,
     assert area.width() < 1280 or area.height() < 800, area
     assert area.contains(window.geometry()), (area, window.geometry())
     assert on_screen(window, window.statusBar())
+
+
+def test_a_folder_of_wide_images_is_offered_their_shape_and_the_preview_draws_it(qtbot, make_window, tmp_path):
+    """Images twice as wide as high: the page suggests a frame of their shape (a square crop would cut half of each
+    off), Apply sets it, and the preview shows the training images at that shape, as the trainer decodes them."""
+    from helpers import wide_images
+    from PIL import Image
+
+    folder = wide_images(tmp_path / "wide", per_class=6)
+    window = make_window(write_config(tmp_path, folder, data={"image_size": 32}))
+    page, width = window.dataset_page, window.binder.widgets["data.image_width"]
+    assert width.value() == 0 and width.text() == "square"
+    qtbot.waitUntil(lambda: page.scan_result is not None and page.suggestion.isVisible(), timeout=30_000)
+    assert "data.image_width 64" in page.suggestion_text.text() and "cut off 50%" in page.suggestion_text.text()
+    page.apply_suggestion.click()
+    assert window.form.config().data.image_width == 64 and not page.suggestion.isVisible()
+    preview = page.preview
+    qtbot.waitUntil(lambda: preview.result is not None and preview.result["frame"] == "64 x 32 px", timeout=60_000)
+    assert "at 64 x 32 px as decoded" in preview.caption.text()
+    assert Image.open(preview.result["images"][0]["original"]).size == (64, 32)

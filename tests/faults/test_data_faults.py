@@ -10,6 +10,7 @@ from helpers import run_here, train_here, write_config
 from PIL import Image
 
 from trainer.core.events import read_events
+from trainer.data.frame import Frame
 from trainer.data.loader import decode_image
 from trainer.data.scan import scan_image_folder
 
@@ -72,11 +73,11 @@ def test_scan_names_every_unusable_file_and_converts_the_rest(messy_dir):
     assert result.ignored == 2  # README.txt and .DS_Store
     assert any("empty_class: empty class folder" in w for w in result.warnings)
     for name in ("gray.png", "rgba.png", "palette.png", "cmyk.jpg", "sixteen.png", "link.png"):
-        image = decode_image(str(messy_dir / "cat" / name), 16)
+        image = decode_image(str(messy_dir / "cat" / name), Frame(16, 16))
         assert image.shape == (3, 16, 16) and image.dtype.__str__() == "torch.uint8"
-    gray = decode_image(str(messy_dir / "cat" / "gray.png"), 16)
+    gray = decode_image(str(messy_dir / "cat" / "gray.png"), Frame(16, 16))
     assert (gray[0] == gray[1]).all() and (gray[1] == gray[2]).all()
-    sixteen = decode_image(str(messy_dir / "cat" / "sixteen.png"), 16)
+    sixteen = decode_image(str(messy_dir / "cat" / "sixteen.png"), Frame(16, 16))
     assert 0 < sixteen.float().mean() < 255, "16-bit images are scaled, not clipped to white"
 
 
@@ -129,7 +130,7 @@ def test_a_file_broken_after_the_scan_never_crashes_the_epoch(shapes_dir, tmp_pa
     data = tmp_path / "data"
     shutil.copytree(shapes_dir, data)
     files = sorted(data.glob("circle/*.png"))
-    dataset = ImageDataset([(str(p), 0) for p in files[:4]], 16)
+    dataset = ImageDataset([(str(p), 0) for p in files[:4]], Frame(16, 16))
     files[1].write_bytes(b"garbage now")
     batch = collate_skipping_bad([dataset[i] for i in range(4)])
     assert batch[0].shape == (3, 3, 16, 16)

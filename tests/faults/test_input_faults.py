@@ -265,6 +265,7 @@ def test_symlink_loops_and_second_paths_count_each_image_once(tmp_path):
 
 
 def test_an_exif_rotated_photo_is_learned_upright(tmp_path):
+    from trainer.data.frame import Frame
     from trainer.data.loader import decode_image
 
     upright = Image.new("RGB", (40, 20), (255, 0, 0))
@@ -273,7 +274,7 @@ def test_an_exif_rotated_photo_is_learned_upright(tmp_path):
     exif = Image.Exif()
     exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
     stored.save(tmp_path / "phone.jpg", exif=exif, quality=95)
-    pixels = decode_image(str(tmp_path / "phone.jpg"), 20).float()
+    pixels = decode_image(str(tmp_path / "phone.jpg"), Frame(20, 20)).float()
     left, right = pixels[:, :, :10].mean((1, 2)), pixels[:, :, 10:].mean((1, 2))
     assert left[2] > 200 and right[0] > 200, (left, right)
 

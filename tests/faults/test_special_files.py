@@ -35,11 +35,12 @@ def test_calibration_on_a_folder_with_a_fifo_and_a_loop_uses_its_images(hostile_
 
 def test_decoding_a_fifo_is_refused_at_once_not_waited_on(hostile_folder):
     torch = pytest.importorskip("torch")  # noqa: F841 - the decoder is the trainer's
+    from trainer.data.frame import Frame
     from trainer.data.loader import decode_image
 
     folder, _ = hostile_folder
     with pytest.raises(ValueError, match="not a regular file"):
-        decode_image(str(folder / "cat" / "img.png"), 16)
+        decode_image(str(folder / "cat" / "img.png"), Frame(16, 16))
 
 
 def test_an_existing_folder_or_file_that_is_not_the_same_export_is_never_replaced(tmp_path):

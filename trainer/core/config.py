@@ -95,7 +95,12 @@ class DataConfig:
                             "seeded; never trained or validated on; evaluated once at the end with best.pt, "
                             "eval/test/); the files stay where they are (0 = none)", ge=0, lt=1)
     val_split: float = opt(0.2, "fraction of train held out for validation (stratified, seeded)", gt=0, lt=1)
-    image_size: int = opt(32, "side of the square images fed to the model, in pixels", ge=8, le=1024)
+    image_size: int = opt(32, "side of the square images fed to the model, in pixels (their height when "
+                          "data.image_width is set)", ge=8, le=1024)
+    image_width: int = opt(0, "width of the images fed to the model when it differs from their height, in pixels "
+                           "(0 = square: data.image_size)", ge=0, le=1024)
+    resize: str = opt("crop", "how an image of another shape becomes image_size: crop (short side to fit, centre crop) "
+                      "or pad (whole image, long side to fit, centred on black)", choices=("crop", "pad"))
     batch_size: int = opt(64, "images per step per process", ge=1, le=65536)
     num_workers: int = opt(-1, "data-loading worker processes (-1 = from the core count)", ge=-1, le=64)
     augment: AugmentConfig = opt(factory=AugmentConfig, doc="training-time augmentation")
@@ -587,6 +592,8 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if mixing and cfg.loss.name not in MIXED_LABEL_LOSSES:
         problems.append(f"data.augment.{mixing[0]}: mixed labels need loss.name {', '.join(MIXED_LABEL_LOSSES)}, "
                         f"not {cfg.loss.name}")
+    if 0 < d.image_width < 8:
+        problems.append(f"data.image_width: must be 0 (square) or >= 8, got {d.image_width}")
     if d.test_split and d.test_dir:
         problems.append("data.test_split: set it or data.test_dir, not both (the test set is one or the other)")
     if d.test_split + (0 if d.val_dir else d.val_split) >= 0.9:

@@ -30,6 +30,7 @@ import torch
 
 from trainer.core.system import locked as _locked
 from trainer.core.system import pid_alive
+from trainer.data.frame import Frame
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def default_cache_dir() -> Path:
 class ImageStore:
     """Decoded images of one folder listing: in memory (a tensor) or on disk (a read-only memory map)."""
 
-    images: torch.Tensor | np.ndarray  # (N, 3, S, S) uint8
+    images: torch.Tensor | np.ndarray  # (N, 3, H, W) uint8
     rows: dict[str, int]  # path -> row, usable files only
     bad: list[tuple[str, str]]  # (path, reason) of files that failed to decode
     where: str  # "memory" or "disk"
@@ -62,15 +63,23 @@ class ImageStore:
         return torch.from_numpy(self.images[rows.numpy()])  # fancy indexing copies out of the map
 
 
-def cache_key(paths: list[str], size: int) -> str:
-    h = hashlib.sha256(f"traindeck-decoded v{DECODER_VERSION} size={size}\n".encode())
+def _size_id(frame: Frame) -> int | str:
+    """The frame as entries name it: the side alone for a centre-cropped square (what every entry before
+    non-square frames holds, so those stay valid), else height x width and the fit."""
+    if frame.height == frame.width and frame.fit == "crop":
+        return frame.height
+    return f"{frame.height}x{frame.width}-{frame.fit}"
+
+
+def cache_key(paths: list[str], frame: Frame) -> str:
+    h = hashlib.sha256(f"traindeck-decoded v{DECODER_VERSION} size={_size_id(frame)}\n".encode())
     for path in paths:
         st = os.stat(path)
         h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:32]
 
 
-def open_store(paths: list[str], size: int, where: str, cache_dir: Path | None, decode: Callable,
+def open_store(paths: list[str], frame: Frame, where: str, cache_dir: Path | None, decode: Callable,
                workers: int, progress: Progress | None = None) -> ImageStore:
     """The decoded images of `paths`: from the cache entry when one matches, else decoded now (and kept).
 
@@ -80,17 +89,17 @@ def open_store(paths: list[str], size: int, where: str, cache_dir: Path | None, 
     entry = None
     if cache_dir is not None:
         try:
-            entry = _ensure_entry(paths, size, Path(cache_dir), decode, workers, progress)
+            entry = _ensure_entry(paths, frame, Path(cache_dir), decode, workers, progress)
         except OSError as e:
             if where == "disk":
                 raise OSError(f"decoded-image cache {cache_dir} unusable: {e}") from e
             log.warning("decoded-image cache %s unusable (%s): decoding into memory for this run only", cache_dir, e)
     if entry is None:
-        images = np.empty((len(paths), 3, size, size), dtype=np.uint8)
-        reasons = _decode_into(images, paths, size, decode, workers, progress)
+        images = np.empty((len(paths), 3, *frame.shape), dtype=np.uint8)
+        reasons = _decode_into(images, paths, frame, decode, workers, progress)
         return _store(torch.from_numpy(images), paths, reasons, "memory")
     meta = json.loads((entry / "meta.json").read_text())
-    mapped = np.memmap(entry / "images.u8", dtype=np.uint8, mode="r", shape=(len(paths), 3, size, size))
+    mapped = np.memmap(entry / "images.u8", dtype=np.uint8, mode="r", shape=(len(paths), 3, *frame.shape))
     os.utime(entry / "meta.json")  # last used: entries unused for MAX_AGE_DAYS are removed
     images = torch.from_numpy(np.array(mapped)) if where == "memory" else mapped
     return _store(images, paths, meta["reasons"], where)
@@ -102,33 +111,33 @@ def _store(images, paths: list[str], reasons: list[str | None], where: str) -> I
     return ImageStore(images, rows, bad, where)
 
 
-def _ensure_entry(paths: list[str], size: int, cache_dir: Path, decode: Callable, workers: int,
+def _ensure_entry(paths: list[str], frame: Frame, cache_dir: Path, decode: Callable, workers: int,
                   progress: Progress | None) -> Path:
     cache_dir.mkdir(parents=True, exist_ok=True)
-    key = cache_key(paths, size)
+    key = cache_key(paths, frame)
     entry = cache_dir / key
     with _locked(cache_dir / f"{key}.lock"):  # another rank or run building the same entry: wait for it
-        if _valid(entry, len(paths), size):
+        if _valid(entry, len(paths), frame):
             log.info("decoded-image cache: reusing %s (%d images)", entry, len(paths))
             return entry
         if entry.exists():
             log.warning("decoded-image cache: %s is damaged; decoding again", entry)
             shutil.rmtree(entry, ignore_errors=True)
-        need = len(paths) * 3 * size * size
+        need = len(paths) * 3 * frame.pixels
         free = shutil.disk_usage(cache_dir).free
         if need > 0.9 * free:
             raise OSError(f"needs {need / 2**20:.0f} MiB, {free / 2**20:.0f} MiB free")
         _remove_old_entries(cache_dir)
-        log.info("decoded-image cache: decoding %d images at %d px into %s", len(paths), size, entry)
+        log.info("decoded-image cache: decoding %d images at %s into %s", len(paths), frame, entry)
         tmp = cache_dir / f"{key}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=(max(1, len(paths)), 3, size, size))
-            reasons = _decode_into(images, paths, size, decode, workers, progress)
+            images = np.memmap(tmp / "images.u8", dtype=np.uint8, mode="w+", shape=(max(1, len(paths)), 3, *frame.shape))
+            reasons = _decode_into(images, paths, frame, decode, workers, progress)
             images.flush()
             del images
-            meta = {"version": DECODER_VERSION, "size": size, "count": len(paths), "paths": paths, "reasons": reasons,
+            meta = {"version": DECODER_VERSION, "size": _size_id(frame), "count": len(paths), "paths": paths, "reasons": reasons,
                     "created": time.time()}
             (tmp / "meta.json").write_text(json.dumps(meta))
             os.replace(tmp, entry)
@@ -137,21 +146,21 @@ def _ensure_entry(paths: list[str], size: int, cache_dir: Path, decode: Callable
     return entry
 
 
-def _valid(entry: Path, count: int, size: int) -> bool:
+def _valid(entry: Path, count: int, frame: Frame) -> bool:
     try:
         meta = json.loads((entry / "meta.json").read_text())
-        return (meta.get("count") == count and meta.get("size") == size and len(meta.get("reasons", [])) == count
-                and (entry / "images.u8").stat().st_size == max(1, count) * 3 * size * size)
+        return (meta.get("count") == count and meta.get("size") == _size_id(frame) and len(meta.get("reasons", [])) == count
+                and (entry / "images.u8").stat().st_size == max(1, count) * 3 * frame.pixels)
     except (OSError, ValueError):
         return False
 
 
-def _decode_into(images: np.ndarray, paths: list[str], size: int, decode: Callable, workers: int,
+def _decode_into(images: np.ndarray, paths: list[str], frame: Frame, decode: Callable, workers: int,
                  progress: Progress | None) -> list[str | None]:
     """Decode every file into its row of `images`; the reason each failed file failed (None when decoded)."""
     def load(i: int) -> str | None:
         try:
-            images[i] = decode(paths[i], size).numpy()
+            images[i] = decode(paths[i], frame).numpy()
             return None
         except Exception as e:  # noqa: BLE001 - any bad file is reported, never fatal here
             return f"cannot decode: {e}"

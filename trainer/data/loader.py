@@ -27,6 +27,7 @@ from PIL import Image, ImageOps
 from trainer.core.config import AugmentConfig, DataConfig
 from trainer.core.files import is_regular_file
 from trainer.data.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
+from trainer.data.frame import Frame
 from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_image_folder
 
 log = logging.getLogger(__name__)
@@ -38,16 +39,16 @@ TEST_SPLIT_SEED = 7_919  # data.test_split draws with train.seed + this: another
 MEMORY_CACHE_FRACTION = 0.25  # `cache: auto` uses memory when the cache fits in this share of free RAM
 
 
-def decode_image(path: str, size: int) -> torch.Tensor:
-    """An image file as a (3, size, size) uint8 tensor: EXIF orientation applied, any mode converted to RGB,
-    short side resized, centre crop."""
+def decode_image(path: str, frame: Frame) -> torch.Tensor:
+    """An image file as a (3, height, width) uint8 tensor: EXIF orientation applied, any mode converted to RGB, fitted
+    to `frame` (crop: short side resized, centre crop; pad: long side resized, centred on black)."""
     if not is_regular_file(path):  # opening a FIFO or a device would wait for ever
         raise ValueError("not a regular file (a FIFO, a device or a folder)")
     with warnings.catch_warnings():  # the scan's limit for every decode: Pillow only warns below twice its pixels
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         img = Image.open(path)
     with img:
-        img.draft("RGB", (size * 2, size * 2))  # JPEG: decode at reduced scale when much larger
+        img.draft("RGB", (frame.width * 2, frame.height * 2))  # JPEG: decode at reduced scale when much larger
         if img.getexif().get(ORIENTATION_TAG, 1) != 1:  # phone photos: upright as the camera meant, not as stored
             img = ImageOps.exif_transpose(img)
         if img.mode in ("I", "I;16", "I;16B", "I;16L", "F"):
@@ -58,16 +59,17 @@ def decode_image(path: str, size: int) -> torch.Tensor:
             img = img.convert("RGBA")
             background = Image.new("RGBA", img.size, (255, 255, 255, 255))
             img = Image.alpha_composite(background, img)
-        img = ImageOps.fit(img.convert("RGB"), (size, size), Image.Resampling.BILINEAR)
+        fit = ImageOps.pad if frame.fit == "pad" else ImageOps.fit
+        img = fit(img.convert("RGB"), (frame.width, frame.height), Image.Resampling.BILINEAR)
         return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).contiguous()
 
 
 class ImageDataset(torch.utils.data.Dataset):
     """Decodes on access; a file that fails to decode yields None (dropped by `collate_skipping_bad`)."""
 
-    def __init__(self, samples: list[tuple[str, int]], size: int):
+    def __init__(self, samples: list[tuple[str, int]], frame: Frame):
         self.samples = samples
-        self.size = size
+        self.frame = frame
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -75,7 +77,7 @@ class ImageDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int):
         path, label = self.samples[index]
         try:
-            return decode_image(path, self.size), label
+            return decode_image(path, self.frame), label
         except Exception as e:  # noqa: BLE001 - any bad file must not crash the epoch
             log.warning("skipping %s: cannot decode: %s", path, e)
             return None
@@ -158,7 +160,7 @@ def resolve_cache(cfg: DataConfig, n_images: int) -> str:
     """memory | disk | none: `data.cache`, or for auto, memory when the decoded images fit in a share of free RAM."""
     if cfg.cache != "auto":
         return cfg.cache
-    need = n_images * 3 * cfg.image_size ** 2
+    need = n_images * 3 * Frame.of(cfg).pixels
     return "memory" if need < MEMORY_CACHE_FRACTION * psutil.virtual_memory().available else "disk"
 
 
@@ -188,7 +190,7 @@ def load_data(cfg: DataConfig, seed: int, workers: int, progress: Progress | Non
     if cache != "none":
         try:
             for name, scan in folders.items():
-                stores[name] = open_store([p for p, _ in scan.samples], cfg.image_size, cache, cache_dir(cfg),
+                stores[name] = open_store([p for p, _ in scan.samples], Frame.of(cfg), cache, cache_dir(cfg),
                                           decode_image, os.cpu_count() or 1, report)
         except OSError as e:  # disk cache impossible here: decode every epoch instead
             log.warning("%s: decoding every epoch instead (data.cache: none)", e)
@@ -339,7 +341,7 @@ class EpochBatches(torch.utils.data.Sampler):
         return len(self.batches)
 
 
-def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: int,
+def iterate_batches(split: Split, batches: list[list[int]], workers: int, frame: Frame,
                     device: torch.device) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(uint8 images, labels) per batch, from the cache or decoded by DataLoader workers; on a GPU already on the
     device, copied ahead of use (`prefetch_to_device`).
@@ -352,7 +354,7 @@ def iterate_batches(split: Split, batches: list[list[int]], workers: int, size: 
     else:
         if split.loader is None:
             split.loader = torch.utils.data.DataLoader(
-                ImageDataset(split.samples, size), batch_sampler=EpochBatches(), num_workers=workers,
+                ImageDataset(split.samples, frame), batch_sampler=EpochBatches(), num_workers=workers,
                 collate_fn=collate_skipping_bad, pin_memory=cuda, persistent_workers=workers > 0,
                 prefetch_factor=4 if workers else None)
         split.loader.batch_sampler.batches = batches

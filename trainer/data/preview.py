@@ -25,6 +25,7 @@ def augment_preview(cfg: RunConfig, out: Path, images: int = 4, draws: int = 4, 
     decided, as JSON-ready data."""
     import torch
 
+    from trainer.data.frame import Frame
     from trainer.data.loader import BatchAugment, decode_image, training_samples
     from trainer.data.suggest import resolve_augment
 
@@ -32,10 +33,10 @@ def augment_preview(cfg: RunConfig, out: Path, images: int = 4, draws: int = 4, 
     classes, train = training_samples(data, cfg.train.seed)
     decided = resolve_augment(data.augment, SimpleNamespace(classes=classes, samples=train,
                                                             labels_file=bool(data.labels)))
-    decoded, kept = [], []
+    decoded, kept, frame = [], [], Frame.of(data)
     for path, label in pick(train, images, seed):
         try:
-            decoded.append(decode_image(path, data.image_size))
+            decoded.append(decode_image(path, frame))
         except Exception:  # noqa: BLE001 - unusable, whatever the reason: a run leaves it out too
             continue
         kept.append({"path": path, "label": label_text(label, classes)})
@@ -55,7 +56,7 @@ def augment_preview(cfg: RunConfig, out: Path, images: int = 4, draws: int = 4, 
         augmented = mixed.round().clamp(0, 255).to(torch.uint8)
         for i, row in enumerate(kept):
             row["draws"].append(save_png(augmented[i], out / f"{i}-draw{d + 1}.png"))
-    return {"image_size": data.image_size, "seed": seed, "images": kept, "decided": decided,
+    return {"frame": str(frame), "seed": seed, "images": kept, "decided": decided,
             "augment": {key: getattr(data.augment, key) for key in AUGMENT_KEYS}}
 
 

@@ -18,6 +18,8 @@ from trainer.data.scan import ScanResult
 
 SIZE_STEP = 32  # suggested sizes are multiples of this (what the torchvision nets downsample by)
 MIN_SIZE, MAX_SIZE = 32, 224  # 224: what ImageNet-pretrained weights were trained at; larger costs more than it gains
+ASPECT_KEPT = 1.4  # images this much wider than high (or higher than wide) keep their shape: a square crop would cut
+# off more than a quarter of each
 
 
 @dataclass(frozen=True)
@@ -31,10 +33,19 @@ def suggest(scan: ScanResult, current: dict, flips: tuple[bool, str] | None = No
     """What to change in `current` (a config as a dict) for this folder; only the keys whose value would change.
     `flips`: `flip_rule(scan)` where it was measured (it decodes a sample: off the GUI thread), else the names decide."""
     out = []
-    size = suggested_image_size(scan)
+    shape = suggested_shape(scan)
     data = current.get("data", {})
-    if size is not None and size != data.get("image_size"):
-        out.append(Suggestion("data.image_size", size, f"the images' median short side is {median_short_side(scan):.0f} px"))
+    if shape is not None:
+        (height, width), ratio = shape, median_aspect(scan)
+        if height != data.get("image_size"):
+            tall = ", their width; the height in proportion" if width and ratio < 1 else ""
+            out.append(Suggestion("data.image_size", height, f"the images' median short side is "
+                                  f"{median_short_side(scan):.0f} px{tall}"))
+        if width != (data.get("image_width") or 0):
+            why = (f"the images are {max(ratio, 1 / ratio):.1f} times as {'wide' if ratio > 1 else 'tall'} as they are "
+                   f"{'high' if ratio > 1 else 'wide'}: a square crop would cut off {1 - min(ratio, 1 / ratio):.0%} "
+                   "of each" if width else "the images are about square")
+            out.append(Suggestion("data.image_width", width, why))
     augment = data.get("augment", {})
     if augment.get("hflip") is True:  # auto: the trainer applies the same rule itself
         safe, why = flips or (not looks_like_characters(scan.classes), "the classes look like characters (digits or "
@@ -49,6 +60,24 @@ def suggested_image_size(scan: ScanResult) -> int | None:
     if not scan.image_sizes:
         return None
     return int(max(MIN_SIZE, min(MAX_SIZE, median_short_side(scan) // SIZE_STEP * SIZE_STEP)))
+
+
+def suggested_shape(scan: ScanResult) -> tuple[int, int] | None:
+    """(data.image_size, data.image_width): the short side at `suggested_image_size`, and where the images' median
+    aspect ratio is past ASPECT_KEPT, the long side in proportion (in SIZE_STEP multiples); width 0 = square."""
+    size = suggested_image_size(scan)
+    if size is None:
+        return None
+    ratio = median_aspect(scan)
+    if 1 / ASPECT_KEPT < ratio < ASPECT_KEPT:
+        return size, 0
+    long = max(SIZE_STEP, round(size * max(ratio, 1 / ratio) / SIZE_STEP) * SIZE_STEP)
+    return (size, long) if ratio > 1 else (long, size)
+
+
+def median_aspect(scan: ScanResult) -> float:
+    """The images' median width / height."""
+    return statistics.median(w / h for w, h in scan.image_sizes) if scan.image_sizes else 1.0
 
 
 def median_short_side(scan: ScanResult) -> float:

@@ -36,6 +36,7 @@ from trainer.core.errors import InputError, first_line
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir
 from trainer.core.system import pid_alive
+from trainer.data.frame import Frame
 from trainer.deploy import formats
 from trainer.deploy.evaluation import top_classes
 from trainer.deploy.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
@@ -99,7 +100,7 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
     if pre.get("tta") and in_graph:
         net = FlipAveraged(net).eval()
     # the network as exported, preprocessed as the export will be: the reference of every measurement
-    reference = LoadedModel(net, list(state["classes"]), Preprocess(pre["image_size"], tuple(pre["mean"]),
+    reference = LoadedModel(net, list(state["classes"]), Preprocess(Frame.from_record(pre), tuple(pre["mean"]),
                             tuple(pre["std"]), tta=bool(pre.get("tta")) and not in_graph), loaded.source, state,
                             thresholds=loaded.thresholds)
     work = Path(tempfile.mkdtemp(prefix=f"{work_prefix(out)}{os.getpid()}-", dir=out.parent))
@@ -107,7 +108,7 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
         target = work / out.name
         conversion = formats.part(fmt, "write")(net, target, formats.WriteContext(reference, run, options, work))
         sidecar = {"format": fmt, "model_name": state["model_name"], "classes": state["classes"],
-                   "image_size": pre["image_size"], "mean": pre["mean"], "std": pre["std"], "resize": pre["resize"],
+                   **Frame.from_record(pre).to_record(), "mean": pre["mean"], "std": pre["std"],
                    "source_run": str(run.path), "checkpoint": str(loaded.source), "epoch": state["epoch"],
                    "best_acc": state.get("best_acc")}
         if loaded.multilabel:  # every label's probability is its logit's sigmoid; a label is on at its threshold
@@ -182,7 +183,7 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
     from trainer.deploy.model_card import CARD_VERSION, load_snippets
 
     state, classes = reference.state, reference.classes
-    size = sidecar["image_size"]
+    frame = Frame.from_record(sidecar)
     card = {**sidecar, "card_version": CARD_VERSION, "traindeck": __version__,
             "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "description": EXPORT_DESCRIPTIONS[fmt], "file": {"name": name, "bytes": _bytes(target)}}
@@ -203,14 +204,14 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
                 card["metrics"] = measure.accuracy(exported, reference, images)
             except ValueError as e:
                 not_measured["accuracy"] = str(e)
-        sample = measure.sample_images(images, size, reference.preprocess.decode)
+        sample = measure.sample_images(images, frame, reference.preprocess.decode)
         one = EXPORT_REGISTRY[fmt].one_image
         card["speed"] = {**measure.speed(exported, sample, one_at_a_time=one), "runtime": formats.runtime(fmt),
                          "machine": measure.machine(),
                          "checkpoint": measure.speed(reference, sample, one_at_a_time=one)}
     else:  # a file this machine cannot run: its format's own check of what was written
         try:
-            card["checked"], why = formats.part(fmt, "check")(target, size, len(classes))
+            card["checked"], why = formats.part(fmt, "check")(target, frame.shape, len(classes))
         except Exception as e:  # noqa: BLE001 - whatever the converter says about a file it cannot read
             raise ExportError(f"{name}: the {fmt} file written does not load back ({first_line(e)})") from e
         not_measured["accuracy and speed"] = why
@@ -218,7 +219,7 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
     if not_measured:
         card["not_measured"] = not_measured
     card["training"] = training_facts(run, state)
-    card["load"] = load_snippets(fmt, name, state["model_name"], len(classes), size)
+    card["load"] = load_snippets(fmt, name, state["model_name"], len(classes), frame.shape)
     return card
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import torch
 
+from trainer.data.frame import Frame
 from trainer.deploy.evaluation import top_classes
 from trainer.deploy.export_data import MeasureSet
 from trainer.deploy.inference import BATCH, LoadedModel
@@ -100,11 +101,11 @@ def readable_images(paths: list[str], decode: Callable[[str], torch.Tensor], lim
     return found
 
 
-def sample_images(images: MeasureSet | None, image_size: int, decode: Callable[[str], torch.Tensor]) -> torch.Tensor:
+def sample_images(images: MeasureSet | None, frame: Frame, decode: Callable[[str], torch.Tensor]) -> torch.Tensor:
     """LARGE_BATCH uint8 images to time with: the split's first readable ones, else seeded noise."""
     found = readable_images([path for path, _ in images.samples] if images else [], decode, LARGE_BATCH)
     while len(found) < LARGE_BATCH:  # too few images: noise takes as long to classify
-        found.append(torch.randint(0, 256, (3, image_size, image_size), dtype=torch.uint8,
+        found.append(torch.randint(0, 256, (3, *frame.shape), dtype=torch.uint8,
                                    generator=torch.Generator().manual_seed(len(found))))
     return torch.stack(found)
 

@@ -57,8 +57,7 @@ def grad_cam(net: torch.nn.Module, x: torch.Tensor, target: int | None = None) -
 
 def overlay(image: torch.Tensor, cam: torch.Tensor, alpha: float = OVERLAY_ALPHA) -> np.ndarray:
     """The (3, S, S) uint8 image with the cam upsampled over it in colour, as an (S, S, 3) uint8 array."""
-    size = image.shape[-1]
-    heat = F.interpolate(cam[None, None], size=(size, size), mode="bilinear", align_corners=False)[0, 0].numpy()
+    heat = F.interpolate(cam[None, None], size=tuple(image.shape[-2:]), mode="bilinear", align_corners=False)[0, 0].numpy()
     pos = np.clip(heat, 0, 1) * (len(RAMP) - 1)
     low = np.floor(pos).astype(int).clip(0, len(RAMP) - 2)
     colours = RAMP[low] + (pos - low)[..., None] * (RAMP[low + 1] - RAMP[low])
@@ -82,7 +81,7 @@ def grad_cam_for_run(run_path: Path, image_path: Path, out: Path, which: str = "
         raise InputError(f"--class: {class_name!r} is not a class of the run ({', '.join(classes)})")
     try:
         pixels = pre.decode(str(image_path))
-        shown = decode_image(str(image_path), OVERLAY_SIZE)  # the same centre crop, at a size people can see
+        shown = decode_image(str(image_path), pre.frame.scaled(OVERLAY_SIZE))  # the same fit, at a size people see
     except Exception as e:  # noqa: BLE001 - any unreadable file: name it
         raise InputError(f"{image_path}: cannot read image ({first_line(e)})") from e
     x = pre.to_input(pixels[None])

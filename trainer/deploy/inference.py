@@ -20,6 +20,7 @@ from trainer.core.catalog import EXPORT_FORMATS
 from trainer.core.config import ModelConfig
 from trainer.core.errors import InputError, first_line
 from trainer.core.rundir import RunDir
+from trainer.data.frame import Frame
 from trainer.data.loader import Normalise, decode_image
 from trainer.deploy import formats
 from trainer.deploy.formats.container import check_format_file
@@ -39,10 +40,10 @@ class ModelFileError(InputError, ValueError):
 
 @dataclass(frozen=True)
 class Preprocess:
-    """How images become the network's input: decode at `image_size` (short side, centre crop), normalise with
-    mean/std, in `memory_format`, under `precision`'s autocast."""
+    """How images become the network's input: decode to `frame` (its size and fit), normalise with mean/std, in
+    `memory_format`, under `precision`'s autocast."""
 
-    image_size: int
+    frame: Frame
     mean: tuple[float, ...]
     std: tuple[float, ...]
     precision: str = "fp32"
@@ -56,15 +57,15 @@ class Preprocess:
         or an export's sidecar (always fp32 and contiguous: an exported graph runs as exported, its flip average
         inside it; exported weights leave that to the caller: `tta: caller`)."""
         tta = record.get("tta") == "caller" if exported else bool(record.get("tta", False))
-        return cls(int(record["image_size"]), tuple(record["mean"]), tuple(record["std"]),
+        return cls(Frame.from_record(record), tuple(record["mean"]), tuple(record["std"]),
                    "fp32" if exported else record.get("precision", "fp32"),
                    "contiguous_format" if exported else record.get("memory_format", "contiguous_format"), tta)
 
     def decode(self, path: str) -> torch.Tensor:
-        return decode_image(path, self.image_size)
+        return decode_image(path, self.frame)
 
     def to_input(self, images: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-        """A uint8 (N, 3, S, S) batch as the network's input (the training batches' `Normalise`)."""
+        """A uint8 (N, 3, H, W) batch as the network's input (the training batches' `Normalise`)."""
         key = str(device)
         if key not in self._normalise:  # once per device: not a host-to-device copy of mean/std every batch
             self._normalise[key] = Normalise(self.mean, self.std, device, MEMORY_FORMATS[self.memory_format])

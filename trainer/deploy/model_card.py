@@ -1,7 +1,7 @@
 """The model card written beside every export: `<file>.json` (what `predict` and other programs read) and `<file>.md`
 (what people read). Torch-free: the app reads the JSON to show an export's numbers.
 
-The JSON keeps the sidecar's keys (format, model_name, classes, image_size, mean, std, resize, source_run,
+The JSON keeps the sidecar's keys (format, model_name, classes, image_size, image_width, fit, mean, std, resize, source_run,
 checkpoint, epoch, best_acc, tta) and adds: `card_version`, `file` (name, bytes), `metrics` (top-1, the checkpoint's
 top-1 and their agreement, with the split and image count), `speed` (latency and throughput, the runtime and the
 machine), `conversion` (int8/fp16: how), `checked` (how the file was loaded back), `not_measured` (what could not
@@ -71,13 +71,13 @@ def _group_lines(groups: list[dict]) -> list[str]:
     return ["- parameter groups: " + "; ".join(described) + "; the other parameters at the optimizer's lr"]
 
 
-def load_snippets(fmt: str, name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
-    """Consumer -> the lines that load the file `name` and classify `x` (float32, (N, 3, size, size), normalised):
+def load_snippets(fmt: str, name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
+    """Consumer -> the lines that load the file `name` and classify `x` (float32, (N, 3, height, width), normalised):
     the format's own (trainer/deploy/formats/)."""
     from trainer.deploy import formats  # its modules import torch only inside their functions
 
     snippets = formats.part(fmt, "snippets")
-    return snippets(name, model_name, classes, size) if snippets else {}
+    return snippets(name, model_name, classes, shape) if snippets else {}
 
 
 def summary(card: dict) -> str:
@@ -133,6 +133,7 @@ def markdown(card: dict) -> str:
     name = card["file"]["name"]
     multilabel = card.get("task") == "multilabel"
     kind = "labels" if multilabel else "classes"
+    height, width = card["image_size"], card.get("image_width") or card["image_size"]
     lines = [f"# {md(name)}: {md(card['model_name'])}, {len(card['classes'])} {kind}", "",
              f"{EXPORT_DESCRIPTIONS.get(card['format'], card['format'])}.", "",
              f"Exported by TrainDeck {card['traindeck']} on {card['created']} from the run {md_code(card['source_run'])} "
@@ -168,10 +169,10 @@ def markdown(card: dict) -> str:
     if card.get("conversion"):
         lines += ["## Conversion", ""] + [f"- {k.replace('_', ' ')}: {v}" for k, v in card["conversion"].items()] + [""]
     lines += ["## Input", "",
-              f"- RGB image, {card['resize']} ({card['image_size']} x {card['image_size']} pixels)",
+              f"- RGB image, {card['resize']} ({width} pixels wide, {height} high)",
               "- scaled to 0..1, then normalised per channel: (x - mean) / std with "
               f"mean {card['mean']} and std {card['std']}",
-              f"- tensor layout N x 3 x {card['image_size']} x {card['image_size']}, float32, named `images`; "
+              f"- tensor layout N x 3 x {height} x {width} (height, width), float32, named `images`; "
               f"output `logits`, N x {len(card['classes'])} "
               f"({'sigmoid per label' if multilabel else 'softmax'} for probabilities)"]
     if card.get("tta"):

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from trainer.core.errors import InputError
+from trainer.data.frame import Frame
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,7 @@ class TrainState:
             "early_stop": {"best": self.early_stop_best, "wait": self.early_stop_wait, "stopped": self.early_stopped},
             "rng": rng_state(), "aug_rng": aug_generator.get_state(), **({"budget": self.budget} if self.budget else {}),
             "config": config, "classes": classes, "model_name": config["model"]["name"],
-            "preprocess": {"image_size": data["image_size"], "mean": mean, "std": std,
-                           "resize": "short side to image_size, centre crop",
+            "preprocess": {**Frame.of(data).to_record(), "mean": mean, "std": std,
                            # what inference runs as (trainer.deploy.inference), so it predicts as validation did
                            "precision": precision.amp, "memory_format": str(memory_format).removeprefix("torch."),
                            "tta": bool(config.get("eval", {}).get("tta", False))},

@@ -183,7 +183,7 @@ def head_name(model: nn.Module) -> str | None:
     return last
 
 
-def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int,
+def build_model(cfg: ModelConfig, num_classes: int, shape: tuple[int, int], seed: int,
                 progress=None) -> tuple[nn.Module, dict | None]:
     """Create, initialise, load weights and check that the output has one logit per class.
 
@@ -200,18 +200,19 @@ def build_model(cfg: ModelConfig, num_classes: int, image_size: int, seed: int,
 
         apply_init(model, cfg.init)
         info = load_weights(model, cfg, head_name(model), progress)
-    check_output_size(model, cfg.name, num_classes, image_size)
+    check_output_size(model, cfg.name, num_classes, shape)
     return model, info
 
 
-def check_output_size(model: nn.Module, name: str, num_classes: int, image_size: int) -> None:
+def check_output_size(model: nn.Module, name: str, num_classes: int, shape: tuple[int, int]) -> None:
+    """The model takes a batch of `shape` (height, width) images and gives one logit per class; ModelError if not."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(torch.zeros(2, 3, image_size, image_size))
+            out = model(torch.zeros(2, 3, *shape))
     except Exception as e:
-        raise ModelError(f"model.name: {name} fails on a batch of {image_size}x{image_size} images "
+        raise ModelError(f"model.name: {name} fails on a batch of {shape[1]}x{shape[0]} images "
                          f"(data.image_size may be too small for it): {type(e).__name__}: {e}") from e
     finally:
         model.train(was_training)

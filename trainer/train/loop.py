@@ -20,6 +20,7 @@ from trainer.core.config import EarlyStopConfig, RunConfig
 from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.core.schedule import progressive_size
 from trainer.data import loader as data_mod
+from trainer.data.frame import Frame
 from trainer.deploy.evaluation import Predictions, top_classes, write_evaluation
 from trainer.deploy.inference import LoadedModel, Preprocess
 from trainer.deploy.multilabel import average_precision, mean_average_precision, write_multilabel_evaluation
@@ -64,8 +65,9 @@ class Loop:
         self.trained_before_s = 0.0  # train.budget: what the run's earlier segments trained (resumed from a checkpoint)
         self.fit_started = time.time()
         # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
+        self.frame = Frame.of(cfg.data)  # every batch's height, width and fit (training at another height scales it)
         self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
-            cfg.data.image_size, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
+            self.frame, tuple(parts.mean), tuple(parts.std), parts.precision.amp,
             str(parts.memory_format).removeprefix("torch."), cfg.eval.tta))
         reporter.epochs = cfg.train.epochs
         one_cpu_process = strategy.device.type == "cpu" and strategy.world_size == 1
@@ -190,7 +192,8 @@ class Loop:
             self.run.write_status(epochs=epochs)
 
     def image_size(self, epoch: int) -> int:
-        """The training image size of `epoch` (train.progressive_resize; validation is always at data.image_size)."""
+        """The training image height of `epoch` (train.progressive_resize, the width in proportion; validation is
+        always at data.image_size)."""
         return progressive_size(self.cfg.data.image_size, self.cfg.train.progressive_resize, epoch,
                                 self.cfg.train.epochs)
 
@@ -223,13 +226,14 @@ class Loop:
         window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
         images_done, last_log = 0, (time.time(), 0)
         for images, labels in data_mod.iterate_batches(parts.data.train, batches[st.batch_in_epoch:], parts.workers,
-                                                       cfg.data.image_size, s.device):
+                                                       self.frame, s.device):
             index = st.batch_in_epoch
             last_micro = (index + 1) % cfg.train.grad_accum_steps == 0 or index + 1 == len(batches)
             log_now = last_micro and (st.step + 1) % cfg.monitor.log_every == 0
             x = parts.augment(images, parts.aug_generator)
             if size != cfg.data.image_size:
-                x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", antialias=True)
+                x = torch.nn.functional.interpolate(x, size=self.frame.scaled(size).shape, mode="bilinear",
+                                                    antialias=True)
             y = labels.to(s.device, non_blocking=True)
             x, target = parts.augment.mix(x, y, parts.aug_generator, len(parts.classes))  # MixUp, CutMix: when on
             loss, logits, result = self.train_step(x, target, last_micro=last_micro, log_now=log_now)
@@ -390,7 +394,7 @@ class Loop:
         batches = data_mod.epoch_batches(len(parts.data.val), EVAL_BATCH_FACTOR * cfg.data.batch_size, seed=0,
                                          epoch=0, rank=s.rank, world=s.world_size, shuffle=False, pad=False)
         kept = []  # this rank's per-image logits, for eval/val when the epoch is the best (val_rows)
-        for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, cfg.data.image_size,
+        for images, labels in data_mod.iterate_batches(parts.data.val, batches, parts.workers, self.frame,
                                                        s.device):
             y = labels.to(s.device, non_blocking=True)
             logits = self.inference.logits(images, s.device)
@@ -428,7 +432,7 @@ class Loop:
         batches = data_mod.epoch_batches(total, EVAL_BATCH_FACTOR * cfg.data.batch_size, seed=0, epoch=0,
                                          rank=s.rank, world=s.world_size, shuffle=False, pad=False)
         for index, (images, labels) in zip(batches, data_mod.iterate_batches(parts.data.val, batches, parts.workers,
-                                                                             cfg.data.image_size, s.device)):
+                                                                             self.frame, s.device)):
             y = labels.to(s.device, non_blocking=True).float()
             logits = self.inference.logits(images, s.device).float()
             loss_sum += parts.criterion(logits, y) * y.shape[0]

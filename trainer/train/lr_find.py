@@ -20,6 +20,7 @@ from trainer.core.errors import InputError
 from trainer.core.events import NullEventWriter
 from trainer.core.rundir import RunDir
 from trainer.data import loader as data_mod
+from trainer.data.frame import Frame
 from trainer.device.strategy import Strategy
 from trainer.train.engine import StopRequest, seed_everything
 from trainer.train.loop import Loop
@@ -52,7 +53,7 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
     while len(lrs) < steps:
         parts.aug_generator.manual_seed(epoch)
         for images, labels in data_mod.iterate_batches(parts.data.train, parts.epoch_batches(cfg, strategy, epoch),
-                                                       parts.workers, cfg.data.image_size, strategy.device):
+                                                       parts.workers, Frame.of(cfg.data), strategy.device):
             lr = start * factor ** len(lrs)
             for g, r in zip(parts.optimizer.param_groups, ratio):
                 g["lr"] = lr * r

@@ -17,6 +17,7 @@ from trainer.core.config import RunConfig
 from trainer.core.groups import is_head_parameter, pattern_matches
 from trainer.core.schedule import Stretch
 from trainer.data import loader as data_mod
+from trainer.data.frame import Frame
 from trainer.data.suggest import resolve_augment
 from trainer.device.machine import fast_gpu_math
 from trainer.device.precision import Precision, choose_precision, fill_momentum_buffers
@@ -132,7 +133,7 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
             weights, how = class_weights(data.train_counts()).tolist(), "class weights (inverse frequency)"
         log.info("%s: %s", how, ", ".join(f"{name} {w:.3g}" for name, w in zip(data.classes, weights)))
     reporter.prepare("model", f"building {cfg.model.name}")
-    model, weights = build_model(cfg.model, len(data.classes), cfg.data.image_size, cfg.train.seed,
+    model, weights = build_model(cfg.model, len(data.classes), Frame.of(cfg.data).shape, cfg.train.seed,
                                  reporter.download_progress())
     mean, std, source = resolve_normalisation(cfg.data.mean, cfg.data.std, cfg.model)
     head = head_name(model)

@@ -15,8 +15,8 @@ log = logging.getLogger(__name__)
 FOLDER = "tensorboard"
 METRICS = ("val/acc", "val/loss")
 HPARAM_KEYS = ("model.name", "model.weights", "optimizer.name", "optimizer.lr", "optimizer.weight_decay",
-               "data.batch_size", "data.image_size", "train.epochs", "train.seed", "scheduler.name", "train.amp",
-               "loss.label_smoothing")
+               "data.batch_size", "data.image_size", "data.image_width", "train.epochs", "train.seed", "scheduler.name",
+               "train.amp", "loss.label_smoothing")
 
 
 class TensorBoardSink:

@@ -1,8 +1,8 @@
 """The code of each export format, one module per family; `trainer.core.catalog.EXPORT_REGISTRY` declares them.
 
 A format NAME's module has `write_NAME(model, path, context)`, `load_NAME(path, meta)` and
-`snippets_NAME(name, model_name, classes, size)`, and where it differs from the default, `runtime_NAME()`,
-`runs_here_NAME()`, `check_NAME(path, size, classes)` (a file that cannot run here) and `not_measured_NAME()`.
+`snippets_NAME(name, model_name, classes, (height, width))`, and where it differs from the default, `runtime_NAME()`,
+`runs_here_NAME()`, `check_NAME(path, (height, width), classes)` (a file that cannot run here) and `not_measured_NAME()`.
 Modules import torch inside their functions, so the model card (torch-free) can ask for a format's snippets.
 """
 
@@ -26,8 +26,9 @@ class WriteContext:
     work: Any
 
     @property
-    def image_size(self) -> int:
-        return self.reference.preprocess.image_size
+    def frame(self):
+        """The network's input frame (trainer.data.frame.Frame): the shape of every example input."""
+        return self.reference.preprocess.frame
 
 
 def part(fmt: str, what: str, default=None):

@@ -37,12 +37,12 @@ def _quiet_converter_logs():
 
 
 def write_executorch(model: torch.nn.Module, path: Path, context) -> None:
-    image_size = context.image_size
+    height, width = context.frame.shape
     with _quiet_converter_logs():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        program = torch.export.export(model, (torch.zeros(1, 3, image_size, image_size),))
+        program = torch.export.export(model, (torch.zeros(1, 3, height, width),))
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch()
     path.write_bytes(lowered.buffer)
 
@@ -60,13 +60,13 @@ def load_executorch(path: Path, meta: dict) -> Callable[[torch.Tensor], torch.Te
 
 
 def write_coreml(model: torch.nn.Module, path: Path, context) -> None:
-    image_size, classes = context.image_size, context.reference.classes
+    (height, width), classes = context.frame.shape, context.reference.classes
     os.environ.setdefault("TQDM_DISABLE", "1")  # coremltools' progress bars: a screenful on stderr per export
     with _quiet_converter_logs():
         import coremltools as ct
 
-        program = torch.export.export(model, (torch.zeros(1, 3, image_size, image_size),)).run_decompositions({})
-        converted = ct.convert(program, inputs=[ct.TensorType(name=INPUT, shape=(1, 3, image_size, image_size))],
+        program = torch.export.export(model, (torch.zeros(1, 3, height, width),)).run_decompositions({})
+        converted = ct.convert(program, inputs=[ct.TensorType(name=INPUT, shape=(1, 3, height, width))],
                                outputs=[ct.TensorType(name=OUTPUT)], convert_to="mlprogram",
                                minimum_deployment_target=ct.target.iOS16)
     converted.user_defined_metadata["classes"] = ",".join(classes)
@@ -74,7 +74,7 @@ def write_coreml(model: torch.nn.Module, path: Path, context) -> None:
     converted.save(str(path))
 
 
-def check_coreml(path: Path, image_size: int, n_classes: int) -> tuple[str, str]:
+def check_coreml(path: Path, shape_hw: tuple[int, int], n_classes: int) -> tuple[str, str]:
     """Load a Core ML package back and check its input and output; ValueError naming what differs. (What was
     checked, why it was not run.)"""
     with _quiet_converter_logs():
@@ -83,12 +83,12 @@ def check_coreml(path: Path, image_size: int, n_classes: int) -> tuple[str, str]
         spec = ct.models.MLModel(str(path), skip_model_load=True).get_spec()
     (given,), (produced,) = spec.description.input, spec.description.output
     shape = list(given.type.multiArrayType.shape)
-    if given.name != INPUT or shape != [1, 3, image_size, image_size]:
-        raise ValueError(f"{path}: input {given.name} {shape}, expected {INPUT} [1, 3, {image_size}, {image_size}]")
+    if given.name != INPUT or shape != [1, 3, *shape_hw]:
+        raise ValueError(f"{path}: input {given.name} {shape}, expected {INPUT} [1, 3, {shape_hw[0]}, {shape_hw[1]}]")
     out_shape = list(produced.type.multiArrayType.shape)
     if produced.name != OUTPUT or (out_shape and out_shape[-1] != n_classes):
         raise ValueError(f"{path}: output {produced.name} {out_shape}, expected {OUTPUT} [1, {n_classes}]")
-    return ("loaded back with coremltools; its input (images, 1 x 3 x S x S) and output checked",
+    return ("loaded back with coremltools; its input (images, 1 x 3 x H x W) and output checked",
             "Core ML runs on macOS and iOS only")
 
 
@@ -122,17 +122,17 @@ def runtime_coreml() -> str:
     return "Core ML (macOS)"
 
 
-def snippets_executorch(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_executorch(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     return {"ExecuTorch (Python)": f"from executorch.runtime import Runtime\n"
                                    f'method = Runtime.get().load_program("{name}").load_method("forward")\n'
                                    "logits = method.execute([x])[0]  # x: float32 torch tensor, batch 1",
             "ExecuTorch (Android, Kotlin)": f'val module = Module.load(filesDir.path + "/{name}")\n'
-                                            f"val input = Tensor.fromBlob(pixels, longArrayOf(1, 3, {size}, {size}))\n"
+                                            f"val input = Tensor.fromBlob(pixels, longArrayOf(1, 3, {shape[0]}, {shape[1]}))\n"
                                             "val logits = module.forward(EValue.from(input))[0].toTensor()"
                                             ".dataAsFloatArray"}
 
 
-def snippets_coreml(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_coreml(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     return {"Core ML (Swift)": f'let url = try MLModel.compileModel(at: Bundle.main.url(forResource: "{Path(name).stem}",'
                                ' withExtension: "mlpackage")!)\n'
                                "let model = try MLModel(contentsOf: url)\n"

@@ -12,7 +12,7 @@ ONNX_OPSET = 18  # what the exporter targets well and onnxruntime >= 1.16 runs
 def write_onnx(model, path: Path, context) -> None:
     import torch
 
-    example = torch.zeros(2, 3, context.image_size, context.image_size)
+    example = torch.zeros(2, 3, *context.frame.shape)
     torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
                       dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=ONNX_OPSET,
                       dynamo=False)
@@ -89,7 +89,7 @@ def not_measured_onnx_fp16() -> dict[str, str]:
                          "there is one), so its speed here is the CPU's"}
 
 
-def snippets_onnx(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_onnx(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     return {"ONNX Runtime (Python)": f'import onnxruntime\nsession = onnxruntime.InferenceSession("{name}")\n'
                                      'logits = session.run(None, {"images": x})[0]  # x: float32 numpy array',
             "ONNX Runtime (C#)": f'using var session = new InferenceSession("{name}");\n'

@@ -14,7 +14,7 @@ MAX_BATCH = 4096  # the exported program's dynamic batch dimension
 def _example(context):
     import torch
 
-    return torch.zeros(2, 3, context.image_size, context.image_size)
+    return torch.zeros(2, 3, *context.frame.shape)
 
 
 def write_exported_program(model, path: Path, context) -> None:
@@ -42,7 +42,7 @@ def load_exported_program(path: Path, meta: dict):
         quiet.setLevel(level)
 
 
-def snippets_exported_program(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_exported_program(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     return {"PyTorch (Python)": f'import torch\nmodel = torch.export.load("{name}").module()\n'
                                 "logits = model(x)  # x: float32 torch tensor"}
 
@@ -67,7 +67,7 @@ def load_torchscript(path: Path, meta: dict):
         return torch.jit.load(str(path))
 
 
-def snippets_torchscript(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_torchscript(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     return {"PyTorch (Python)": f'import torch\nmodel = torch.jit.load("{name}")\nlogits = model(x)',
             "LibTorch (C++)": f'auto model = torch::jit::load("{name}");\n'
                               "std::vector<torch::jit::IValue> inputs{x};\n"

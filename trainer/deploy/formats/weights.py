@@ -50,12 +50,12 @@ def _model_lines(model_name: str, classes: int) -> tuple[str, str]:
             f'model = torchvision.models.get_model("{model_name}", num_classes={classes}).eval()')
 
 
-def snippets_state_dict(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_state_dict(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     imports, build = _model_lines(model_name, classes)
     return {"PyTorch (Python)": f'{imports}\n{build}\nmodel.load_state_dict(torch.load("{name}", weights_only=True))'}
 
 
-def snippets_safetensors(name: str, model_name: str, classes: int, size: int) -> dict[str, str]:
+def snippets_safetensors(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
     imports, build = _model_lines(model_name, classes)
     return {"PyTorch + safetensors (Python)": f"{imports}\nfrom safetensors.torch import load_file\n{build}\n"
                                               f'model.load_state_dict(load_file("{name}"))'}
