@@ -88,8 +88,9 @@ def test_augment_auto_is_decided_by_the_trainer_for_the_data_and_said_in_run_sta
 
     from helpers import run_here, write_config
 
-    from trainer.core.config import AugmentConfig, RunConfig
+    from trainer.core.config import AugmentConfig, RunConfig, load_config
     from trainer.core.events import read_events
+    from trainer.core.rundir import RunDir
     from trainer.data.suggest import MULTILABEL_CROP_MIN, resolve_augment
 
     assert RunConfig().data.augment.hflip == RunConfig().data.augment.crop_scale_min == "auto"
@@ -110,6 +111,13 @@ def test_augment_auto_is_decided_by_the_trainer_for_the_data_and_said_in_run_sta
     said = {c["key"]: c for c in start["augment"]}
     assert said["data.augment.hflip"]["value"] is False and "characters" in said["data.augment.hflip"]["why"]
     assert start["config"]["data"]["augment"]["hflip"] is False, "the run's config shows what it trained with"
+    kept = load_config(tmp_path / "run" / "config.yaml").data.augment
+    assert (kept.hflip, kept.crop_scale_min) == (False, 0.6), "config.yaml holds what auto became, not auto"
+    as_set = RunDir(tmp_path / "run").settings().data.augment  # the run's settings for another run (Runs: open)
+    assert (as_set.hflip, as_set.crop_scale_min) == ("auto", "auto")
+    again = run_here("train", tmp_path / "run" / "config.yaml", "--run-dir", tmp_path / "run2")
+    start = next(e for e in read_events(tmp_path / "run2" / "events.jsonl") if e["event"] == "run_start")
+    assert again.returncode == 0 and start["augment"] == [], "a copy of the run trains with the same values, as set"
     assert "data.augment.hflip: auto -> False" in done.stderr
     bad = run_here("train", write_config(tmp_path, digits, data={"augment": {"hflip": "sometimes"}}))
     assert bad.returncode == 2 and "data.augment.hflip: must be true, false or auto, got 'sometimes'" in bad.stderr

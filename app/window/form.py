@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from app.state.form_state import DATASET_KEYS, SPLIT_NAMES, FormState, get_path, manifest_path_for, new_config_raw
 from trainer.core.config import ConfigError, RunConfig, load_config
+from trainer.core.rundir import RunDir
 from trainer.data.demo_data import demo_dataset_dir
 from trainer.data.scan import find_layout
 from trainer.runs.launch import REPO_ROOT
@@ -142,12 +143,12 @@ class Form(QObject):
         self.said.emit("New config: every setting at its default, on the same dataset", 5000)
 
     # ---- a past run's settings -----------------------------------------------------------------------
-    def load_run(self, config: Path, name: str) -> None:
-        """A past run's settings into the forms, said and undoable (the next Start trained that run's dataset
-        without a word)."""
-        before = self.raw()
+    def load_run(self, run: RunDir) -> None:
+        """A past run's settings into the forms (what the trainer decided for its data back to auto), said and
+        undoable (the next Start trained that run's dataset without a word)."""
+        before, name = self.raw(), run.name
         try:
-            self.load(load_config(config))
+            self.load(run.settings())
         except ConfigError as e:
             log.warning("%s", e)
             return

@@ -71,7 +71,7 @@ class RunActions(QObject):
         into the forms, said and undoable."""
         run = RunDir(path)
         self.runs.open(run)
-        self.form.load_run(run.config, run.name)
+        self.form.load_run(run)
         self.showTraining.emit()
 
     # ---- the queue and sweeps ------------------------------------------------------------------

@@ -3,7 +3,7 @@ rounded or clamped on its way through the forms (0.125 became 0.13, 0.02 became 
 
 from pathlib import Path
 
-from helpers import write_config
+from helpers import train_here, write_config
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 
 from app.state.form_state import get_path, set_path
@@ -98,23 +98,26 @@ def test_new_keeps_the_dataset_even_when_it_does_not_make_a_valid_config_yet(qtb
 
 def test_opening_a_past_run_says_it_replaced_the_form_and_puts_it_back(qtbot, make_window, shapes_dir, tmp_path,
                                                                       monkeypatch):
-    """Opening a run from Runs loaded its settings into the forms without a word: the next Start trained its dataset."""
+    """Opening a run from Runs loaded its settings into the forms without a word: the next Start trained its dataset.
+    What the trainer decided for that run's folder (data.augment's auto values) is auto again in the form."""
     import shutil
 
     import yaml
 
-    from trainer.core.rundir import RunDir
-
     monkeypatch.setenv("TRAINDECK_STANDBY", "0")
-    run = RunDir(tmp_path / "runs" / "20261203-100000-small_cnn").create()
     other = tmp_path / "other"
     shutil.copytree(shapes_dir, other)
-    raw = RunConfig().to_dict()
-    raw["data"]["train_dir"], raw["train"]["epochs"] = str(other), 3
-    run.config.write_text(yaml.safe_dump(raw))
+    (tmp_path / "past").mkdir()
+    past = write_config(tmp_path / "past", other, data={"image_size": 16, "augment": {"crop_scale_min": 0.7}},
+                        train={"epochs": 1})
+    run, code = train_here(past, tmp_path / "runs")  # config.yaml: what auto became for its folder (flips on)
+    assert code == 0 and yaml.safe_load(run.config.read_text())["data"]["augment"]["hflip"] is True
     window = make_window(write_config(tmp_path, shapes_dir, train={"epochs": 9}), runs_dir=tmp_path / "runs")
     window.run_actions.open(str(run.path))
     assert window.binder.widgets["data.train_dir"].text() == str(other)
+    augment = window.form.config().data.augment
+    assert (augment.hflip, augment.crop_scale_min) == ("auto", 0.7), "decided for its folder: auto again; set: kept"
+    assert window.binder.widgets["train.epochs"].value() == 1
     assert window.form.restore_button.isVisible() and run.name in window.form.restore_button.text()
     window.form.restore_button.click()
     assert window.binder.widgets["data.train_dir"].text() == str(shapes_dir)

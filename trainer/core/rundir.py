@@ -95,6 +95,31 @@ class RunDir:
     def events(self) -> Path:
         return self.path / "events.jsonl"
 
+    def first_event(self, name: str, within: int = 5000) -> dict | None:
+        """The first `name` event among the first `within` lines of the event file (None if not there), read line by
+        line: a long run's file is never read whole for it."""
+        try:
+            with self.events.open(encoding="utf-8") as f:
+                for _, line in zip(range(within), f):
+                    if f'"event": "{name}"' in line or f'"event":"{name}"' in line:
+                        try:
+                            return json.loads(line)
+                        except ValueError:
+                            continue
+        except OSError:
+            return None
+        return None
+
+    def settings(self):
+        """The run's config as settings for another run: config.yaml holds what the trainer decided for the run's
+        data (`auto` values, listed in run_start's `augment`); those go back to auto, to be decided for the data the
+        next run trains on."""
+        from trainer.core.config import load_config
+
+        cfg = load_config(self.config)
+        decided = [choice["key"] for choice in (self.first_event("run_start") or {}).get("augment") or []]
+        return cfg.with_overrides([f"{key}=auto" for key in decided]) if decided else cfg
+
     @property
     def status_file(self) -> Path:
         return self.path / "status.json"
