@@ -1,6 +1,7 @@
 """The augmentation policies' cost: images/s of the run's batch augmentation (`BatchAugment`: its per-sample draws,
 then MixUp/CutMix and the normalisation) with each policy on, side by side with today's default (flip + crop), on
-real photographs (scikit-image's) at 64 and 128 px, batch 64; alternated, medians of --repeats.
+real photographs (scikit-image's) at 64 and 128 px, batch 64; alternated, medians of --repeats. The last rows do
+the default's flip and crop, and the colour jitter, with Albumentations per image instead (data.augment.albumentations).
 
 python bench/augment_policies.py [--repeats 7] [--device cpu|cuda]   (on a GPU: --device cuda, nothing else changes)
 """
@@ -22,6 +23,13 @@ POLICIES = {  # what is on besides nothing: today's default first, then each pol
     "+ MixUp 0.2": {"mixup": 0.2},
     "+ CutMix 1.0": {"cutmix": 1.0},
     "+ all four": {"color_jitter": 0.3, "random_erasing": 0.5, "mixup": 0.2, "cutmix": 1.0},
+    # the same operations by Albumentations, per image on the CPU (data.augment.albumentations), to compare
+    "flip + crop by Albumentations instead": lambda size: {
+        "hflip": False, "random_resized_crop": False,
+        "albumentations": [{"HorizontalFlip": {"p": 0.5}}, {"RandomResizedCrop": {"size": [size, size],
+                                                                                  "scale": [0.6, 1.0]}}]},
+    "+ colour jitter 0.3 by Albumentations": lambda size: {"albumentations": [{"ColorJitter": {
+        "brightness": 0.3, "contrast": 0.3, "saturation": 0.3, "hue": 0.0, "p": 1.0}}]},
 }
 
 
@@ -47,7 +55,8 @@ def main():
                                                          .resize((size, size))).copy()).permute(2, 0, 1)
                              for i in range(64)]).to(device)
         labels = torch.arange(64, device=device) % 4
-        augments = {name: BatchAugment(AugmentConfig(**{"hflip": True, "crop_scale_min": 0.6, **on}),
+        augments = {name: BatchAugment(AugmentConfig(**{"hflip": True, "crop_scale_min": 0.6,
+                                                        **(on(size) if callable(on) else on)}),
                                        [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], device)
                     for name, on in POLICIES.items()}
         times = {name: [] for name in POLICIES}

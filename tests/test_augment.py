@@ -4,6 +4,8 @@ their labels alike, CutMix pastes a rectangle of another image and mixes the lab
 state draws the same batch (a resumed run augments as before); the policies train a single-label and a multi-label
 run to a finite loss."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -128,9 +130,39 @@ def test_the_same_generator_state_draws_the_same_batch(photos):
     assert not torch.equal(first[0], later[0]), "the next batch draws anew"
 
 
+def test_your_own_albumentations_pipeline_runs_on_each_image_as_written_and_draws_from_the_run_s_generator(photos):
+    """data.augment.albumentations: a list of Albumentations transforms, each image through it (before the crop and
+    flip), its draws seeded from the run's generator; a bad entry is refused naming it."""
+    from trainer.data.user_pipeline import PipelineError
+
+    grey = policy(albumentations=[{"ToGray": {"p": 1.0}}]).augment(photos.clone(), generator(0))
+    assert grey.shape == photos.shape and not torch.equal(grey, photos)
+    assert (grey[:, 0] - grey[:, 1]).abs().max() <= 1 and (grey[:, 1] - grey[:, 2]).abs().max() <= 1, "all grey"
+    mirror = policy(albumentations=[{"HorizontalFlip": {"p": 0.5}}])
+    seen = []
+    for seed in range(6):
+        g = generator(seed)
+        state = g.get_state()
+        out = mirror.augment(photos.clone(), g)
+        flipped = [torch.equal(o, p.flip(-1)) for o, p in zip(out, photos)]
+        assert all(f or torch.equal(o, p) for f, o, p in zip(flipped, out, photos)), "each image itself or mirrored"
+        g.set_state(state)
+        assert torch.equal(mirror.augment(photos.clone(), g), out), "the same generator state, the same batch"
+        seen += flipped
+    assert 0.2 < sum(seen) / len(seen) < 0.8, seen
+    for entries, said in (([{"Sharpen": {}}, {"Nope": {}}], "albumentations[1]: 'Nope' is not an Albumentations"),
+                          ([{"GaussNoise": {"p": 7}}], "albumentations[0]: GaussNoise with {'p': 7}"),
+                          ([{"ToGray": {}, "Blur": {}}], "albumentations[0]: must be one transform")):
+        with pytest.raises(PipelineError, match=re.escape(said)):
+            policy(albumentations=entries)
+    with pytest.raises(PipelineError, match="turned a 64x64 image into 16x16; the images must keep their size"):
+        policy(albumentations=[{"Resize": {"height": 16, "width": 16}}]).augment(photos.clone(), generator(0))
+
+
 @pytest.mark.slow  # two training runs
 def test_mixup_and_cutmix_train_a_single_and_a_multi_label_run_to_a_finite_loss(shapes_dir, tmp_path):
-    mixing = {"mixup": 0.2, "cutmix": 1.0, "random_erasing": 0.25, "policy": "trivial_augment"}
+    mixing = {"mixup": 0.2, "cutmix": 1.0, "random_erasing": 0.25, "policy": "trivial_augment",
+              "albumentations": [{"ToGray": {"p": 0.3}}, {"GaussNoise": {"p": 0.3}}]}
     single = write_config(tmp_path, shapes_dir, data={"augment": mixing}, train={"epochs": 2})
     done = run_here("train", single, "--run-dir", tmp_path / "single")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -145,5 +177,9 @@ def test_mixup_and_cutmix_train_a_single_and_a_multi_label_run_to_a_finite_loss(
         assert len(losses) == 2 and all(np.isfinite(losses)), (run, losses)
         start = next(e for e in events if e["event"] == "run_start")
         assert start["config"]["data"]["augment"]["cutmix"] == 1.0
+    refused = run_here("train", single, "--run-dir", tmp_path / "bad", "--set",
+                       "data.augment.albumentations=[{GaussNoise: {p: 7}}]")
+    assert refused.returncode == 2 and "albumentations[0]: GaussNoise" in refused.stderr, refused.stderr[-2000:]
+    assert not (tmp_path / "bad").exists(), "refused before a run directory"
     refused = run_here("train", single, "--run-dir", tmp_path / "nll", "--set", "loss.name=nll")
     assert refused.returncode == 2 and "data.augment.mixup" in refused.stderr and "nll" in refused.stderr

@@ -84,6 +84,10 @@ class AugmentConfig:
     cutmix: float = opt(0.0, "CutMix: a rectangle of another image of the batch pasted in, labels mixed by its "
                         "area; the area drawn from Beta(cutmix, cutmix), typically 1.0 (0 = off; with mixup on too, "
                         "each batch is one or the other)", ge=0, le=10)
+    albumentations: list[dict] | None = opt(None, "your own per-image pipeline, run on each training image before "
+                                            "the crop and flip: a list of Albumentations transforms, each written "
+                                            "TransformName: {argument: value} (pip install albumentations); the "
+                                            "images must keep their size")
 
 
 @dataclass
@@ -443,7 +447,7 @@ def _describe(tp: Any) -> str:
         return f"a list of {_describe(typing.get_args(tp)[0])}"
     if dataclasses.is_dataclass(tp):
         return "a mapping"
-    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string", dict: "a mapping",
             type(None): "null"}.get(tp, str(tp))
 
 
@@ -489,6 +493,9 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
             return number
     elif tp is str:
         if isinstance(value, str):
+            return value
+    elif tp is dict:
+        if isinstance(value, dict):
             return value
     problems.append(f"{path}: must be {_describe(tp)}, got {shown(value)}")
     return None

@@ -29,6 +29,7 @@ from trainer.core.files import is_regular_file
 from trainer.data.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
 from trainer.data.frame import Frame
 from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_image_folder
+from trainer.data.user_pipeline import apply_pipeline, build_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -448,6 +449,7 @@ class BatchAugment:
                              f"decides it for the data first)")
         self.aug = aug
         self._policy_op = None  # torchvision's policy (data.augment.policy), made at its first batch
+        self._pipeline = build_pipeline(aug.albumentations) if aug.albumentations else None  # refused here if bad
         self.normalise = Normalise(mean, std, device, memory_format)
         self.device = device
 
@@ -462,6 +464,9 @@ class BatchAugment:
         normalised."""
         n = x.shape[0]
         aug = self.aug
+        if self._pipeline is not None:  # data.augment.albumentations: the user's own, first, per image
+            seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+            x = apply_pipeline(self._pipeline, x, seed, aug.albumentations)
         if aug.random_resized_crop or aug.hflip:
             sx = torch.ones(n)
             sy = torch.ones(n)

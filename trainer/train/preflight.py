@@ -45,6 +45,10 @@ def check_extras(cfg: RunConfig) -> None:
     if cfg.monitor.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(["monitor.tensorboard: needs the tensorboard package; install it with "
                            "pip install -e '.[tensorboard]' (or set monitor.tensorboard: false)"])
+    if cfg.data.augment.albumentations:  # each transform built (not run): a bad name or argument refused here
+        from trainer.data.user_pipeline import build_pipeline
+
+        build_pipeline(cfg.data.augment.albumentations)
 
 
 def check_data_folders(data: DataConfig) -> list[str]:
