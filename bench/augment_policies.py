@@ -1,7 +1,8 @@
 """The augmentation policies' cost: images/s of the run's batch augmentation (`BatchAugment`: its per-sample draws,
 then MixUp/CutMix and the normalisation) with each policy on, side by side with today's default (flip + crop), on
 real photographs (scikit-image's) at 64 and 128 px, batch 64; alternated, medians of --repeats. The last rows do
-the default's flip and crop, and the colour jitter, with Albumentations per image instead (data.augment.albumentations).
+the default's flip and crop, and the colour jitter, with Albumentations per image instead (data.augment.albumentations),
+and with kornia's batched `augmentation` module where kornia is installed (not a dependency: for the comparison).
 
 python bench/augment_policies.py [--repeats 7] [--device cpu|cuda]   (on a GPU: --device cuda, nothing else changes)
 """
@@ -33,6 +34,37 @@ POLICIES = {  # what is on besides nothing: today's default first, then each pol
 }
 
 
+class KorniaBatch:
+    """kornia's `augmentation` module on the same batch, per sample on the device, then the same normalisation: the
+    call shape of BatchAugment (`augment(batch, generator)`, `mix`), for the timing loop."""
+
+    def __init__(self, ops, device):
+        import kornia.augmentation as K
+        import torch
+
+        self.pipeline = K.AugmentationSequential(*ops)
+        self.mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1)
+        self.std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1)
+
+    def __call__(self, batch, generator):
+        return (self.pipeline(batch.float() / 255) - self.mean) / self.std
+
+    def mix(self, x, y, generator, classes):
+        return x, y
+
+
+def kornia_variants(size: int, device) -> dict:
+    """The default's flip and crop, and colour jitter on top, by kornia (when it is installed)."""
+    try:
+        import kornia.augmentation as K
+    except ImportError:
+        return {}
+    flip_crop = [K.RandomHorizontalFlip(p=0.5), K.RandomResizedCrop((size, size), scale=(0.6, 1.0))]
+    return {"flip + crop by kornia instead": KorniaBatch(flip_crop, device),
+            "+ colour jitter 0.3 by kornia": KorniaBatch(
+                flip_crop + [K.ColorJitter(0.3, 0.3, 0.3, 0.0, p=1.0)], device)}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=7)
@@ -59,7 +91,8 @@ def main():
                                                         **(on(size) if callable(on) else on)}),
                                        [0.485, 0.456, 0.406], [0.229, 0.224, 0.225], device)
                     for name, on in POLICIES.items()}
-        times = {name: [] for name in POLICIES}
+        augments.update(kornia_variants(size, device))
+        times = {name: [] for name in augments}
         for _ in range(args.repeats):
             for name, augment in augments.items():  # alternated: a busy moment hits every policy alike
                 g = torch.Generator().manual_seed(0)
@@ -77,7 +110,7 @@ def main():
     print(f"machine: {machine()}; device {args.device}; batch 64; medians of {args.repeats}\n")
     print("| augmentation | 64 px images/s | vs default | 128 px images/s | vs default |\n|---|---|---|---|---|")
     base = {size: results[size]["flip + crop (the default)"] for size in results}
-    for name in POLICIES:
+    for name in results[64]:
         print(f"| {name} | {results[64][name]:,.0f} | {results[64][name] / base[64]:.2f} | "
               f"{results[128][name]:,.0f} | {results[128][name] / base[128]:.2f} |")
     print(json.dumps(results))

@@ -89,7 +89,7 @@ def main():
     print(f"\nmachine: {machine()}; torch threads {torch.get_num_threads()}")
     print(f"{args.model}, 32 px, batch 64, {n} images in memory, fp32, AdamW fused, augmentation off, "
           f"device.share_cpu {args.share_cpu}; {args.pairs} pairs of {args.epochs}-epoch blocks, alternating\n")
-    print(f"| loop | images/s, median (min-max) |\n|---|---|")
+    print("| loop | images/s, median (min-max) |\n|---|---|")
     for key in ("trainer", "plain"):
         print(f"| {key} | {statistics.median(speeds[key]):.0f} ({min(speeds[key]):.0f}-{max(speeds[key]):.0f}) |")
     print(f"\ntrainer / plain: {trainer / plain:.3f} (ratio of medians); per pair: "
