@@ -52,6 +52,18 @@ def test_the_size_rule_and_what_counts_as_characters():
     assert not looks_like_characters(["cat", "dog"]) and not looks_like_characters(["a"])
 
 
+def test_classes_whose_names_a_mirror_swaps_train_without_flips(tmp_path):
+    """turn_left and turn_right: a flipped image of one is the other, however few images there are to measure."""
+    from trainer.data.suggest import flip_rule, mirror_named
+
+    assert mirror_named(["turn_left", "turn_right", "stop"]) == [("turn_left", "turn_right")]
+    assert mirror_named(["Left-Hand", "Right-Hand"]) == [("Left-Hand", "Right-Hand")]
+    assert mirror_named(["cw", "ccw"]) == [("cw", "ccw")]
+    assert mirror_named(["bright", "bleft", "cat"]) == [], "a word, not letters inside one"
+    scan = scan_image_folder(folder(tmp_path / "arrows", ["turn_left", "turn_right", "stop"], (20, 20)))
+    assert flip_rule(scan) == (False, "mirrored, turn_left would be turn_right (the class names)")
+
+
 def test_class_names_that_share_a_prefix_are_still_seen_as_characters():
     assert looks_like_characters([f"digit_{i}" for i in range(10)])
     assert looks_like_characters(["char-A", "char-B", "char-C"]) and looks_like_characters(["d0", "d1", "d2"])
@@ -67,7 +79,7 @@ def test_flips_stay_off_where_a_mirrored_class_looks_like_another(tmp_path, shap
     from trainer.data.suggest import flip_rule
 
     rng = np.random.default_rng(0)
-    arrows = {"go_left": [(4, 16), (20, 6), (20, 26)], "go_right": [(28, 16), (12, 6), (12, 26)],
+    arrows = {"pointer": [(4, 16), (20, 6), (20, 26)], "marker": [(28, 16), (12, 6), (12, 26)],  # left, right
               "stop": [(8, 8), (24, 8), (24, 24), (8, 24)]}
     for name, polygon in arrows.items():
         (tmp_path / name).mkdir()
@@ -77,7 +89,7 @@ def test_flips_stay_off_where_a_mirrored_class_looks_like_another(tmp_path, shap
             ImageDraw.Draw(image).polygon([(x + dx, y + dy) for x, y in polygon], fill=int(rng.integers(0, 80)))
             image.save(tmp_path / name / f"{i}.png")
     safe, why = flip_rule(scan_image_folder(tmp_path, full=False))
-    assert not safe and "go_left -> go_right" in why
+    assert not safe and "pointer -> marker" in why
     assert flip_rule(scan_image_folder(shapes_dir, full=False))[0], "shapes drawn anywhere: flips are fine"
 
 

@@ -8,6 +8,7 @@ everything that tells them apart, and a horizontal flip turns a 2 into something
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from dataclasses import dataclass
 
@@ -118,6 +119,24 @@ def looks_like_characters(classes: list[str]) -> bool:
     return len(names) >= 2 and all(len(n) == 1 and n.isalnum() or n in DIGIT_WORDS for n in names)
 
 
+MIRROR_WORDS = (("left", "right"), ("l", "r"), ("cw", "ccw"), ("clockwise", "anticlockwise"),
+                ("clockwise", "counterclockwise"))
+
+
+def mirror_named(classes: list[str]) -> list[tuple[str, str]]:
+    """(class, other) whose names differ only by a word a mirror swaps (turn_left and turn_right, left_hand and
+    right_hand, cw and ccw): a flip would show one as the other, whatever the images look like."""
+    pairs = []
+    names = {c.lower(): c for c in classes}
+    for lower, name in names.items():
+        words = re.split(r"([_\- .])", lower)
+        for a, b in MIRROR_WORDS:
+            swapped = "".join(b if w == a else a if w == b else w for w in words)
+            if swapped != lower and swapped in names and (names[swapped], name) not in pairs:
+                pairs.append((name, names[swapped]))
+    return pairs
+
+
 def mirror_confusions(scan: ScanResult) -> list[tuple[str, str]]:
     """(class, other) where the class's mirrored mean image matches another class's mean better than its own (b and
     d, p and q, arrows left and right): measured on a sample of the images, not their names. Means are compared as
@@ -175,6 +194,9 @@ def flip_rule(scan: ScanResult) -> tuple[bool, str]:
     """Whether mirror images keep their class (horizontal flips in training, flip test-time augmentation), and why."""
     if looks_like_characters(scan.classes):
         return False, "the classes look like characters (digits or letters): mirrored, they are other symbols"
+    named = mirror_named(scan.classes)
+    if named:
+        return False, "mirrored, " + ", ".join(f"{a} would be {b}" for a, b in named[:3]) + " (the class names)"
     confused = mirror_confusions(scan)
     if confused:
         pairs = ", ".join(f"{a} -> {b}" for a, b in confused[:3]) + (" ..." if len(confused) > 3 else "")
