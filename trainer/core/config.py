@@ -66,7 +66,8 @@ def opt(default: Any = None, doc: str = "", *, choices: tuple | None = None, ge:
 class AugmentConfig:
     hflip: bool | str = opt("auto", "random horizontal flip: true, false, or auto = on unless mirror images change the "
                             "class (the class names look like characters or name mirror pairs such as left and right, "
-                            "or in a sample of the images mirrored classes look like other classes); the trainer decides and run_start says why")
+                            "or in a sample of the images mirrored classes look like other classes); the trainer "
+                            "decides and run_start says why")
     random_resized_crop: bool = opt(True, "random crop of part of the image, resized back to image_size")
     crop_scale_min: float | str = opt("auto", "smallest crop area, as a fraction of the image; auto = 0.8 for a "
                                       "multi-label run (a smaller crop can cut a labelled thing out of the image, and "
