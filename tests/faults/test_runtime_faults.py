@@ -98,7 +98,7 @@ def test_a_run_directory_in_use_is_refused(shapes_dir, tmp_path):
     try:
         deadline = time.time() + 60
         while RunDir(tmp_path / "run").first_event("run_start") is None and time.time() < deadline:
-            time.sleep(0.1)  # started, its config.yaml final (what auto decided for the folder written)
+            time.sleep(0.1)  # started, its config.yaml final (what auto decided written before run_start)
         config_before = (tmp_path / "run" / "config.yaml").read_text()
         second = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set", "train.epochs=1")
         assert second.returncode == 2 and f"in use by another run (pid {first.pid})" in second.stderr

@@ -136,9 +136,9 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         loop.started = started
         resumed_from = loop.resume() if resume else None
         strategy.broadcast_initial_state(parts.net, parts.optimizer)
-        announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         if strategy.is_main and parts.augment_choices:  # config.yaml: what auto became (run_start says why), so a
             save_config(cfg, run.config)  # resume, a comparison or a copy of the run trains with the same decisions
+        announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
         strategy.leave_together()
