@@ -322,3 +322,11 @@ def wide_images(root, per_class: int, seed: int = 0):
             pixels[(xx - cx) ** 2 + (yy - cy) ** 2 < 64] = 230
             Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(root / name / f"{i:03d}.png")
     return root
+
+
+def read_all(model) -> None:
+    """Every event written so far taken in by the app's RunModel: one poll takes what fits its time budget, which on a
+    busy machine is not all of it."""
+    model.poll()
+    while model.catching_up:
+        model.poll()

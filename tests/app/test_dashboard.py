@@ -1,5 +1,8 @@
 """The dashboard's side panel: what a run says of itself while it goes."""
 
+from helpers import read_all
+
+
 def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot, tmp_path):
     import json
 
@@ -22,7 +25,7 @@ def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot,
     qtbot.addWidget(dashboard)
     model = RunModel(run)
     dashboard.set_model(model)
-    model.poll()
+    read_all(model)
     lines = [dashboard.warnings.item(i).text() for i in range(dashboard.warnings.count())]
     assert lines == ["↻ re-planned (2 times): 12 → 31 → 25 epochs (3.1 s per epoch measured, 74 s of the budget left: "
                      "slower than planned)"], "one line for a run's re-plans, not one an epoch"
@@ -104,7 +107,7 @@ def test_what_augment_auto_became_is_on_the_summary_with_its_reason(qtbot, tmp_p
     qtbot.addWidget(dashboard)
     model = RunModel(run)
     dashboard.set_model(model)
-    model.poll()
+    read_all(model)
     text = dashboard.summary.text()
     assert "augmentation (auto): " in text and "flips off</span>" in text and "crops from 60%" in text
     assert f"title='{why}'" in text, "the trainer's reason on hover"

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, process_tree_gone, write_config
+from helpers import REPO, process_tree_gone, read_all, write_config
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
@@ -306,14 +306,14 @@ def test_the_dashboard_shows_preparation_progress_until_the_run_starts(qtbot, tm
     writer = EventWriter(run.events)
     writer.emit("prepare", phase="scan", message="scanning /data/photos")
     writer.emit("prepare", phase="cache", message="decoding images into the cache: 300/1200", done=300, total=1200)
-    model.poll()
+    read_all(model)
     assert "decoding images into the cache: 300/1200" in dashboard.summary.text()
     assert dashboard.progress.isVisible() and dashboard.progress.value() == 300 and dashboard.progress.maximum() == 1200
     writer.emit("run_start", config={"model": {"name": "resnet18"}}, classes=["a", "b"], train_size=960, val_size=240,
                 device="cpu", cache="memory", trainable=11_000_000, precision="bf16", memory_format="channels_last",
                 param_groups=[], layers=[])
     writer.close()
-    model.poll()
+    read_all(model)
     assert not dashboard.progress.isVisible()
     assert "bf16, channels_last" in dashboard.summary.text() and "960 train" in dashboard.summary.text()
     dashboard.stop_updates()
