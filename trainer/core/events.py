@@ -79,6 +79,11 @@ class EventTail:
         self._offset = 0
         self._partial = b""
 
+    @property
+    def offset(self) -> int:
+        """Bytes of the file read so far."""
+        return self._offset
+
     def read_new(self, max_bytes: int = 8 << 20) -> list[dict]:
         try:
             with open(self.path, "rb") as f:

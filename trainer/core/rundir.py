@@ -95,19 +95,17 @@ class RunDir:
     def events(self) -> Path:
         return self.path / "events.jsonl"
 
-    def first_event(self, name: str, within: int = 5000) -> dict | None:
-        """The first `name` event among the first `within` lines of the event file (None if not there), read line by
-        line: a long run's file is never read whole for it."""
-        try:
-            with self.events.open(encoding="utf-8") as f:
-                for _, line in zip(range(within), f):
-                    if f'"event": "{name}"' in line or f'"event":"{name}"' in line:
-                        try:
-                            return json.loads(line)
-                        except ValueError:
-                            continue
-        except OSError:
-            return None
+    def first_event(self, name: str, within_bytes: int = 4 << 20) -> dict | None:
+        """The first `name` event in the first `within_bytes` of the event file (None if not there): a long run's
+        file is never read whole for it."""
+        from trainer.core.events import EventTail
+
+        tail = EventTail(self.events)
+        while tail.offset < within_bytes:
+            read = tail.offset
+            found = next((e for e in tail.read_new(256 << 10) if e.get("event") == name), None)
+            if found is not None or tail.offset == read:  # found, or the end of the file
+                return found
         return None
 
     def settings(self):

@@ -29,7 +29,7 @@ from trainer.core.files import is_regular_file
 from trainer.data.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
 from trainer.data.frame import Frame
 from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_image_folder
-from trainer.data.user_pipeline import apply_pipeline, build_pipeline
+from trainer.data.user_pipeline import build_pipeline, run_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -466,7 +466,7 @@ class BatchAugment:
         aug = self.aug
         if self._pipeline is not None:  # data.augment.albumentations: the user's own, first, per image
             seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
-            x = apply_pipeline(self._pipeline, x, seed, aug.albumentations)
+            x = run_pipeline(self._pipeline, x, seed, aug.albumentations)
         if aug.random_resized_crop or aug.hflip:
             sx = torch.ones(n)
             sy = torch.ones(n)

@@ -34,14 +34,13 @@ def suggest(scan: ScanResult, current: dict, flips: tuple[bool, str] | None = No
     """What to change in `current` (a config as a dict) for this folder; only the keys whose value would change.
     `flips`: `flip_rule(scan)` where it was measured (it decodes a sample: off the GUI thread), else the names decide."""
     out = []
-    shape = suggested_shape(scan)
     data = current.get("data", {})
-    if shape is not None:
-        (height, width), ratio = shape, median_aspect(scan)
+    if scan.image_sizes:  # each median once: this runs on the GUI thread at every size edit
+        short, ratio = median_short_side(scan), median_aspect(scan)
+        height, width = shape_for(short, ratio)
         if height != data.get("image_size"):
             tall = ", their width; the height in proportion" if width and ratio < 1 else ""
-            out.append(Suggestion("data.image_size", height, f"the images' median short side is "
-                                  f"{median_short_side(scan):.0f} px{tall}"))
+            out.append(Suggestion("data.image_size", height, f"the images' median short side is {short:.0f} px{tall}"))
         if width != (data.get("image_width") or 0):
             why = (f"the images are {max(ratio, 1 / ratio):.1f} times as {'wide' if ratio > 1 else 'tall'} as they are "
                    f"{'high' if ratio > 1 else 'wide'}: a square crop would cut off {1 - min(ratio, 1 / ratio):.0%} "
@@ -60,16 +59,23 @@ def suggested_image_size(scan: ScanResult) -> int | None:
     """The images' median short side, rounded down to a multiple of 32, within 32..224 (None without images)."""
     if not scan.image_sizes:
         return None
-    return int(max(MIN_SIZE, min(MAX_SIZE, median_short_side(scan) // SIZE_STEP * SIZE_STEP)))
+    return size_for(median_short_side(scan))
+
+
+def size_for(short: float) -> int:
+    """A short side in pixels rounded down to a multiple of 32, within 32..224."""
+    return int(max(MIN_SIZE, min(MAX_SIZE, short // SIZE_STEP * SIZE_STEP)))
 
 
 def suggested_shape(scan: ScanResult) -> tuple[int, int] | None:
     """(data.image_size, data.image_width): the short side at `suggested_image_size`, and where the images' median
     aspect ratio is past ASPECT_KEPT, the long side in proportion (in SIZE_STEP multiples); width 0 = square."""
-    size = suggested_image_size(scan)
-    if size is None:
-        return None
-    ratio = median_aspect(scan)
+    return shape_for(median_short_side(scan), median_aspect(scan)) if scan.image_sizes else None
+
+
+def shape_for(short: float, ratio: float) -> tuple[int, int]:
+    """`suggested_shape` of images whose median short side is `short` and median width / height `ratio`."""
+    size = size_for(short)
     if 1 / ASPECT_KEPT < ratio < ASPECT_KEPT:
         return size, 0
     long = max(SIZE_STEP, round(size * max(ratio, 1 / ratio) / SIZE_STEP) * SIZE_STEP)

@@ -46,7 +46,7 @@ def build_pipeline(entries: list[dict]):
     return A.Compose(transforms)
 
 
-def apply_pipeline(pipeline, x: torch.Tensor, seed: int, entries: list[dict]) -> torch.Tensor:
+def run_pipeline(pipeline, x: torch.Tensor, seed: int, entries: list[dict]) -> torch.Tensor:
     """Each image of the float (N, 3, H, W) batch (pixel values 0-255) through `pipeline`, as uint8 H x W x 3 on the
     CPU, with draws seeded by `seed`; back on x's device as floats."""
     pipeline.set_random_seed(seed)
