@@ -17,7 +17,7 @@ from trainer.core.rundir import RunDir
 from trainer.deploy.export_data import calibration_images
 from trainer.model.checkpoint import read_checkpoint
 
-pytestmark = pytest.mark.slow  # resnet18 trained on real photographs for 6 epochs, then every deploy format
+pytestmark = pytest.mark.slow  # resnet18 and small_cnn trained on real photographs, then every deploy format
 
 
 def _bench_common():
@@ -28,20 +28,37 @@ def _bench_common():
 
 
 @pytest.fixture(scope="module")
-def photo_run(tmp_path_factory):
-    """resnet18 trained on crops of four real photographs (scikit-image's), tested on regions it never saw."""
+def photos(tmp_path_factory) -> Path:
+    """Crops of four real photographs (scikit-image's): train, val and test regions that never overlap."""
     common = _bench_common()
-    tmp = tmp_path_factory.mktemp("photos")
-    folder = common.photos(tmp / "photos", per_class=(60, 20, 40), names=common.SCIKIT_IMAGE_PHOTOS)
+    return common.photos(tmp_path_factory.mktemp("photos") / "photos", per_class=(60, 20, 40),
+                         names=common.SCIKIT_IMAGE_PHOTOS)
+
+
+def train_on_photos(folder: Path, tmp: Path, model: str, epochs: int) -> RunDir:
     cfg = write_config(tmp, folder / "train", data={"val_dir": str(folder / "val"), "test_dir": str(folder / "test"),
                                                     "image_size": 48, "batch_size": 32},
-                       model={"name": "resnet18"}, optimizer={"name": "adamw", "lr": 0.001},
-                       scheduler={"name": "onecycle"}, train={"epochs": 6, "seed": 0},
+                       model={"name": model}, optimizer={"name": "adamw", "lr": 0.001},
+                       scheduler={"name": "onecycle"}, train={"epochs": epochs, "seed": 0},
                        # the same network on a busy machine too (a thread count fitted to the load changes the sums)
                        device={"share_cpu": False})
     run, code = train_here(cfg, tmp / "runs")
     assert code == 0
-    return run, folder
+    return run
+
+
+@pytest.fixture(scope="module")
+def photo_run(photos, tmp_path_factory):
+    """resnet18 trained on the photographs, tested on regions it never saw: int8's size and top-1 on a real-size
+    network."""
+    return train_on_photos(photos, tmp_path_factory.mktemp("resnet18"), "resnet18", epochs=6), photos
+
+
+@pytest.fixture(scope="module")
+def small_photo_run(photos, tmp_path_factory):
+    """small_cnn on the same photographs: for the formats whose subject is the conversion, not the network's size
+    (lowering resnet18 to ExecuTorch alone took 30 s)."""
+    return train_on_photos(photos, tmp_path_factory.mktemp("small_cnn"), "small_cnn", epochs=3), photos
 
 
 def export(run: RunDir, fmt: str, out: Path, *extra: str) -> dict:
@@ -116,15 +133,15 @@ def test_calibration_images_are_a_seeded_sample_of_the_training_split_only(photo
         (tmp_path / "kept.csv").rename(run.path / "eval" / "val" / "predictions.csv")
 
 
-def test_fp16_and_executorch_are_measured_and_core_ml_is_checked(photo_run, tmp_path, capsys):
-    run, _ = photo_run
+def test_fp16_and_executorch_are_measured_and_core_ml_is_checked(small_photo_run, tmp_path, capsys):
+    run, folder = small_photo_run
     fp16 = export(run, "onnx_fp16", tmp_path / "model.fp16.onnx")
     assert fp16["conversion"]["weights"] == "fp16" and fp16["metrics"]["agreement"] >= 0.98
     assert "no CUDA provider" in fp16["not_measured"]["GPU speed"], "its CPU speed is not passed off as its point"
     pte = export(run, "executorch", tmp_path / "model.pte")
     assert pte["metrics"]["agreement"] == 1.0 and pte["speed"]["batch"] == 1 and "ExecuTorch" in pte["speed"]["runtime"]
     assert "ExecuTorch (Android, Kotlin)" in pte["load"]
-    image = next((run.path.parent.parent / "photos" / "test" / "coffee").glob("*.jpg"))
+    image = next((folder / "test" / "coffee").glob("*.jpg"))
     assert cli.main(["predict", str(tmp_path / "model.pte"), str(image)]) == 0
     coreml = export(run, "coreml", tmp_path / "model.mlpackage")
     assert (tmp_path / "model.mlpackage").is_dir() and "metrics" not in coreml

@@ -71,13 +71,13 @@ def test_a_bad_labels_file_is_one_message_naming_the_line_exit_2_and_no_run(imag
 
 
 @pytest.mark.slow
-def test_a_million_bad_rows_are_counted_not_listed_and_train_stops_before_a_run(images, tmp_path):
+def test_200_000_bad_rows_are_counted_not_listed_and_train_stops_before_a_run(images, tmp_path):
     root, files = images
     path = root / "big.csv"
-    path.write_text("file,cat\n" + "".join(f"img{i}.png,2\n" for i in range(10 ** 6)))
+    path.write_text("file,cat\n" + "".join(f"img{i}.png,2\n" for i in range(200_000)))
     config = write_config(tmp_path, root, data={"labels": str(path)}, loss={"name": "bce"})
     done = run_here("train", config, "--runs-dir", tmp_path / "runs")
     message = done.stderr.strip()
     assert done.returncode == 2 and len(message.splitlines()) == 1 and "Traceback" not in message
-    assert message.count("is '2', not 1 or 0") == 5 and "and 999995 more" in message and len(message) < 1000
+    assert message.count("is '2', not 1 or 0") == 5 and "and 199995 more" in message and len(message) < 1000
     assert not (tmp_path / "runs").exists()
