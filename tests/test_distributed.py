@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, poisoned_model, process_tree_gone, run_here, run_main, write_config
+from helpers import REPO, poisoned_model, process_tree_gone, run_here, run_main, train_here, write_config
 
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.events import read_events
@@ -99,11 +99,12 @@ def test_one_ddp_epoch_started_by_mp_spawn_equals_one_single_process_epoch(shape
                   model={"name": f"{model}:Plain"}, train={"epochs": 1, "amp": "none"}, scheduler={"name": "none"},
                   optimizer={"lr": 0.05, "groups": [{"pattern": "fc", "lr": 0.1}]})
     single_cfg = write_config(tmp_path, shapes_dir, **common)
-    assert run_main("train", single_cfg, "--run-dir", tmp_path / "single", "--set", "data.batch_size=8").returncode == 0
+    single, code = train_here(single_cfg, tmp_path / "single", ["data.batch_size=8"])  # the reference, in this process
+    assert code == 0, single.tail_log()
     result = run_main("train", single_cfg, "--run-dir", tmp_path / "ddp", "--set", "data.batch_size=4",
                       *ddp_sets("spawn", **{"device.init_method": "tcp"}))
     assert result.returncode == 0, result.stderr[-3000:]
-    a = load_weights_only(tmp_path / "single" / "checkpoints" / "last.pt")
+    a = load_weights_only(single.checkpoints / "last.pt")
     b = load_weights_only(tmp_path / "ddp" / "checkpoints" / "last.pt")
     assert a["step"] == b["step"] == 12
     for key, value in a["model"].items():
@@ -165,9 +166,10 @@ def test_killing_one_rank_fails_the_run_and_names_it(shapes_dir, tmp_path):
 def test_bf16_autocast_on_cpu_tracks_fp32(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3})
     losses = {}
-    for amp in ("none", "bf16"):
-        assert run_main("train", cfg, "--run-dir", tmp_path / amp, "--set", f"train.amp={amp}").returncode == 0
-        epochs = [e for e in read_events(tmp_path / amp / "events.jsonl") if e["event"] == "epoch"]
+    for amp in ("none", "bf16"):  # in this process: a subprocess would show nothing more of autocast
+        run, code = train_here(cfg, tmp_path / amp, [f"train.amp={amp}"])
+        assert code == 0, run.tail_log()
+        epochs = [e for e in read_events(run.events) if e["event"] == "epoch"]
         losses[amp] = [e["train_loss"] for e in epochs]
     for fp32, bf16 in zip(losses["none"], losses["bf16"]):
         assert abs(bf16 - fp32) < 0.25 * fp32 + 0.05, losses
@@ -234,7 +236,8 @@ def test_horovod_wiring_trains_like_one_process(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, model={"name": f"{model}:Plain"}, scheduler={"name": "none"},
                        data={"image_size": 16, "augment": {"hflip": False, "random_resized_crop": False}},
                        train={"epochs": 1, "amp": "none"}, optimizer={"lr": 0.05})
-    assert run_main("train", cfg, "--run-dir", tmp_path / "single", "--set", "data.batch_size=8").returncode == 0
+    single, code = train_here(cfg, tmp_path / "single", ["data.batch_size=8"])  # the reference, in this process
+    assert code == 0, single.tail_log()
     calls = tmp_path / "horovod-calls.log"
     env = dict(os.environ, PYTHONPATH=str(STAND_INS), HOROVOD_STANDIN_LOG=str(calls))
     result = run_main("train", cfg, "--run-dir", tmp_path / "hvd", "--set", "data.batch_size=4",
@@ -248,7 +251,7 @@ def test_horovod_wiring_trains_like_one_process(shapes_dir, tmp_path):
         for call in ("init", "DistributedOptimizer backward_passes_per_step=1", "broadcast_parameters",
                      "broadcast_optimizer_state"):
             assert f"{rank} {call}" in lines, (rank, call, lines)
-    a = load_weights_only(tmp_path / "single" / "checkpoints" / "last.pt")
+    a = load_weights_only(single.checkpoints / "last.pt")
     b = load_weights_only(tmp_path / "hvd" / "checkpoints" / "last.pt")
     assert a["step"] == b["step"] == 12
     for key, value in a["model"].items():

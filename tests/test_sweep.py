@@ -76,13 +76,13 @@ def test_optuna_prunes_weak_trials(tmp_path, shapes_dir):
     # epoch (the follower polls every half second; 3 epochs sometimes ended before it looked)
     base = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 6})
     path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump({"base": base.name, "method": "optuna", "trials": 5, "seed": 0,
+    path.write_text(yaml.safe_dump({"base": base.name, "method": "optuna", "trials": 4, "seed": 0,
                                     "random": {"optimizer.lr": {"low": 1e-6, "high": 0.5, "log": True}}}))
     result = run_main("sweep", path, "--runs-dir", tmp_path / "runs", timeout=600)
     assert result.returncode == 0, result.stderr
     runs = [RunDir(line) for line in result.stdout.split()]
     statuses = [r.read_status() for r in runs]
-    assert len(runs) == 5 and all(s["queue"]["sweep"] == "study" for s in statuses)
+    assert len(runs) == 4 and all(s["queue"]["sweep"] == "study" for s in statuses)
     pruned = [s for s in statuses if s.get("reason") == "pruned"]
     assert pruned and all(s["state"] == "stopped" and s["epoch"] < 6 for s in pruned), statuses
     assert any(s["state"] == "completed" for s in statuses)
