@@ -44,14 +44,41 @@ def shapes_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def flipped_digits_run(tmp_path_factory):
+def flipped_digits_run(tmp_path_factory, worker_id):
     """(run, flipped path -> the digit it shows, config, photo crops, copies): a short run on scikit-learn's 1,797
     real handwritten digits with 5% of them filed under another digit (the label errors the audit must find), four
     crops of a photograph among them (the outliers), 15 a class moved to a test folder and 30 of those copied back
-    into training as exact, resized and JPEG copies (the leaks; copy -> (test image, kind))."""
+    into training as exact, resized and JPEG copies (the leaks; copy -> (test image, kind)).
+
+    Trained once for the whole run (`-n 2`: by the first worker to ask, the other waits on a lock); each worker gets
+    its own copy of the run directory and config (the tests write the audit's files and the manifest there) beside a
+    link to the one digits folder, which no test changes."""
+    import json
+    import shutil
+
+    from filelock import FileLock
+
+    from trainer.core.rundir import RunDir
+
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    made = shared / "flipped" / "made.json"
+    with FileLock(str(shared / "flipped.lock")):
+        if not made.exists():
+            _train_flipped_digits(shared / "flipped")
+    facts = json.loads(made.read_text())
+    mine = tmp_path_factory.mktemp("flipped")
+    (mine / "digits").symlink_to(shared / "flipped" / "digits")
+    config = shutil.copy(shared / "flipped" / "config.yaml", mine / "config.yaml")
+    run = shutil.copytree(shared / "flipped" / "runs" / facts["run"], mine / "runs" / facts["run"], symlinks=True)
+    copies = {copy: tuple(of) for copy, of in facts["copies"].items()}
+    return RunDir(run), facts["flipped"], Path(config), facts["crops"], copies
+
+
+def _train_flipped_digits(tmp: Path) -> None:
+    import json
+
     from helpers import digits_with_flipped_labels, photo_crops_among, split_off_test_with_copies, train_here, write_config
 
-    tmp = tmp_path_factory.mktemp("flipped")
     flipped = digits_with_flipped_labels(tmp / "digits", 0.05)
     crops = photo_crops_among(tmp / "digits", 4)
     copies = split_off_test_with_copies(tmp / "digits", tmp / "test", per_class=15, copies=30, keep=flipped)
@@ -59,7 +86,8 @@ def flipped_digits_run(tmp_path_factory):
                           optimizer={"name": "adamw", "lr": 0.003}, train={"epochs": 4, "seed": 0})
     run, code = train_here(config, tmp / "runs")
     assert code == 0, run.tail_log()
-    return run, flipped, config, crops, copies
+    (tmp / "made.json").write_text(json.dumps({"run": run.path.name, "flipped": flipped, "crops": crops,
+                                               "copies": copies}))
 
 
 @pytest.fixture
