@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, process_tree_gone, run_main, write_config
+from helpers import REPO, process_tree_gone, run_here, run_main, write_config
 
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
@@ -66,7 +66,7 @@ def test_exception_in_user_code_is_shown_and_the_run_resumes(shapes_dir, tmp_pat
     error = next(e for e in read_events(run.events) if e["event"] == "error")
     assert "faulty.py" in error["traceback"] and "bad idea in forward" in error["traceback"]
     assert load_weights_only(run.checkpoints / "last.pt")["epoch"] == 1, "the epoch-1 checkpoint survives"
-    result = run_main("resume", run.path)  # the fault fired once: the resumed process trains on
+    result = run_here("resume", run.path)  # the fault fired once: the resumed run trains on (in this process)
     assert result.returncode == 0, result.stderr[-2000:]
     assert run.read_status()["state"] == "completed"
 
@@ -84,7 +84,7 @@ def test_segfault_leaves_a_resumable_run(shapes_dir, tmp_path):
     run = RunDir(tmp_path / "run")
     assert run.effective_state() == "failed"
     assert load_weights_only(run.checkpoints / "last.pt")["epoch"] == 1
-    assert run_main("resume", run.path).returncode == 0
+    assert run_here("resume", run.path).returncode == 0  # in this process: the crash was the other one's
     epochs = [e["epoch"] for e in read_events(run.events) if e["event"] == "epoch"]
     assert epochs == [1, 2]
 
@@ -100,10 +100,11 @@ def test_a_run_directory_in_use_is_refused(shapes_dir, tmp_path):
         while RunDir(tmp_path / "run").first_event("run_start") is None and time.time() < deadline:
             time.sleep(0.1)  # started, its config.yaml final (what auto decided written before run_start)
         config_before = (tmp_path / "run" / "config.yaml").read_text()
-        second = run_main("train", cfg, "--run-dir", tmp_path / "run", "--set", "train.epochs=1")
+        # refusals: asked from the test's own process (another process than the run's, as a second launch is)
+        second = run_here("train", cfg, "--run-dir", tmp_path / "run", "--set", "train.epochs=1")
         assert second.returncode == 2 and f"in use by another run (pid {first.pid})" in second.stderr
         assert (tmp_path / "run" / "config.yaml").read_text() == config_before
-        third = run_main("resume", tmp_path / "run")
+        third = run_here("resume", tmp_path / "run")
         assert third.returncode == 2 and "still going" in third.stderr
     finally:
         os.killpg(first.pid, signal.SIGTERM)
