@@ -155,40 +155,56 @@ def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, wo
     return {**json.loads(out.read_text()), "wall_s": time.time() - start}
 
 
-def robustness(folder: Path, name: str, minutes: float, repeats: int, hogs: int,
+def robustness(folders: dict[str, Path], minutes: float, repeats: int, hogs: int,
                conditions: tuple[str, ...] = ("never", "planning", "training"), out: str | None = None) -> None:
-    """Auto with a CPU hog beside it during planning only, during training only, and never (interleaved)."""
+    """Auto with a CPU hog beside it during planning only, during training only, and never: each repeat runs every
+    folder under every condition (interleaved, the conditions' order rotated by repeat)."""
     results = []
     for repeat in range(repeats):
-        for hog_during in conditions:
-            with tempfile.TemporaryDirectory(prefix="bench-auto-robust-") as tmp:
-                print(f"repeat {repeat + 1}, {minutes:g} min, {name}, hog during {hog_during} ...", flush=True)
-                r = run_auto(folder, minutes, Path(tmp), hog_during, hogs)
-            r.update(hog_during=hog_during, dataset=name, minutes=minutes, repeat=repeat, hogs=hogs)
-            print("   ", json.dumps(r), flush=True)
-            results.append(r)
-            save_result(out or f"auto_robustness_{name}" + ("" if len(conditions) == 3 else "_" + "_".join(conditions)),
-                        {"machine": machine(), "results": results})
+        for name, folder in folders.items():
+            for hog_during in conditions[repeat % len(conditions):] + conditions[:repeat % len(conditions)]:
+                with tempfile.TemporaryDirectory(prefix="bench-auto-robust-") as tmp:
+                    print(f"repeat {repeat + 1}, {minutes:g} min, {name}, hog during {hog_during} ...", flush=True)
+                    r = run_auto(folder, minutes, Path(tmp), hog_during, hogs)
+                r.update(hog_during=hog_during, dataset=name, minutes=minutes, repeat=repeat, hogs=hogs)
+                print("   ", json.dumps(r), flush=True)
+                results.append(r)
+                save_result(out or "auto_robustness_" + "_".join(folders), {"machine": machine(), "results": results})
     print(f"\n{machine()}; {hogs} spinning process(es) as the hog")
-    print("| hog during | budget used (to run_end) | last epoch ended at | ended by | epochs planned -> re-planned -> "
-          "trained | plan says busy | network (a first one too slow ->) | test top-1 (best.pt) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for hog_during in conditions:
-        for r in (r for r in results if r["hog_during"] == hog_during):
-            if "error" in r:
-                print(f"| {hog_during} | failed: {r['error']} |")
+    print("| data | hog during | budget used (to run_end) | last epoch ended at | ended by | epochs planned -> "
+          "re-planned -> trained | plan says busy | network (a first one that made way ->) | test top-1 (best.pt) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        if "error" in r:
+            print(f"| {r['dataset']} | {r['hog_during']} | failed: {r['error']} |")
+            continue
+        print(f"| {r['dataset']} | {r['hog_during']} | {100 * r['budget_used']:.0f}% | {100 * r['trained_share']:.0f}% | "
+              f"{r.get('ended') or 'its epochs'} | {r['planned_epochs']} -> {r['replanned_to']} -> {r['epochs']} | "
+              f"{r.get('busy_said')} | {', '.join(r.get('made_way') or []) or '-'} -> {r['model']} @ {r['size']} | "
+              f"{100 * r['best_acc']:.1f}% |")
+    print("\n| data | hog during | test top-1 median (range) | against the quiet median | last epoch ended at "
+          "(lowest) | ended by | networks |")
+    print("|---|---|---|---|---|---|---|")
+    for name in folders:
+        quiet = [r["best_acc"] for r in results if r["dataset"] == name and r["hog_during"] == "never"
+                 and "error" not in r]
+        for hog_during in conditions:
+            rows = [r for r in results if r["dataset"] == name and r["hog_during"] == hog_during and "error" not in r]
+            if not rows:
                 continue
-            print(f"| {hog_during} | {100 * r['budget_used']:.0f}% | {100 * r['trained_share']:.0f}% | "
-                  f"{r.get('ended') or 'its epochs'} | "
-                  f"{r['planned_epochs']} -> {r['replanned_to']} -> {r['epochs']} | {r.get('busy_said')} | "
-                  f"{', '.join(r.get('made_way') or []) or '-'} -> {r['model']} @ {r['size']} | "
-                  f"{100 * r['best_acc']:.1f}% |")
+            acc = [r["best_acc"] for r in rows]
+            against = f"{100 * (statistics.median(acc) - statistics.median(quiet)):+.1f}" if quiet else "-"
+            ended = ", ".join(sorted({r.get("ended") or "its epochs" for r in rows}))
+            networks = ", ".join(sorted({f"{r['model']} @ {r['size']}" for r in rows}))
+            print(f"| {name} | {hog_during} | {100 * statistics.median(acc):.1f} ({100 * min(acc):.1f}-"
+                  f"{100 * max(acc):.1f}) | {against} | {100 * min(r['trained_share'] for r in rows):.0f}% | {ended} | "
+                  f"{networks} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--robustness", action="store_true", help="Auto alone, with a CPU hog during planning, "
-                        "during training, and never (the first of --budgets and --datasets)")
+                        "during training, and never (the first of --budgets, every one of --datasets)")
     parser.add_argument("--hogs", type=int, default=1, help="--robustness: spinning processes in the hog")
     parser.add_argument("--hog-during", nargs="+", default=["never", "planning", "training"],
                         choices=("never", "planning", "training"), help="--robustness: these conditions only")
@@ -205,9 +221,8 @@ def main() -> None:
                "photos12": photos(DATA / "auto-photos12", per_class=(400, 60, 100),
                                   names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS + MORE_PHOTOS)}
     if args.robustness:
-        name = args.datasets[0]
-        robustness(folders[name], name, args.budgets[0], args.repeats, args.hogs, tuple(args.hog_during),
-                   None if args.name == "auto" else args.name)
+        robustness({name: folders[name] for name in args.datasets}, args.budgets[0], args.repeats, args.hogs,
+                   tuple(args.hog_during), None if args.name == "auto" else args.name)
         return
     results = []
     for repeat in range(args.first_repeat - 1, args.first_repeat - 1 + args.repeats):

@@ -3,6 +3,7 @@ its reason; and the pieces it stands on (train.budget, data.test_split, export.f
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -247,35 +248,134 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
         plan(str(folder), 2.0, started=time.time() - 20, faster_than=last)
 
 
-def test_the_first_epoch_ends_a_run_that_cannot_train_its_min_epochs_in_the_budget():
+def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_after_its_first_epoch(tmp_path, torch_home,
+                                                                                                    monkeypatch):
+    """On a busy machine every candidate reads slow and the probe passes over the larger ones: the plan's run ends
+    after its first epoch if 1.5x its planned epochs fit (train.recheck_epochs), naming the networks it will measure
+    again; a quiet probe leaves it off. Measured again (`larger_than`), only the candidates up to the first run's
+    are measured, once: the second plan checks nothing again. The probe's speeds are given (a table by network and
+    size, slower when "busy"), so the rule is what is tested, not this machine's speed."""
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+
+    folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)
+    slowdown = {"factor": 4.0}  # a busy machine: every speed a quarter
+    quiet_speed = {"resnet18": 10.0, "resnet9": 25.0, "small_cnn": 60.0}  # images/s at 96 px
+
+    def measure(name, weights, size, batch, classes, device, precision, reject_below=0.0):
+        speed = quiet_speed[name] * (96 / size) ** 2 / slowdown["factor"]
+        return auto.Measured(name, weights, size, batch, speed, 3 * speed)
+
+    monkeypatch.setattr(auto, "measure", measure)
+    monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.8)
+    busy = auto.plan(str(folder), 2.0)
+    measured = [(p.model, p.size) for p in busy.probes]
+    chosen = (busy.config.model.name, busy.config.data.image_size)
+    assert measured[-1] == chosen and len(measured) >= 2, measured  # larger ones passed over
+    assert busy.config.train.recheck_epochs == math.ceil(1.5 * busy.config.train.epochs) > 0
+    why = {c.key: c.why for c in busy.choices}["train.recheck_epochs"]
+    assert "the machine was busy while Auto measured" in why
+    assert all(f"{name} at {size} px" in why for name, size in measured[:-1]), why
+
+    monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.05)
+    quiet = auto.plan(str(folder), 2.0)
+    assert quiet.config.train.recheck_epochs == 0
+    assert "quiet" in {c.key: c.why for c in quiet.choices}["train.recheck_epochs"]
+
+    slowdown["factor"] = 1.0  # the other programs are gone: measured again, a larger network fits
+    again = auto.plan(str(folder), 2.0, larger_than=(*chosen, "it was faster than measured in its first epoch"))
+    assert [(p.model, p.size) for p in again.probes] == measured[:len(again.probes)], "best first, up to the first"
+    assert (again.config.model.name, again.config.data.image_size) in measured[:-1]
+    reasons = {c.key: c.why for c in again.choices}
+    assert "measured again because it was faster than measured in its first epoch" in reasons["model.name"]
+    assert again.config.train.recheck_epochs == again.config.train.min_epochs == 0
+    assert "measured again once already" in reasons["train.recheck_epochs"]
+
+
+def test_the_first_epoch_ends_a_run_far_slower_or_faster_than_planned():
     """train.min_epochs: after the first epoch (30 s) of a 2-minute budget only 3 more fit, fewer than 12: the run
-    ends there (completed, reason too_slow), saying why; a run that had resumed mid-way is left to re-plan."""
+    ends there (completed, reason too_slow), saying why; a run that had resumed mid-way is left to re-plan.
+    train.recheck_epochs (a probe on a busy machine): after a first epoch of 5 s, 22 fit, at least the 15 asked: the
+    run ends there too (reason too_fast) so that the larger networks are measured again."""
     from types import SimpleNamespace
 
     from trainer.core.config import RunConfig
     from trainer.core.schedule import Stretch
     from trainer.train.loop import Loop
 
-    def loop_after_epoch_1(step):
+    def loop_after_epoch_1(step, epoch_s=30.0, **train):
         loop = Loop.__new__(Loop)
-        loop.cfg = RunConfig.from_dict({"train": {"epochs": 20, "budget": 2.0, "replan": True, "min_epochs": 12}})
+        loop.cfg = RunConfig.from_dict({"train": {"epochs": 20, "budget": 2.0, "replan": True, **train}})
         loop.state = SimpleNamespace(epoch=1, step=step, early_stopped=False)
-        loop.started = time.time() - 30
-        loop.epoch_seconds = [30.0]
+        loop.started = time.time() - epoch_s
+        loop.epoch_seconds = [epoch_s]
         loop.parts = SimpleNamespace(stretch=Stretch(2000), steps_per_epoch=100)
         events = []
         loop.reporter = SimpleNamespace(epochs=20, emit=lambda event, **fields: events.append(fields))
         loop.strategy = SimpleNamespace(is_main=False, world_size=1)
-        loop.out_of_budget, loop.too_slow = False, ""
+        loop.out_of_budget, loop.made_way, loop.annealing_to_stop = False, {}, False
         loop.replan()
         return loop, events
 
-    loop, events = loop_after_epoch_1(100)
-    assert loop.too_slow.startswith("3 epochs fit") and "fewer than train.min_epochs (12)" in loop.too_slow
-    assert loop.end_reason() == {"reason": "too_slow", "too_slow": loop.too_slow}
+    loop, events = loop_after_epoch_1(100, min_epochs=12)
+    assert loop.made_way["reason"] == "too_slow"
+    assert loop.made_way["why"].startswith("3 epochs fit") and "fewer than train.min_epochs (12)" in loop.made_way["why"]
+    assert loop.end_reason() == {"reason": "too_slow", "made_way": loop.made_way["why"]}
     assert events[-1]["epochs"] == 1 and "the run ends here" in events[-1]["why"]
-    resumed, _ = loop_after_epoch_1(150)  # not its first epoch's end (a resumed run): re-planned, not ended
-    assert not resumed.too_slow and resumed.cfg.train.epochs == 3
+    resumed, _ = loop_after_epoch_1(150, min_epochs=12)  # not its first epoch's end (a resumed run): re-planned, not ended
+    assert not resumed.made_way and resumed.cfg.train.epochs == 3
+
+    fast, events = loop_after_epoch_1(100, epoch_s=5.0, epochs=10, recheck_epochs=15)
+    assert fast.made_way["reason"] == "too_fast" and fast.made_way["why"].startswith("22 epochs fit")
+    assert "at least train.recheck_epochs (15): faster than measured" in fast.made_way["why"]
+    assert fast.end_reason()["reason"] == "too_fast" and "the run ends here" in events[-1]["why"]
+    as_planned, _ = loop_after_epoch_1(100, epoch_s=5.0, epochs=20, recheck_epochs=30)  # 22 fit: goes on as planned
+    assert not as_planned.made_way and as_planned.cfg.train.epochs == 20
+
+
+def test_early_stopping_under_a_budget_anneals_the_learning_rate_before_the_run_ends():
+    """Early stopping's patience (6) ran out a third of the way through a budget's schedule: stopping there would
+    keep the weights of a high learning rate. The run anneals over the next 2 epochs (a third of the patience), the
+    schedule reaching its end at the end of the second, and ends there, early stopped; at the end of the schedule
+    it stops at once."""
+    from types import SimpleNamespace
+
+    from trainer.core.config import RunConfig
+    from trainer.core.schedule import Stretch
+    from trainer.train.loop import Loop
+
+    def loop_at(epoch, spent_s, budget_s=120.0):
+        loop = Loop.__new__(Loop)
+        loop.cfg = RunConfig.from_dict({"train": {"epochs": 30, "budget": budget_s / 60, "replan": True,
+                                                  "early_stop": {"patience": 6}}})
+        loop.state = SimpleNamespace(epoch=epoch, step=100 * epoch, early_stopped=False)
+        now = time.time()
+        loop.started = now - spent_s
+        loop.epoch_seconds = [4.0] * epoch
+        loop.parts = SimpleNamespace(stretch=Stretch(3000, deadline=(now - spent_s, now - spent_s + budget_s)),
+                                     steps_per_epoch=100)
+        events = []
+        loop.reporter = SimpleNamespace(epochs=30, emit=lambda event, **fields: events.append(fields))
+        loop.strategy = SimpleNamespace(is_main=False, world_size=1)
+        loop.out_of_budget, loop.made_way, loop.annealing_to_stop = False, {}, False
+        return loop, events
+
+    loop, events = loop_at(epoch=10, spent_s=40.0)
+    stretch = loop.parts.stretch
+    assert stretch.virtual(1000) < 0.5 * stretch.total
+    assert loop.anneal_before_stopping()
+    assert loop.cfg.train.epochs == 12 and events[-1]["epochs"] == 12
+    assert "anneals over 2 more epochs, then the run ends" in events[-1]["why"]
+    assert 0.5 * stretch.total < stretch.virtual(1100) < stretch.total
+    assert stretch.virtual(1200) == stretch.total, "annealed at the end of the last epoch"
+    loop.state.epoch, loop.state.step = 11, 1100
+    assert loop.anneal_before_stopping(), "the annealing epochs go on"
+    loop.state.epoch, loop.state.step = 12, 1200
+    assert not loop.anneal_before_stopping()
+    assert loop.end_reason() == {"reason": "early_stop", "early_stop_epoch": 12}
+
+    annealed, events = loop_at(epoch=28, spent_s=115.0)
+    assert not annealed.anneal_before_stopping() and annealed.cfg.train.epochs == 30 and not events
 
 
 WATCHER = """import sys
@@ -373,7 +473,7 @@ def test_a_machine_that_slows_down_before_the_last_epoch_still_gets_an_annealed_
         loop.parts = SimpleNamespace(stretch=Stretch(500, deadline=deadline), steps_per_epoch=100)
         loop.reporter = SimpleNamespace(epochs=5, emit=lambda *a, **k: None)
         loop.strategy = SimpleNamespace(is_main=False)
-        loop.out_of_budget = False
+        loop.out_of_budget, loop.made_way, loop.annealing_to_stop = False, {}, False
         loop.replan()
         return loop
 

@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 
 # Pretrained networks, best first (ImageNet top-1 of their DEFAULT weights), considered when their file is cached.
 PRETRAINED = ("convnext_tiny", "efficientnet_b0", "resnet50", "mobilenet_v3_large", "resnet18", "mobilenet_v3_small")
-SCRATCH = ("resnet18", "small_cnn")  # without cached weights: resnet18 where the images are large enough
-SCRATCH_RESNET_MIN_SIZE = 96  # below this resnet18's stem leaves too little of the image: small_cnn at that size
+SCRATCH = ("resnet18", "small_cnn")  # without cached weights, best first, each from its smallest size:
+SCRATCH_MIN_SIZE = {"resnet18": 96, "resnet9": 48}  # below these the network's stem leaves too little of the image
 SIZES = (224, 192, 160, 128, 112, 96, 64, 48, 32)
 MIN_EPOCHS = {"pretrained": 5, "scratch": 12}  # fewer than this and a smaller candidate does better
 MAX_EPOCHS = 200
@@ -56,6 +56,7 @@ VAL_SPLIT = TEST_SPLIT = 0.15
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
 PROBE_STEPS = 3  # timed training steps per candidate (their median), after the warm-up step
 BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measures: the plan says the machine was busy
+RECHECK_SPEEDUP = 1.5  # after a busy probe, a first epoch this much faster than planned measures the larger ones again
 MIN_TRAIN_S = 10  # left for training after planning, at least, or Auto says the budget is too small
 EARLY_STOP_MIN, EARLY_STOP_SHARE = 3, 0.33  # Auto's early stopping waits a third of the run's epochs, at least 3
 
@@ -167,11 +168,13 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
 
 def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,
          started: float | None = None, overrides: list[str] | None = None,
-         faster_than: tuple[str, int, str] | None = None, labels: str | None = None) -> Plan:
+         faster_than: tuple[str, int, str] | None = None, larger_than: tuple[str, int, str] | None = None,
+         labels: str | None = None) -> Plan:
     """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why.
     `faster_than` (network, size, why): a run of that network at that size turned out too slow in its first epoch;
-    only the candidates after it (smaller sizes, then faster networks) are considered. With `labels` (a labels
-    file), a multi-label run of the images it lists."""
+    only the candidates after it (smaller sizes, then faster networks) are considered. `larger_than`: it turned out
+    faster than measured (the machine was busy while Auto measured); only the candidates before it and itself.
+    With `labels` (a labels file), a multi-label run of the images it lists."""
     started = started or time.time()
     say = progress or (lambda text: None)
     if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
@@ -198,26 +201,31 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         why_kind = "no pretrained weights in the torch hub cache (Auto does not download): from scratch"
     sizes = candidate_sizes(scan, bool(cached))
     order = [(name, weights, size) for name, weights in candidates for size in sizes  # best first
-             if weights or name != "resnet18" or size >= SCRATCH_RESNET_MIN_SIZE]
+             if weights or size >= SCRATCH_MIN_SIZE.get(name, 0)]
+    again = faster_than or larger_than  # measured again after a first epoch: once only
     if faster_than:
         tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == faster_than[:2]]
         order = order[tried[0] + 1:] if tried else order
         if not order:
             raise AutoError(f"no network faster than {faster_than[0]} at {faster_than[1]} px to go on with")
+    if larger_than:
+        tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == larger_than[:2]]
+        order = order[:tried[0] + 1] if tried else order
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
     load = OtherLoad()
     chosen, probes = _probe(order, need, train_s, (train_images, val_images, len(scan.classes)), tta,
                             device, precision, lambda: time.time() - started > budget_s * PLAN_SHARE * 0.6, say)
-    how_busy = _how_busy(load.share())
+    others = load.share()
+    how_busy = _how_busy(others)
     names = ", ".join(dict.fromkeys(name for name, _, _ in order))
     reason = (f"{why_kind}; the first of {names} (best first) that trains at least "
               f"{need} epochs in the budget: {chosen.train_images_per_s:.0f} images/s measured at {chosen.size} px")
     if chosen.epochs < need:
         reason = (f"{why_kind}; none of {names} trains {need} epochs in the budget: "
                   f"the fastest measured ({chosen.train_images_per_s:.0f} images/s at {chosen.size} px)")
-    if faster_than:
-        reason += f"; measured again because {faster_than[2]}"
+    if again:
+        reason += f"; measured again because {again[2]}"
     choose("model.name", chosen.model, reason)
     if chosen.weights:
         choose("model.weights", chosen.weights, f"{chosen.model}'s ImageNet weights, found in the cache")
@@ -255,12 +263,13 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                  "them from the speed it measures, so the run fills its budget whatever the machine "
                                  "is doing, with the schedule's annealing completed")
     faster_left = chosen.epochs >= need and (chosen.model, chosen.weights, chosen.size) != order[-1]
-    cfg.train.min_epochs = need if faster_left and not faster_than else 0
+    cfg.train.min_epochs = need if faster_left and not again else 0
     choose("train.min_epochs", cfg.train.min_epochs,
-           "off: Auto has measured again once already; this run re-plans its epochs and goes on" if faster_than else
+           "off: Auto has measured again once already; this run re-plans its epochs and goes on" if again else
            f"if the first epoch shows fewer than {need} epochs fit (the machine got slower than the probe measured), "
            f"the run ends there and Auto measures the faster candidates again for the time left" if faster_left else
            "off: no faster candidate is left to go on with")
+    _recheck_choice(cfg, probes, chosen, others >= BUSY_SHARE, bool(again), choose)
     choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
                                              f"stops there whatever happens (the test set and export come after)")
     steps_total = epochs * math.ceil(train_images / chosen.batch)
@@ -290,12 +299,32 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
 
 def trained_as_one_run(plan: dict, by: str) -> dict:
     """A plan (`Plan.to_json()`) that `by` (the app, a run on a host) trains as one ordinary run, where nobody would go
-    on with a faster network: train.min_epochs off, said in its choice (the run still re-plans its epochs)."""
-    plan["config"]["train"]["min_epochs"] = 0
-    plan["choices"] = [c for c in plan["choices"] if c["key"] != "train.min_epochs"] + [
-        {"key": "train.min_epochs", "value": 0, "why": f"off: {by} trains this plan as one run, which re-plans its "
-                                                       f"epochs (train.replan) but does not go on with another network"}]
+    on with another network: train.min_epochs and train.recheck_epochs off, said in their choices (the run still
+    re-plans its epochs)."""
+    why = f"off: {by} trains this plan as one run, which re-plans its epochs (train.replan) but does not go on with " \
+          f"another network"
+    keys = ("train.min_epochs", "train.recheck_epochs")
+    for key in keys:
+        plan["config"]["train"][key.split(".")[1]] = 0
+    plan["choices"] = [c for c in plan["choices"] if c["key"] not in keys] + [
+        {"key": key, "value": 0, "why": why} for key in keys]
     return plan
+
+
+def _recheck_choice(cfg: RunConfig, probes: list[Measured], chosen: Measured, busy: bool, again: bool,
+                    choose: Callable) -> None:
+    """train.recheck_epochs: a probe on a busy machine reads every candidate slow and may have passed over a larger
+    one that the machine, once quiet, trains enough epochs of. When the first epoch shows RECHECK_SPEEDUP times the
+    planned epochs fit, the run makes way and Auto measures the larger candidates again (once)."""
+    larger = probes[:probes.index(chosen)]
+    cfg.train.recheck_epochs = math.ceil(cfg.train.epochs * RECHECK_SPEEDUP) if busy and larger and not again else 0
+    choose("train.recheck_epochs", cfg.train.recheck_epochs,
+           "off: Auto has measured again once already" if again else
+           "off: the machine was quiet while Auto measured" if not busy else
+           "off: no larger candidate was passed over" if not larger else
+           f"the machine was busy while Auto measured: if the first epoch shows at least {cfg.train.recheck_epochs} "
+           f"epochs fit ({RECHECK_SPEEDUP:g}x the plan), the run ends there and Auto measures "
+           f"{', '.join(f'{p.model} at {p.size} px' for p in larger)} again for the time left")
 
 
 def _how_busy(others: float) -> str:

@@ -117,8 +117,8 @@ def cmd_auto(args) -> int:
     if args.run_dir:  # someone follows that one directory (a SLURM job's mirror): no second run elsewhere
         plan = trained_as_one_run(plan, "Auto with --run-dir (what follows the run watches that directory)")
     run, code = _train_plan(plan, args, args.run_dir)
-    if run.read_status().get("reason") == "too_slow":  # train.min_epochs: the machine slowed down since the probe
-        run, code = _go_on_faster(run, args, started, say)
+    if run.read_status().get("reason") in ("too_slow", "too_fast"):  # train.min_epochs, train.recheck_epochs
+        run, code = _measure_again(run, args, started, say)
     for path in sorted((run.path / "exports").glob("model.*")):
         if path.suffix == ".json":
             continue
@@ -142,26 +142,32 @@ def _train_plan(plan: dict, args, run_dir: str | None) -> tuple[RunDir, int]:
     return run, report_end(run, launch(run, cfg, lock=lock))
 
 
-def _go_on_faster(first: RunDir, args, started: float, say) -> tuple[RunDir, int]:
-    """The first epoch of Auto's run showed too few epochs fit (train.min_epochs): the faster candidates measured
-    again, as the machine is now, for the time left, and the best of them trained in a new run; when none is left
-    (or no time to measure), the first run goes on as it is."""
+def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, int]:
+    """The first epoch of Auto's run showed too few epochs fit (train.min_epochs) or, after a probe on a busy machine,
+    many more than planned (train.recheck_epochs): the faster (or the larger) candidates measured again, as the
+    machine is now, for the time left, and the best of them trained in a new run. When none is left, the same one is
+    chosen again, or there is no time to measure, the first run goes on as it is."""
     from trainer.auto import MIN_MINUTES, AutoError
     from trainer.auto import plan as make_plan
     from trainer.runs.runner import launch
 
     cfg = load_config(first.config)
-    why = f"{cfg.model.name} at {cfg.data.image_size} px was too slow in {first.name}: {first.read_status()['message']}"
-    say(f"{why}; measuring the faster candidates again")
+    slow = first.read_status()["reason"] == "too_slow"
+    why = (f"{cfg.model.name} at {cfg.data.image_size} px was {'too slow' if slow else 'faster than measured'} in "
+           f"{first.name}: {first.read_status()['message']}")
+    say(f"{why}; measuring the {'faster' if slow else 'larger'} candidates again")
     minutes_left = args.minutes - (time.time() - started) / 60
+    tried = (cfg.model.name, cfg.data.image_size, why)
     try:
         if minutes_left < MIN_MINUTES:
             raise AutoError(f"{minutes_left:.2f} min left, too little to measure again")
         plan = make_plan(args.folder, minutes_left, started=time.time(), overrides=args.set, progress=say,
-                         faster_than=(cfg.model.name, cfg.data.image_size, why), labels=args.labels).to_json()
+                         labels=args.labels, **{"faster_than" if slow else "larger_than": tried}).to_json()
+        if (plan["config"]["model"]["name"], plan["config"]["data"]["image_size"]) == tried[:2]:
+            raise AutoError(f"measured again, {tried[0]} at {tried[1]} px is still the largest that fits")
     except AutoError as e:
         say(f"{e}: {first.name} goes on as it is")
-        cfg.train.min_epochs = 0
+        cfg.train.min_epochs = cfg.train.recheck_epochs = 0
         save_config(cfg, first.config)
         return first, report_end(first, launch(first, cfg, resume=True))
     return _train_plan(plan, args, None)

@@ -217,6 +217,10 @@ class TrainConfig:
     min_epochs: int = opt(0, "with train.replan: when the first epoch shows that fewer epochs than this fit in the "
                           "budget, the run ends after it (completed, reason too_slow) instead of training too few; "
                           "Auto sets it when a faster network is left to go on with (0 = off)", ge=0, le=100000)
+    recheck_epochs: int = opt(0, "with train.replan: when the first epoch shows that at least this many epochs fit in "
+                              "the budget, the run ends after it (completed, reason too_fast) so that the larger "
+                              "networks can be measured again; Auto sets it when the machine was busy while it "
+                              "measured (0 = off)", ge=0, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
     clip_grad_norm: float | None = opt(None, "clip the global gradient norm to this value", gt=0)
     progressive_resize: float = opt(0.0, "progressive resizing: train the first epochs at this fraction of "

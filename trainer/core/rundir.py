@@ -34,7 +34,8 @@ RESUMABLE_STATES = ("stopped", "failed")
 
 # status.json's `reason` for how a run ended, in words (the Runs and Queue pages show them beside the state)
 ENDINGS = {"budget": "train.budget spent", "early_stop": "early stop", "pruned": "pruned by the sweep",
-           "forced": "forced", "too_slow": "too slow for its budget"}
+           "forced": "forced", "too_slow": "too slow for its budget",
+           "too_fast": "faster than measured"}
 
 
 def state_text(state: str, reason: str | None) -> str:

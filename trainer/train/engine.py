@@ -142,8 +142,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
         strategy.leave_together()
-        # the run's end is the deploy package's: test set, exports (not for a run that made way: train.min_epochs)
-        if state == "completed" and strategy.is_main and not loop.too_slow:
+        # the run's end is the deploy package's: test set, exports (not for a run that made way for another network)
+        if state == "completed" and strategy.is_main and not loop.made_way:
             finish_run(run, reporter, parts.data.test, cfg)
         code, message = EXIT_OK, ending_message(state, loop, cfg)
     except Interrupted:
@@ -231,13 +231,14 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
 
 def ending_message(state: str, loop: Loop, cfg) -> str:
     """Why a run that ended well ended: stopped, its budget spent, or stopped improving."""
-    if loop.too_slow:
-        return f"{loop.too_slow}: ended after its first epoch, not tested or exported"
+    if loop.made_way:
+        return f"{loop.made_way['why']}: ended after its first epoch, not tested or exported"
     if loop.out_of_budget:
         return (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
                 f"with `main.py resume RUN_DIR --epochs N`)")
-    if loop.state.early_stopped:
-        return (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving "
+    if loop.state.early_stopped or loop.annealing_to_stop:
+        annealed = " and the learning rate annealed" if loop.annealing_to_stop else ""
+        return (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving{annealed} "
                 f"(continue it with `main.py resume RUN_DIR --epochs N`)")
     return "stopped by request; resume to continue" if state == "stopped" else ""
 

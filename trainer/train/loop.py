@@ -38,6 +38,7 @@ log = logging.getLogger("trainer")
 REPLAN_WINDOW = 10  # recent epochs whose mean time train.replan plans from
 REPLAN_GROWTH = 1.1  # more epochs are planned only when more than this many times as many (+1) fit
 REPLAN_MARGIN = 0.95  # share of the budget left that the re-planned epochs may fill
+ANNEALED_SHARE = 0.9  # past this share of a budget's schedule the learning rate is annealed (one-cycle: < 6% of peak)
 MAX_EPOCHS = 100000  # train.epochs' own limit
 EVAL_BATCH_FACTOR = 2  # validation batches are this many training batches
 
@@ -60,7 +61,10 @@ class Loop:
         self._val_rows: tuple[list[int], list[torch.Tensor]] = ([], [])  # evaluate's rows: (indices, logit batches)
         self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
         self.out_of_budget = False  # the run ended because train.budget was spent
-        self.too_slow = ""  # why the run ended after its first epoch (train.min_epochs), when it did
+        # why the run ended after its first epoch to make way for another network, when it did: {"reason": too_slow
+        # (train.min_epochs) or too_fast (train.recheck_epochs), "why": in words}
+        self.made_way: dict[str, str] = {}
+        self.annealing_to_stop = False  # early stopping's patience ran out mid-schedule: the run anneals, then ends
         self.epoch_seconds: list[float] = []  # this launch's epochs, as measured (train.replan plans from them)
         self.trained_before_s = 0.0  # train.budget: what the run's earlier segments trained (resumed from a checkpoint)
         self.fit_started = time.time()
@@ -129,10 +133,13 @@ class Loop:
             st.epoch += 1
             st.batch_in_epoch = 0
             st.early_stopped = no_longer_improving(cfg.train.early_stop, st, metrics, cfg.train.epochs)  # before the save
-            if cfg.train.replan and cfg.train.budget and not st.early_stopped and not self.out_of_budget:
+            if st.early_stopped and self.anneal_before_stopping():
+                st.early_stopped = False  # the annealing epochs first; their end is the early stop
+            if (cfg.train.replan and cfg.train.budget and not st.early_stopped and not self.out_of_budget
+                    and not self.annealing_to_stop):
                 self.replan()  # before the save: a run re-planned to end here saves its last epoch
             saved = (is_best or st.epoch % cfg.checkpoint.every_epochs == 0 or st.epoch == cfg.train.epochs
-                     or st.early_stopped or self.out_of_budget or self.too_slow)
+                     or st.early_stopped or self.out_of_budget or self.made_way)
             if saved:
                 self.save(is_best=is_best)
             if st.early_stopped:
@@ -144,13 +151,43 @@ class Loop:
                 log.info("train.budget: %g min spent during epoch %d, which was cut short, validated and saved",
                          cfg.train.budget, st.epoch)
                 return "completed"
-            if self.too_slow:
+            if self.made_way:
                 return "completed"
             if st.epoch < cfg.train.epochs and self.stop_requested():
                 if not saved:
                     self.save(is_best=False)
                 return "stopped"
         return "completed"
+
+    def anneal_before_stopping(self) -> bool:
+        """Early stopping under a budget's schedule (`train.budget` and `train.replan`, one process): when its patience
+        runs out while the learning rate is still far from annealed, stopping there would keep the weights of a high
+        rate. The run anneals first: the schedule goes to its end over the next third of the patience (at least one
+        epoch, within the epochs planned), and the run ends there, early stopped (a `replan` event says so). True while
+        those epochs are to come; False when the schedule is annealed already (the run stops now)."""
+        cfg, st, stretch = self.cfg, self.state, self.parts.stretch
+        if self.annealing_to_stop:
+            return st.epoch < cfg.train.epochs
+        if stretch.deadline is None or st.epoch >= cfg.train.epochs:
+            return False
+        if stretch.virtual(st.step) >= ANNEALED_SHARE * stretch.total:
+            return False
+        es = cfg.train.early_stop
+        patience = patience_of(es, cfg.train.epochs)
+        old, epochs = cfg.train.epochs, min(cfg.train.epochs, st.epoch + max(1, math.ceil(patience / 3)))
+        self.annealing_to_stop = True
+        cfg.train.epochs = self.reporter.epochs = epochs
+        stretch.finish_by(st.step, epochs * self.parts.steps_per_epoch)
+        why = (f"early stopping: {es.metric} has not improved for {patience} epochs, with the learning rate not yet "
+               f"annealed; it anneals over {epochs - st.epoch} more epoch{'s' if epochs - st.epoch > 1 else ''}, then "
+               f"the run ends")
+        self.reporter.emit("replan", epoch=st.epoch, old_epochs=old, epochs=epochs,
+                           epoch_s=round(statistics.fmean(self.epoch_seconds or [0.0]), 3),
+                           budget_left_s=round(self.budget_left(), 1), why=why)
+        log.info("%s", why)
+        if self.strategy.is_main:
+            self.run.write_status(epochs=epochs)
+        return True
 
     def replan(self) -> None:
         """train.replan: the epochs that fit in the budget left, from the mean time of the recent epochs (the first
@@ -169,12 +206,17 @@ class Loop:
             epochs = st.epoch + 1
         old = cfg.train.epochs
         first_epoch = st.epoch == 1 and st.step == self.parts.steps_per_epoch and self.strategy.world_size == 1
+        fit = f"{epochs} epochs fit in the {self.budget_left():.0f} s of the budget left at {estimate:.3g} s per epoch"
         if first_epoch and epochs < cfg.train.min_epochs:
-            self.too_slow = (f"{epochs} epochs fit in the {self.budget_left():.0f} s of the budget left at "
-                             f"{estimate:.3g} s per epoch, fewer than train.min_epochs ({cfg.train.min_epochs})")
+            self.made_way = {"reason": "too_slow", "why": f"{fit}, fewer than train.min_epochs ({cfg.train.min_epochs})"}
+        elif first_epoch and cfg.train.recheck_epochs and epochs >= cfg.train.recheck_epochs:
+            self.made_way = {"reason": "too_fast", "why": f"{fit}, at least train.recheck_epochs "
+                                                          f"({cfg.train.recheck_epochs}): faster than measured"}
+        if self.made_way:
             self.reporter.emit("replan", epoch=st.epoch, old_epochs=old, epochs=st.epoch, epoch_s=round(estimate, 3),
-                               budget_left_s=round(self.budget_left(), 1), why=self.too_slow + ": the run ends here")
-            log.info("train.min_epochs: %s; the run ends after its first epoch", self.too_slow)
+                               budget_left_s=round(self.budget_left(), 1), why=self.made_way["why"] + ": the run ends here")
+            log.info("train.%s: %s; the run ends after its first epoch",
+                     "min_epochs" if self.made_way["reason"] == "too_slow" else "recheck_epochs", self.made_way["why"])
             return
         if epochs == old or old < epochs <= old * REPLAN_GROWTH + 1:
             return
@@ -205,12 +247,12 @@ class Loop:
 
     def end_reason(self) -> dict:
         """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
-        if self.state.early_stopped:
+        if self.state.early_stopped or self.annealing_to_stop:
             return {"reason": "early_stop", "early_stop_epoch": self.state.epoch}
         if self.out_of_budget:
             return {"reason": "budget", "budget_epoch": self.state.epoch}
-        if self.too_slow:
-            return {"reason": "too_slow", "too_slow": self.too_slow}
+        if self.made_way:
+            return {"reason": self.made_way["reason"], "made_way": self.made_way["why"]}
         return {}
 
     def train_one_epoch(self) -> tuple[float, float, int] | None:
