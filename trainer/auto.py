@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 # Pretrained networks, best first (ImageNet top-1 of their DEFAULT weights), considered when their file is cached.
 PRETRAINED = ("convnext_tiny", "efficientnet_b0", "resnet50", "mobilenet_v3_large", "resnet18", "mobilenet_v3_small")
-SCRATCH = ("resnet18", "small_cnn")  # without cached weights, best first, each from its smallest size:
+SCRATCH = ("resnet18", "resnet9", "small_cnn")  # without cached weights, best first, each from its smallest size:
 SCRATCH_MIN_SIZE = {"resnet18": 96, "resnet9": 48}  # below these the network's stem leaves too little of the image
 SIZES = (224, 192, 160, 128, 112, 96, 64, 48, 32)
 MIN_EPOCHS = {"pretrained": 5, "scratch": 12}  # fewer than this and a smaller candidate does better

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainer.core.catalog import BUILTIN_MODELS
+
 
 def write_state_dict(model, path: Path, context) -> None:
     import torch
@@ -44,8 +46,9 @@ def _model_lines(model_name: str, classes: int) -> tuple[str, str]:
     """(import, construction) of the network a weights-only export loads into."""
     if model_name.startswith("timm:"):
         return "import timm, torch", f'model = timm.create_model("{model_name[5:]}", num_classes={classes}).eval()'
-    if ":" in model_name or model_name == "small_cnn":
-        return "import torch", f"model = YourNetwork(num_classes={classes}).eval()  # {model_name}'s class"
+    if ":" in model_name or model_name in BUILTIN_MODELS:
+        where = f" ({BUILTIN_MODELS[model_name]})" if model_name in BUILTIN_MODELS else ""
+        return "import torch", f"model = YourNetwork(num_classes={classes}).eval()  # {model_name}'s class{where}"
     return ("import torch, torchvision",
             f'model = torchvision.models.get_model("{model_name}", num_classes={classes}).eval()')
 
