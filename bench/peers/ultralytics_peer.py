@@ -2,6 +2,7 @@
 (its own time budget: after the first epoch it re-plans the epochs and the schedule to fit), for bench/auto.py.
 Scored on test/ with its best.pt (chosen on val/) and last.pt."""
 
+import csv
 import os
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -24,9 +25,11 @@ def main() -> None:
         metrics = YOLO(os.path.join(weights, f"{which}.pt")).val(data=args.data, split="test", imgsz=args.size,
                                                                   batch=64, device="cpu", plots=False, verbose=False)
         scores[which] = float(metrics.top1)
-    epochs = sum(1 for _ in open(os.path.join(args.work, "run", "results.csv"))) - 1
-    write(args.out, best_acc=scores["best"], final_acc=scores["last"], epochs=epochs, train_s=train_s,
-          model="yolo11n-cls", size=args.size)
+    with open(os.path.join(args.work, "run", "results.csv")) as f:
+        rows = list(csv.DictReader(f))
+    write(args.out, best_acc=scores["best"], final_acc=scores["last"], epochs=len(rows), train_s=train_s,
+          model="yolo11n-cls", size=args.size,
+          epoch_end_s=[round(float(r["time"]), 1) for r in rows if r.get("time")])  # its own clock, from its start
 
 
 if __name__ == "__main__":
