@@ -54,6 +54,7 @@ STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, 
 EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
 VAL_SPLIT = TEST_SPLIT = 0.15
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
+SCRATCH_ENV = "TRAINDECK_AUTO_SCRATCH"  # comma-separated networks in place of SCRATCH (bench/candidates.py measures one)
 PROBE_STEPS = 3  # timed training steps per candidate (their median), after the warm-up step
 BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measures: the plan says the machine was busy
 RECHECK_SPEEDUP = 1.5  # after a busy probe, a first epoch this much faster than planned measures the larger ones again
@@ -197,7 +198,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         candidates = [(name, "DEFAULT") for name in cached]
         why_kind = f"ImageNet weights in the cache for {', '.join(cached)}"
     else:
-        candidates = [(name, None) for name in SCRATCH]
+        candidates = [(name, None) for name in (os.environ.get(SCRATCH_ENV) or ",".join(SCRATCH)).split(",")]
         why_kind = "no pretrained weights in the torch hub cache (Auto does not download): from scratch"
     sizes = candidate_sizes(scan, bool(cached))
     order = [(name, weights, size) for name, weights in candidates for size in sizes  # best first
