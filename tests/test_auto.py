@@ -220,8 +220,19 @@ def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_pr
         plan(str(shapes_dir), 0.5, started=time.time() - 60)  # the whole budget gone: said, not a crash
 
 
-@pytest.mark.slow
-def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path, torch_home):
+def probe_reads(monkeypatch, speeds: dict[str, float], slowdown: dict | None = None) -> None:
+    """Auto's probe reads `speeds` (images/s at 96 px, by network; in proportion to the pixels at other sizes; divided
+    by `slowdown["factor"]`, a busy machine) instead of measuring this machine: the rules are tested, not its speed."""
+    from trainer import auto
+
+    def measure(name, weights, size, batch, classes, device, precision, reject_below=0.0):
+        speed = speeds[name] * (96 / size) ** 2 / (slowdown or {}).get("factor", 1.0)
+        return auto.Measured(name, weights, size, batch, speed, 3 * speed)
+
+    monkeypatch.setattr(auto, "measure", measure)
+
+
+def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path, torch_home, monkeypatch):
     """Measured again after a first epoch that showed too few epochs fit: only the candidates after the slow one
     (its smaller sizes, then the faster networks) are measured, the reason says why, and there is no third round;
     after the last candidate there is nothing to go on with."""
@@ -229,14 +240,14 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
     from trainer.data.demo_data import write_demo_dataset
     from trainer.data.scan import scan_image_folder
 
-    folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)  # resnet18 at 96 px, small_cnn at 3 sizes
-    # 2 minutes begun 20 s ago: past the probes' share, so one probe and no LR sweep, with room left to train however
-    # slow this machine's probe (0.5 min begun 8 s ago left nothing on a 2-core machine: planning took 20 s)
-    first = plan(str(folder), 2.0, started=time.time() - 20)
+    folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)  # resnet18 at 96 px, then the others
+    probe_reads(monkeypatch, {"resnet18": 10.0, "resnet9": 25.0, "small_cnn": 60.0})
+    first = plan(str(folder), 2.0)
     chosen = {c.key: c for c in first.choices}
-    assert chosen["train.min_epochs"].value == first.config.train.min_epochs
+    assert (first.config.model.name, first.config.data.image_size) == ("resnet18", 96)
+    assert chosen["train.min_epochs"].value == first.config.train.min_epochs == 12
     slow = (first.config.model.name, first.config.data.image_size, "it was too slow in its first epoch")
-    again = plan(str(folder), 2.0, started=time.time() - 20, faster_than=slow)
+    again = plan(str(folder), 2.0, faster_than=slow)
     assert (again.config.model.name, again.config.data.image_size) != slow[:2]
     assert again.config.data.image_size < slow[1] or again.config.model.name != slow[0]
     assert all((p.model, p.size) != slow[:2] for p in again.probes), "the slow one is not measured again"
@@ -245,7 +256,7 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
     assert again.config.train.min_epochs == 0 and "measured again once already" in reasons["train.min_epochs"]
     last = ("small_cnn", min(candidate_sizes(scan_image_folder(folder, full=False), False)), "too slow")
     with pytest.raises(AutoError, match="no network faster than small_cnn"):
-        plan(str(folder), 2.0, started=time.time() - 20, faster_than=last)
+        plan(str(folder), 2.0, faster_than=last)
 
 
 def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_after_its_first_epoch(tmp_path, torch_home,
@@ -260,13 +271,7 @@ def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_afte
 
     folder = write_demo_dataset(tmp_path / "big", per_class=12, size=96, seed=0)
     slowdown = {"factor": 4.0}  # a busy machine: every speed a quarter
-    quiet_speed = {"resnet18": 10.0, "resnet9": 25.0, "small_cnn": 60.0}  # images/s at 96 px
-
-    def measure(name, weights, size, batch, classes, device, precision, reject_below=0.0):
-        speed = quiet_speed[name] * (96 / size) ** 2 / slowdown["factor"]
-        return auto.Measured(name, weights, size, batch, speed, 3 * speed)
-
-    monkeypatch.setattr(auto, "measure", measure)
+    probe_reads(monkeypatch, {"resnet18": 10.0, "resnet9": 25.0, "small_cnn": 60.0}, slowdown)
     monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.8)
     busy = auto.plan(str(folder), 2.0)
     measured = [(p.model, p.size) for p in busy.probes]
@@ -290,6 +295,55 @@ def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_afte
     assert "measured again because it was faster than measured in its first epoch" in reasons["model.name"]
     assert again.config.train.recheck_epochs == again.config.train.min_epochs == 0
     assert "measured again once already" in reasons["train.recheck_epochs"]
+
+
+@pytest.mark.slow  # a 1-minute Auto, trained in this process
+def test_auto_after_a_busy_probe_goes_on_with_the_larger_network_its_first_epoch_showed_fits(tmp_path, torch_home,
+                                                                                              monkeypatch):
+    """`main.py auto` whose probe read a busy machine (given speeds, an eighth of the quiet ones, and other programs
+    at 80% of the CPU): it plans small_cnn at 32 px; the real first epoch is far faster than that plan, so the run
+    makes way (completed, too_fast, neither tested nor exported), the larger candidates are measured again as the
+    machine is now (quiet), and resnet9 at 48 px trains in a new run to the end of the budget, tested and exported."""
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+
+    folder = write_demo_dataset(tmp_path / "shapes48", per_class=30, size=48, seed=0)
+    slowdown = {"factor": 8.0}  # busy: nothing trains 12 epochs, small_cnn at 32 px the most; quiet: resnet9 does
+    probe_reads(monkeypatch, {"resnet9": 25.0, "small_cnn": 12.0}, slowdown)
+
+    class Busy:  # only Auto's reading of the machine: the trainer's own threads follow the real one
+        def share(self):
+            return 0.8 if slowdown["factor"] > 1 else 0.0
+
+    monkeypatch.setattr(auto, "OtherLoad", Busy)
+    monkeypatch.setattr(auto, "sweep_lr", lambda cfg, steps: (1e-3, "given"))
+
+    def went_quiet(*args, **kwargs):  # the machine is quiet once the first run has started
+        slowdown["factor"] = 1.0
+        return launch(*args, **kwargs)
+
+    from trainer.runs import runner
+    launch = runner.launch
+    monkeypatch.setattr(runner, "launch", went_quiet)
+    result = run_here("auto", folder, "--minutes", "1", "--runs-dir", tmp_path / "runs")
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = list((tmp_path / "runs").iterdir())
+    (first,) = [p for p in runs if RunDir(p).read_status().get("reason") == "too_fast"]
+    (second,) = [p for p in runs if p != first]
+    made_way = RunDir(first).read_status()
+    assert made_way["state"] == "completed" and made_way["reason"] == "too_fast", made_way
+    assert "at least train.recheck_epochs" in made_way["message"] and not (first / "eval" / "test").exists()
+    planned = {c["key"]: c for c in json.loads(RunDir(first).auto_choices.read_text())["choices"]}
+    assert (planned["model.name"]["value"], planned["data.image_size"]["value"]) == ("small_cnn", 32)
+    assert planned["train.recheck_epochs"]["value"] > 0 and "resnet9 at 48 px" in planned["train.recheck_epochs"]["why"]
+    assert "measuring the larger candidates again" in result.stderr
+    again = {c["key"]: c for c in json.loads(RunDir(second).auto_choices.read_text())["choices"]}
+    assert (again["model.name"]["value"], again["data.image_size"]["value"]) == ("resnet9", 48)
+    assert "small_cnn at 32 px was faster than measured" in again["model.name"]["why"]
+    assert again["train.recheck_epochs"]["value"] == 0
+    status = RunDir(second).read_status()
+    assert status["state"] == "completed", status
+    assert (second / "eval" / "test" / "metrics.json").exists() and (second / "exports" / "model.onnx").exists()
 
 
 def test_the_first_epoch_ends_a_run_far_slower_or_faster_than_planned():
