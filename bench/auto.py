@@ -129,7 +129,7 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
     choices = {c["key"]: c["value"] for c in listed}
     choices_why = {c["key"]: c["why"] for c in listed}
     events = [json.loads(line) for line in (run / "events.jsonl").open()]
-    end = next(e for e in events if e["event"] == "run_end")
+    end = [e for e in events if e["event"] == "run_end"][-1]  # a run that made way and was resumed has two
     replans = [e for e in events if e["event"] == "replan"]
     return {"best_acc": best, "final_acc": final, "wall_s": wall, "train_s": end["time"] - events[0]["time"],
             "budget_used": (end["time"] - start) / (minutes * 60),
@@ -139,6 +139,8 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
             "planned_epochs": choices.get("train.epochs"), "replanned_to": replans[-1]["epochs"] if replans else None,
             "ended": status.get("reason") or ("early stopped" if "early stop" in status.get("message", "") else ""),
             "busy_said": "was busy while Auto measured" in str(choices_why.get("train.epochs", "")),
+            "resumed_after": [e["reason"] for e in events if e["event"] == "run_end" and e.get("reason") in
+                              ("too_slow", "too_fast")],  # made way, measured again, and the same network went on
             "made_way": [next(f"{c['value']}" for c in m if c["key"] == "model.name") + " @ " +
                          next(f"{c['value']}" for c in m if c["key"] == "data.image_size") for m in made_way]}
 
