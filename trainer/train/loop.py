@@ -218,8 +218,8 @@ class Loop:
             log.info("train.%s: %s; the run ends after its first epoch",
                      "min_epochs" if self.made_way["reason"] == "too_slow" else "recheck_epochs", self.made_way["why"])
             return
-        if epochs == old or old < epochs <= old * REPLAN_GROWTH + 1:
-            return
+        if epochs == old or (st.epoch < old < epochs <= old * REPLAN_GROWTH + 1):
+            return  # (no re-plan on noise while the plan has epochs left; at its end any that fit are planned)
         cfg.train.epochs = epochs
         self.parts.stretch.restretch(st.step, epochs * self.parts.steps_per_epoch)
         self.reporter.epochs = epochs
