@@ -262,9 +262,9 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
 def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_after_its_first_epoch(tmp_path, torch_home,
                                                                                                     monkeypatch):
     """On a busy machine every candidate reads slow and the probe passes over the larger ones: the plan's run ends
-    after its first epoch if 1.5x its planned epochs fit (train.recheck_epochs), naming the networks it will measure
-    again; a quiet probe leaves it off. Measured again (`larger_than`), only the candidates up to the first run's
-    are measured, once: the second plan checks nothing again. The probe's speeds are given (a table by network and
+    after its first epoch if 1.5x its planned epochs fit (train.recheck_epochs), naming the networks passed over; a
+    quiet probe leaves it off. Measured again (`recheck_of`), the candidates are measured best first as the machine
+    is now, once: the second plan checks nothing again. The probe's speeds are given (a table by network and
     size, slower when "busy"), so the rule is what is tested, not this machine's speed."""
     from trainer import auto
     from trainer.data.demo_data import write_demo_dataset
@@ -288,8 +288,8 @@ def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_afte
     assert "quiet" in {c.key: c.why for c in quiet.choices}["train.recheck_epochs"]
 
     slowdown["factor"] = 1.0  # the other programs are gone: measured again, a larger network fits
-    again = auto.plan(str(folder), 2.0, larger_than=(*chosen, "it was faster than measured in its first epoch"))
-    assert [(p.model, p.size) for p in again.probes] == measured[:len(again.probes)], "best first, up to the first"
+    again = auto.plan(str(folder), 2.0, recheck_of=(*chosen, "it was faster than measured in its first epoch"))
+    assert [(p.model, p.size) for p in again.probes] == measured[:len(again.probes)], "best first, as before"
     assert (again.config.model.name, again.config.data.image_size) in measured[:-1]
     reasons = {c.key: c.why for c in again.choices}
     assert "measured again because it was faster than measured in its first epoch" in reasons["model.name"]
@@ -336,7 +336,7 @@ def test_auto_after_a_busy_probe_goes_on_with_the_larger_network_its_first_epoch
     planned = {c["key"]: c for c in json.loads(RunDir(first).auto_choices.read_text())["choices"]}
     assert (planned["model.name"]["value"], planned["data.image_size"]["value"]) == ("small_cnn", 32)
     assert planned["train.recheck_epochs"]["value"] > 0 and "resnet9 at 64 px" in planned["train.recheck_epochs"]["why"]
-    assert "measuring the larger candidates again" in result.stderr
+    assert "measuring all the candidates again" in result.stderr
     again = {c["key"]: c for c in json.loads(RunDir(second).auto_choices.read_text())["choices"]}
     assert (again["model.name"]["value"], again["data.image_size"]["value"]) == ("resnet9", 64)
     assert "small_cnn at 32 px was faster than measured" in again["model.name"]["why"]

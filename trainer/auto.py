@@ -169,12 +169,13 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
 
 def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,
          started: float | None = None, overrides: list[str] | None = None,
-         faster_than: tuple[str, int, str] | None = None, larger_than: tuple[str, int, str] | None = None,
+         faster_than: tuple[str, int, str] | None = None, recheck_of: tuple[str, int, str] | None = None,
          labels: str | None = None) -> Plan:
     """The config Auto chooses for `folder` within `minutes` (this planning's time included), and why.
     `faster_than` (network, size, why): a run of that network at that size turned out too slow in its first epoch;
-    only the candidates after it (smaller sizes, then faster networks) are considered. `larger_than`: it turned out
-    faster than measured (the machine was busy while Auto measured); only the candidates before it and itself.
+    only the candidates after it (smaller sizes, then faster networks) are considered. `recheck_of`: it turned out
+    faster than measured (the machine was busy while Auto measured): all the candidates, best first, as the machine
+    is now (a larger one may fit now, or, where the busy probe fell back on the one with the most epochs, a smaller).
     With `labels` (a labels file), a multi-label run of the images it lists."""
     started = started or time.time()
     say = progress or (lambda text: None)
@@ -203,15 +204,12 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     sizes = candidate_sizes(scan, bool(cached))
     order = [(name, weights, size) for name, weights in candidates for size in sizes  # best first
              if weights or size >= SCRATCH_MIN_SIZE.get(name, 0)]
-    again = faster_than or larger_than  # measured again after a first epoch: once only
+    again = faster_than or recheck_of  # measured again after a first epoch: once only
     if faster_than:
         tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == faster_than[:2]]
         order = order[tried[0] + 1:] if tried else order
         if not order:
             raise AutoError(f"no network faster than {faster_than[0]} at {faster_than[1]} px to go on with")
-    if larger_than:
-        tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == larger_than[:2]]
-        order = order[:tried[0] + 1] if tried else order
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
     load = OtherLoad()
@@ -270,7 +268,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
            f"if the first epoch shows fewer than {need} epochs fit (the machine got slower than the probe measured), "
            f"the run ends there and Auto measures the faster candidates again for the time left" if faster_left else
            "off: no faster candidate is left to go on with")
-    _recheck_choice(cfg, probes, chosen, others >= BUSY_SHARE, bool(again), choose)
+    _recheck_choice(cfg, probes, chosen, others >= BUSY_SHARE, bool(again), len(order), choose)
     choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
                                              f"stops there whatever happens (the test set and export come after)")
     steps_total = epochs * math.ceil(train_images / chosen.batch)
@@ -313,19 +311,22 @@ def trained_as_one_run(plan: dict, by: str) -> dict:
 
 
 def _recheck_choice(cfg: RunConfig, probes: list[Measured], chosen: Measured, busy: bool, again: bool,
-                    choose: Callable) -> None:
-    """train.recheck_epochs: a probe on a busy machine reads every candidate slow and may have passed over a larger
-    one that the machine, once quiet, trains enough epochs of. When the first epoch shows RECHECK_SPEEDUP times the
-    planned epochs fit, the run makes way and Auto measures the larger candidates again (once)."""
+                    candidates: int, choose: Callable) -> None:
+    """train.recheck_epochs: a probe on a busy machine reads every candidate slow: it may have passed over a larger
+    one that the machine, once quiet, trains enough epochs of, or, finding none that fit, fallen back on the one with
+    the most epochs. When the first epoch shows RECHECK_SPEEDUP times the planned epochs fit, the run makes way and
+    Auto measures the candidates again, best first (once)."""
     larger = probes[:probes.index(chosen)]
-    cfg.train.recheck_epochs = math.ceil(cfg.train.epochs * RECHECK_SPEEDUP) if busy and larger and not again else 0
+    on = busy and not again and candidates > 1
+    cfg.train.recheck_epochs = math.ceil(cfg.train.epochs * RECHECK_SPEEDUP) if on else 0
+    passed = f" ({', '.join(f'{p.model} at {p.size} px' for p in larger)} passed over)" if larger else ""
     choose("train.recheck_epochs", cfg.train.recheck_epochs,
            "off: Auto has measured again once already" if again else
            "off: the machine was quiet while Auto measured" if not busy else
-           "off: no larger candidate was passed over" if not larger else
+           "off: there is no other candidate" if not on else
            f"the machine was busy while Auto measured: if the first epoch shows at least {cfg.train.recheck_epochs} "
-           f"epochs fit ({RECHECK_SPEEDUP:g}x the plan), the run ends there and Auto measures "
-           f"{', '.join(f'{p.model} at {p.size} px' for p in larger)} again for the time left")
+           f"epochs fit ({RECHECK_SPEEDUP:g}x the plan), the run ends there and Auto measures the candidates again, "
+           f"best first, for the time left{passed}")
 
 
 def _how_busy(others: float) -> str:

@@ -145,8 +145,9 @@ def _train_plan(plan: dict, args, run_dir: str | None) -> tuple[RunDir, int]:
 def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, int]:
     """The first epoch of Auto's run showed too few epochs fit (train.min_epochs) or, after a probe on a busy machine,
     many more than planned (train.recheck_epochs): the faster (or the larger) candidates measured again, as the
-    machine is now, for the time left, and the best of them trained in a new run. When none is left, the same one is
-    chosen again, or there is no time to measure, the first run goes on as it is."""
+    machine is now, for the time left (after a busy probe: all of them, best first), and the best of them trained in a
+    new run. When none is left, the same one is chosen again, or there is no time to measure, the first run goes on
+    as it is."""
     from trainer.auto import MIN_MINUTES, AutoError
     from trainer.auto import plan as make_plan
     from trainer.runs.runner import launch
@@ -155,16 +156,16 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
     slow = first.read_status()["reason"] == "too_slow"
     why = (f"{cfg.model.name} at {cfg.data.image_size} px was {'too slow' if slow else 'faster than measured'} in "
            f"{first.name}: {first.read_status()['message']}")
-    say(f"{why}; measuring the {'faster' if slow else 'larger'} candidates again")
+    say(f"{why}; measuring {'the faster' if slow else 'all the'} candidates again")
     minutes_left = args.minutes - (time.time() - started) / 60
     tried = (cfg.model.name, cfg.data.image_size, why)
     try:
         if minutes_left < MIN_MINUTES:
             raise AutoError(f"{minutes_left:.2f} min left, too little to measure again")
         plan = make_plan(args.folder, minutes_left, started=time.time(), overrides=args.set, progress=say,
-                         labels=args.labels, **{"faster_than" if slow else "larger_than": tried}).to_json()
+                         labels=args.labels, **{"faster_than" if slow else "recheck_of": tried}).to_json()
         if (plan["config"]["model"]["name"], plan["config"]["data"]["image_size"]) == tried[:2]:
-            raise AutoError(f"measured again, {tried[0]} at {tried[1]} px is still the largest that fits")
+            raise AutoError(f"measured again, {tried[0]} at {tried[1]} px is still the best that fits")
     except AutoError as e:
         say(f"{e}: {first.name} goes on as it is")
         cfg.train.min_epochs = cfg.train.recheck_epochs = 0
