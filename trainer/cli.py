@@ -153,6 +153,7 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
     from trainer.runs.runner import launch
 
     cfg = load_config(first.config)
+    measuring = time.time()
     slow = first.read_status()["reason"] == "too_slow"
     why = (f"{cfg.model.name} at {cfg.data.image_size} px was {'too slow' if slow else 'faster than measured'} in "
            f"{first.name}: {first.read_status()['message']}")
@@ -169,6 +170,8 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
     except AutoError as e:
         say(f"{e}: {first.name} goes on as it is")
         cfg.train.min_epochs = cfg.train.recheck_epochs = 0
+        # the time measuring again took is the budget's too (the trainer's clock counts only its own segments)
+        cfg.train.budget = max(0.01, round(cfg.train.budget - (time.time() - measuring) / 60, 3))
         save_config(cfg, first.config)
         return first, report_end(first, launch(first, cfg, resume=True))
     return _train_plan(plan, args, None)
