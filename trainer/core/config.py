@@ -219,7 +219,7 @@ class TrainConfig:
                           "budget, the run ends after it (completed, reason too_slow) instead of training too few; "
                           "Auto sets it when a faster network is left to go on with (0 = off)", ge=0, le=100000)
     recheck_epochs: int = opt(0, "with train.replan: when the first epoch shows that at least this many epochs fit in "
-                              "the budget, the run ends after it (completed, reason too_fast) so that the larger "
+                              "the budget, the run ends after it (completed, reason too_fast) so that the candidate "
                               "networks can be measured again; Auto sets it when the machine was busy while it "
                               "measured (0 = off)", ge=0, le=100000)
     grad_accum_steps: int = opt(1, "micro-batches accumulated per optimizer step", ge=1, le=1024)
