@@ -297,6 +297,73 @@ def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_afte
     assert "measured again once already" in reasons["train.recheck_epochs"]
 
 
+def test_auto_picks_a_policy_only_where_its_trial_measured_that_it_helps(tmp_path, torch_home, monkeypatch):
+    """A plan long enough tries data.augment.policy: two short runs, with and without it; the policy is kept only when
+    its run scored more than a point higher, and the reason gives both figures. A short plan is not tried (the
+    trial is never run), nor is a multi-label one. The trial's scores and the probe's speeds are given: the rule is
+    tested here, the trial's own runs in the next test."""
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+
+    folder = write_demo_dataset(tmp_path / "data", per_class=12, size=32, seed=0)
+    monkeypatch.setenv(auto.SCRATCH_ENV, "small_cnn")
+    monkeypatch.setattr(auto, "sweep_lr", lambda cfg, steps: (1e-3, "given"))
+    speeds = {"small_cnn": 400.0}  # at 96 px: about 0.6 s an epoch of this folder at 32 px, 300 epochs in 4 min
+    probe_reads(monkeypatch, speeds)
+    trials = []
+
+    def scores(given):
+        def trial_score(cfg, policy, epochs, timeout_s):
+            trials.append((policy, epochs, cfg.model.name, cfg.data.augment.policy))
+            return given[policy]
+        monkeypatch.setattr(auto, "trial_score", trial_score)
+
+    scores({"none": 0.80, "trivial_augment": 0.83})
+    helped = auto.plan(str(folder), 4.0)
+    why = {c.key: c.why for c in helped.choices}["data.augment.policy"]
+    assert helped.config.data.augment.policy == "trivial_augment", why
+    assert "measured to help" in why and "83.0% with trivial_augment, 80.0% without" in why
+    assert [t[0] for t in trials] == ["none", "trivial_augment"] and trials[0][1] >= 3
+    assert all(t[2] == "small_cnn" and t[3] == "none" for t in trials), "each arm starts from the plan's config"
+
+    scores({"none": 0.80, "trivial_augment": 0.805})  # within the noise: not kept
+    even = auto.plan(str(folder), 4.0)
+    assert even.config.data.augment.policy == "none"
+    assert "not measured to help" in {c.key: c.why for c in even.choices}["data.augment.policy"]
+
+    trials.clear()
+    speeds["small_cnn"] = 0.5  # 4.5 images/s at 32 px: a plan too short to try
+    short = auto.plan(str(folder), 4.0)
+    assert short.config.data.augment.policy == "none" and not trials, short.config.train.epochs
+    assert "not tried" in {c.key: c.why for c in short.choices}["data.augment.policy"]
+
+    monkeypatch.chdir(tmp_path)  # a folder given relative to here: the plan's config is read from its run directory
+    relative = auto.plan("data", 4.0)
+    assert relative.config.data.train_dir == short.config.data.train_dir == str(folder.resolve())
+
+
+def test_a_policy_trial_trains_a_throwaway_run_and_reads_its_validation_score(tmp_path, monkeypatch):
+    """`trial_score` trains the config in a trainer process of its own, in a temporary directory it removes, and
+    returns the run's best validation top-1; the user's folder is only read."""
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+
+    folder = write_demo_dataset(tmp_path / "data", per_class=10, size=32, seed=0)
+    before = sorted(p.name for p in folder.rglob("*"))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(auto.tempfile, "tempdir", str(temp))
+    cfg = RunConfig.from_dict({"data": {"train_dir": str(folder), "image_size": 24, "batch_size": 16,
+                                        "num_workers": 0},
+                               "model": {"name": "small_cnn"}, "export": {"formats": ["onnx"]},
+                               "train": {"budget": 0.5, "replan": True, "ema": 0.99}})
+    score = auto.trial_score(cfg, "trivial_augment", 2, timeout_s=300)
+    assert score is not None and 0.0 <= score <= 1.0
+    assert list(temp.iterdir()) == [], "the trial's run directory is removed"
+    assert sorted(p.name for p in folder.rglob("*")) == before
+    assert cfg.data.augment.policy == "none" and cfg.train.epochs == 10, "the plan's config is left as it was"
+
+
 @pytest.mark.slow  # a 1-minute Auto, trained in this process
 def test_auto_after_a_busy_probe_goes_on_with_the_larger_network_its_first_epoch_showed_fits(tmp_path, torch_home,
                                                                                               monkeypatch):

@@ -22,6 +22,8 @@ import math
 import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -60,6 +62,11 @@ BUSY_SHARE = 0.25  # other programs using this share of the CPU while Auto measu
 RECHECK_SPEEDUP = 1.5  # after a busy probe, a first epoch this much faster than planned measures the larger ones again
 MIN_TRAIN_S = 10  # left for training after planning, at least, or Auto says the budget is too small
 EARLY_STOP_MIN, EARLY_STOP_SHARE = 3, 0.33  # Auto's early stopping waits a third of the run's epochs, at least 3
+POLICY = "trivial_augment"  # the augmentation policy Auto may pick (data.augment.policy), by a trial:
+POLICY_MIN_EPOCHS = 50  # runs planned shorter are not tried: a policy's harder images pay back over a long run
+POLICY_TRIAL_EPOCHS = 3, 0.05  # each arm of the trial trains this many epochs at least, or this share of the plan
+POLICY_TRIAL_SHARE = 0.15  # the trial (both arms) takes at most this share of the time left to train
+POLICY_MARGIN = 1.0  # the policy's arm must beat the arm without it by more than this (validation top-1 points)
 
 
 class AutoError(InputError, ValueError):
@@ -246,6 +253,11 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     cfg.optimizer.lr = lr
     choose("optimizer.lr", float(f"{lr:.3g}"), why_lr)
 
+    if labels:
+        choose("data.augment.policy", "none", "multi-label: a policy's shears, rotations and shifts can move a labelled "
+                                              "thing out of view, and its label with it")
+    else:
+        _policy_choice(cfg, chosen, budget_s - (time.time() - started), say, choose)
     spent = time.time() - started
     left_s = budget_s - spent
     if left_s < MIN_TRAIN_S:
@@ -343,11 +355,12 @@ def _scan(root: Path, say: Callable[[str], None], labels: str | None = None) -> 
     Multi-label: the images `labels` lists in `root`, a sample of their sizes read."""
     if not root.is_dir():
         raise AutoError(f"{root}: no such folder (give an ImageFolder: one sub-folder of images per class)")
+    root = root.resolve()  # the plan's config is read from its run directory, against which a relative path would go
     if labels:
         from trainer.data.labels import labelled_scan
 
         say(f"reading {labels}")
-        labels = str(Path(labels).expanduser().resolve())  # the plan's config is read from its run directory
+        labels = str(Path(labels).expanduser().resolve())
         scan = labelled_scan(labels, "--labels", str(root))
         scan.image_sizes = image_sizes([path for path, _ in scan.samples])
         return {"train_dir": str(root), "val_dir": None, "test_dir": None, "labels": labels}, scan
@@ -523,6 +536,65 @@ def _with_overrides(cfg: RunConfig, choices: list[Choice], overrides: list[str])
         choices = [c for c in choices if c.key != key.strip()]
         choices.append(Choice(key.strip(), node, "set by you (--set)"))
     return cfg, choices
+
+
+def _policy_choice(cfg: RunConfig, chosen: Measured, left_s: float, say: Callable, choose: Callable) -> None:
+    """data.augment.policy: POLICY only where a trial measured that it helps. Two short runs of the chosen config,
+    the same seed, with and without it, each its own short schedule; the policy is kept when its run's best validation
+    top-1 is more than POLICY_MARGIN points higher. A short trial favours no policy (harder images pay back later), so
+    what it keeps helped already; it is made only for runs planned at least POLICY_MIN_EPOCHS long, and takes at most
+    POLICY_TRIAL_SHARE of the time left."""
+    planned = min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // chosen.epoch_s))
+    fits = int((left_s * POLICY_TRIAL_SHARE / 2 - STARTUP_S) // chosen.epoch_s)  # epochs an arm has time for
+    arm_epochs = min(fits, max(POLICY_TRIAL_EPOCHS[0], round(planned * POLICY_TRIAL_EPOCHS[1])))
+    trial_s = 2 * (STARTUP_S + arm_epochs * chosen.epoch_s)
+    if planned < POLICY_MIN_EPOCHS or arm_epochs < POLICY_TRIAL_EPOCHS[0]:
+        choose("data.augment.policy", "none", f"not tried: a policy pays back over long runs, and {planned} epochs "
+                                              f"are planned (a trial needs at least {POLICY_MIN_EPOCHS})"
+               if planned < POLICY_MIN_EPOCHS else f"not tried: a trial of {POLICY_TRIAL_EPOCHS[0]} epochs with it "
+                                                   f"and without would take over {POLICY_TRIAL_SHARE:.0%} of the "
+                                                   f"time left")
+        return
+    say(f"trying {POLICY} against no policy ({arm_epochs} epochs each)")
+    scores = {policy: trial_score(cfg, policy, arm_epochs, timeout_s=3 * trial_s) for policy in ("none", POLICY)}
+    if None in scores.values():
+        choose("data.augment.policy", "none", f"the trial of {POLICY} did not finish (see the log)")
+        return
+    gain = 100 * (scores[POLICY] - scores["none"])
+    cfg.data.augment.policy = POLICY if gain > POLICY_MARGIN else "none"
+    measured = (f"best validation top-1 after {arm_epochs} epochs each: {100 * scores[POLICY]:.1f}% with {POLICY}, "
+                f"{100 * scores['none']:.1f}% without")
+    choose("data.augment.policy", cfg.data.augment.policy,
+           f"measured to help: {measured}" if gain > POLICY_MARGIN else
+           f"not measured to help by more than {POLICY_MARGIN:g} point: {measured}")
+
+
+def trial_score(cfg: RunConfig, policy: str, epochs: int, timeout_s: float) -> float | None:
+    """The best validation top-1 of `cfg` trained `epochs` epochs with `data.augment.policy` = `policy` (no budget,
+    early stopping, weight average or export), in a throw-away run directory by a trainer process of its own; None if
+    it did not complete within `timeout_s`."""
+    from trainer.runs.launch import worker_module_args
+    from trainer.runs.prepare import prepare_run
+
+    arm = RunConfig.from_dict(cfg.to_dict())
+    arm.data.augment.policy = policy
+    arm.train.epochs, arm.train.budget, arm.train.replan, arm.train.ema = epochs, 0.0, False, 0.0
+    arm.train.min_epochs = arm.train.recheck_epochs = arm.train.early_stop.patience = 0
+    arm.export.formats = []
+    with tempfile.TemporaryDirectory(prefix="traindeck-auto-") as tmp:
+        run, lock = prepare_run(arm, runs_dir=tmp, label=f"trial-{policy}")
+        lock.close()
+        try:
+            done = subprocess.run([sys.executable, *worker_module_args(run.path, False)], timeout=timeout_s,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        except subprocess.TimeoutExpired:
+            log.warning("auto: the %s trial ran past %.0f s", policy, timeout_s)
+            return None
+        status = run.read_status()
+        if done.returncode or status.get("state") != "completed" or status.get("best_acc") is None:
+            log.warning("auto: the %s trial ended %s: %s", policy, status.get("state"), done.stderr[-2000:])
+            return None
+        return float(status["best_acc"])
 
 
 def sweep_lr(cfg: RunConfig, steps: int) -> tuple[float, str]:
