@@ -65,7 +65,7 @@ class RunModel(QObject, RunState):
 
     def __init__(self, run: RunDir, parent: QObject | None = None):
         super().__init__(parent, run=run)  # PySide6 passes `run` on to RunState.__init__ (cooperative init)
-        self._events = EventTail(run.events)
+        self._events = EventTail(run.events, summary=True)  # a long run: its summary, then what came after
         self._log = LogTail(run.output_log if run.output_log.exists() else run.log)
         self._ticks = 0
         self.catching_up = False  # the last poll ran out of time with events still unread (a flood or a replay)

@@ -35,12 +35,13 @@ COMPARE_POINTS = 4000  # of each compared run's loss curve: each bucket's lowest
 
 
 def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
-    """Each run's loss per step, thinned to COMPARE_POINTS, and validation accuracy per epoch; the event file is read
-    as a stream, never held whole (a 10^5-step run's file is over 100 MB, its million points too many to draw)."""
+    """Each run's loss per step, thinned to COMPARE_POINTS, and validation accuracy per epoch, read through the run's
+    summary (`trainer.core.summary`: a 10^5-step run's event file is over 100 MB, its million points too many to
+    draw), then the events after it, as a stream."""
     out = []
     for path in paths:
         loss, epochs = Series(), []
-        tail = EventTail(Path(path) / "events.jsonl")
+        tail = EventTail(Path(path) / "events.jsonl", summary=True)
         while batch := tail.read_new():
             for e in batch:
                 if e["event"] == "step" and e.get("loss") is not None:

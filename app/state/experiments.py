@@ -164,10 +164,9 @@ def extension_facts(run: RunDir) -> dict:
     """What the Continue dialog needs to show the schedule rule's effect: epochs trained, the schedule, the base
     learning rate and the steps per epoch (from the last run_start; read on the thread pool)."""
     from trainer.core.config import load_config
-    from trainer.core.events import read_events
 
     cfg = load_config(run.config)
-    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
+    start = run.last_events("run_start").get("run_start", {})
     return {"done": int(run.read_status().get("epoch") or 0), "scheduler": cfg.scheduler, "lr": cfg.optimizer.lr,
-            "steps_per_epoch": starts[-1].get("steps_per_epoch") if starts else None,
+            "steps_per_epoch": start.get("steps_per_epoch"),
             "early_stopped": run.read_status().get("reason") == "early_stop"}

@@ -13,7 +13,9 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from trainer.core.summary import SummaryKeeper, check_header, summary_path
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint", "test", "export",
@@ -37,11 +39,17 @@ def _finite(obj: Any) -> Any:
 
 
 class EventWriter:
-    """Appends one JSON object per line and flushes it, so readers see each event at once."""
+    """Appends one JSON object per line and flushes it, so readers see each event at once; keeps the file's summary
+    (`trainer.core.summary`) beside it."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self.summary = SummaryKeeper.resume(self.path)  # a resumed run's: taken up, not rebuilt
         self._file = open(self.path, "a", encoding="utf-8")
+        if self.summary.pending:  # a crash mid-line: that line ends here, malformed, and the next one is whole
+            self._file.write("\n")
+            self.summary.offset += len(self.summary.pending) + 1
+            self.summary.pending = b""
 
     def emit(self, event: str, **fields: Any) -> dict:
         if event not in EVENT_TYPES:  # the declared list is the contract (docs/events.md, the app's RunState)
@@ -53,10 +61,13 @@ class EventWriter:
             line = json.dumps(_finite(record))
         self._file.write(line + "\n")
         self._file.flush()
+        self.summary.add(record, line)
+        self.summary.maybe_write()
         return record
 
     def close(self) -> None:
         self._file.close()
+        self.summary.write()
 
 
 class NullEventWriter:
@@ -72,12 +83,36 @@ class NullEventWriter:
 
 
 class EventTail:
-    """Reads the events appended to a file since the last call; partial trailing lines wait for the next."""
+    """Reads the events appended to a file since the last call; partial trailing lines wait for the next.
 
-    def __init__(self, path: str | os.PathLike):
+    With `summary`, a long run is read through its summary (`trainer.core.summary`): first the summary's events (the
+    run's description and a fixed budget of thinned steps), then the file's events after what it covers. Readers
+    that need every step (a CSV export) read without it."""
+
+    def __init__(self, path: str | os.PathLike, summary: bool = False):
         self.path = Path(path)
         self._offset = 0
         self._partial = b""
+        self._summary: IO[bytes] | None = None
+        if summary:
+            self._open_summary()
+
+    def _open_summary(self) -> None:
+        """The summary, held open while read (the trainer replaces it as it goes: the one opened is read through)."""
+        try:
+            f = open(summary_path(self.path), "rb")
+        except OSError:
+            return
+        header = check_header(f.readline(), self.path)
+        if header is None:
+            f.close()
+            return
+        self._summary, self._summary_offset = f, header["offset"]
+
+    @property
+    def from_summary(self) -> bool:
+        """Whether the events read so far, or next, come from the summary."""
+        return self._summary is not None
 
     @property
     def offset(self) -> int:
@@ -85,6 +120,15 @@ class EventTail:
         return self._offset
 
     def read_new(self, max_bytes: int = 8 << 20) -> list[dict]:
+        while self._summary is not None:
+            chunk = self._summary.read(max_bytes)
+            if not chunk:  # the summary is read: the file's events after it
+                self._summary.close()
+                self._summary = None
+                self._offset, self._partial = self._summary_offset, b""
+                break
+            if events := self._parse(chunk):
+                return events
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._offset)
@@ -94,6 +138,9 @@ class EventTail:
         if not chunk:
             return []
         self._offset += len(chunk)
+        return self._parse(chunk)
+
+    def _parse(self, chunk: bytes) -> list[dict]:
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
@@ -111,10 +158,10 @@ class EventTail:
         return events
 
 
-def read_events(path: str | os.PathLike) -> list[dict]:
-    """Every complete event in a file."""
+def read_events(path: str | os.PathLike, summary: bool = False) -> list[dict]:
+    """Every complete event in a file (with `summary`: through its summary, EventTail's)."""
     out: list[dict] = []
-    tail = EventTail(path)
+    tail = EventTail(path, summary)
     while batch := tail.read_new():
         out.extend(batch)
     return out

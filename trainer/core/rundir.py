@@ -3,6 +3,7 @@
 Torch-free. Layout:
     config.yaml     fully resolved config
     events.jsonl    event stream (docs/events.md)
+    events.summary.jsonl  its summary: every event that describes the run, the frequent ones thinned
     status.json     {state, pid, message, epoch, step, best_acc, ...}, replaced atomically
     train.log       human log
     output.log      the trainer's stdout/stderr when launched by the app
@@ -24,6 +25,7 @@ from typing import Any
 
 from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
+from trainer.core.summary import summary_path
 from trainer.core.system import pid_alive, try_lock
 
 STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
@@ -96,6 +98,11 @@ class RunDir:
     def events(self) -> Path:
         return self.path / "events.jsonl"
 
+    @property
+    def summary(self) -> Path:
+        """events.jsonl's summary (`trainer.core.summary`): what opening, comparing or resuming a run reads."""
+        return summary_path(self.events)
+
     def first_event(self, name: str, within_bytes: int = 4 << 20) -> dict | None:
         """The first `name` event in the first `within_bytes` of the event file (None if not there): a long run's
         file is never read whole for it."""
@@ -108,6 +115,17 @@ class RunDir:
             if found is not None or tail.offset == read:  # found, or the end of the file
                 return found
         return None
+
+    def last_events(self, *names: str) -> dict[str, dict]:
+        """The last event of each of `names` in the run's events ({} for one not there), read through the summary
+        (`trainer.core.summary`): a long run's file is not read whole for them."""
+        from trainer.core.events import EventTail
+
+        found: dict[str, dict] = {}
+        tail = EventTail(self.events, summary=True)
+        while batch := tail.read_new():
+            found.update((e["event"], e) for e in batch if e.get("event") in names)
+        return found
 
     def settings(self):
         """The run's config as settings for another run: config.yaml holds what the trainer decided for the run's
@@ -223,7 +241,8 @@ class RunDir:
 
     def clear_for_new_run(self) -> None:
         """Remove what an earlier run left here (events, status, checkpoints, logs) before training anew."""
-        for path in (self.events, self.status_file, self.log, self.output_log, self.config, self.manifest):
+        for path in (self.events, self.summary, self.status_file, self.log, self.output_log, self.config,
+                     self.manifest):
             path.unlink(missing_ok=True)
         shutil.rmtree(self.checkpoints, ignore_errors=True)
         self.clear_rank_errors()

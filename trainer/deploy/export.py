@@ -231,11 +231,8 @@ def _bytes(path: Path) -> int:
 
 def training_facts(run: RunDir, state: dict) -> dict:
     """The run behind a checkpoint: its config, data counts, weights and precision (from its `run_start` event)."""
-    from trainer.core.events import read_events
-
-    events = read_events(run.events) if run.events.exists() else []
-    start = next((e for e in reversed(events) if e["event"] == "run_start"), {})
-    test = next((e for e in reversed(events) if e["event"] == "test"), {})
+    last = run.last_events("run_start", "test")
+    start, test = last.get("run_start", {}), last.get("test", {})
     weights = start.get("weights") or None
     data = {"train_images": start.get("train_size"), "val_images": start.get("val_size")}
     if test.get("images"):

@@ -29,6 +29,7 @@ from pathlib import Path
 from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_bytes, atomic_write_text
 from trainer.core.rundir import FINAL_STATES, RunDir
+from trainer.core.summary import SummaryKeeper, summary_path
 from trainer.core.system import try_lock
 from trainer.remote.hosts import Host, HostError, get_host
 from trainer.remote.protocol import (
@@ -118,6 +119,7 @@ class Mirror:
         self.reconnects = 0
         self.lost_s = 0.0  # time spent disconnected
         self.bad_streams = 0  # connections in a row that ended in a malformed frame
+        self.summary: SummaryKeeper | None = None  # the mirror's own summary of its events.jsonl, as it is appended
 
     # ---- frames ----------------------------------------------------------------------------------
     def offsets(self) -> dict[str, int]:
@@ -138,10 +140,19 @@ class Mirror:
             size = path.stat().st_size if path.exists() else 0
             if size != frame["offset"]:
                 raise Desync(f"{frame['file']}: have {size} bytes, the host sent from {frame['offset']}")
+            if path == self.run.events and self.summary is None:
+                self.summary = SummaryKeeper.resume(path)  # taken up from an earlier mirror process's
             with open(path, "ab") as f:
                 f.write(frame["data"])
+            if path == self.run.events:
+                self.summary.add_appended(frame["data"])
+                self.summary.maybe_write()
         elif kind == "truncate":
-            mirror_path(self.run.path, frame["file"]).write_bytes(b"")
+            path = mirror_path(self.run.path, frame["file"])
+            path.write_bytes(b"")
+            if path == self.run.events:
+                self.summary = None
+                summary_path(path).unlink(missing_ok=True)
         elif kind == "file":
             if frame["file"] == "status.json":
                 self.remote["alive"] = frame.get("alive", True)
@@ -167,16 +178,22 @@ class Mirror:
                               message=f"SLURM job {frame['job']}: {frame['state'].lower()}{reason}")
             self._status(status)
         elif kind == "gone":
+            self.write_summary()
             status = self.run.read_status()
             status.update(state="failed", message=f"{self.host.name}: {frame.get('message') or 'the run is gone'}")
             self.remote["alive"] = False
             self._status(status)
             return True
         elif kind == "end":
+            self.write_summary()
             self._fetch_gallery()
             self._finish()
             return True
         return False
+
+    def write_summary(self) -> None:
+        if self.summary is not None:
+            self.summary.write()
 
     def _fetch_gallery(self) -> None:
         """The images the Results tab's error gallery shows (the worst GALLERY_IMAGES of each evaluation)."""
@@ -271,6 +288,7 @@ class Mirror:
                 attempt += 1
                 self._sleep(wait)
         finally:
+            self.write_summary()  # what the app reads when it opens the run
             signal.signal(signal.SIGTERM, previous)
             lock.close()
 

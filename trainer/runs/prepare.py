@@ -65,14 +65,12 @@ def choices_lines(choices: list[dict]) -> list[str]:
 
 def extend_run(run: RunDir, cfg: RunConfig, status: dict, total: int) -> str | None:
     """Raise the run's train.epochs to `total` (its config.yaml, atomically); what the schedule does then."""
-    from trainer.core.events import read_events
     from trainer.core.schedule import describe_extension
 
     done = int(status.get("epoch") or 0)
     if total <= done:
         raise ConfigError([f"--epochs: the run has trained {done} epochs; give a larger total, such as {done + 5}"])
-    starts = [e for e in read_events(run.events) if e.get("event") == "run_start"] if run.events.exists() else []
-    steps = starts[-1].get("steps_per_epoch") if starts else None
+    steps = run.last_events("run_start").get("run_start", {}).get("steps_per_epoch")
     cfg.train.epochs = total
     budget = ""
     if cfg.train.budget:  # the epochs given are the rule now: the time budget was the first segments'

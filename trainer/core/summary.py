@@ -1,0 +1,266 @@
+"""A run's event stream in a form made for reading: `events.summary.jsonl`, beside `events.jsonl`.
+
+Torch-free. The full `events.jsonl` stays the record; a long run's is too big to read whenever a run is opened (10^6
+steps are over a gigabyte). The summary holds, in the file's order and as the same JSON lines, every event that
+describes the run (run_start, epoch, replan, checkpoint, test, export, error, run_end) and a fixed budget of the
+frequent ones per series (step, grad_stats, system, each histogram's layer and kind, warning, prepare): the
+series' positions are cut into at most BUDGET buckets, which double in width as the run grows, and each bucket keeps
+its event with the lowest and the highest value (a step's loss: a one-step spike stays), or its last; the series'
+newest event is always kept. Its first line says how much of `events.jsonl` it covers (`offset`), with a fingerprint
+of that file's start; a reader takes the summary, then the events after `offset` (`EventTail(..., summary=True)`).
+
+`SummaryKeeper` keeps it up to date as events are appended (the trainer's `EventWriter`, a remote run's mirror),
+rewriting it atomically every WRITE_EVERY_S and when closed; restarted on a file that has one (a resumed run), it
+takes up the summary and the events written after it, so the file is read whole at most once. Documented in
+docs/events.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from trainer.core.files import atomic_write_bytes
+
+SUMMARY_NAME = "events.summary.jsonl"
+SUMMARY_VERSION = 1
+WHOLE = ("run_start", "epoch", "replan", "checkpoint", "test", "export", "error", "run_end")
+BUDGET = {"step": 2000, "grad_stats": 500, "system": 1000, "histogram": 50, "warning": 500, "prepare": 100}
+VALUE = {"step": "loss"}  # a series whose buckets keep their lowest and highest event by this field (else the last)
+WRITE_EVERY_S = 10.0
+HEAD_BYTES = 256  # of events.jsonl, fingerprinted: a summary of another file (rewritten, truncated) is not used
+
+log = logging.getLogger(__name__)
+
+
+def summary_path(events_path: str | os.PathLike) -> Path:
+    return Path(events_path).with_name(SUMMARY_NAME)
+
+
+def fingerprint(events_path: str | os.PathLike, size: int = HEAD_BYTES) -> str:
+    """Of the file's first `size` bytes."""
+    try:
+        with open(events_path, "rb") as f:
+            head = f.read(size)
+    except OSError:
+        head = b""
+    return hashlib.sha1(head).hexdigest()[:16]
+
+
+def series_of(record: dict) -> str | None:
+    """The thinned series an event belongs to (None: kept whole)."""
+    kind = record.get("event")
+    if kind == "histogram":
+        return f"histogram/{record.get('layer')}/{record.get('kind')}"
+    return kind if kind in BUDGET else None
+
+
+class _Series:
+    """One series' buckets: position // width -> its kept entries (index in the file's events, value, line)."""
+
+    def __init__(self, budget: int, by_value: bool, width: int = 1, count: int = 0):
+        self.budget, self.by_value, self.width, self.count = budget, by_value, width, count
+        self.buckets: dict[int, list[tuple[int, float | None, str]]] = {}
+        self.newest: tuple[int, float | None, str] | None = None
+
+    def add(self, index: int, value: float | None, line: str, position: int | None = None) -> None:
+        position = self.count if position is None else position
+        self.count = max(self.count, position + 1)
+        entry = (index, value, line)
+        self.newest = entry
+        bucket = self.buckets.setdefault(position // self.width, [])
+        bucket.append(entry)
+        if len(bucket) > 1:
+            self.buckets[position // self.width] = self._keep(bucket)
+        while len(self.buckets) > self.budget:
+            self.width *= 2
+            merged: dict[int, list] = {}
+            for b, entries in self.buckets.items():
+                merged.setdefault(b // 2, []).extend(entries)
+            self.buckets = {b: self._keep(entries) for b, entries in merged.items()}
+
+    def _keep(self, entries: list) -> list:
+        if not self.by_value:
+            return [max(entries)]  # the last
+        valued = [e for e in entries if isinstance(e[1], (int, float))]
+        if not valued:
+            return [max(entries)]
+        low = min(valued, key=lambda e: e[1])
+        high = max(valued, key=lambda e: e[1])
+        return [low] if low is high else sorted((low, high))
+
+    def kept(self) -> list[tuple[int, float | None, str]]:
+        out = [e for entries in self.buckets.values() for e in entries]
+        if self.newest is not None and self.newest not in out:
+            out.append(self.newest)
+        return out
+
+
+class SummaryKeeper:
+    """The summary of an event file being appended to: `add` each event's line as written; `write` saves it."""
+
+    def __init__(self, events_path: str | os.PathLike):
+        self.events_path = Path(events_path)
+        self.path = summary_path(events_path)
+        self.count = 0  # events seen
+        self.offset = 0  # bytes of events.jsonl covered
+        self.whole: list[tuple[int, str]] = []
+        self.series: dict[str, _Series] = {}
+        self._positions: dict[int, tuple[str, int]] = {}  # a thinned entry's series and position, for the header
+        self.pending = b""  # the start of a line not yet complete (appended bytes cut mid-line)
+        self._written = time.monotonic()
+        self._dirty = False
+
+    # ---- taking events in -----------------------------------------------------------------------------------
+    def add(self, record: dict, line: str) -> None:
+        """One event and its JSON line (without the newline), as appended to the file."""
+        self.offset += len(line.encode("utf-8")) + 1
+        self._take(record, line)
+
+    def _take(self, record: dict, line: str, position: int | None = None) -> None:
+        index = self.count
+        self.count += 1
+        self._dirty = True
+        name = series_of(record)
+        if name is None:
+            self.whole.append((index, line))
+            return
+        kind = name.split("/")[0]
+        series = self.series.get(name)
+        if series is None:
+            series = self.series[name] = _Series(BUDGET[kind], kind in VALUE)
+        value = record.get(VALUE[kind]) if kind in VALUE else None
+        self._positions[index] = (name, series.count if position is None else position)
+        series.add(index, value if isinstance(value, (int, float)) else None, line, position)
+
+    def add_bytes(self, data: bytes) -> None:
+        """Complete lines of the file as they were appended (a mirror copies bytes): `data` ends with a newline."""
+        for raw in data.split(b"\n")[:-1]:
+            self.offset += len(raw) + 1
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue  # a malformed line: readers skip it too
+            if isinstance(record, dict):
+                self._take(record, raw.decode("utf-8", "replace"))
+
+    def add_appended(self, data: bytes) -> None:
+        """Bytes as appended to the file, cut anywhere (a mirror's copy): the complete lines taken, the rest held."""
+        data = self.pending + data
+        cut = data.rfind(b"\n") + 1
+        self.pending = data[cut:]
+        if cut:
+            self.add_bytes(data[:cut])
+
+    def maybe_write(self) -> None:
+        if self._dirty and time.monotonic() - self._written >= WRITE_EVERY_S:
+            self.write()
+
+    # ---- the file ---------------------------------------------------------------------------------------------
+    def lines(self) -> list[tuple[int, str]]:
+        kept = list(self.whole)
+        for series in self.series.values():
+            kept += [(index, line) for index, _, line in series.kept()]
+        kept.sort()
+        return kept
+
+    def write(self) -> None:
+        kept = self.lines()
+        head = min(HEAD_BYTES, self.offset)
+        header = {"summary": SUMMARY_VERSION, "offset": self.offset, "head": [head, fingerprint(self.events_path, head)],
+                  "events": self.count,
+                  "series": {name: [s.width, s.count] for name, s in self.series.items()},
+                  "positions": [self._positions.get(index, (None, 0)) + (index,) for index, _ in kept]}
+        text = json.dumps(header) + "\n" + "".join(line + "\n" for _, line in kept)
+        try:
+            atomic_write_bytes(self.path, text.encode("utf-8"))
+        except OSError as e:  # the summary is a convenience: the record is events.jsonl
+            log.warning("cannot write %s: %s", self.path, e)
+        self._written = time.monotonic()
+        self._dirty = False
+        self._positions = {index: self._positions[index] for index, _ in kept if index in self._positions}
+
+    @classmethod
+    def resume(cls, events_path: str | os.PathLike) -> SummaryKeeper:
+        """The keeper of a file that may already hold events: its summary taken up where valid, and the events after
+        it (or the whole file, where there is none) read once, as a stream. A last line cut short is `pending`: the
+        rest of it may still come (a mirror), or never (a crashed writer: `EventWriter` ends it)."""
+        keeper = cls(events_path)
+        try:
+            size = keeper.events_path.stat().st_size
+        except OSError:
+            return keeper
+        if size == 0:
+            return keeper
+        header = read_header(keeper.path, keeper.events_path)
+        if header is not None:
+            try:
+                keeper._restore(header)
+            except (ValueError, KeyError, TypeError, IndexError) as e:  # a damaged summary: the file read whole
+                log.warning("%s: not used (%s)", keeper.path, e)
+                keeper = cls(events_path)
+        with open(keeper.events_path, "rb") as f:
+            f.seek(keeper.offset)
+            while chunk := f.read(8 << 20):
+                keeper.add_appended(chunk)
+        keeper._dirty = True
+        return keeper
+
+    def _restore(self, header: dict) -> None:
+        with open(self.path, "rb") as f:
+            f.readline()
+            lines = f.read().decode("utf-8").splitlines()
+        positions = header["positions"]
+        if len(positions) != len(lines):
+            log.warning("%s: not used (its lines and positions differ)", self.path)
+            return
+        for name, (width, count) in header["series"].items():
+            kind = name.split("/")[0]
+            if kind in BUDGET:
+                self.series[name] = _Series(BUDGET[kind], kind in VALUE, int(width), int(count))
+        for (name, position, index), line in zip(positions, lines):
+            series = self.series.get(name) if name else None
+            if series is None:
+                self.whole.append((index, line))
+                continue
+            record = json.loads(line)
+            value = record.get(VALUE.get(name.split("/")[0], ""), None)
+            count = series.count
+            series.add(index, value if isinstance(value, (int, float)) else None, line, position)
+            series.count = count
+            self._positions[index] = (name, position)
+        self.count, self.offset = int(header["events"]), int(header["offset"])
+
+
+def read_header(path: str | os.PathLike, events_path: str | os.PathLike) -> dict | None:
+    """The summary's first line, when it summarises `events_path` as it is now (None: no summary, another file's,
+    one of a file since cut short, or not readable)."""
+    try:
+        with open(path, "rb") as f:
+            return check_header(f.readline(), events_path)
+    except OSError:
+        return None
+
+
+def check_header(line: bytes, events_path: str | os.PathLike) -> dict | None:
+    """`read_header` of a summary's first line, read by the caller."""
+    try:
+        header = json.loads(line)
+        size = Path(events_path).stat().st_size
+    except (OSError, ValueError):
+        return None
+    if not isinstance(header, dict) or header.get("summary") != SUMMARY_VERSION:
+        return None
+    if not isinstance(header.get("offset"), int) or not 0 < header["offset"] <= size:
+        return None
+    head = header.get("head")
+    if not (isinstance(head, list) and len(head) == 2 and isinstance(head[0], int)
+            and head[1] == fingerprint(events_path, head[0])):
+        return None
+    return header
