@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs.background import run_in_thread
+from app.jobs.background import run_in_thread, without_collection_pauses
 from app.pages.auto_panel import AutoPanel
 from app.widgets.augment_preview import AugmentPreview
 from app.widgets.class_bars import ClassBars
@@ -53,13 +53,14 @@ def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None
     """Runs on the thread pool: header scan (honouring the manifest) plus a few decoded thumbnails per class
     (QImage is thread-safe), the flip rule, the exact duplicates and what the last audit of a run on the folder
     found. With a labels file (multi-label), the images it lists and a few of each label's."""
-    manifest = read_manifest(manifest_path) if manifest_path else None
-    if labels:
-        return _labelled_with_thumbnails(folder, labels, manifest)
-    result = scan_image_folder(folder, full=False, manifest=manifest)
-    thumbs = _thumbnails(result, lambda label, index: label == index)
-    findings = latest_audit(runs_dir, folder) if runs_dir else None
-    return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings  # off the GUI thread
+    with without_collection_pauses():  # 100,000 samples: no full collections over them while the GUI waits
+        manifest = read_manifest(manifest_path) if manifest_path else None
+        if labels:
+            return _labelled_with_thumbnails(folder, labels, manifest)
+        result = scan_image_folder(folder, full=False, manifest=manifest)
+        thumbs = _thumbnails(result, lambda label, index: label == index)
+        findings = latest_audit(runs_dir, folder) if runs_dir else None
+        return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings
 
 
 def _thumbnails(result: ScanResult, shows) -> list[tuple[str, QImage]]:

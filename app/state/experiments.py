@@ -127,6 +127,35 @@ def summarize(run: RunDir) -> dict:
     }
 
 
+class RowCache:
+    """Each run's row (`summarize`), made again only when one of the files it is read from changed: following one
+    run's status among 1,000 reads one run, not all of them (2.5 s, with the interpreter lock held for the parsing)."""
+
+    SOURCES = ("status.json", "config.yaml", NOTES, "manifest.yaml", "eval/test/metrics.json")
+
+    def __init__(self):
+        self._rows: dict[str, tuple[tuple, dict]] = {}
+
+    def rows(self, runs: list[RunDir]) -> list[dict]:
+        out, kept = [], {}
+        for run in runs:
+            key = tuple(_mtime(run.path / name) for name in self.SOURCES)
+            cached = self._rows.get(str(run.path))
+            live = cached is not None and cached[1]["status"] in ("running", "starting", "queued")  # its process
+            row = cached[1] if cached is not None and cached[0] == key and not live else summarize(run)  # may be gone
+            kept[str(run.path)] = (key, row)
+            out.append(row)
+        self._rows = kept  # runs gone are forgotten
+        return out
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def data_changes(run: RunDir) -> str:
     """What the run's own copy of its manifest changed of the folder (a column when it differs between runs)."""
     if not run.manifest.is_file():

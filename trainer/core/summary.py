@@ -117,8 +117,8 @@ class SummaryKeeper:
 
     # ---- taking events in -----------------------------------------------------------------------------------
     def add(self, record: dict, line: str) -> None:
-        """One event and its JSON line (without the newline), as appended to the file."""
-        self.offset += len(line.encode("utf-8")) + 1
+        """One event and its JSON line (without the newline, ASCII as json.dumps writes it), as appended."""
+        self.offset += len(line) + 1
         self._take(record, line)
 
     def _take(self, record: dict, line: str, position: int | None = None) -> None:

@@ -1,0 +1,328 @@
+"""Long runs and many runs (issue #50): opening a run of 10^4 / 10^5 / 10^6 steps in the app, and Compare of 10 runs
+of 10^5 steps, through the runs' summaries (`trainer.core.summary`) and, beside them, through their whole event
+files as before (the summary moved aside). Each step is a `step` and a `grad_stats` event as a real run writes them
+(1.3 kB together, like the issue's files), with epochs, checkpoints and system samples at their rates, written by
+the trainer's own `EventWriter` (which keeps the summary). Measured: the wall time until the dashboard has read the
+run to its end, the longest gap of a 10 ms timer on the GUI thread, the process's resident memory growth; and the
+trainer's cost of keeping the summary per event (the same events written with and without it).
+
+python bench/scale.py [--steps 10000 100000 1000000] [--full-up-to 100000] [--compare-runs 10]   (offscreen)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+from common import REPO, machine, save_result, scratch
+
+sys.path.insert(0, str(REPO))
+
+LAYERS = 20
+STEPS_PER_EPOCH = 1000
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def write_run(folder, steps: int, offset: float = 0.0, keep_summary: bool = True) -> float:
+    """A run of `steps` steps, its events written by EventWriter; the seconds writing took."""
+    from trainer.core import events as events_module
+    from trainer.core.config import RunConfig
+    from trainer.core.rundir import RunDir
+
+    run = RunDir(folder).create()
+    cfg = RunConfig.from_dict({"train": {"epochs": math.ceil(steps / STEPS_PER_EPOCH)}, "model": {"name": "resnet18"},
+                               "data": {"train_dir": "/data/photos/train"}}).to_dict()
+    started = time.perf_counter()
+    writer = events_module.EventWriter(run.events)
+    if not keep_summary:  # the writer as it was before the summary: the same events, no keeper
+        writer.summary = type("NoKeeper", (), {"add": lambda *a: None, "maybe_write": lambda *a: None,
+                                                "write": lambda *a: None})()
+    writer.emit("run_start", config=cfg, classes=["a", "b"], param_groups=[{"name": "all"}],
+                layers=[f"layer{i}.weight" for i in range(LAYERS)], train_size=64_000, val_size=8_000,
+                device="cpu", cache="decoded images", world_size=1, workers=0, steps_per_epoch=STEPS_PER_EPOCH,
+                precision="fp32", memory_format="channels_last", compiled=False, parameters=11_177_538,
+                trainable=11_177_538, start_epoch=0, start_step=0, augment=[])
+    for step in range(1, steps + 1):
+        epoch = (step - 1) // STEPS_PER_EPOCH + 1
+        loss = 2.0 / (1 + step / 1000) + offset + 0.02 * math.sin(step)
+        writer.emit("step", step=step, epoch=epoch, batch=(step - 1) % STEPS_PER_EPOCH + 1, batches=STEPS_PER_EPOCH,
+                    loss=loss, lr=[0.1 * (1 - step / (steps + 1))], images_per_s=566.6169415507549,
+                    grad_norm=1.480833888053894)
+        writer.emit("grad_stats", step=step, grad_norm=[0.28374189138412476 + i / 100 for i in range(LAYERS)],
+                    weight_norm=[1.0] * LAYERS, update_ratio=[0.001] * LAYERS)
+        if step % 50 == 0:
+            writer.emit("system", cpu_percent=180.0, rss_mb=745.0546875, processes=1, gpus=[])
+        if step % STEPS_PER_EPOCH == 0:
+            writer.emit("epoch", epoch=epoch, train_loss=loss, val_loss=loss * 1.1, val_acc=min(0.99, step / steps),
+                        seconds=30.0)
+            writer.emit("checkpoint", epoch=epoch, step=step, path=f"checkpoints/ckpt-e{epoch:04d}.pt", best=True)
+    writer.emit("run_end", status="completed", message="", best_acc=0.99, epochs_completed=steps // STEPS_PER_EPOCH,
+                step=steps)
+    writer.close()
+    return time.perf_counter() - started
+
+
+class GapMeter:
+    """The longest interval between the ticks of a 10 ms timer on the GUI thread, beyond its 10 ms."""
+
+    def __init__(self):
+        from PySide6.QtCore import QTimer
+
+        self.longest, self.over_100, self.longest_at = 0.0, 0, 0.0
+        self._last = self.started = time.perf_counter()
+        self.timer = QTimer()
+        self.timer.setInterval(10)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        gap = now - self._last - 0.010
+        if gap > self.longest:
+            self.longest, self.longest_at = gap, self._last - self.started
+        self.over_100 += gap > 0.100
+        self._last = now
+
+    def stop(self) -> dict:
+        self.timer.stop()
+        return {"longest_gap_ms": round(1000 * self.longest, 1), "longest_gap_at_s": round(self.longest_at, 2),
+                "gaps_over_100ms": self.over_100}
+
+
+def settle(app, seconds: float = 0.5) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def open_run(app, run_path, limit_s: float) -> dict:
+    """The dashboard shows the run, read to its end (or `limit_s`: the share read then)."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from app.jobs.run_model import RunModel
+    from app.training.dashboard import Dashboard
+    from trainer.core.rundir import RunDir
+
+    dashboard = Dashboard()
+    dashboard.resize(1280, 720)
+    dashboard.show()
+    settle(app)  # shown and painted before the run is opened, as in the app's window
+    before = rss_mb()
+    meter = GapMeter()
+    started = time.perf_counter()
+    model = RunModel(RunDir(run_path))
+    dashboard.set_model(model)
+    model.watch()
+    loop = QEventLoop()
+    check = QTimer()
+    check.setInterval(20)
+    check.timeout.connect(lambda: (not model.watching or time.perf_counter() - started > limit_s) and loop.quit())
+    check.start()
+    loop.exec()
+    check.stop()
+    seconds = time.perf_counter() - started
+    settle(app)  # the dashboard's own ticks draw what is left (the gaps are measured through them)
+    size = os.path.getsize(model.run.events)
+    read = 1.0 if not model.watching else model._events.offset / size
+    result = {"seconds": round(seconds, 2), "read_share": round(read, 3), **meter.stop(),
+              "rss_growth_mb": round(rss_mb() - before, 1), "points": len(model.step_loss)}
+    model.close()
+    dashboard.close()
+    dashboard.deleteLater()
+    app.processEvents()
+    return result
+
+
+def compare(app, paths: list[str]) -> dict:
+    """Compare as the Runs page does it: the curves read (on its thread pool), then drawn on the GUI thread."""
+    from app.pages.runs_page import RunsPage, load_curves
+
+    page = RunsPage()
+    page.resize(1280, 720)
+    page.show()
+    settle(app)
+    before = rss_mb()
+    started = time.perf_counter()
+    curves = load_curves(paths)
+    read = time.perf_counter() - started
+    meter = GapMeter()
+    drawing = time.perf_counter()
+    page.views.show_compare(curves)
+    while page.views.compare_pending:  # drawn one run an event-loop turn
+        app.processEvents()
+    settle(app, 0.2)  # and painted
+    draw = time.perf_counter() - drawing - 0.2
+    result = {"seconds": round(time.perf_counter() - started, 2), "read_s": round(read, 2), "draw_s": round(draw, 3),
+              "points": sum(len(c["steps"]) for _, c in curves), "rss_growth_mb": round(rss_mb() - before, 1),
+              **meter.stop()}
+    page.close()
+    return result
+
+
+def runs_folder(root, count: int):
+    """`count` finished runs (copies of one run of 2,000 steps, learning rates and seeds varied), as a sweep leaves."""
+    import shutil
+
+    import yaml
+
+    from trainer.core.rundir import RunDir
+
+    first = root / "run-0000"
+    write_run(first, 2_000)
+    RunDir(first).write_status(state="completed", epoch=2, step=2_000, best_acc=0.9, val_acc=0.88, started=1.0,
+                               ended=100.0, reason=None)
+    raw = yaml.safe_load((first / "config.yaml").read_text()) if (first / "config.yaml").exists() else None
+    if raw is None:
+        from trainer.core.config import RunConfig
+
+        raw = RunConfig.from_dict({"data": {"train_dir": "/data/photos/train"}}).to_dict()
+    for i in range(count):
+        folder = root / f"run-{i:04d}"
+        if i:
+            shutil.copytree(first, folder)
+        raw["optimizer"]["lr"] = 10 ** -(1 + i % 30 / 10)
+        raw["train"]["seed"] = i
+        (folder / "config.yaml").write_text(yaml.safe_dump(raw))
+        RunDir(folder).write_status(best_acc=0.5 + (i % 97) / 200)
+    return root
+
+
+def runs_page(app, root) -> dict:
+    """The Runs page listing the runs, then following one run's status change (as when a queued run starts)."""
+    from app.pages.runs_page import RunsPage
+    from trainer.core.rundir import RunDir
+
+    page = RunsPage()
+    page.resize(1280, 720)
+    page.show()
+    settle(app)
+    count = sum(1 for _ in root.iterdir())
+    meter = GapMeter()
+    started = time.perf_counter()
+    page.set_runs_dir(root)
+    while page.model.rowCount() < count:
+        app.processEvents()
+        time.sleep(0.002)
+    listed = time.perf_counter() - started
+    settle(app)
+    first = meter.stop()
+    page._signature = ()  # what the page last saw: taken now, as its follow timer does
+    from app.pages.runs_page import status_signature
+
+    page._signature = status_signature(root)
+    meter = GapMeter()
+    changed = sorted(root.iterdir())[500]
+    while page._reading:  # the page idle first: no read under way that would see the change by itself
+        app.processEvents()
+    RunDir(changed).write_status(state="failed", message="changed")
+    started = time.perf_counter()
+    page._check_changes()
+    while next(r["status"] for r in page.model.rows if r["path"] == str(changed)) != "failed":
+        app.processEvents()
+        time.sleep(0.002)
+    followed = time.perf_counter() - started
+    settle(app)
+    result = {"runs": count, "listed_s": round(listed, 2), "listing": first, "follow_change_s": round(followed, 2),
+              "following": meter.stop()}
+    page.close()
+    return result
+
+
+def moved_aside(run_path):
+    """The run without its summary, as every run was before it (a context: put back after)."""
+    import contextlib
+
+    from trainer.core.rundir import RunDir
+
+    @contextlib.contextmanager
+    def aside():
+        summary = RunDir(run_path).summary
+        hidden = summary.with_name("hidden-" + summary.name)
+        summary.rename(hidden)
+        try:
+            yield
+        finally:
+            hidden.rename(summary)
+    return aside()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--full-up-to", type=int, default=100_000, help="the whole-file reading is measured up to "
+                                                                          "this many steps (10^6 took ~13 min)")
+    parser.add_argument("--compare-runs", type=int, default=10)
+    parser.add_argument("--writer-steps", type=int, default=20_000)
+    parser.add_argument("--runs-page", type=int, default=1000, help="runs listed on the Runs page (0: not measured)")
+    parser.add_argument("--default-process-settings", action="store_true",
+                        help="without the app's start-up setting (what it built frozen for the garbage collector)")
+    parser.add_argument("--only", nargs="+", default=["writer", "opening", "compare", "runs_page"])
+    args = parser.parse_args()
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    work = scratch("td-scale-")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication([])
+    if not args.default_process_settings:
+        from app.main import quiet_garbage_collector
+
+        quiet_garbage_collector()  # as the app does at start
+    result = {"machine": machine(), "opening": {}, "compare": {}, "writer": {},
+              "process_settings": "python defaults" if args.default_process_settings else "the app's"}
+
+    # the trainer's cost of keeping the summary: the same events, alternated, 3 pairs
+    per_event = {"with": [], "without": []}
+    for i in range(3 if "writer" in args.only else 0):
+        for keep in (True, False):
+            s = write_run(work / f"writer-{keep}-{i}", args.writer_steps, keep_summary=keep)
+            events = sum(1 for _ in open(work / f"writer-{keep}-{i}" / "events.jsonl"))
+            per_event["with" if keep else "without"].append(1e6 * s / events)
+    result["writer"] = {k: round(statistics.median(v), 2) for k, v in per_event.items() if v}
+    result["writer"]["unit"] = "microseconds per event written (median of 3)"
+    print("writer:", result["writer"], flush=True)
+
+    for steps in args.steps if "opening" in args.only else []:
+        path = work / f"run-{steps}"
+        written = write_run(path, steps)
+        entry = {"events_mb": round(os.path.getsize(path / "events.jsonl") / 2**20, 1),
+                 "summary_mb": round(os.path.getsize(path / "events.summary.jsonl") / 2**20, 2),
+                 "written_s": round(written, 1), "summary": open_run(app, path, limit_s=120)}
+        if steps <= args.full_up_to:
+            with moved_aside(path):
+                entry["whole_file"] = open_run(app, path, limit_s=300)
+        result["opening"][str(steps)] = entry
+        print(steps, json.dumps(entry), flush=True)
+
+    if args.runs_page and "runs_page" in args.only:
+        result["runs_page"] = runs_page(app, runs_folder(work / "runs", args.runs_page))
+        print("runs page:", result["runs_page"], flush=True)
+    if args.compare_runs and "compare" in args.only:
+        paths = []
+        for r in range(args.compare_runs):
+            write_run(work / f"cmp{r}", 100_000, offset=r * 0.01)
+            paths.append(str(work / f"cmp{r}"))
+        result["compare"]["summary"] = compare(app, paths)
+        print("compare:", result["compare"]["summary"], flush=True)
+        import contextlib
+
+        with contextlib.ExitStack() as stack:
+            for p in paths:
+                stack.enter_context(moved_aside(p))
+            result["compare"]["whole_file"] = compare(app, paths)
+        print("compare, whole files:", result["compare"]["whole_file"], flush=True)
+    save_result("scale", result)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
