@@ -78,6 +78,7 @@ class GapMeter:
         from PySide6.QtCore import QTimer
 
         self.longest, self.over_100, self.longest_at = 0.0, 0, 0.0
+        self.long_gaps: list[tuple[float, int]] = []  # (when, ms) of each gap over 100 ms
         self._last = self.started = time.perf_counter()
         self.timer = QTimer()
         self.timer.setInterval(10)
@@ -89,13 +90,15 @@ class GapMeter:
         gap = now - self._last - 0.010
         if gap > self.longest:
             self.longest, self.longest_at = gap, self._last - self.started
+        if gap > 0.100:
+            self.long_gaps.append((round(self._last - self.started, 2), round(1000 * gap)))
         self.over_100 += gap > 0.100
         self._last = now
 
     def stop(self) -> dict:
         self.timer.stop()
         return {"longest_gap_ms": round(1000 * self.longest, 1), "longest_gap_at_s": round(self.longest_at, 2),
-                "gaps_over_100ms": self.over_100}
+                "gaps_over_100ms": self.over_100, "long_gaps": self.long_gaps[:10]}
 
 
 def settle(app, seconds: float = 0.5) -> None:
@@ -238,6 +241,62 @@ def runs_page(app, root) -> dict:
     return result
 
 
+def image_folder(root, count: int, classes: int = 10):
+    """`count` 32 px PNGs in `classes` class folders (kept between runs of the benchmark: writing 100,000 takes a
+    minute)."""
+    import numpy as np
+    from PIL import Image
+
+    done = root / f".done-{count}"
+    if done.exists():
+        return root
+    rng = np.random.default_rng(0)
+    tiles = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(50)]
+    for c in range(classes):
+        folder = root / f"class{c:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(count // classes):
+            pixels = tiles[(c * 7 + i) % len(tiles)].copy()
+            pixels[0, :3] = [[i % 256, i // 256 % 256, c]] * 3  # every image its own: no copies
+            Image.fromarray(pixels).save(folder / f"{i:06d}.png")
+    done.touch()
+    return root
+
+
+def dataset_page(app, folder, work) -> dict:
+    """The main window's Dataset page given a folder of many images, as a user picks one: until the page shows it."""
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+    from trainer.core.config import RunConfig, save_config
+
+    first = image_folder(work / "few", 100)
+    config = work / "dataset-page.yaml"
+    save_config(RunConfig.from_dict({"data": {"train_dir": str(first)}}), config)
+    window = MainWindow(QSettings(str(work / "settings.ini"), QSettings.Format.IniFormat), work / "runs", config)
+    window.resize(1280, 720)
+    window.show()
+    page = window.dataset_page
+    while page.scan_result is None:
+        app.processEvents()
+    settle(app, 1.0)
+    before = rss_mb()
+    meter = GapMeter()
+    started = time.perf_counter()
+    window.binder.widgets["data.train_dir"].setText(str(folder))
+    while page.scan_result is None or len(page.scan_result.samples) < 1000:
+        app.processEvents()
+        time.sleep(0.002)
+    shown = time.perf_counter() - started
+    settle(app)
+    result = {"images": len(page.scan_result.samples), "shown_s": round(shown, 2), **meter.stop(),
+              "rss_growth_mb": round(rss_mb() - before, 1)}
+    window._leave_running = True
+    window.close()
+    settle(app, 0.2)
+    return result
+
+
 def moved_aside(run_path):
     """The run without its summary, as every run was before it (a context: put back after)."""
     import contextlib
@@ -266,7 +325,13 @@ def main() -> None:
     parser.add_argument("--runs-page", type=int, default=1000, help="runs listed on the Runs page (0: not measured)")
     parser.add_argument("--default-process-settings", action="store_true",
                         help="without the app's start-up setting (what it built frozen for the garbage collector)")
-    parser.add_argument("--only", nargs="+", default=["writer", "opening", "compare", "runs_page"])
+    parser.add_argument("--images", type=int, default=100_000, help="images in the Dataset page's folder")
+    parser.add_argument("--images-dir", default=str(REPO / "bench" / ".data" / "scale-images"),
+                        help="where that folder is written (kept for the next run)")
+    parser.add_argument("--collector-on", action="store_true",
+                        help="the Dataset page's scan without its pause of the garbage collector (as before #50)")
+    parser.add_argument("--only", nargs="+", default=["writer", "opening", "compare", "runs_page",
+                                                                 "dataset_page"])
     args = parser.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     work = scratch("td-scale-")
@@ -306,6 +371,19 @@ def main() -> None:
     if args.runs_page and "runs_page" in args.only:
         result["runs_page"] = runs_page(app, runs_folder(work / "runs", args.runs_page))
         print("runs page:", result["runs_page"], flush=True)
+    if "dataset_page" in args.only:
+        from pathlib import Path
+
+        folder = image_folder(Path(args.images_dir) / str(args.images), args.images)
+        if args.collector_on:
+            import contextlib
+
+            import app.pages.dataset_page as page_module
+
+            page_module.without_collection_pauses = contextlib.nullcontext
+        result["dataset_page"] = dataset_page(app, folder, work)
+        result["dataset_page"]["collector"] = "on during the scan" if args.collector_on else "paused during the scan"
+        print("dataset page:", result["dataset_page"], flush=True)
     if args.compare_runs and "compare" in args.only:
         paths = []
         for r in range(args.compare_runs):

@@ -37,7 +37,7 @@ from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
 from trainer.data.findings import Findings, latest_audit
 from trainer.data.manifest import Manifest, edit_manifest, read_manifest
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
-from trainer.data.suggest import flip_rule, suggest
+from trainer.data.suggest import flip_rule, median_aspect, median_short_side, suggest
 from trainer.remote.protocol import read_scan
 from trainer.runs.launch import agent_scan_args, main_command
 
@@ -58,6 +58,8 @@ def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None
         if labels:
             return _labelled_with_thumbnails(folder, labels, manifest)
         result = scan_image_folder(folder, full=False, manifest=manifest)
+        if result.image_sizes:  # here, not on the GUI thread, where the suggestions read them
+            median_short_side(result), median_aspect(result)
         thumbs = _thumbnails(result, lambda label, index: label == index)
         findings = latest_audit(runs_dir, folder) if runs_dir else None
         return result, thumbs, manifest, flip_rule(result), _duplicates(folder, result), findings

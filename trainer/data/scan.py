@@ -46,6 +46,7 @@ class ScanResult:
     image_sizes: list[tuple[int, int]] = field(default_factory=list)  # (width, height) of each usable image
     labels_file: str = ""  # multi-label: the labels file the samples come from (each label then a 0/1 tuple)
     pairs: list[tuple[str, str, int]] = field(default_factory=list)  # multi-label: `together()`, where it was asked
+    medians: dict[str, float] = field(default_factory=dict, repr=False, compare=False)  # of image_sizes, once each
 
     def together(self, top: int = 3) -> list[tuple[str, str, int]]:
         """Multi-label: the pairs of labels most often on one image, (a, b, images), most first."""

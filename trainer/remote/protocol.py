@@ -236,7 +236,7 @@ MAX_THUMB_BYTES = 1 << 20  # one PNG thumbnail
 
 
 def typed(value: Any, hint: Any, what: str) -> Any:
-    """`value` (decoded JSON) checked against a type hint: str, int, float, bool, dict, list[...], tuple[...], an
+    """`value` (decoded JSON) checked against a type hint: str, int, float, bool, dict, dict[...], list[...], tuple[...], an
     optional (X | None) or object (anything); tuples come back as tuples. FrameError naming `what` and the item."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is object:
@@ -257,6 +257,10 @@ def typed(value: Any, hint: Any, what: str) -> Any:
         if not isinstance(value, list):
             raise FrameError(f"{what}: expected a list, got {type(value).__name__}")
         return [typed(v, args[0], f"{what}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise FrameError(f"{what}: expected an object, got {type(value).__name__}")
+        return {typed(k, args[0], f"{what} key"): typed(v, args[1], f"{what}[{k!r:.40}]") for k, v in value.items()}
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
         if not isinstance(value, list):
             raise FrameError(f"{what}: expected a list, got {type(value).__name__}")
