@@ -240,3 +240,91 @@ def test_compare_reads_a_long_run_as_a_stream_and_draws_a_bounded_curve(tmp_path
     assert xs[0] == 1 and xs[-1] == steps and list(xs) == sorted(xs)
     assert max(ys) == 50.0 and xs[ys.index(50.0)] == 54_321, "the spike is drawn where it was"
     assert curves["epochs"] == [(e, e / 10) for e in range(1, 11)]
+
+
+def test_a_run_s_status_change_updates_its_row_alone_and_reads_only_that_run(qtbot, tmp_path, monkeypatch):
+    """The Runs page following its runs (issue #50): one run of many changes state; only that run is read again
+    (the others' rows are kept until their files change), its row shows the new state, the table is not rebuilt
+    (no model reset: 1,000 rows re-sorted on the GUI thread at every change), and a new run is added as a row."""
+    import app.state.experiments as experiments
+    from app.pages.runs_page import RunsPage
+
+    runs_dir = tmp_path / "runs"
+    runs = [fake_run(runs_dir, lr, 32, 0.5 + lr) for lr in (0.001, 0.003, 0.01, 0.03, 0.1)]
+    read = []
+    summarize = experiments.summarize
+    monkeypatch.setattr(experiments, "summarize", lambda run: read.append(run.name) or summarize(run))
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: len(page.rows) == 5 and not page._reading, timeout=10_000)
+    assert sorted(read) == sorted(r.name for r in runs)
+    resets = []
+    page.model.modelReset.connect(lambda: resets.append(1))
+    read.clear()
+    runs[2].write_status(state="failed", message="out of memory")
+    page._check_changes()
+    status = page.model.columns.index("status")
+    row = next(i for i, r in enumerate(page.model.rows) if r["path"] == str(runs[2].path))
+    qtbot.waitUntil(lambda: page.model.data(page.model.index(row, status)) == "failed", timeout=10_000)
+    assert read == [runs[2].name] and not resets
+    newer = fake_run(runs_dir, 0.01, 32, 0.99)
+    page.refresh()
+    qtbot.waitUntil(lambda: len(page.rows) == 6, timeout=10_000)
+    assert not resets and str(newer.path) in {r["path"] for r in page.rows}
+
+
+def test_compare_of_runs_with_summaries_draws_each_run_bounded(qtbot, tmp_path):
+    """Compare selected on runs the trainer's event writer wrote (with their summaries): every run drawn, one a turn,
+    each within COMPARE_POINTS, their accuracy per epoch in full."""
+    from app.pages.runs_page import COMPARE_POINTS, RunsPage, load_curves
+    from trainer.core.events import EventWriter
+
+    paths = []
+    for r in range(3):
+        run = RunDir(tmp_path / f"2026120{r}-run").create()
+        writer = EventWriter(run.events)
+        for step in range(1, 20_001):
+            writer.emit("step", step=step, loss=2.0 / (1 + step / 1000) + r, lr=[0.1])
+            if step % 5000 == 0:
+                writer.emit("epoch", epoch=step // 5000, val_acc=step / 20_000)
+        writer.close()
+        paths.append(str(run.path))
+    curves = load_curves(paths)
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.views.show_compare(curves)
+    qtbot.waitUntil(lambda: not page.views.compare_pending, timeout=10_000)
+    drawn = page.views.compare_loss.listDataItems()
+    assert len(drawn) == 3 and all(len(item.xData) <= COMPARE_POINTS for item in drawn)
+    assert sorted(item.yData.min() for item in drawn) == pytest.approx([2 / 21, 1 + 2 / 21, 2 + 2 / 21])
+    assert [c["epochs"] for _, c in curves] == [[(e, e / 4) for e in range(1, 5)]] * 3
+
+
+def test_a_big_scan_runs_with_the_garbage_collector_paused_and_freezes_what_it_built():
+    """The Dataset page's scan of 100,000 images: no cyclic collection while it runs (each held the interpreter
+    lock, and the GUI thread, up to 0.2 s); jobs nested or at once share the switch, which is on again after."""
+    import gc
+    import threading
+
+    from app.jobs.background import without_collection_pauses
+
+    assert gc.isenabled()
+    inside, release = threading.Event(), threading.Event()
+
+    def other_job():
+        with without_collection_pauses():
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_job)
+    thread.start()
+    inside.wait(10)
+    frozen = gc.get_freeze_count()
+    with without_collection_pauses():
+        built = [[i] for i in range(1000)]
+        assert not gc.isenabled()
+    assert not gc.isenabled(), "the other job is still running"
+    release.set()
+    thread.join()
+    assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(built)
