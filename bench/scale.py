@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from common import REPO, machine, save_result, scratch
 
@@ -315,6 +316,30 @@ def moved_aside(run_path):
     return aside()
 
 
+CASES = ("writer", "opening", "runs_page", "dataset_page", "compare")
+
+
+def each_in_its_own_process(args) -> None:
+    import subprocess
+    import tempfile
+
+    passed = [a for a in sys.argv[1:]]
+    if "--only" in passed:  # the cases given replace the list, one per process
+        at = passed.index("--only")
+        end = at + 1
+        while end < len(passed) and not passed[end].startswith("--"):
+            end += 1
+        passed = passed[:at] + passed[end:]
+    merged: dict = {"machine": machine()}
+    for case in args.only:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            subprocess.run([sys.executable, __file__, *passed, "--only", case, "--into", out.name], check=True)
+            part = json.loads(Path(out.name).read_text())
+        merged.update({k: v for k, v in part.items() if v})
+    save_result("scale", merged)
+    print(json.dumps(merged, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -330,10 +355,14 @@ def main() -> None:
                         help="where that folder is written (kept for the next run)")
     parser.add_argument("--collector-on", action="store_true",
                         help="the Dataset page's scan without its pause of the garbage collector (as before #50)")
-    parser.add_argument("--only", nargs="+", default=["writer", "opening", "compare", "runs_page",
-                                                                 "dataset_page"])
+    parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES),
+                        help="the cases measured, each in a process of its own (one case's garbage is not another's)")
+    parser.add_argument("--into", help=argparse.SUPPRESS)  # a case's process: where its result goes
     args = parser.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if len(args.only) > 1 or not args.into:
+        each_in_its_own_process(args)
+        return
     work = scratch("td-scale-")
     from PySide6.QtWidgets import QApplication
 
@@ -372,8 +401,6 @@ def main() -> None:
         result["runs_page"] = runs_page(app, runs_folder(work / "runs", args.runs_page))
         print("runs page:", result["runs_page"], flush=True)
     if "dataset_page" in args.only:
-        from pathlib import Path
-
         folder = image_folder(Path(args.images_dir) / str(args.images), args.images)
         if args.collector_on:
             import contextlib
@@ -398,8 +425,7 @@ def main() -> None:
                 stack.enter_context(moved_aside(p))
             result["compare"]["whole_file"] = compare(app, paths)
         print("compare, whole files:", result["compare"]["whole_file"], flush=True)
-    save_result("scale", result)
-    print(json.dumps(result, indent=1))
+    Path(args.into).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

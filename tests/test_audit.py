@@ -128,3 +128,27 @@ def test_fold_runs_give_each_image_probabilities_from_a_run_that_never_saw_it(sh
     rows = list(csv.DictReader((shapes_run / "audit" / "label_issues.csv").open()))
     assert all(r["fold"] in ("0", "1") for r in rows)
     assert tree_state(shapes_dir) == before
+
+
+def test_the_map_keeps_each_class_together_by_opentsne_and_without_it(monkeypatch):
+    """The audit's map (`--map`): embeddings of three classes projected to two dimensions, by openTSNE where
+    installed (linear in the images), else scikit-learn's t-SNE; either way an image's nearest on the map is of its
+    own class, and the method is named."""
+    import sys
+
+    import numpy as np
+
+    from trainer.deploy.data_map import project
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(3, 64)) * 3
+    labels = np.repeat(np.arange(3), 100)
+    embeddings = (centres[labels] + rng.normal(size=(300, 64))).astype(np.float32)
+    monkeypatch.setitem(sys.modules, "umap", None)
+    for hidden, method in ((None, "openTSNE"), ("openTSNE", "scikit-learn")):
+        if hidden:
+            monkeypatch.setitem(sys.modules, hidden, None)
+        xy, how = project(embeddings)
+        assert xy.shape == (300, 2) and method in how
+        distances = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(-1) + np.eye(300) * 1e9
+        assert (labels[distances.argmin(axis=1)] == labels).mean() >= 0.98

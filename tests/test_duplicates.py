@@ -85,3 +85,21 @@ def test_check_data_with_a_run_says_what_the_leak_was_worth_to_its_test_score(tm
     assert f"label issues, copies and outliers: not looked for yet (main.py audit {run.path})" in done.stdout
     missing = run_here("check-data", root, "--run", tmp_path / "nowhere")
     assert missing.returncode == 2 and "no test evaluation in that run" in missing.stderr
+
+
+def test_nearest_neighbours_are_the_same_by_faiss_and_by_scikit_learn(monkeypatch):
+    """The audit's neighbour search (copies, outliers) by faiss where installed, else scikit-learn: the same
+    neighbours and cosine distances either way, each row's own first."""
+    import sys
+
+    import numpy as np
+
+    from trainer.data.neighbours import nearest
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(300, 64)).astype(np.float32) + rng.normal(size=(1, 64)).astype(np.float32)
+    by_faiss = nearest(rows, 6)
+    monkeypatch.setitem(sys.modules, "faiss", None)  # as where it is not installed
+    by_sklearn = nearest(rows, 6)
+    assert (by_faiss[1] == by_sklearn[1]).all() and (by_faiss[1][:, 0] == np.arange(300)).all()
+    assert np.allclose(by_faiss[0], by_sklearn[0], atol=1e-5)

@@ -140,7 +140,8 @@ def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Dupl
     """The groups of copies among `images` (row i of `embeddings` and of the unit, zero-mean `thumbnails` is image
     i), most alike first; a group whose files are also byte-identical is not `near`."""
     import numpy as np
-    from sklearn.neighbors import NearestNeighbors
+
+    from trainer.data.neighbours import nearest
 
     n = len(images)
     if n < 2:
@@ -149,8 +150,8 @@ def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Dupl
     candidates: set[tuple[int, int]] = set()
     for rows in (centred, thumbnails):
         k = min(NEAR_NEIGHBOURS + 1, n)
-        _, nearest = NearestNeighbors(n_neighbors=k, metric="cosine").fit(rows).kneighbors(rows)
-        candidates |= {(min(i, int(j)), max(i, int(j))) for i in range(n) for j in nearest[i] if j != i}
+        _, found = nearest(rows, k)
+        candidates |= {(min(i, int(j)), max(i, int(j))) for i in range(n) for j in found[i] if j != i}
     parent = list(range(n))
 
     def root(i: int) -> int:

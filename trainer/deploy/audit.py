@@ -231,13 +231,12 @@ def rank_issues(labels: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.n
 
 def outlier_distances(embeddings: np.ndarray, k: int = OUTLIER_K) -> tuple[np.ndarray, float]:
     """(each row's mean cosine distance to its k nearest other rows, the far-out fence of those distances)."""
-    from sklearn.neighbors import NearestNeighbors
+    from trainer.data.neighbours import nearest
 
-    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
-    k = min(k, len(unit) - 1)
+    k = min(k, len(embeddings) - 1)
     if k < 1:
-        return np.zeros(len(unit)), float("inf")
-    distances, _ = NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(unit).kneighbors(unit)
+        return np.zeros(len(embeddings)), float("inf")
+    distances, _ = nearest(embeddings, k + 1)
     mean = distances[:, 1:].mean(axis=1)  # the first neighbour is the image itself
     q1, q3 = np.percentile(mean, [25, 75])
     return mean, float(q3 + OUTLIER_IQR * (q3 - q1))
