@@ -243,23 +243,20 @@ def runs_page(app, root) -> dict:
 
 
 def image_folder(root, count: int, classes: int = 10):
-    """`count` 32 px PNGs in `classes` class folders (kept between runs of the benchmark: writing 100,000 takes a
-    minute)."""
+    """`count` 32 px PNGs of noise, each its own (no copies for the audit to group), in `classes` class folders
+    (kept between runs of the benchmark: writing 100,000 takes a minute or two)."""
     import numpy as np
     from PIL import Image
 
-    done = root / f".done-{count}"
+    done = root / f".done-noise-{count}"
     if done.exists():
         return root
     rng = np.random.default_rng(0)
-    tiles = [rng.integers(0, 255, (32, 32, 3), dtype=np.uint8) for _ in range(50)]
     for c in range(classes):
         folder = root / f"class{c:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(count // classes):
-            pixels = tiles[(c * 7 + i) % len(tiles)].copy()
-            pixels[0, :3] = [[i % 256, i // 256 % 256, c]] * 3  # every image its own: no copies
-            Image.fromarray(pixels).save(folder / f"{i:06d}.png")
+            Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(folder / f"{i:06d}.png")
     done.touch()
     return root
 
@@ -298,6 +295,33 @@ def dataset_page(app, folder, work) -> dict:
     return result
 
 
+def audit(work, images_dir: Path, count: int) -> dict:
+    """`main.py audit RUN --map` on a run of `count` images (small_cnn, one epoch, 32 px): its wall time, its peak
+    memory, and the phases its log names."""
+    import resource
+    import subprocess
+
+    import yaml
+
+    folder = image_folder(images_dir / str(count), count)
+    config = work / f"audit-{count}.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train_dir": str(folder), "image_size": 32, "batch_size": 256,
+                                               "val_split": 0.1}, "model": {"name": "small_cnn"},
+                                      "train": {"epochs": 1}, "optimizer": {"name": "adamw", "lr": 0.003}}))
+    runs = work / f"audit-runs-{count}"
+    subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(config), "--runs-dir", str(runs)], check=True,
+                   capture_output=True)
+    run = next(runs.iterdir())
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, str(REPO / "main.py"), "audit", str(run), "--map"], capture_output=True,
+                          text=True)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"images": count, "seconds": round(seconds, 1), "exit_code": done.returncode,
+            "peak_rss_mb_of_the_largest_child": round(peak), "said": done.stdout.strip().splitlines()[:3] +
+            done.stderr.strip().splitlines()[-12:]}
+
+
 def moved_aside(run_path):
     """The run without its summary, as every run was before it (a context: put back after)."""
     import contextlib
@@ -316,7 +340,7 @@ def moved_aside(run_path):
     return aside()
 
 
-CASES = ("writer", "opening", "runs_page", "dataset_page", "compare")
+CASES = ("writer", "opening", "runs_page", "dataset_page", "compare", "audit")
 
 
 def each_in_its_own_process(args) -> None:
@@ -353,6 +377,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=100_000, help="images in the Dataset page's folder")
     parser.add_argument("--images-dir", default=str(REPO / "bench" / ".data" / "scale-images"),
                         help="where that folder is written (kept for the next run)")
+    parser.add_argument("--audit-images", type=int, nargs="+", default=[20_000, 100_000])  # 100,000: ~10 min
     parser.add_argument("--collector-on", action="store_true",
                         help="the Dataset page's scan without its pause of the garbage collector (as before #50)")
     parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES),
@@ -411,6 +436,9 @@ def main() -> None:
         result["dataset_page"] = dataset_page(app, folder, work)
         result["dataset_page"]["collector"] = "on during the scan" if args.collector_on else "paused during the scan"
         print("dataset page:", result["dataset_page"], flush=True)
+    if "audit" in args.only:
+        result["audit"] = [audit(work, Path(args.images_dir), n) for n in args.audit_images]
+        print("audit:", result["audit"], flush=True)
     if args.compare_runs and "compare" in args.only:
         paths = []
         for r in range(args.compare_runs):

@@ -904,8 +904,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+QUIET_LIBRARIES = ("faiss", "faiss.loader", "openTSNE")  # their INFO lines (which CPU build loaded, which method) are
+# not the user's business: warnings still show
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
