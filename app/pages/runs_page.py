@@ -195,6 +195,7 @@ class RunsPage(QWidget):
         self.runs_dir: Path | None = None
         self._row_cache = RowCache()
         self._reading = self._read_again = False  # a read_table under way; another asked for meanwhile
+        self._showing_rest = False  # a table's rows still going in, a chunk a turn
         self._showing = 0  # the tables shown so far (a newer one stops the showing of an older one in pieces)
         self._signature: tuple = ()
         self._checking = False
@@ -277,8 +278,9 @@ class RunsPage(QWidget):
         super().hideEvent(event)
 
     def _check_changes(self) -> None:
-        """Refresh when any run's status.json changed (a cheap stat of each, off the GUI thread)."""
-        if self.runs_dir is None or self._checking:
+        """Refresh when any run's status.json changed (a cheap stat of each, off the GUI thread); not while a read or
+        the showing of one is under way (its thread held the interpreter lock against the table's painting)."""
+        if self.runs_dir is None or self._checking or self._reading or self._showing_rest:
             return
         self._checking = True
         runs_dir = self.runs_dir
@@ -338,6 +340,7 @@ class RunsPage(QWidget):
         self.model.set_rows(shown, params)
         if self.model.columns != columns:  # fitting columns to their contents is the slow part: only when they change
             self.table.resizeColumnsToContents()
+        self._showing_rest = count < len(rows)
         if count < len(rows):
             QTimer.singleShot(1, lambda: self._show_part(serial, rows, params, count + SHOW_CHUNK))
         elif self._views is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -121,7 +122,7 @@ class SummaryKeeper:
         self.offset += len(line) + 1
         self._take(record, line)
 
-    def _take(self, record: dict, line: str, position: int | None = None) -> None:
+    def _take(self, record: dict, line: str) -> None:
         index = self.count
         self.count += 1
         self._dirty = True
@@ -134,8 +135,8 @@ class SummaryKeeper:
         if series is None:
             series = self.series[name] = _Series(BUDGET[kind], kind in VALUE)
         value = record.get(VALUE[kind]) if kind in VALUE else None
-        self._positions[index] = (name, series.count if position is None else position)
-        series.add(index, value if isinstance(value, (int, float)) else None, line, position)
+        self._positions[index] = (name, series.count)
+        series.add(index, _number(value), line)
 
     def add_bytes(self, data: bytes) -> None:
         """Complete lines of the file as they were appended (a mirror copies bytes): `data` ends with a newline."""
@@ -229,13 +230,17 @@ class SummaryKeeper:
             if series is None:
                 self.whole.append((index, line))
                 continue
-            record = json.loads(line)
-            value = record.get(VALUE.get(name.split("/")[0], ""), None)
+            value = json.loads(line).get(VALUE.get(name.split("/")[0], ""))
             count = series.count
-            series.add(index, value if isinstance(value, (int, float)) else None, line, position)
+            series.add(index, _number(value), line, position)
             series.count = count
             self._positions[index] = (name, position)
         self.count, self.offset = int(header["events"]), int(header["offset"])
+
+
+def _number(value) -> float | None:
+    """A value buckets compare (a NaN loss, written as null, is none)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
 def read_header(path: str | os.PathLike, events_path: str | os.PathLike) -> dict | None:
