@@ -158,7 +158,8 @@ class RunViews(QTabWidget):
             self.compare_loss.plot(xs, ys, pen=pen, name=name)
         if data["epochs"]:
             xs, ys = zip(*data["epochs"])
-            self.compare_acc.plot(xs, ys, pen=pen, name=name, symbol="o", symbolSize=5)
+            self.compare_acc.plot(xs, ys, pen=pen, name=name, symbol="o", symbolSize=5, symbolPen=pen,
+                                  symbolBrush=COLORS[i % len(COLORS)])  # each run's points its colour too
         if self.compare_pending:
             QTimer.singleShot(1, self._draw_next_compared)  # a timer: paints and input go between
 
