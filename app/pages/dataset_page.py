@@ -47,6 +47,8 @@ THUMB = 56
 ScanPayload = tuple[ScanResult, list[tuple[str, QImage]], "Manifest | None", object, "Duplicates | None",
                     "Findings | None"]
 THUMBS_PER_CLASS = 6
+SCAN_THREADS = 2  # header-reading threads in the GUI's process: the scan's 8 left the GUI thread waiting for the
+# interpreter lock behind them (gaps of 105-150 ms at 100,000 images; docs/benchmarks.md, "Long runs, many runs")
 
 
 def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None, labels: str = "") -> ScanPayload:
@@ -57,7 +59,7 @@ def _scan_with_thumbnails(folder: str, manifest_path: str, runs_dir: Path | None
         manifest = read_manifest(manifest_path) if manifest_path else None
         if labels:
             return _labelled_with_thumbnails(folder, labels, manifest)
-        result = scan_image_folder(folder, full=False, manifest=manifest)
+        result = scan_image_folder(folder, full=False, manifest=manifest, workers=SCAN_THREADS)
         if result.image_sizes:  # here, not on the GUI thread, where the suggestions read them
             median_short_side(result), median_aspect(result)
         thumbs = _thumbnails(result, lambda label, index: label == index)
