@@ -360,7 +360,7 @@ def each_in_its_own_process(args) -> None:
             subprocess.run([sys.executable, __file__, *passed, "--only", case, "--into", out.name], check=True)
             part = json.loads(Path(out.name).read_text())
         merged.update({k: v for k, v in part.items() if v})
-    save_result("scale", merged)
+    save_result("scale" if set(args.only) == set(CASES) else "scale_" + "_".join(args.only), merged)  # a part apart
     print(json.dumps(merged, indent=1))
 
 
