@@ -46,6 +46,7 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.pages.runs_page import RunsPage, read_table
+    from app.state.experiments import RowCache
 
     app = QApplication.instance() or QApplication([])
     runs_dir = scratch("td-runs-table-") / "runs"
@@ -56,7 +57,7 @@ def main() -> int:
     read, shown, filtered = [], [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        rows, params = read_table(runs_dir)
+        rows, params = read_table(runs_dir, RowCache())  # read cold each time
         read.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         page._show(rows, params)

@@ -174,6 +174,11 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
     return train_images / m.train_images_per_s + val_images * (2 if tta else 1) / m.eval_images_per_s + 0.5
 
 
+def epochs_in(left_s: float, epoch_s: float) -> int:
+    """The epochs a run started with `left_s` seconds left plans, at `epoch_s` each (its start and a margin off)."""
+    return min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // epoch_s))
+
+
 def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,
          started: float | None = None, overrides: list[str] | None = None,
          faster_than: tuple[str, int, str] | None = None, recheck_of: tuple[str, int, str] | None = None,
@@ -263,7 +268,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     if left_s < MIN_TRAIN_S:
         raise AutoError(f"--minutes {minutes:g}: planning took {spent:.0f} s (the folder's scan and one speed probe), "
                         f"which leaves nothing to train in; give more minutes")
-    epochs = max(1, min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // chosen.epoch_s)))
+    epochs = max(1, epochs_in(left_s, chosen.epoch_s))
     cfg.train.epochs = epochs
     choose("train.epochs", epochs, f"{left_s / 60:.1f} min left after planning, {chosen.epoch_s:.1f} s per epoch "
                                    f"measured ({train_images} training images at {chosen.train_images_per_s:.0f}/s, "
@@ -544,7 +549,7 @@ def _policy_choice(cfg: RunConfig, chosen: Measured, left_s: float, say: Callabl
     top-1 is more than POLICY_MARGIN points higher. A short trial favours no policy (harder images pay back later), so
     what it keeps helped already; it is made only for runs planned at least POLICY_MIN_EPOCHS long, and takes at most
     POLICY_TRIAL_SHARE of the time left."""
-    planned = min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // chosen.epoch_s))
+    planned = epochs_in(left_s, chosen.epoch_s)
     fits = int((left_s * POLICY_TRIAL_SHARE / 2 - STARTUP_S) // chosen.epoch_s)  # epochs an arm has time for
     arm_epochs = min(fits, max(POLICY_TRIAL_EPOCHS[0], round(planned * POLICY_TRIAL_EPOCHS[1])))
     trial_s = 2 * (STARTUP_S + arm_epochs * chosen.epoch_s)

@@ -26,7 +26,7 @@ from app.dialogs.export_dialog import ExportDialog
 from app.dialogs.run_dialogs import NotesDialog
 from app.jobs.background import run_in_thread, without_collection_pauses
 from app.state.buffers import Series
-from app.state.experiments import METRICS, RowCache, column_title, format_duration, summarize, varying_keys
+from app.state.experiments import METRICS, RowCache, column_title, format_duration, varying_keys
 from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
 from trainer.core.rundir import RunDir, list_runs, state_text
@@ -418,10 +418,9 @@ def status_signature(runs_dir: Path) -> tuple:
     return tuple(out)
 
 
-def read_table(runs_dir: Path, cache: RowCache | None = None) -> tuple[list[dict], list[str]]:
+def read_table(runs_dir: Path, cache: RowCache) -> tuple[list[dict], list[str]]:
     """Every run's row and the hyper-parameters that differ (on the thread pool: the GUI thread only shows them);
-    with `cache`, only the rows of runs that changed are read again."""
+    only the rows of runs that changed since `cache` last saw them are read again."""
     with without_collection_pauses():  # 1,000 configs parsed: no full collections over them while the GUI waits
-        runs = list_runs(runs_dir, remote=True)
-        rows = cache.rows(runs) if cache is not None else [summarize(r) for r in runs]
+        rows = cache.rows(list_runs(runs_dir, remote=True))
         return rows, varying_keys(rows)

@@ -131,15 +131,13 @@ class RowCache:
     """Each run's row (`summarize`), made again only when one of the files it is read from changed: following one
     run's status among 1,000 reads one run, not all of them (2.5 s, with the interpreter lock held for the parsing)."""
 
-    SOURCES = ("status.json", "config.yaml", NOTES, "manifest.yaml", "eval/test/metrics.json")
-
     def __init__(self):
         self._rows: dict[str, tuple[tuple, dict]] = {}
 
     def rows(self, runs: list[RunDir]) -> list[dict]:
         out, kept = [], {}
         for run in runs:
-            key = tuple(_mtime(run.path / name) for name in self.SOURCES)
+            key = tuple(map(_mtime, sources(run)))
             cached = self._rows.get(str(run.path))
             live = cached is not None and cached[1]["status"] in ("running", "starting", "queued")  # its process
             row = cached[1] if cached is not None and cached[0] == key and not live else summarize(run)  # may be gone
@@ -147,6 +145,11 @@ class RowCache:
             out.append(row)
         self._rows = kept  # runs gone are forgotten
         return out
+
+
+def sources(run: RunDir) -> tuple[Path, ...]:
+    """The files `summarize` reads a run's row from."""
+    return run.status_file, run.config, run.path / NOTES, run.manifest, run.evaluation("test") / "metrics.json"
 
 
 def _mtime(path: Path) -> int:

@@ -272,6 +272,14 @@ def test_a_run_s_status_change_updates_its_row_alone_and_reads_only_that_run(qtb
     page.refresh()
     qtbot.waitUntil(lambda: len(page.rows) == 6, timeout=10_000)
     assert not resets and str(newer.path) in {r["path"] for r in page.rows}
+    from trainer.data.manifest import Manifest, write_manifest
+
+    read.clear()
+    write_manifest(Manifest(runs[1].manifest, [str(tmp_path / "a.png")], {}, {}))  # the run's own exclude.yaml
+    page.refresh()
+    qtbot.waitUntil(lambda: any(r["path"] == str(runs[1].path) and r["params"]["data changes"].startswith("−1")
+                                for r in page.rows), timeout=10_000)
+    assert read == [runs[1].name], "a run's manifest changing reads that run again, and it alone"
 
 
 def test_compare_of_runs_with_summaries_draws_each_run_bounded(qtbot, tmp_path):
