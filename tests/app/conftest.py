@@ -1,7 +1,7 @@
 import psutil
 import pytest
 from PySide6.QtCore import QSettings, QThreadPool, QTimer
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.jobs.background import ResidentWorker
 
@@ -30,6 +30,26 @@ def nothing_left_running(qapp):
     timers = [t.parent().objectName() or type(t.parent()).__name__ for w in QApplication.topLevelWidgets()
               if w.isVisible() for t in w.findChildren(QTimer) if t.isActive()]
     assert not timers, f"timers still active in open windows: {timers}"
+
+
+@pytest.fixture(autouse=True)
+def no_blocking_dialogs(monkeypatch):
+    """A static QMessageBox (warning, information, question, critical) runs a modal event loop no one answers here:
+    the test would wait for good, out of pytest-timeout's reach (its alarm's exception is swallowed by the Qt slot it
+    lands in). Each is answered at once (No for a question) and fails the test, with its text, unless the test
+    patched it to expect it."""
+    shown = []
+
+    def record(kind):
+        def show(parent, title, text, *args, **kwargs):
+            shown.append(f"{kind} {title!r}: {text}")
+            return QMessageBox.StandardButton.No if kind == "question" else QMessageBox.StandardButton.Ok
+        return show
+
+    for kind in ("warning", "information", "question", "critical"):
+        monkeypatch.setattr(QMessageBox, kind, record(kind))
+    yield
+    assert not shown, f"a dialog no test expected: {shown}"
 
 
 @pytest.fixture
