@@ -303,6 +303,32 @@ def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16, digits_per_im
     return labels
 
 
+def plant_label_set_errors(labels_file, share: float, seed: int = 0) -> dict[str, dict]:
+    """Rewrites a mosaics labels file (digit_mosaics) with `share` of its images given one wrong label (a digit shown
+    replaced by one not shown) or one missing (a digit shown dropped; an image keeps at least one), alternately.
+    Each such image's real path -> {"kind", "true": its real label set, "given": the planted one} (sets as `3;7`)."""
+    import random
+
+    rng = random.Random(seed)
+    lines = Path(labels_file).read_text().splitlines()
+    rows = [line.split(",", 1) for line in lines[1:]]
+    planted = {}
+    for n, i in enumerate(sorted(rng.sample(range(len(rows)), round(share * len(rows))))):
+        true = sorted(int(d) for d in rows[i][1].split(";"))
+        given = list(true)
+        if n % 2 == 0 or len(true) == 1:
+            given[rng.randrange(len(given))] = rng.choice([d for d in range(10) if d not in true])
+            kind = "wrong"
+        else:
+            given.remove(rng.choice(true))
+            kind = "missing"
+        rows[i][1] = ";".join(str(d) for d in sorted(given))
+        path = os.path.realpath(Path(labels_file).parent / rows[i][0])
+        planted[path] = {"kind": kind, "true": ";".join(map(str, true)), "given": rows[i][1]}
+    Path(labels_file).write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+    return planted
+
+
 WIDE = (96, 48)  # the images' width x height
 
 

@@ -511,7 +511,8 @@ def _parser_audit(sub) -> None:
                        "learning on out-of-sample probabilities), most likely first; copies (exact, resized, "
                        "recompressed) and leaks across train/val/test; and the images far from every other")
     p.add_argument("run_dir")
-    p.add_argument("--folds", type=int, default=5, help="folds of the cross-fitted linear probe (default 5)")
+    p.add_argument("--folds", type=int, help="folds of the cross-fitted linear probe (default 5; 10 for a multi-label "
+                   "run)")
     p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")
     p.add_argument("--json", action="store_true", help="every suspect as JSON")
     p.add_argument("--oof", choices=("probe", "runs"), default="probe",

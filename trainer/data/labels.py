@@ -29,6 +29,7 @@ MAX_LABELS_BYTES = 512 << 20  # a labels file of 10^6 rows is ~50 MB
 MAX_LABEL_NAME = 100
 SHOWN_PROBLEMS = 5
 SEPARATORS = re.compile(r"[;|]")
+SEPARATOR = ";"  # what TrainDeck writes between an image's labels
 FORBIDDEN_IN_NAMES = set(",/\\;|")
 TRUE, FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
 

@@ -52,6 +52,7 @@ from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
 log = logging.getLogger(__name__)
 
 FOLDS = 5
+MULTILABEL_FOLDS = 10  # each label's probe fits on 90% of the images (bench/multilabel_audit.py: 82-84% against 5's 79-84%)
 MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
 OUTLIER_K = 10  # an image's typicality: its mean distance to this many nearest images
 OUTLIER_IQR = 3.0  # listed beyond Q3 + this many interquartile ranges of those distances (Tukey's far-out fence)
@@ -75,6 +76,8 @@ class Suspect:
     suggested: str
     score: float  # cleanlab's label quality (self-confidence): the probability of the given label, out of sample
     fold: int
+    add: str = ""  # multi-label: the labels it probably misses (`;` between them)
+    remove: str = ""  # multi-label: the labels it probably should not carry
 
 
 @dataclass
@@ -85,7 +88,8 @@ class Outlier:
     distance: float  # mean cosine distance to its OUTLIER_K nearest images
     fence: float  # the distance beyond which an image is listed (Tukey's far-out fence of all of them)
     why: str = "far"  # "far" (beyond the fence) or "unsure" (the network's top probability below UNSURE_TOP)
-    top: float = 1.0  # the network's own top class probability for it
+    top: float = 1.0  # the network's own top class probability for it (multi-label: that of the label `about`)
+    about: str = ""  # multi-label, unsure: the label whose probability sits near its threshold
 
 
 @dataclass
@@ -177,7 +181,8 @@ def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> Pass:
                 with torch.inference_mode(), model.preprocess.autocast("cpu"):
                     logits = model.net(model.preprocess.to_input(stacked))
                 rows.append(captured.pop().cpu().numpy())
-                probs.append(torch.softmax(logits.float(), dim=1).cpu().numpy())
+                scores = torch.sigmoid(logits.float()) if model.multilabel else torch.softmax(logits.float(), dim=1)
+                probs.append(scores.cpu().numpy())
                 thumbs.append(thumbnails(stacked))
     finally:
         hook.remove()
@@ -270,7 +275,7 @@ def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int | str) -> s
     return h.hexdigest()
 
 
-def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit: CrossFit | None = None) -> Audit:
+def audit_run(run: RunDir, folds: int | None = None, with_map: bool = False, cross_fit: CrossFit | None = None) -> Audit:
     """The label issues, copies and outliers of the run's images (see the module's docstring), and (`with_map`) a
     map of them; kept under RUN/audit/. The out-of-sample probabilities come from a cross-fitted linear probe on
     the run's embeddings (seconds), or from `cross_fit` (trainer.runs.cross_fit.cross_fitted: k training runs with
@@ -284,8 +289,12 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
             from None
     model = load_run_model(run, "best")
     if model.multilabel:
-        raise AuditError(f"{run.path}: a multi-label run; the audit (label issues, copies, outliers) is for one label "
-                         f"per image")
+        if cross_fit:
+            raise AuditError("--oof runs: for runs of one label per image; a multi-label run's audit takes the probe")
+        from trainer.deploy.audit_multilabel import audit_multilabel_run
+
+        return audit_multilabel_run(run, model, folds or MULTILABEL_FOLDS, with_map)
+    folds = folds or FOLDS
     classes, images, labelled = audited_images(run)
     if classes != model.classes:
         raise AuditError(f"{run.path}: the folder's classes {classes} differ from the run's {model.classes}")
@@ -304,7 +313,7 @@ def audit_run(run: RunDir, folds: int = FOLDS, with_map: bool = False, cross_fit
     worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
     audit = Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth, oof=oof)
     if with_map:
-        audit.map_how = _write_map(run, kept, images, classes, audit)
+        audit.map_how = write_map(run, kept, images, audit, [classes[int(p.argmax())] for p in kept.probs])
     return audit
 
 
@@ -341,9 +350,10 @@ def _kept_findings(run: RunDir, kept: Embedded) -> tuple[list[Suspect], list[Out
             Duplicates(groups, [tuple(u) for u in raw["unreadable"]]))
 
 
-def _write_map(run: RunDir, kept: Embedded, images: list[ImageRef], classes: list[str], audit: Audit) -> str:
-    """RUN/audit/map.csv: every image read, its 2-D place (kept in map.npz while the data is unchanged) and what the
-    audit found of it; how the places were made."""
+def write_map(run: RunDir, kept: Embedded, images: list[ImageRef], audit: Audit, suggested: list[str]) -> str:
+    """RUN/audit/map.csv: every image read, its 2-D place (kept in map.npz while the data is unchanged), what the
+    audit found of it and (`suggested`, for each labelled one read) what the probe calls it; how the places were
+    made."""
     from trainer.deploy.data_map import project, write_map
 
     kept_file = run.path / "audit" / "map.npz"
@@ -360,8 +370,8 @@ def _write_map(run: RunDir, kept: Embedded, images: list[ImageRef], classes: lis
     rows = []
     for r, i in enumerate(kept.rows):
         image = images[i]
-        suggested = classes[int(kept.probs[r].argmax())] if r < len(kept.probs) else ""
-        rows.append({"path": image.path, "split": image.split, "label": image.label, "suggested": suggested,
+        rows.append({"path": image.path, "split": image.split, "label": image.label,
+                     "suggested": suggested[r] if r < len(suggested) else "",
                      "x": f"{xy[r, 0]:.4f}", "y": f"{xy[r, 1]:.4f}", "finding": finding.get(image.path, "")})
     write_map(run.path / "audit" / "map.csv", rows)
     return how
@@ -382,7 +392,26 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
     """The network's pass over `images` and the out-of-sample probabilities for the first `labelled` of them (from
     `cross_fit` when given, else the probe): from RUN/audit/oof.npz while its fingerprint matches, else computed and
     kept there."""
-    key = fingerprint(images, model.source, f"{folds} {'runs' if cross_fit else 'probe'}")
+    index = {c: n for n, c in enumerate(classes)}
+
+    def probe(embeddings: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.asarray([index[images[i].label] for i in rows], np.int64)
+        if cross_fit:
+            return cross_fit(run, [images[i] for i in rows], labels, classes, folds)
+        return out_of_sample(embeddings, labels, len(classes), folds)
+
+    return kept_or_computed(run, model, images, labelled, folds, "runs" if cross_fit else "probe", probe)
+
+
+# (the labelled images' embeddings, their indices in the images) -> (out-of-sample probabilities, each one's fold)
+Probe = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def kept_or_computed(run: RunDir, model: LoadedModel, images: list[ImageRef], labelled: int, folds: int, how: str,
+                     probe: Probe) -> Embedded:
+    """The network's pass over `images` and `probe`'s out-of-sample probabilities for the first `labelled` of them
+    (`how` it made them): from RUN/audit/oof.npz while its fingerprint matches, else computed and kept there."""
+    key = fingerprint(images, model.source, f"{folds} {how}")
     kept_file = run.path / "audit" / "oof.npz"
     kept = read_kept(kept_file, key, ("rows", "embeddings", "thumbnails", "probs", "net_probs", "fold", "skipped"))
     if kept:
@@ -393,12 +422,7 @@ def _kept_or_computed(run: RunDir, model: LoadedModel, classes: list[str], image
     embeddings, thumbs, skipped = done.embeddings, done.thumbnails, done.skipped
     rows = np.asarray(done.kept, np.int64)
     of_labelled = rows < labelled
-    index = {c: n for n, c in enumerate(classes)}
-    labels = np.asarray([index[images[i].label] for i in rows[of_labelled]], np.int64)
-    if cross_fit:
-        probs, fold_of = cross_fit(run, [images[i] for i in rows[of_labelled]], labels, classes, folds)
-    else:
-        probs, fold_of = out_of_sample(embeddings[of_labelled], labels, len(classes), folds)
+    probs, fold_of = probe(embeddings[of_labelled], rows[of_labelled])
     keep(kept_file, key, probs=probs, net_probs=done.probs, fold=fold_of, rows=rows, embeddings=embeddings,
          thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
     return Embedded(rows, embeddings, thumbs, probs, done.probs, fold_of, skipped, False, key)
@@ -425,16 +449,17 @@ def keep(path: Path, key: str, **arrays) -> None:
 
 def write_issues(path: Path, suspects: list[Suspect]) -> None:
     rows = [{"rank": rank, "path": x.path, "given": x.given, "suggested": x.suggested, "score": f"{x.score:.4f}",
-             "fold": x.fold} for rank, x in enumerate(suspects, 1)]
-    atomic_write_text(path, dict_rows_text(["rank", "path", "given", "suggested", "score", "fold"], rows))
+             "fold": x.fold, "add": x.add, "remove": x.remove} for rank, x in enumerate(suspects, 1)]
+    atomic_write_text(path, dict_rows_text(["rank", "path", "given", "suggested", "score", "fold", "add", "remove"],
+                                           rows))
 
 
 def write_outliers(path: Path, outliers: list[Outlier]) -> None:
     rows = [{"rank": rank, "path": o.path, "label": o.label, "suggested": o.suggested, "why": o.why,
-             "distance": f"{o.distance:.4f}", "fence": f"{o.fence:.4f}", "top": f"{o.top:.4f}"}
+             "distance": f"{o.distance:.4f}", "fence": f"{o.fence:.4f}", "top": f"{o.top:.4f}", "about": o.about}
             for rank, o in enumerate(outliers, 1)]
-    atomic_write_text(path, dict_rows_text(["rank", "path", "label", "suggested", "why", "distance", "fence", "top"],
-                                           rows))
+    atomic_write_text(path, dict_rows_text(["rank", "path", "label", "suggested", "why", "distance", "fence", "top",
+                                            "about"], rows))
 
 
 def write_duplicates(path: Path, found: Duplicates) -> None:
@@ -458,7 +483,9 @@ def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
              f"(cleanlab's confident learning on out-of-sample probabilities of {_oof_said(audit)}"
              f"{'; kept from the last audit' if audit.reused else ''})"]
     for s in audit.suspects[:top]:
-        lines.append(f"  {s.score:.3f}  {s.given} -> {s.suggested}  {printable_path(s.path)}")
+        change = " ".join([f"+{n}" for n in s.add.split(";") if n] + [f"-{n}" for n in s.remove.split(";") if n])
+        lines.append(f"  {s.score:.3f}  {s.given or '(none)'} -> {s.suggested or '(none)'}"
+                     f"{f' ({change})' if change else ''}  {printable_path(s.path)}")
     if len(audit.suspects) > top:
         lines.append(f"  ... {len(audit.suspects) - top} more in {run.path / 'audit' / 'label_issues.csv'}")
     far = [o for o in audit.outliers if o.why == "far"]
@@ -466,9 +493,14 @@ def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
     fence = f" (mean cosine distance to its {OUTLIER_K} nearest images over {far[0].fence:.3f})" if far else ""
     lines.append(f"outliers: {len(far)} images far from every other{fence}, farthest first")
     lines += [f"  {o.distance:.3f}  {o.label}  {printable_path(o.path)}" for o in far[:top]]
-    lines.append(f"unsure: {len(unsure)} images the network gives no class even odds (its top probability under "
-                 f"{UNSURE_TOP:.0%}), least sure first")
-    lines += [f"  {o.top:.3f}  {o.label}  {printable_path(o.path)}" for o in unsure[:top]]
+    if any(o.about for o in unsure):
+        lines.append(f"unsure: {len(unsure)} images with a label whose probability sits near its threshold, nearest "
+                     f"first")
+    else:
+        lines.append(f"unsure: {len(unsure)} images the network gives no class even odds (its top probability under "
+                     f"{UNSURE_TOP:.0%}), least sure first")
+    lines += [f"  {o.top:.3f}  {o.about + ' of ' if o.about else ''}{o.label}  {printable_path(o.path)}"
+              for o in unsure[:top]]
     lines += format_duplicates(audit.duplicates, top, "copies (exact, resized or recompressed)")
     if audit.leak_worth:
         lines.append(audit.leak_worth.line())
