@@ -1,6 +1,7 @@
 """Screenshots of a multi-label run in the real app (issue #36), driven as a user would: mosaics of real handwritten
-digits with their labels file (the tests' own builder), chosen on the Dataset page; a run; its mAP curve; the
-per-label table with one label's false positives; Try it with the run's ONNX export.
+digits with their labels file (the tests' own builder; 5% of the images given a wrong or a missing label), chosen on
+the Dataset page; a run; its mAP curve; the per-label table with one label's false positives; the audit's label
+issues; Try it with the run's ONNX export.
 
 Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots_multilabel.py [OUT_DIR] [WxH]
 (default docs/images at 1280x720; `docs/images/1024x700 1024x700` for the smallest screen the window is made for)
@@ -27,13 +28,14 @@ from screenshots_data import HEIGHT, WIDTH, settle, wait  # noqa: E402
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "images")
     out.mkdir(parents=True, exist_ok=True)
-    from helpers import digit_mosaics
+    from helpers import digit_mosaics, plant_label_set_errors
 
     from app.main_window import PAGES, MainWindow, load_style
 
     tmp = Path(tempfile.mkdtemp(prefix="traindeck-multilabel-shots-"))
     try:
         labels = digit_mosaics(tmp / "mosaics", 1500)
+        plant_label_set_errors(labels, 0.05)
         config = tmp / "mosaics.yaml"
         config.write_text(yaml.safe_dump({
             "data": {"train_dir": str(tmp / "mosaics"), "image_size": 32, "batch_size": 64, "num_workers": 0,
@@ -70,6 +72,12 @@ def main() -> int:
         view.choose("3")
         view.gallery.setCurrentRow(0)
         shoot("multilabel_results")
+        view.issues_button.click()
+        wait(lambda: view.issues is not None, 180, "the audit")
+        wait(lambda: not view.gallery.item(0).icon().isNull(), 30, "the thumbnails")
+        view.gallery.setCurrentRow(0)
+        wait(lambda: not view.preview.pixmap().isNull(), 30, "the preview")
+        shoot("multilabel_issues")
         dialog = window.run_actions.try_it()
         dialog.resize(1000, 420)
         dialog.set_model_source(str(run.path / "exports" / "model.onnx"))

@@ -456,10 +456,17 @@ def cmd_audit(args) -> int:
     run = RunDir(args.run_dir)
     if not run.config.exists():
         raise CommandError(f"{run.path}: not a run directory (no config.yaml)")
-    cross_fit = None
-    if args.oof == "runs":  # k training runs, each without one fold
-        from trainer.runs.cross_fit import cross_fitted as cross_fit
-    audit = audit_run(run, args.folds, with_map=args.map, cross_fit=cross_fit)
+    if load_config(run.config).multilabel:
+        from trainer.deploy.audit_multilabel import audit_multilabel_run
+
+        if args.oof == "runs":
+            raise CommandError("--oof runs: for runs of one label per image; a multi-label run's audit takes the probe")
+        audit = audit_multilabel_run(run, args.folds, with_map=args.map)
+    else:
+        cross_fit = None
+        if args.oof == "runs":  # k training runs, each without one fold
+            from trainer.runs.cross_fit import cross_fitted as cross_fit
+        audit = audit_run(run, args.folds, with_map=args.map, cross_fit=cross_fit)
     if args.json:
         print(json.dumps({"images": audit.images, "folds": audit.folds, "reused": audit.reused,
                           "skipped": audit.skipped, "suspects": [asdict(s) for s in audit.suspects],

@@ -1,8 +1,10 @@
 """The Results tab of a multi-label run (issue #36): mAP, a table of every label (AP, F1 at its threshold, precision,
 recall, support), the chosen label's precision-recall curve and, in the gallery, its false positives and false
 negatives; the selected image's labels and every probability, and one click to add or remove the label in the
-dataset manifest (the labels file itself is never rewritten). Torch-free: the trainer wrote the files
-(trainer.deploy.multilabel); app/state/eval_results.py reads them."""
+dataset manifest (the labels file itself is never rewritten). **Label issues** (issue #49) fills the gallery with
+`main.py audit`'s images that probably miss a label or carry a wrong one, with one key per decision. Torch-free: the
+trainer wrote the files (trainer.deploy.multilabel, trainer.deploy.audit_multilabel); app/state/eval_results.py
+reads them."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections import Counter
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtGui import QImage, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -28,14 +30,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs.background import run_in_thread
+from app.jobs.background import CliJob, run_in_thread
 from app.state.eval_results import LabelledPrediction, MultiLabelEvaluation
 from app.widgets.grad_cam import GradCam
 from app.widgets.plots import NumericItem
 from app.widgets.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons, thumbnail_gallery
+from trainer.runs.launch import audit_args
 
 THUMB = 96
 PREVIEW = 160
+ISSUE_KEYS = "R relabel as suggested · E exclude · K keep"
 # (header, metrics.json key, tooltip)
 COLUMNS = (("label", "", "the label, as the labels file names it"),
            ("AP", "ap", "average precision: the area under the label's precision-recall curve"),
@@ -48,6 +52,12 @@ COLUMNS = (("label", "", "the label, as the labels file names it"),
 
 def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def change_text(suspect: dict) -> str:
+    """What the audit suggests for an image: `+3 −8` (add 3, remove 8)."""
+    return " ".join([f"+{n}" for n in suspect["add"].split(";") if n] +
+                    [f"\u2212{n}" for n in suspect["remove"].split(";") if n])
 
 
 def errors_with(positives: list[LabelledPrediction], negatives: list[LabelledPrediction], label: str,
@@ -72,6 +82,8 @@ class MultiLabelView(QWidget):
         self.label = ""  # the label whose errors the gallery shows
         self.shown: list[tuple[LabelledPrediction, str]] = []  # (image, "FP" or "FN")
         self.selected: tuple[LabelledPrediction, str] | None = None
+        self.issues: list[dict] | None = None  # the audit's suspects while the gallery shows them, else None
+        self._audit_job: CliJob | None = None
         self.marked: dict[str, str | None] = {}  # real path -> the manifest's labels for it (None: excluded)
         self._thumb_serial = 0
         self.cam: dict | None = None  # the last Grad-CAM shown: main.py grad-cam's answer
@@ -101,6 +113,15 @@ class MultiLabelView(QWidget):
         self.gallery_title.setWordWrap(True)
         self.gallery = thumbnail_gallery("labelErrors", THUMB, caption_lines=1, margin=16)
         self.gallery.currentRowChanged.connect(self._select)
+        self.issues_button = QPushButton("Label issues")
+        self.issues_button.setObjectName("multilabelIssues")
+        self.issues_button.setToolTip("main.py audit: the images that probably miss a label or carry one they should "
+                                      "not (a cross-fitted probe on the run's embeddings and cleanlab's multi-label "
+                                      "confident learning), in a separate process; then " + ISSUE_KEYS)
+        self.issues_button.clicked.connect(self.find_label_issues)
+        for key, action in (("R", lambda: self._decide(True)), ("E", lambda: self._decide(False)),
+                            ("K", self._next)):  # one key per decision while going down the audit's list
+            QShortcut(QKeySequence(key), self.gallery, action, context=Qt.ShortcutContext.WidgetShortcut)
         self.preview = QLabel()
         self.preview.setFixedSize(PREVIEW, PREVIEW)
         self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -149,7 +170,10 @@ class MultiLabelView(QWidget):
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        rl.addWidget(self.gallery_title)
+        head = QHBoxLayout()
+        head.addWidget(self.gallery_title, 1)
+        head.addWidget(self.issues_button, 0, Qt.AlignmentFlag.AlignTop)
+        rl.addLayout(head)
         rl.addWidget(self.gallery, 1)
         rl.addWidget(detail)
         splitter = QSplitter()
@@ -202,6 +226,7 @@ class MultiLabelView(QWidget):
         if not rows or self.evaluation is None:
             return
         self.label = self.table.item(rows[0].row(), 0).text()
+        self.issues = None  # the gallery goes back to the chosen label's errors
         ev, label = self.evaluation, self.label
         recall, precision = ev.precision_recall(label)
         self.curve.clear()
@@ -232,6 +257,72 @@ class MultiLabelView(QWidget):
         run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._icons(serial, images), owner=self)
         self._select(-1)
 
+    # ---- the audit's label issues -----------------------------------------------------------------
+    def find_label_issues(self) -> None:
+        """`main.py audit RUN --json` in a subprocess (a second time it reuses what it kept); its suspects fill the
+        gallery, most likely wrong first."""
+        if not self.run_path or self._audit_job is not None:
+            return
+        self.issues_button.setEnabled(False)
+        self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
+        job = self._audit_job = CliJob(audit_args(self.run_path), self)
+        job.done.connect(self._issues_found)
+        job.failed.connect(self._issues_failed)
+
+    def _issues_found(self, report: dict) -> None:
+        self._audit_job = None
+        self.issues_button.setEnabled(True)
+        self.issues = report["suspects"]
+        self.gallery_title.setText(
+            f"<b>Label issues</b>: {len(self.issues)} of {report['images']} images probably miss a label (+) or carry "
+            f"one they should not (\u2212), most likely first ({ISSUE_KEYS})")
+        self.gallery.clear()
+        for s in self.issues:
+            item = QListWidgetItem(change_text(s))
+            item.setToolTip(f"{s['path']}\nlabels: {s['given'] or 'none'}\nsuggested: {s['suggested'] or 'none'}")
+            self.gallery.addItem(item)
+        self._thumb_serial += 1
+        serial, paths = self._thumb_serial, [s["path"] for s in self.issues]
+        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._icons(serial, images), owner=self)
+        if self.issues:
+            self.gallery.setCurrentRow(0)
+            self.gallery.setFocus()
+        else:
+            self._select(-1)
+
+    def _issues_failed(self, error: str) -> None:
+        self._audit_job = None
+        self.issues_button.setEnabled(True)
+        self.gallery_title.setText(f"Audit: {html.escape(error)}")
+
+    def _decide(self, relabel: bool) -> None:
+        """R: the selected suspect's labels become the suggested set; E: it leaves training; into the manifest, then
+        on to the next."""
+        row = self.gallery.currentRow()
+        if self.issues is None or not 0 <= row < len(self.issues):
+            return
+        suspect = self.issues[row]
+        new = suspect["suggested"] if relabel else None
+        self.marked[os.path.realpath(suspect["path"])] = new  # shown at once; the manifest write follows
+        self.marksRequested.emit([suspect["path"]], new)
+        self.gallery.item(row).setText("relabelled" if relabel else "excluded")
+        self._next()
+
+    def _next(self) -> None:
+        self.gallery.setCurrentRow(min(self.gallery.currentRow() + 1, self.gallery.count() - 1))
+
+    def _describe_issue(self, suspect: dict) -> None:
+        real = os.path.realpath(suspect["path"])
+        decided = ""
+        if real in self.marked:
+            now = self.marked[real]
+            decided = (f"<br>In the manifest: {'excluded' if now is None else 'labels ' + html.escape(now or 'none')}")
+        self.details.setText(
+            f"<b>{html.escape(os.path.basename(suspect['path']))}</b><br>labels: "
+            f"{html.escape(suspect['given'] or 'none')}<br>suggested: <b>{html.escape(suspect['suggested'] or 'none')}"
+            f"</b> ({html.escape(change_text(suspect))}; its most doubted label's probability out of sample "
+            f"{100 * suspect['score']:.2g}%){decided}<br><span style='color:#777'>{html.escape(suspect['path'])}</span>")
+
     def _icons(self, serial: int, images: list[QImage]) -> None:
         if serial == self._thumb_serial:  # not a list shown since
             set_gallery_icons(self.gallery, images)
@@ -244,6 +335,9 @@ class MultiLabelView(QWidget):
         return [n for n in (given or "").split(";") if n]
 
     def _select(self, row: int) -> None:
+        if self.issues is not None:
+            self._select_issue(row)
+            return
         self.selected = self.shown[row] if 0 <= row < len(self.shown) else None
         self.preview.setPixmap(QPixmap())
         self.cam_button.setEnabled(self.selected is not None and bool(self.run_path) and not self.gradcam.busy)
@@ -257,6 +351,25 @@ class MultiLabelView(QWidget):
         self._describe(p)
         run_in_thread(lambda: load_thumbnails([p.path], PREVIEW)[0], lambda image: self._preview(p, image),
                       owner=self)
+
+    def _select_issue(self, row: int) -> None:
+        self.selected = None
+        self.preview.setPixmap(QPixmap())
+        self.cam_button.setEnabled(False)
+        inside = 0 <= row < len(self.issues)
+        self.fix_button.setEnabled(inside)
+        self.fix_button.setText("Relabel as suggested (R)" if inside else "")
+        if not inside:
+            self.details.setText("")
+            return
+        suspect = self.issues[row]
+        self._describe_issue(suspect)
+        run_in_thread(lambda: load_thumbnails([suspect["path"]], PREVIEW)[0],
+                      lambda image: self._issue_preview(row, image), owner=self)
+
+    def _issue_preview(self, row: int, image: QImage) -> None:
+        if self.issues is not None and self.gallery.currentRow() == row and not image.isNull():
+            self.preview.setPixmap(QPixmap.fromImage(image))
 
     def _preview(self, p: LabelledPrediction, image: QImage) -> None:
         if self.selected is not None and self.selected[0] is p and not image.isNull():
@@ -303,7 +416,11 @@ class MultiLabelView(QWidget):
         self.fix_button.setEnabled(True)
 
     def fix(self) -> None:
-        """The selected image with the chosen label added (it lacks it) or removed (it has it), in the manifest."""
+        """The selected image with the chosen label added (it lacks it) or removed (it has it), in the manifest; in
+        the audit's list, the image's labels as suggested (R)."""
+        if self.issues is not None:
+            self._decide(True)
+            return
         if self.selected is None or self.evaluation is None:
             return
         p, _ = self.selected
@@ -317,5 +434,8 @@ class MultiLabelView(QWidget):
 
     def set_marked(self, marked: dict[str, str | None]) -> None:
         self.marked = dict(marked)
-        if self.selected is not None:
+        row = self.gallery.currentRow()
+        if self.issues is not None and 0 <= row < len(self.issues):
+            self._describe_issue(self.issues[row])
+        elif self.selected is not None:
             self._describe(self.selected[0])

@@ -1,6 +1,7 @@
 """A multi-label run from the app (issue #36): the folder and its labels file on the Dataset page, a run with its mAP
 curve, the per-label table, one label's false positives and negatives, two labels fixed in the manifest (the next
-run reads them), and Try it with the run's ONNX export giving every label at its threshold."""
+run reads them), the audit's label issues decided by key (#49), and Try it with the run's ONNX export giving every
+label at its threshold."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from collections import Counter
 import pytest
 import yaml
 from helpers import digit_mosaics, write_config
+from PySide6.QtCore import Qt
 
+from app.training.multilabel_view import change_text
 from trainer.data.labels import labelled_scan
 from trainer.data.manifest import read_manifest
 
@@ -79,6 +82,27 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert hot[first.path][names.index("3")] == 1.0 and hot[second.path][names.index("3")] == 0.0
     assert scan.relabelled == 2, "the next run trains on the two fixed labels"
     assert yaml.safe_load(open(manifest_path))["relabel"], "a manifest a person can read"
+
+    view.issues_button.click()  # the audit's label issues (#49): R relabels as suggested, E excludes, K keeps
+    qtbot.waitUntil(lambda: view.issues is not None, timeout=60_000)
+    issues = view.issues
+    assert len(issues) >= 3 and view.gallery.count() == len(issues) and view.gallery.currentRow() == 0
+    assert "Label issues" in view.gallery_title.text() and view.gallery.item(0).text() == change_text(issues[0])
+    assert issues[0]["suggested"] in view.details.text() and view.fix_button.text() == "Relabel as suggested (R)"
+    qtbot.keyClick(view.gallery, Qt.Key.Key_R)  # relabel as suggested, next
+    qtbot.keyClick(view.gallery, Qt.Key.Key_E)  # exclude, next
+    qtbot.keyClick(view.gallery, Qt.Key.Key_K)  # keep, next
+    assert view.gallery.currentRow() == 3 and view.gallery.item(0).text() == "relabelled"
+    relabelled, excluded = (os.path.realpath(issues[i]["path"]) for i in (0, 1))
+    qtbot.waitUntil(lambda: relabelled in read_manifest(manifest_path).relabel
+                    and excluded in read_manifest(manifest_path).exclude, timeout=10_000)
+    scan = labelled_scan(str(labels), "data.labels", str(labels.parent), manifest=read_manifest(manifest_path))
+    hot = dict(scan.samples)
+    assert {n for n, on in zip(scan.classes, hot[issues[0]["path"]]) if on} == set(issues[0]["suggested"].split(";"))
+    assert issues[1]["path"] not in hot and scan.excluded == 1, "the next run leaves the excluded image out"
+    assert os.path.realpath(issues[2]["path"]) not in read_manifest(manifest_path).relabel, "K keeps it as it is"
+    view.choose("5")  # another label: the gallery shows its errors again
+    assert view.issues is None and "false positive" in view.gallery_title.text()
 
     qtbot.waitUntil(lambda: not window.runs.running, timeout=30_000)  # the run's process has exited
     job = window.planning.auto_plan(0.5)  # Auto plans a run of the same labels file (tests/test_multilabel.py: its plan)

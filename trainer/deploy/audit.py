@@ -52,7 +52,6 @@ from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
 log = logging.getLogger(__name__)
 
 FOLDS = 5
-MULTILABEL_FOLDS = 10  # each label's probe fits on 90% of the images (bench/multilabel_audit.py: 82-84% against 5's 79-84%)
 MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
 OUTLIER_K = 10  # an image's typicality: its mean distance to this many nearest images
 OUTLIER_IQR = 3.0  # listed beyond Q3 + this many interquartile ranges of those distances (Tukey's far-out fence)
@@ -275,25 +274,26 @@ def fingerprint(images: list[ImageRef], checkpoint: Path, folds: int | str) -> s
     return h.hexdigest()
 
 
-def audit_run(run: RunDir, folds: int | None = None, with_map: bool = False, cross_fit: CrossFit | None = None) -> Audit:
-    """The label issues, copies and outliers of the run's images (see the module's docstring), and (`with_map`) a
-    map of them; kept under RUN/audit/. The out-of-sample probabilities come from a cross-fitted linear probe on
-    the run's embeddings (seconds), or from `cross_fit` (trainer.runs.cross_fit.cross_fitted: k training runs with
-    the run's recipe, each without one fold)."""
-    oof = "runs" if cross_fit else "probe"
+def check_installed() -> None:
+    """AuditError saying how to install them, where cleanlab or scikit-learn is missing."""
     try:
         import cleanlab  # noqa: F401
         import sklearn  # noqa: F401
     except ImportError as e:
         raise AuditError(f"finding label errors needs cleanlab and scikit-learn ({e.name} is missing): {INSTALL}") \
             from None
+
+
+def audit_run(run: RunDir, folds: int | None = None, with_map: bool = False, cross_fit: CrossFit | None = None) -> Audit:
+    """The label issues, copies and outliers of the run's images (see the module's docstring), and (`with_map`) a
+    map of them; kept under RUN/audit/. The out-of-sample probabilities come from a cross-fitted linear probe on
+    the run's embeddings (seconds), or from `cross_fit` (trainer.runs.cross_fit.cross_fitted: k training runs with
+    the run's recipe, each without one fold)."""
+    oof = "runs" if cross_fit else "probe"
+    check_installed()
     model = load_run_model(run, "best")
     if model.multilabel:
-        if cross_fit:
-            raise AuditError("--oof runs: for runs of one label per image; a multi-label run's audit takes the probe")
-        from trainer.deploy.audit_multilabel import audit_multilabel_run
-
-        return audit_multilabel_run(run, model, folds or MULTILABEL_FOLDS, with_map)
+        raise AuditError(f"{run.path}: a multi-label run: trainer.deploy.audit_multilabel audits it")
     folds = folds or FOLDS
     classes, images, labelled = audited_images(run)
     if classes != model.classes:

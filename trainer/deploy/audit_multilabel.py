@@ -26,11 +26,12 @@ from trainer.data.labels import SEPARATOR, LabelsError, labelled_scan
 from trainer.data.loader import load_manifest
 from trainer.data.scan import DataError
 from trainer.deploy import audit as single
-from trainer.deploy.inference import LoadedModel
+from trainer.deploy.inference import LoadedModel, load_run_model
 from trainer.deploy.multilabel import run_thresholds
 
 log = logging.getLogger(__name__)
 
+FOLDS = 10  # each label's probe fits on 90% of the images (bench/multilabel_audit.py: 81-88% against 5 folds' 79-85%)
 EVEN_ODDS = 0.5  # the probe's probabilities: a label it gives at least this is suggested, under this not
 PROBE_C = 0.1  # the probe's inverse regularisation (bench/multilabel_audit.py: 0.1 and 0.5 within a point)
 DOUBT = 0.1  # also listed: an image the probe gives one of its labels under this, or a missing one over 1 - this
@@ -141,9 +142,12 @@ def _above(probs: np.ndarray, thresholds: list[float], names: list[str]) -> str:
     return label_set(probs >= np.asarray(thresholds), names)
 
 
-def audit_multilabel_run(run: RunDir, model: LoadedModel, folds: int, with_map: bool) -> single.Audit:
+def audit_multilabel_run(run: RunDir, folds: int | None = None, with_map: bool = False) -> single.Audit:
     """`main.py audit` of a multi-label run (see the module's docstring); kept under RUN/audit/ as a single-label
     run's are (label_issues.csv with the labels to add and remove)."""
+    single.check_installed()
+    folds = folds or FOLDS
+    model = load_run_model(run, "best")
     names, images, targets = audited_label_sets(run)
     if names != model.classes:
         raise single.AuditError(f"{run.path}: the labels files' labels {names} differ from the run's {model.classes}")
