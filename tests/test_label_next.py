@@ -4,6 +4,7 @@ directly: the most uncertain first, but never two of one tight group; a point is
 import numpy as np
 
 from app.widgets.data_map_view import inside
+from trainer.deploy import label_next
 from trainer.deploy.label_next import diverse_uncertain
 
 
@@ -17,7 +18,8 @@ def test_the_most_uncertain_first_and_no_two_from_one_group():
     thumbnails /= np.linalg.norm(thumbnails, axis=1, keepdims=True)
     margins = np.concatenate([np.full(30, 0.01), np.linspace(0.02, 0.9, 30)])
     probs = np.stack([(1 + margins) / 2, (1 - margins) / 2], axis=1)
-    order = diverse_uncertain(probs, embeddings, 5, thumbnails)
+    assert np.allclose(label_next.margins(probs), margins)
+    order = diverse_uncertain(label_next.margins(probs), embeddings, 5, thumbnails)
     assert len(order) == 5 and sum(i < 30 for i in order) == 1, "one of the near-copies, not five"
     assert order[0] < 30, "the most uncertain comes first"
     assert [round(float(margins[i]), 3) for i in order] == sorted(round(float(margins[i]), 3) for i in order)

@@ -77,8 +77,6 @@ def test_a_short_run_learns_every_label_and_its_onnx_export_gives_the_checkpoint
     assert again["thresholds"] == thresholds and again["images"] == 300
     refused = run_here("evaluate", run, "--data", labels.parent)
     assert refused.returncode == 2 and "a multi-label run is evaluated on a labels file" in refused.stderr
-    refused = run_here("label", run, "--pool", labels.parent / "images", "--next", "5")
-    assert refused.returncode == 2 and "a multi-label run" in refused.stderr, refused.stderr  # one line, no traceback
 
     # the ONNX file: every label's probability, the checkpoint's to 1e-4; the labels at their thresholds
     images = [r["path"] for r in rows[:20]]
@@ -123,6 +121,42 @@ def test_the_audit_lists_the_planted_label_errors_first_with_the_label_to_add_or
     assert len(list(csv.DictReader((run / "audit" / "map.csv").open()))) == report["images"] == 1500
     refused = run_here("audit", run, "--oof", "runs")
     assert refused.returncode == 2 and "--oof runs" in refused.stderr and "Traceback" not in refused.stderr
+
+
+@pytest.mark.slow  # the run above, over a pool of new mosaics
+def test_a_pool_is_ordered_by_the_label_nearest_its_threshold_and_its_label_sets_join_training(mosaics, mosaic_run,
+                                                                                              tmp_path):
+    """`main.py label RUN --pool` on a multi-label run: the images whose most undecided label sits nearest its
+    threshold first (that label named, its probability, the distance); label sets written as the manifest's additions
+    join the training split (the next run trains on them); a label the run lacks is refused naming the manifest."""
+    from trainer.data.labels import LabelsError, labelled_scan
+    from trainer.data.manifest import edit_manifest, read_manifest
+
+    _, labels, _ = mosaics
+    run, _ = mosaic_run
+    pool = digit_mosaics(tmp_path / "pool", 40, seed=7)
+    done = run_here("label", run, "--pool", pool.parent / "images", "--next", "5", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    picks = json.loads(done.stdout)["picks"]
+    thresholds = json.loads((run / "eval" / "val" / "metrics.json").read_text())["thresholds"]
+    assert len(picks) == 5 and all(p["about"] in thresholds for p in picks)
+    assert all(p["margin"] == pytest.approx(abs(p["probability"] - thresholds[p["about"]]), abs=1e-6) for p in picks)
+    assert [p["margin"] for p in picks] == sorted(p["margin"] for p in picks)
+    said = run_here("label", run, "--pool", pool.parent / "images", "--next", "3")
+    assert "label next: 3 of the 40 pool images" in said.stdout and "unsure of" in said.stdout, said.stdout
+
+    real = {os.path.realpath(pool.parent / row[0]): row[1] for row in csv.reader(pool.open()) if row[0] != "file"}
+    chosen = [os.path.realpath(p["path"]) for p in picks[:2]]
+    manifest = tmp_path / "exclude.yaml"
+    edit_manifest(manifest, lambda m: [m.mark_added(path, real[path]) for path in chosen])
+    scan = labelled_scan(str(labels), "data.labels", manifest=read_manifest(manifest), additions=True)
+    hot = dict(scan.samples)
+    assert scan.added == 2 and all({n for n, on in zip(scan.classes, hot[path]) if on} == set(real[path].split(";"))
+                                   for path in chosen)
+    assert not labelled_scan(str(labels), "data.labels", manifest=read_manifest(manifest)).added, "training only"
+    edit_manifest(manifest, lambda m: m.mark_added(chosen[0], "3;x"))
+    with pytest.raises(LabelsError, match="add .*label 'x' is not one of the run's labels"):
+        labelled_scan(str(labels), "data.labels", manifest=read_manifest(manifest), additions=True)
 
 
 @pytest.mark.slow  # two DDP ranks (gloo, torchrun): 2 epochs of 300 mosaics

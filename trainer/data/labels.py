@@ -243,24 +243,26 @@ def format_labels_report(labels: Labels, unlisted: list[str], bad_files: list[tu
     return lines
 
 
-def manifest_labels(manifest, path: str, position: dict[str, int]) -> list[int]:
-    """A multi-label manifest's relabel of `path`: the image's whole new set of labels, `;`-separated (empty: no
-    label); LabelsError naming the manifest for a label the run does not have."""
-    chosen = [n.strip() for n in SEPARATORS.split(manifest.relabel[path]) if n.strip()]
+def manifest_labels(manifest, path: str, position: dict[str, int], entry: str = "relabel") -> list[int]:
+    """A multi-label manifest's relabel (or, `entry` "add", addition) of `path`: the image's whole set of labels,
+    `;`-separated (empty: no label); LabelsError naming the manifest for a label the run does not have."""
+    text = (manifest.relabel if entry == "relabel" else manifest.add)[path]
+    chosen = [n.strip() for n in SEPARATORS.split(text) if n.strip()]
     unknown = [n for n in chosen if n not in position]
     if unknown:
-        raise LabelsError(f"data.exclude: {manifest.path}: relabel {path}: label {unknown[0]!r} is not one of the "
+        raise LabelsError(f"data.exclude: {manifest.path}: {entry} {path}: label {unknown[0]!r} is not one of the "
                           f"run's labels")
     return [position[n] for n in chosen]
 
 
 def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: list[str] | None = None,
-                  manifest=None, full: bool = False) -> ScanResult:
+                  manifest=None, full: bool = False, additions: bool = False) -> ScanResult:
     """A multi-label split as the loader takes a scanned folder: `samples` of (image, its labels as a 0/1 tuple over
     `classes`). The images listed in `labels_file` (config key `key`) must be in `folder` (the labels file's own
     folder when None); the folder's images the file does not list are left out (a warning says how many). With
     `names` (the training labels) a label outside them is refused. The manifest's exclusions apply, and its relabels
-    give an image its whole new set of labels (`cat;outdoor`); additions are for one label per image (refused).
+    give an image its whole new set of labels (`cat;outdoor`); with `additions` (the training split), its additions
+    (images from outside the folder, labelled from a pool: `main.py label`) join with their label sets.
     Each image is checked as a class folder's are (`check_images`; `full` decodes it whole): one that cannot be
     used (0 bytes, not an image, a decompression bomb) is in `bad_files`, not `samples`."""
     try:
@@ -274,9 +276,6 @@ def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: 
     if unknown:
         raise LabelsError(f"{key}: {labels_file}: label {unknown[0]!r} is not one of data.labels' labels "
                           f"({', '.join(names[:10])}{', ...' if len(names) > 10 else ''})")
-    if manifest is not None and manifest.add:
-        raise LabelsError(f"data.exclude: {manifest.path}: additions are for one label per image; add an image to "
-                          f"{labels_file} with its labels")
     left_out = set(manifest.exclude) if manifest is not None else set()
     relabel = {path: manifest_labels(manifest, path, position) for path in manifest.relabel} if manifest else {}
     scan = ScanResult(str(folder or Path(labels_file).parent), names, labels_file=str(labels_file))
@@ -294,6 +293,15 @@ def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: 
         for i in chosen:
             hot[i] = 1.0
         scan.samples.append((image, tuple(hot)))
+    listed = {os.path.realpath(image) for image, _ in scan.samples}
+    for image in (manifest.add if additions and manifest is not None else ()):
+        if image in listed or image in left_out:
+            continue
+        hot = [0.0] * len(names)
+        for i in manifest_labels(manifest, image, position, "add"):
+            hot[i] = 1.0
+        scan.samples.append((image, tuple(hot)))
+        scan.added += 1
     checked = check_images([image for image, _ in scan.samples], full)
     scan.bad_files = [(image, reason) for (image, _), (reason, _) in zip(scan.samples, checked) if reason]
     scan.image_sizes = [size for (reason, size) in checked if not reason]

@@ -256,7 +256,7 @@ def _labelled_scans(cfg: DataConfig, manifest) -> dict[str, ScanResult]:
 
     if not cfg.train_dir:
         raise DataError("data.train_dir: not set (the folder of the images data.labels lists)")
-    folders = {"train": labelled_scan(cfg.labels, "data.labels", cfg.train_dir, manifest=manifest)}
+    folders = {"train": labelled_scan(cfg.labels, "data.labels", cfg.train_dir, manifest=manifest, additions=True)}
     if cfg.val_labels:
         folders["val"] = labelled_scan(cfg.val_labels, "data.val_labels", names=folders["train"].classes,
                                        manifest=manifest)

@@ -58,7 +58,8 @@ def audited_label_sets(run: RunDir) -> tuple[list[str], list[ImageRef], np.ndarr
                                                 ("test", "data.test_labels", cfg.test_labels, None)):
             if not labels_file:
                 continue
-            scan = labelled_scan(labels_file, key, folder, names=names, manifest=manifest if split != "test" else None)
+            scan = labelled_scan(labels_file, key, folder, names=names, manifest=manifest if split != "test" else None,
+                                 additions=split == "train")  # the images the run added from a pool too
             names = scan.classes
             images += [ImageRef(split, path, label_set(hot, names)) for path, hot in scan.samples]
             if split != "test":

@@ -76,7 +76,7 @@ def check_labels_files(data: DataConfig) -> list[str]:
     from trainer.data.loader import load_manifest
 
     manifest = load_manifest(data)
-    names = labelled_scan(data.labels, "data.labels", data.train_dir, manifest=manifest).classes
+    names = labelled_scan(data.labels, "data.labels", data.train_dir, manifest=manifest, additions=True).classes
     for key in ("val_labels", "test_labels"):
         if getattr(data, key):
             labelled_scan(getattr(data, key), f"data.{key}", names=names, manifest=manifest)
