@@ -1,7 +1,7 @@
 """Screenshots of a multi-label run in the real app (issue #36), driven as a user would: mosaics of real handwritten
 digits with their labels file (the tests' own builder; 5% of the images given a wrong or a missing label), chosen on
 the Dataset page; a run; its mAP curve; the per-label table with one label's false positives; the audit's label
-issues; Try it with the run's ONNX export.
+issues; a pool labelled with label sets; Try it with the run's ONNX export.
 
 Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots_multilabel.py [OUT_DIR] [WxH]
 (default docs/images at 1280x720; `docs/images/1024x700 1024x700` for the smallest screen the window is made for)
@@ -78,6 +78,17 @@ def main() -> int:
         view.gallery.setCurrentRow(0)
         wait(lambda: not view.preview.pixmap().isNull(), 30, "the preview")
         shoot("multilabel_issues")
+        pool = digit_mosaics(tmp / "pool", 40, seed=3)
+        view.pool_button.click()
+        from app.dialogs.label_dialog import LabelDialog
+
+        (labelling,) = [w for w in window.findChildren(LabelDialog) if w.isVisible()]
+        labelling.pool.setText(str(pool.parent / "images"))
+        labelling.count.setValue(10)
+        labelling.order_pool()
+        wait(lambda: bool(labelling.picks) and not labelling.preview.pixmap().isNull(), 120, "the pool")
+        shoot("multilabel_label_pool", labelling)
+        labelling.close()
         dialog = window.run_actions.try_it()
         dialog.resize(1000, 420)
         dialog.set_model_source(str(run.path / "exports" / "model.onnx"))

@@ -3,6 +3,8 @@ network least sure first, no two near-copies at the top), shown one at a time wi
 keys label it (`class_keys`: a class named by a digit has that digit, the others the free digits in class order, so up
 to ten classes have a key), a class name from the box (Enter) as any, S skips; each label is an addition in the
 dataset manifest (the file stays where it is), and the label written is shown. "Train again" starts a run with them.
+A multi-label run's pool (issue #49): the number keys and buttons toggle labels, starting from the set the network
+gives at the thresholds, and L writes the checked set as the image's labels.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class LabelDialog(QDialog):
         self.picks: list[dict] = []
         self.images: dict[str, QImage] = {}  # the picks' previews, read in one go when the pool is ordered
         self.classes: list[str] = []
+        self.multilabel = False  # the run's: each image takes a set of labels (the toggles), written by L
+        self.checked: list[str] = []  # a multi-label image's labels as toggled, in class order
         self.at = 0
         self.labelled: dict[str, str] = {}
         self.last_written = ""  # what the last label wrote, shown above the next image
@@ -87,17 +91,22 @@ class LabelDialog(QDialog):
         self.name.lineEdit().returnPressed.connect(self._label_typed)
         skip = QPushButton("Skip (S)")
         skip.clicked.connect(self.skip)
+        self.set_button = QPushButton("Label with the checked (L)")
+        self.set_button.setObjectName("labelWithChecked")
+        self.set_button.clicked.connect(self.label_checked)
+        self.set_button.setVisible(False)
         self.train_button = QPushButton("Train again with the new labels")
         self.train_button.setObjectName("trainAgain")
         self.train_button.setEnabled(False)
         self.train_button.clicked.connect(self._train)
         self._layout(browse, skip)
-        for button in (browse, self.find_button, skip, self.train_button):
+        for button in (browse, self.find_button, skip, self.set_button, self.train_button):
             button.setAutoDefault(False)  # Enter in the class box labels; it must not press a button (Browse…)
         self.keys: dict[str, str] = {}  # number key -> class (class_keys of the run's classes)
         for key in KEY_ORDER:
             QShortcut(QKeySequence(key), self, lambda k=key: self._key(k))
         QShortcut(QKeySequence("S"), self, self.skip)
+        QShortcut(QKeySequence("L"), self, self.label_checked)
 
     def _layout(self, browse: QPushButton, skip: QPushButton) -> None:
         top = QHBoxLayout()
@@ -113,6 +122,7 @@ class LabelDialog(QDialog):
         by_name.addWidget(self.name, 1)
         by_name.addWidget(skip)
         side.addLayout(by_name)
+        side.addWidget(self.set_button)
         side.addStretch(1)
         side.addWidget(self.train_button)
         middle = QHBoxLayout()
@@ -148,6 +158,8 @@ class LabelDialog(QDialog):
         self._job = None
         self.find_button.setEnabled(True)
         self.picks, self.classes, self.at = report["picks"], report["classes"], 0
+        self.multilabel = bool(report.get("multilabel"))
+        self.set_button.setVisible(self.multilabel)
         self._class_buttons()
         notes = [f"{len(report['in_dataset'])} already in the run's data (left out)" if report["in_dataset"] else "",
                  f"{len(report['labelled'])} already labelled" if report["labelled"] else "",
@@ -175,7 +187,9 @@ class LabelDialog(QDialog):
             button.setToolTip(f"key {key}")
             button.setAutoDefault(False)
             button.setObjectName(f"labelAs:{name}")
-            button.clicked.connect(lambda _=False, n=name: self.label(n))
+            button.setCheckable(self.multilabel)
+            button.setProperty("labelToggle", self.multilabel)  # a checked label stands out (resources/style.qss)
+            button.clicked.connect(lambda _=False, n=name: self.toggle(n) if self.multilabel else self.label(n))
             self.class_buttons.addWidget(button, i // 3, i % 3)
         self.name.clear()
         self.name.addItems(self.classes)
@@ -195,8 +209,15 @@ class LabelDialog(QDialog):
         self.status.setText(f"Image {self.at + 1} of {len(self.picks)} (of {self.pool_size} in the pool) · {done}"
                             f"{notes}<br><span style='color:#777'>{html.escape(pick['path'])}</span>")
         top = " · ".join(f"{html.escape(c)} {100 * p:.0f}%" for c, p in pick["top"])
-        self.guess.setText(f"The network's guess: <b>{html.escape(pick['guess'])}</b> ({top}; margin "
-                           f"{pick['margin']:.2f})")
+        if self.multilabel:
+            self.checked = [n for n in pick["guess"].split(";") if n]
+            self._show_checked()
+            self.guess.setText(f"The network at its thresholds: <b>{html.escape(pick['guess'] or 'no label')}</b> "
+                               f"(least decided: {top}; {html.escape(pick['about'])} is {pick['margin']:.2f} from its "
+                               f"threshold). Toggle the labels it carries, then L.")
+        else:
+            self.guess.setText(f"The network's guess: <b>{html.escape(pick['guess'])}</b> ({top}; margin "
+                               f"{pick['margin']:.2f})")
         path = pick["path"]
         self.preview.setPixmap(QPixmap())  # never the last image under this one's guess while it loads
         if path in self.images:
@@ -208,20 +229,43 @@ class LabelDialog(QDialog):
 
     def _key(self, key: str) -> None:
         if key in self.keys and not self.name.lineEdit().hasFocus():
-            self.label(self.keys[key])
+            (self.toggle if self.multilabel else self.label)(self.keys[key])
+
+    def toggle(self, name: str) -> None:
+        """A multi-label image: `name` on or off its labels (not written until L)."""
+        if self.at >= len(self.picks) or name not in self.classes:
+            return
+        on = set(self.checked) ^ {name}
+        self.checked = [n for n in self.classes if n in on]
+        self._show_checked()
+
+    def _show_checked(self) -> None:
+        for i in range(self.class_buttons.count()):
+            button = self.class_buttons.itemAt(i).widget()
+            button.setChecked(button.objectName().split(":", 1)[1] in self.checked)
+        self.set_button.setText(f"Label with {';'.join(self.checked) or 'no label'} (L)")
+
+    def label_checked(self) -> None:
+        """A multi-label image: the checked labels written as its label set."""
+        if self.multilabel:
+            self.label(";".join(self.checked))
 
     def _label_typed(self) -> None:
         """Enter in the class box: the name typed. An empty box is nothing to label (the editable box says Enter
         once more after a label has cleared it)."""
         typed = self.name.currentText().strip()
-        if typed:
+        if typed and self.multilabel:
+            self.toggle(typed)
+            self.name.setCurrentText("")
+        elif typed:
             self.label(typed)
 
     def label(self, class_name: str) -> None:
         """The shown image as `class_name`: an addition in the manifest, then the next image."""
         if self.at >= len(self.picks):
             return
-        if class_name not in self.classes:
+        if (set(filter(None, class_name.split(";"))) - set(self.classes) if self.multilabel else
+                class_name not in self.classes):
             self.status.setText(f"<span style='color:#c9302c'>{html.escape(class_name)!s} is not a class of the run "
                                 f"({html.escape(', '.join(self.classes))})</span>")
             return
@@ -231,7 +275,7 @@ class LabelDialog(QDialog):
             return
         path = self.picks[self.at]["path"]
         self.labelled[path] = class_name
-        self.last_written = f"Labelled {path.rsplit('/', 1)[-1]} as <b>{html.escape(class_name)}</b>"
+        self.last_written = f"Labelled {path.rsplit('/', 1)[-1]} as <b>{html.escape(class_name or 'no label')}</b>"
         self.train_button.setEnabled(True)
         self.name.setCurrentText("")
         self.preview.setFocus()  # the number keys label the next image, even after a name typed in the box

@@ -75,6 +75,7 @@ def errors_with(positives: list[LabelledPrediction], negatives: list[LabelledPre
 
 class MultiLabelView(QWidget):
     marksRequested = Signal(list, object)  # image paths, the image's new labels (";"-separated; "" none)
+    poolRequested = Signal()  # label a pool of new images (the Results tab knows the run)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -119,6 +120,12 @@ class MultiLabelView(QWidget):
                                       "not (a cross-fitted probe on the run's embeddings and cleanlab's multi-label "
                                       "confident learning), in a separate process; then " + ISSUE_KEYS)
         self.issues_button.clicked.connect(self.find_label_issues)
+        self.pool_button = QPushButton("Label a pool…")
+        self.pool_button.setObjectName("multilabelPool")
+        self.pool_button.setToolTip("label a folder of new images one at a time, the ones whose labels this run's "
+                                    "network is least decided on first (main.py label); each label set goes into the "
+                                    "manifest")
+        self.pool_button.clicked.connect(self.poolRequested)
         for key, action in (("R", lambda: self._decide(True)), ("E", lambda: self._decide(False)),
                             ("K", self._next)):  # one key per decision while going down the audit's list
             QShortcut(QKeySequence(key), self.gallery, action, context=Qt.ShortcutContext.WidgetShortcut)
@@ -172,7 +179,11 @@ class MultiLabelView(QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         head = QHBoxLayout()
         head.addWidget(self.gallery_title, 1)
-        head.addWidget(self.issues_button, 0, Qt.AlignmentFlag.AlignTop)
+        buttons_top = QVBoxLayout()
+        buttons_top.addWidget(self.issues_button)
+        buttons_top.addWidget(self.pool_button)
+        buttons_top.addStretch(1)
+        head.addLayout(buttons_top)
         rl.addLayout(head)
         rl.addWidget(self.gallery, 1)
         rl.addWidget(detail)

@@ -93,6 +93,8 @@ class ResultsTab(QWidget):
         self.multilabel.set_choice.currentIndexChanged.connect(self.eval_choice.setCurrentIndex)
         self.eval_choice.currentIndexChanged.connect(self._sync_set_choice)
         self.multilabel.marksRequested.connect(self.marksRequested)
+        self.multilabel.poolRequested.connect(lambda: self.model and self.labelPoolRequested.emit(
+            str(self.model.run.path)))
         self.pages = QStackedWidget()
         self.pages.addWidget(splitter)
         self.pages.addWidget(self.multilabel)

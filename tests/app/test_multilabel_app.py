@@ -1,7 +1,7 @@
 """A multi-label run from the app (issue #36): the folder and its labels file on the Dataset page, a run with its mAP
 curve, the per-label table, one label's false positives and negatives, two labels fixed in the manifest (the next
-run reads them), the audit's label issues decided by key (#49), and Try it with the run's ONNX export giving every
-label at its threshold."""
+run reads them), the audit's label issues decided by key and a pool labelled with label sets (#49), and Try it with
+the run's ONNX export giving every label at its threshold."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 import yaml
 from helpers import digit_mosaics, write_config
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QPushButton
 
+from app.dialogs.label_dialog import LabelDialog
 from app.training.multilabel_view import change_text
 from trainer.data.labels import labelled_scan
 from trainer.data.manifest import read_manifest
@@ -103,6 +105,30 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert os.path.realpath(issues[2]["path"]) not in read_manifest(manifest_path).relabel, "K keeps it as it is"
     view.choose("5")  # another label: the gallery shows its errors again
     assert view.issues is None and "false positive" in view.gallery_title.text()
+
+    pool = digit_mosaics(tmp_path / "pool", 20, seed=3)  # label a pool (#49): toggles from the network's set, then L
+    view.pool_button.click()
+    (dialog,) = [w for w in window.findChildren(LabelDialog) if w.isVisible()]
+    dialog.pool.setText(str(pool.parent / "images"))
+    dialog.count.setValue(3)
+    dialog.order_pool()
+    qtbot.waitUntil(lambda: bool(dialog.picks), timeout=60_000)
+    pick = dialog.picks[0]
+    assert dialog.multilabel and dialog.set_button.isVisible() and dialog.checked == [n for n in pick["guess"].split(";")
+                                                                                     if n]
+    assert pick["about"] in dialog.guess.text()
+    qtbot.keyClick(dialog, getattr(Qt.Key, f"Key_{pick['about']}"))  # the least decided label, toggled
+    toggled = set(dialog.checked)
+    assert toggled == set(filter(None, pick["guess"].split(";"))) ^ {pick["about"]}
+    assert dialog.findChild(QPushButton, f"labelAs:{pick['about']}").isChecked() == (pick["about"] in toggled)
+    qtbot.keyClick(dialog, Qt.Key.Key_L)
+    assert dialog.at == 1 and "Labelled" in dialog.status.text()
+    qtbot.waitUntil(lambda: os.path.realpath(pick["path"]) in read_manifest(page.manifest_path).add, timeout=10_000)
+    scan = labelled_scan(str(labels), "data.labels", str(labels.parent), manifest=read_manifest(page.manifest_path),
+                         additions=True)
+    hot = dict(scan.samples)
+    assert {n for n, on in zip(scan.classes, hot[os.path.realpath(pick["path"])]) if on} == toggled
+    dialog.close()
 
     qtbot.waitUntil(lambda: not window.runs.running, timeout=30_000)  # the run's process has exited
     job = window.planning.auto_plan(0.5)  # Auto plans a run of the same labels file (tests/test_multilabel.py: its plan)
