@@ -264,8 +264,8 @@ class LabelDialog(QDialog):
         """The shown image as `class_name`: an addition in the manifest, then the next image."""
         if self.at >= len(self.picks):
             return
-        if (set(filter(None, class_name.split(";"))) - set(self.classes) if self.multilabel else
-                class_name not in self.classes):
+        names = [n for n in class_name.split(";") if n] if self.multilabel else [class_name]  # a set, or a class
+        if any(n not in self.classes for n in names):
             self.status.setText(f"<span style='color:#c9302c'>{html.escape(class_name)!s} is not a class of the run "
                                 f"({html.escape(', '.join(self.classes))})</span>")
             return

@@ -293,8 +293,9 @@ def labelled_scan(labels_file: str, key: str, folder: str | None = None, names: 
         for i in chosen:
             hot[i] = 1.0
         scan.samples.append((image, tuple(hot)))
-    listed = {os.path.realpath(image) for image, _ in scan.samples}
-    for image in (manifest.add if additions and manifest is not None else ()):
+    added = manifest.add if additions and manifest is not None else {}
+    listed = {os.path.realpath(image) for image, _ in scan.samples} if added else set()
+    for image in added:
         if image in listed or image in left_out:
             continue
         hot = [0.0] * len(names)

@@ -306,15 +306,21 @@ def audit_run(run: RunDir, folds: int | None = None, with_map: bool = False, cro
         found = _findings(kept, images, rows, classes)
         keep(run.path / "audit" / "findings.npz", kept.key, findings=json.dumps(_findings_json(*found)))
     suspects, outliers, copies = found
-    write_issues(run.path / "audit" / "label_issues.csv", suspects)
-    write_outliers(run.path / "audit" / "outliers.csv", outliers)
-    write_duplicates(run.path / "audit" / "duplicates.csv", copies)
-    predictions = run.evaluation("test") / "predictions.csv"
-    worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
+    worth = keep_findings(run, suspects, outliers, copies)
     audit = Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth, oof=oof)
     if with_map:
         audit.map_how = write_map(run, kept, images, audit, [classes[int(p.argmax())] for p in kept.probs])
     return audit
+
+
+def keep_findings(run: RunDir, suspects: list[Suspect], outliers: list[Outlier], copies: Duplicates) -> LeakWorth | None:
+    """The findings written under RUN/audit/ (label_issues.csv, outliers.csv, duplicates.csv); the run's test score
+    with and without its leaked test images, where it has both."""
+    write_issues(run.path / "audit" / "label_issues.csv", suspects)
+    write_outliers(run.path / "audit" / "outliers.csv", outliers)
+    write_duplicates(run.path / "audit" / "duplicates.csv", copies)
+    predictions = run.evaluation("test") / "predictions.csv"
+    return leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
 
 
 def _findings(kept: Embedded, images: list[ImageRef], rows: np.ndarray,

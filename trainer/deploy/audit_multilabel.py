@@ -21,12 +21,12 @@ import numpy as np
 
 from trainer.core.config import load_config
 from trainer.core.rundir import RunDir
-from trainer.data.duplicates import ImageRef, find_near_duplicates, leak_worth
+from trainer.data.duplicates import ImageRef, find_near_duplicates
 from trainer.data.labels import SEPARATOR, LabelsError, labelled_scan
 from trainer.data.loader import load_manifest
 from trainer.data.scan import DataError
 from trainer.deploy import audit as single
-from trainer.deploy.inference import LoadedModel, load_run_model
+from trainer.deploy.inference import load_run_model
 from trainer.deploy.multilabel import run_thresholds
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,8 @@ def audit_multilabel_run(run: RunDir, folds: int | None = None, with_map: bool =
     if labelled < max(folds, single.MIN_PER_CLASS) or folds < 2:
         raise single.AuditError(f"--folds {folds}: {labelled} labelled images; at least as many as folds are needed "
                                 f"(and folds at least 2)")
-    kept = _kept_or_computed(run, model, images, targets, folds)
+    kept = single.kept_or_computed(run, model, images, labelled, folds, "multilabel probe",
+                                   lambda embeddings, rows: out_of_sample(embeddings, targets[rows], folds))
     rows = kept.rows[kept.rows < labelled]
     hot = targets[rows]
     ranked, quality = rank_issues(hot, kept.probs)
@@ -172,21 +173,10 @@ def audit_multilabel_run(run: RunDir, folds: int | None = None, with_map: bool =
                           float(distance[r]), fence) for r in np.argsort(-distance) if distance[r] > fence]
     outliers = far + find_unsure(read, kept.net_probs[:len(rows)], thresholds, names, distance, fence)
     copies = find_near_duplicates([images[i] for i in kept.rows], kept.embeddings, kept.thumbnails)
-    single.write_issues(run.path / "audit" / "label_issues.csv", suspects)
-    single.write_outliers(run.path / "audit" / "outliers.csv", outliers)
-    single.write_duplicates(run.path / "audit" / "duplicates.csv", copies)
-    predictions = run.evaluation("test") / "predictions.csv"
-    worth = leak_worth(predictions, copies) if copies.leaks and predictions.is_file() else None
+    worth = single.keep_findings(run, suspects, outliers, copies)
     audit = single.Audit(len(rows), folds, suspects, kept.skipped, kept.reused, outliers, copies, worth)
     if with_map:
         suggested = [_above(p, [EVEN_ODDS] * len(names), names) for p in kept.probs]
         audit.map_how = single.write_map(run, kept, images, audit, suggested)
     return audit
 
-
-def _kept_or_computed(run: RunDir, model: LoadedModel, images: list[ImageRef], targets: np.ndarray,
-                      folds: int) -> single.Embedded:
-    """The network's pass over `images` and the probe's out-of-sample probabilities for the labelled ones: from
-    RUN/audit/oof.npz while its fingerprint matches, else computed and kept there."""
-    return single.kept_or_computed(run, model, images, len(targets), folds, "multilabel probe",
-                                   lambda embeddings, rows: out_of_sample(embeddings, targets[rows], folds))

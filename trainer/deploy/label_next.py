@@ -80,7 +80,7 @@ def next_to_label(run: RunDir, pool: str, count: int, manifest_path: str | None 
     out = NextToLabel(model.classes, len(paths), [], multilabel=model.multilabel)
     added = set(manifest.add) if manifest else set()
     out.labelled = [p for p in paths if os.path.realpath(p) in added]
-    out.in_dataset = _copies_in_dataset(run, [p for p in paths if os.path.realpath(p) not in added])
+    out.in_dataset = _copies_in_dataset(run, [p for p in paths if os.path.realpath(p) not in added], model.multilabel)
     fresh = [p for p in paths if os.path.realpath(p) not in added and p not in out.in_dataset]
     done = embed(model, fresh)
     out.skipped = done.skipped
@@ -141,13 +141,10 @@ def _pick_labels(path: str, probs: np.ndarray, names: list[str], thresholds: np.
                 [(names[int(i)], float(probs[i])) for i in order[:3]], names[about])
 
 
-def _copies_in_dataset(run: RunDir, pool: list[str]) -> dict[str, str]:
+def _copies_in_dataset(run: RunDir, pool: list[str], multilabel: bool) -> dict[str, str]:
     """Pool images whose bytes are those of one of the run's images (train, val or test): pool path -> "split:
     that image"."""
-    if load_config(run.config).multilabel:
-        _, images, _ = audited_label_sets(run)
-    else:
-        _, images, _ = audited_images(run)
+    _, images, _ = (audited_label_sets if multilabel else audited_images)(run)
     found = find_duplicates([ImageRef("pool", p, "") for p in pool] + images)
     copies = {}
     for group in found.groups:
