@@ -1,7 +1,7 @@
 """Screenshots of a multi-label run in the real app (issue #36), driven as a user would: mosaics of real handwritten
 digits with their labels file (the tests' own builder; 5% of the images given a wrong or a missing label), chosen on
 the Dataset page; a run; its mAP curve; the per-label table with one label's false positives; the audit's label
-issues; a pool labelled with label sets; Try it with the run's ONNX export.
+issues, its outliers and the map; a pool labelled with label sets; Try it with the run's ONNX export.
 
 Usage: QT_QPA_PLATFORM=offscreen .venv/bin/python docs/screenshots_multilabel.py [OUT_DIR] [WxH]
 (default docs/images at 1280x720; `docs/images/1024x700 1024x700` for the smallest screen the window is made for)
@@ -78,6 +78,16 @@ def main() -> int:
         view.gallery.setCurrentRow(0)
         wait(lambda: not view.preview.pixmap().isNull(), 30, "the preview")
         shoot("multilabel_issues")
+        view.outliers_button.click()
+        wait(lambda: not view.gallery.item(0).icon().isNull(), 30, "the thumbnails")
+        view.gallery.setCurrentRow(0)
+        wait(lambda: not view.preview.pixmap().isNull(), 30, "the preview")
+        shoot("multilabel_outliers")
+        view.side_tabs.setCurrentWidget(view.data_map)
+        view.data_map.colour_by.setCurrentIndex(2)  # what the audit found
+        view.data_map.draw()
+        wait(lambda: bool(view.data_map.rows), 180, "the map")
+        shoot("multilabel_map")
         pool = digit_mosaics(tmp / "pool", 40, seed=3)
         view.pool_button.click()
         from app.dialogs.label_dialog import LabelDialog

@@ -1,8 +1,10 @@
 """What the Results tab's gallery shows of `main.py audit --json` (issue #35): the label issues, the copies and the
 outliers (far from every other image, then the ones the network is unsure of), each as the gallery's images with a
-title and what the audit measured of each. Torch-free."""
+title and what the audit measured of each; a multi-label run's too (issue #49). Torch-free."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from app.state.eval_results import Prediction
 
@@ -74,3 +76,52 @@ def score_text(p: Prediction) -> str:
     if p.audit == "map":
         return ""
     return f"{100 * p.confidence:.2g}%"  # an issue: the given label's probability, often tiny
+
+
+@dataclass
+class Listed:
+    """An image the audit of a multi-label run lists: its label set, the set suggested for it, the caption under its
+    thumbnail and what the audit measured of it."""
+    path: str
+    given: str  # its labels (`3;7`; empty for none)
+    suggested: str  # the probe's set (a label issue), the network's at the thresholds (an outlier), the copied image's
+    caption: str
+    measure: str
+    copy_of: str | None = None  # a copy: the image it copies
+
+
+def change_text(suspect: dict) -> str:
+    """What the audit suggests for an image: `+3 −8` (add 3, remove 8), most likely first."""
+    return " ".join([f"+{n}" for n in suspect["add"].split(";") if n] +
+                    [f"\u2212{n}" for n in suspect["remove"].split(";") if n])
+
+
+def multilabel_gallery(report: dict, kind: str) -> tuple[list[Listed], str]:
+    """(the images, the gallery's title) of a multi-label run's audit: its `kind`, "suspects", "outliers" or
+    "copies"."""
+    keys = "R relabel as suggested · E exclude · K keep"
+    if kind == "outliers":
+        found = [Listed(o["path"], o["label"], o["suggested"], f"{o['distance']:.3f}",
+                        f"mean cosine distance {o['distance']:.3f} to its nearest images")
+                 if o.get("why", "far") == "far" else
+                 Listed(o["path"], o["label"], o["suggested"], f"{o['about']} {o['top']:.0%}",
+                        f"the network gives {o['about']} {o['top']:.1%}, next to its threshold")
+                 for o in report["outliers"]]
+        far = sum(o.get("why", "far") == "far" for o in report["outliers"])
+        return found, (f"<b>Outliers</b>: {far} of {report['images']} images far from every other, farthest first; "
+                       f"then {len(found) - far} with a label the network is undecided on, nearest its threshold "
+                       f"first (suggested: the network's labels at the thresholds; {keys})")
+    if kind == "copies":
+        listed = copies(report["duplicates"])
+        found = [Listed(p.path, p.true, p.predicted, "leak" if p.copy_of[0] != "train" else "copy", audit_measure(p),
+                        p.copy_of[1]) for p in listed]
+        leaks = sum(p.copy_of[0] != "train" for p in listed)
+        worth = f"<br>{report['leak_worth'][0].upper()}{report['leak_worth'][1:]}." if report.get("leak_worth") else ""
+        return found, (f"<b>Copies</b>: {len(found)} copies of another image ({leaks} of a test or validation image: a "
+                       f"leak), most alike first; left the copy, right the image it copies (E exclude the copy · R "
+                       f"give it the labels of the image it copies · K keep){worth}")
+    found = [Listed(s["path"], s["given"], s["suggested"], change_text(s),
+                    f"its most doubted label's probability out of sample {100 * s['score']:.2g}%")
+             for s in report["suspects"]]
+    return found, (f"<b>Label issues</b>: {len(found)} of {report['images']} images probably miss a label (+) or carry "
+                   f"one they should not (\u2212), most likely first ({keys})")

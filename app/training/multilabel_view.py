@@ -1,8 +1,10 @@
 """The Results tab of a multi-label run (issue #36): mAP, a table of every label (AP, F1 at its threshold, precision,
 recall, support), the chosen label's precision-recall curve and, in the gallery, its false positives and false
 negatives; the selected image's labels and every probability, and one click to add or remove the label in the
-dataset manifest (the labels file itself is never rewritten). **Label issues** (issue #49) fills the gallery with
-`main.py audit`'s images that probably miss a label or carry a wrong one, with one key per decision. Torch-free: the
+dataset manifest (the labels file itself is never rewritten). **Label issues**, **Outliers** and **Copies** (issue #49)
+fill the gallery with `main.py audit`'s lists (images that probably miss a label or carry a wrong one; far from every
+other or undecided at a label's threshold; copies and leaks), with one key per decision; the **Map** tab draws the
+run's images as the audit places them. Torch-free: the
 trainer wrote the files (trainer.deploy.multilabel, trainer.deploy.audit_multilabel); app/state/eval_results.py
 reads them."""
 
@@ -26,15 +28,24 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from app.jobs.background import CliJob, run_in_thread
+from app.state.audit_gallery import Listed, multilabel_gallery
 from app.state.eval_results import LabelledPrediction, MultiLabelEvaluation
+from app.widgets.data_map_view import DataMap
 from app.widgets.grad_cam import GradCam
 from app.widgets.plots import NumericItem
-from app.widgets.thumbnails import load_thumbnails, scaled_pixmap, set_gallery_icons, thumbnail_gallery
+from app.widgets.thumbnails import (
+    load_pair_thumbnails,
+    load_thumbnails,
+    scaled_pixmap,
+    set_gallery_icons,
+    thumbnail_gallery,
+)
 from trainer.runs.launch import audit_args
 
 THUMB = 96
@@ -52,12 +63,6 @@ COLUMNS = (("label", "", "the label, as the labels file names it"),
 
 def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
-
-
-def change_text(suspect: dict) -> str:
-    """What the audit suggests for an image: `+3 −8` (add 3, remove 8)."""
-    return " ".join([f"+{n}" for n in suspect["add"].split(";") if n] +
-                    [f"\u2212{n}" for n in suspect["remove"].split(";") if n])
 
 
 def errors_with(positives: list[LabelledPrediction], negatives: list[LabelledPrediction], label: str,
@@ -83,8 +88,9 @@ class MultiLabelView(QWidget):
         self.label = ""  # the label whose errors the gallery shows
         self.shown: list[tuple[LabelledPrediction, str]] = []  # (image, "FP" or "FN")
         self.selected: tuple[LabelledPrediction, str] | None = None
-        self.issues: list[dict] | None = None  # the audit's suspects while the gallery shows them, else None
+        self.issues: list[Listed] | None = None  # the audit's list while the gallery shows it, else None
         self._audit_job: CliJob | None = None
+        self._audit: tuple[str, dict] | None = None  # (run path, `main.py audit --json`'s report) last read
         self.marked: dict[str, str | None] = {}  # real path -> the manifest's labels for it (None: excluded)
         self._thumb_serial = 0
         self.cam: dict | None = None  # the last Grad-CAM shown: main.py grad-cam's answer
@@ -119,7 +125,24 @@ class MultiLabelView(QWidget):
         self.issues_button.setToolTip("main.py audit: the images that probably miss a label or carry one they should "
                                       "not (a cross-fitted probe on the run's embeddings and cleanlab's multi-label "
                                       "confident learning), in a separate process; then " + ISSUE_KEYS)
-        self.issues_button.clicked.connect(self.find_label_issues)
+        self.issues_button.clicked.connect(lambda: self.find_label_issues("suspects"))
+        self.outliers_button = QPushButton("Outliers")
+        self.outliers_button.setObjectName("multilabelOutliers")
+        self.outliers_button.setToolTip("the run's images farthest from every other (their embeddings' distance to "
+                                        "their nearest ones), then those with a label whose probability sits next to "
+                                        "its threshold: " + ISSUE_KEYS)
+        self.outliers_button.clicked.connect(lambda: self.find_label_issues("outliers"))
+        self.copies_button = QPushButton("Copies")
+        self.copies_button.setObjectName("multilabelCopies")
+        self.copies_button.setToolTip("images that are copies of another (byte-identical, resized or recompressed), "
+                                      "a leak when the other is a validation or test image: each beside the image it "
+                                      "copies; E excludes the copy from training, R gives it the labels of the image "
+                                      "it copies, K keeps it")
+        self.copies_button.clicked.connect(lambda: self.find_label_issues("copies"))
+        self.data_map = DataMap(relabel=False)  # Show in gallery, then R: each image its own suggested set
+        self.data_map.setObjectName("multilabelMap")
+        self.data_map.showRequested.connect(self._show_on_map)
+        self.data_map.marksRequested.connect(self.marksRequested)
         self.pool_button = QPushButton("Label a pool…")
         self.pool_button.setObjectName("multilabelPool")
         self.pool_button.setToolTip("label a folder of new images one at a time, the ones whose labels this run's "
@@ -174,18 +197,24 @@ class MultiLabelView(QWidget):
         buttons.addWidget(self.fix_button, 1)
         side.addLayout(buttons)
         dl.addLayout(side, 1)
+        gallery_box = QWidget()
+        gl = QVBoxLayout(gallery_box)
+        gl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()  # the buttons above the title: a long title wraps over the gallery's whole width
+        for button in (self.issues_button, self.outliers_button, self.copies_button):
+            row.addWidget(button)
+        row.addStretch(1)
+        row.addWidget(self.pool_button)
+        gl.addLayout(row)
+        gl.addWidget(self.gallery_title)
+        gl.addWidget(self.gallery, 1)
+        self.side_tabs = QTabWidget()
+        self.side_tabs.addTab(gallery_box, "Gallery")
+        self.side_tabs.addTab(self.data_map, "Map")
         right = QWidget()
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        head = QHBoxLayout()
-        head.addWidget(self.gallery_title, 1)
-        buttons_top = QVBoxLayout()
-        buttons_top.addWidget(self.issues_button)
-        buttons_top.addWidget(self.pool_button)
-        buttons_top.addStretch(1)
-        head.addLayout(buttons_top)
-        rl.addLayout(head)
-        rl.addWidget(self.gallery, 1)
+        rl.addWidget(self.side_tabs, 1)
         rl.addWidget(detail)
         splitter = QSplitter()
         splitter.addWidget(left)
@@ -268,34 +297,67 @@ class MultiLabelView(QWidget):
         run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._icons(serial, images), owner=self)
         self._select(-1)
 
-    # ---- the audit's label issues -----------------------------------------------------------------
-    def find_label_issues(self) -> None:
-        """`main.py audit RUN --json` in a subprocess (a second time it reuses what it kept); its suspects fill the
-        gallery, most likely wrong first."""
+    # ---- the audit's lists -------------------------------------------------------------------------
+    def set_run(self, run_path: str) -> None:
+        """The run whose audit, map and Grad-CAM the view asks for."""
+        self.run_path = run_path
+        self.data_map.set_run(run_path)
+
+    def find_label_issues(self, kind: str = "suspects") -> None:
+        """`main.py audit RUN --json` in a subprocess (a second time it reuses what it kept); its `kind`, "suspects"
+        (a label missing or wrong), "outliers" or "copies", fills the gallery, worst first."""
         if not self.run_path or self._audit_job is not None:
             return
-        self.issues_button.setEnabled(False)
+        run = self.run_path
+        if self._audit is not None and self._audit[0] == run:  # this run's audit, already read: its other lists
+            self._issues_found(self._audit[1], kind)
+            return
+        self._enable_audit(False)
+        self.side_tabs.setCurrentIndex(0)
         self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
-        job = self._audit_job = CliJob(audit_args(self.run_path), self)
-        job.done.connect(self._issues_found)
+        job = self._audit_job = CliJob(audit_args(run), self)
+        job.done.connect(lambda report: self._issues_found(report, kind, run))
         job.failed.connect(self._issues_failed)
 
-    def _issues_found(self, report: dict) -> None:
-        self._audit_job = None
-        self.issues_button.setEnabled(True)
-        self.issues = report["suspects"]
-        self.gallery_title.setText(
-            f"<b>Label issues</b>: {len(self.issues)} of {report['images']} images probably miss a label (+) or carry "
-            f"one they should not (\u2212), most likely first ({ISSUE_KEYS})")
+    def _enable_audit(self, on: bool) -> None:
+        for button in (self.issues_button, self.outliers_button, self.copies_button):
+            button.setEnabled(on)
+
+    def _issues_found(self, report: dict, kind: str, run: str | None = None) -> None:
+        """The audit's `kind` in the gallery; a new report (from `run`) is kept for the run's other lists."""
+        if run is not None:
+            self._audit_job = None
+            self._enable_audit(True)
+            if run != self.run_path:  # another run was opened meanwhile
+                return
+            self._audit = (run, report)
+        found, title = multilabel_gallery(report, kind)
+        self._show_listed(found, title)
+
+    def _show_on_map(self, rows: list[dict]) -> None:
+        """The map's training and validation images selected, in the gallery: R gives an image the probe's labels
+        (a test image cannot be changed: the manifest is for what the run learns from)."""
+        found = [Listed(r["path"], r["label"], r["suggested"], r["finding"] or r["split"],
+                        f"chosen on the map; the cross-fitted probe gives it {r['suggested'] or 'no label'}")
+                 for r in rows if r["split"] != "test"]
+        test = len(rows) - len(found)
+        self._show_listed(found, f"{len(found)} images chosen on the map ({ISSUE_KEYS})" +
+                          (f"; {test} test images left out" if test else ""))
+
+    def _show_listed(self, found: list[Listed], title: str) -> None:
+        self.issues = found
+        self.side_tabs.setCurrentIndex(0)
+        self.gallery_title.setText(title)
         self.gallery.clear()
-        for s in self.issues:
-            item = QListWidgetItem(change_text(s))
-            item.setToolTip(f"{s['path']}\nlabels: {s['given'] or 'none'}\nsuggested: {s['suggested'] or 'none'}")
+        for listed in found:
+            item = QListWidgetItem(listed.caption)
+            item.setToolTip(f"{listed.path}\nlabels: {listed.given or 'none'}\nsuggested: {listed.suggested or 'none'}")
             self.gallery.addItem(item)
         self._thumb_serial += 1
-        serial, paths = self._thumb_serial, [s["path"] for s in self.issues]
-        run_in_thread(lambda: load_thumbnails(paths, THUMB), lambda images: self._icons(serial, images), owner=self)
-        if self.issues:
+        serial, pairs = self._thumb_serial, [(listed.path, listed.copy_of) for listed in found]
+        run_in_thread(lambda: load_pair_thumbnails(pairs, THUMB), lambda images: self._icons(serial, images),
+                      owner=self)
+        if found:
             self.gallery.setCurrentRow(0)
             self.gallery.setFocus()
         else:
@@ -303,36 +365,35 @@ class MultiLabelView(QWidget):
 
     def _issues_failed(self, error: str) -> None:
         self._audit_job = None
-        self.issues_button.setEnabled(True)
+        self._enable_audit(True)
         self.gallery_title.setText(f"Audit: {html.escape(error)}")
 
     def _decide(self, relabel: bool) -> None:
-        """R: the selected suspect's labels become the suggested set; E: it leaves training; into the manifest, then
+        """R: the selected image's labels become the suggested set; E: it leaves training; into the manifest, then
         on to the next."""
         row = self.gallery.currentRow()
         if self.issues is None or not 0 <= row < len(self.issues):
             return
-        suspect = self.issues[row]
-        new = suspect["suggested"] if relabel else None
-        self.marked[os.path.realpath(suspect["path"])] = new  # shown at once; the manifest write follows
-        self.marksRequested.emit([suspect["path"]], new)
+        listed = self.issues[row]
+        new = listed.suggested if relabel else None
+        self.marked[os.path.realpath(listed.path)] = new  # shown at once; the manifest write follows
+        self.marksRequested.emit([listed.path], new)
         self.gallery.item(row).setText("relabelled" if relabel else "excluded")
         self._next()
 
     def _next(self) -> None:
         self.gallery.setCurrentRow(min(self.gallery.currentRow() + 1, self.gallery.count() - 1))
 
-    def _describe_issue(self, suspect: dict) -> None:
-        real = os.path.realpath(suspect["path"])
+    def _describe_issue(self, listed: Listed) -> None:
+        real = os.path.realpath(listed.path)
         decided = ""
         if real in self.marked:
             now = self.marked[real]
             decided = (f"<br>In the manifest: {'excluded' if now is None else 'labels ' + html.escape(now or 'none')}")
         self.details.setText(
-            f"<b>{html.escape(os.path.basename(suspect['path']))}</b><br>labels: "
-            f"{html.escape(suspect['given'] or 'none')}<br>suggested: <b>{html.escape(suspect['suggested'] or 'none')}"
-            f"</b> ({html.escape(change_text(suspect))}; its most doubted label's probability out of sample "
-            f"{100 * suspect['score']:.2g}%){decided}<br><span style='color:#777'>{html.escape(suspect['path'])}</span>")
+            f"<b>{html.escape(os.path.basename(listed.path))}</b><br>labels: {html.escape(listed.given or 'none')}<br>"
+            f"suggested: <b>{html.escape(listed.suggested or 'none')}</b><br>{html.escape(listed.measure)}{decided}"
+            f"<br><span style='color:#777'>{html.escape(listed.path)}</span>")
 
     def _icons(self, serial: int, images: list[QImage]) -> None:
         if serial == self._thumb_serial:  # not a list shown since
@@ -373,9 +434,9 @@ class MultiLabelView(QWidget):
         if not inside:
             self.details.setText("")
             return
-        suspect = self.issues[row]
-        self._describe_issue(suspect)
-        run_in_thread(lambda: load_thumbnails([suspect["path"]], PREVIEW)[0],
+        listed = self.issues[row]
+        self._describe_issue(listed)
+        run_in_thread(lambda: load_pair_thumbnails([(listed.path, listed.copy_of)], PREVIEW)[0],
                       lambda image: self._issue_preview(row, image), owner=self)
 
     def _issue_preview(self, row: int, image: QImage) -> None:

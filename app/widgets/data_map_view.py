@@ -84,7 +84,9 @@ class DataMap(QWidget):
     showRequested = Signal(list)  # the selected rows (dicts of map.csv), for the gallery
     marksRequested = Signal(list, object)  # image paths, new class (None: exclude)
 
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, relabel: bool = True):
+        """`relabel`: offer Relabel as (one class for the whole selection; a multi-label run's images each take
+        the probe's set in the gallery instead)."""
         super().__init__(parent)
         self.run_path = ""
         self.rows: list[dict] = []
@@ -127,6 +129,8 @@ class DataMap(QWidget):
         self.exclude_button.clicked.connect(lambda: self._mark(None))
         self.relabel_button.clicked.connect(lambda: self._mark(self.relabel_choice.currentText()))
         self._layout()
+        self.relabel_button.setVisible(relabel)  # in the layout by now: shown is not a window of its own
+        self.relabel_choice.setVisible(relabel)
         self._enable_actions()
 
     def _layout(self) -> None:

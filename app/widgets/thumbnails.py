@@ -73,3 +73,4 @@ def set_gallery_icons(gallery: QListWidget, images: list[QImage]) -> None:
     for i, image in enumerate(images):
         if not image.isNull() and i < gallery.count():
             gallery.item(i).setIcon(QPixmap.fromImage(image))
+    gallery.doItemsLayout()  # the items' size again, with their icons: laid out before they came, the icons were cut

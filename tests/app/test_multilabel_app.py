@@ -1,13 +1,16 @@
 """A multi-label run from the app (issue #36): the folder and its labels file on the Dataset page, a run with its mAP
 curve, the per-label table, one label's false positives and negatives, two labels fixed in the manifest (the next
 run reads them), the audit's label issues decided by key and a pool labelled with label sets (#49), and Try it with
-the run's ONNX export giving every label at its threshold."""
+the run's ONNX export giving every label at its threshold; the audit's outliers and copies (a planted copy excluded) and the
+map's selection relabelled (#49)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 
+import numpy as np
 import pytest
 import yaml
 from helpers import digit_mosaics, write_config
@@ -15,7 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
 from app.dialogs.label_dialog import LabelDialog
-from app.training.multilabel_view import change_text
+from app.state.audit_gallery import change_text
 from trainer.data.labels import labelled_scan
 from trainer.data.manifest import read_manifest
 
@@ -23,6 +26,10 @@ from trainer.data.manifest import read_manifest
 @pytest.mark.slow  # a real multi-label run (4 epochs of 510 mosaics) and its ONNX export
 def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx_file(qtbot, make_window, tmp_path):
     labels = digit_mosaics(tmp_path / "mosaics", 600)
+    original, copy = labels.parent / "images" / "00007.png", labels.parent / "images" / "copy_of_7.png"
+    shutil.copyfile(original, copy)  # a copy under another name, for the audit's Copies
+    with labels.open("a") as f:
+        f.write(f"images/{copy.name},{labels.read_text().splitlines()[8].split(',')[1]}\n")
     config = write_config(tmp_path, tmp_path / "mosaics", data={"image_size": 32, "batch_size": 64},
                           optimizer={"name": "adamw", "lr": 0.003}, train={"epochs": 4, "seed": 0},
                           export={"formats": ["onnx"]})
@@ -31,7 +38,7 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     page.binder.widgets["data.labels"].setText(str(labels))  # as Browse… leaves it
     assert window.binder.widgets["loss.name"].currentText() == "bce", "the multi-label loss, shown before Start"
     qtbot.waitUntil(lambda: page.scan_result is not None and "Multi-label" in page.summary.text(), timeout=30_000)
-    assert "10 labels on 600 images" in page.summary.text() and "most often together: " in page.summary.text()
+    assert "10 labels on 601 images" in page.summary.text() and "most often together: " in page.summary.text()
     assert sum(page.scan_result.counts.values()) == sum(len(line.split(";")) for line in
                                                          labels.read_text().splitlines()[1:])
 
@@ -88,21 +95,56 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     view.issues_button.click()  # the audit's label issues (#49): R relabels as suggested, E excludes, K keeps
     qtbot.waitUntil(lambda: view.issues is not None, timeout=60_000)
     issues = view.issues
+    report = view._audit[1]
     assert len(issues) >= 3 and view.gallery.count() == len(issues) and view.gallery.currentRow() == 0
-    assert "Label issues" in view.gallery_title.text() and view.gallery.item(0).text() == change_text(issues[0])
-    assert issues[0]["suggested"] in view.details.text() and view.fix_button.text() == "Relabel as suggested (R)"
+    assert "Label issues" in view.gallery_title.text() and view.gallery.item(0).text() == change_text(
+        report["suspects"][0])
+    assert issues[0].suggested in view.details.text() and view.fix_button.text() == "Relabel as suggested (R)"
     qtbot.keyClick(view.gallery, Qt.Key.Key_R)  # relabel as suggested, next
     qtbot.keyClick(view.gallery, Qt.Key.Key_E)  # exclude, next
     qtbot.keyClick(view.gallery, Qt.Key.Key_K)  # keep, next
     assert view.gallery.currentRow() == 3 and view.gallery.item(0).text() == "relabelled"
-    relabelled, excluded = (os.path.realpath(issues[i]["path"]) for i in (0, 1))
+    relabelled, excluded = (os.path.realpath(issues[i].path) for i in (0, 1))
     qtbot.waitUntil(lambda: relabelled in read_manifest(manifest_path).relabel
                     and excluded in read_manifest(manifest_path).exclude, timeout=10_000)
     scan = labelled_scan(str(labels), "data.labels", str(labels.parent), manifest=read_manifest(manifest_path))
     hot = dict(scan.samples)
-    assert {n for n, on in zip(scan.classes, hot[issues[0]["path"]]) if on} == set(issues[0]["suggested"].split(";"))
-    assert issues[1]["path"] not in hot and scan.excluded == 1, "the next run leaves the excluded image out"
-    assert os.path.realpath(issues[2]["path"]) not in read_manifest(manifest_path).relabel, "K keeps it as it is"
+    assert {n for n, on in zip(scan.classes, hot[issues[0].path]) if on} == set(issues[0].suggested.split(";"))
+    assert issues[1].path not in hot and scan.excluded == 1, "the next run leaves the excluded image out"
+    assert os.path.realpath(issues[2].path) not in read_manifest(manifest_path).relabel, "K keeps it as it is"
+
+    view.outliers_button.click()  # the same audit's other lists, at once: the far images, then the undecided ones
+    assert "Outliers" in view.gallery_title.text() and view.gallery.count() == len(report["outliers"]) > 0
+    unsure = next(i for i, o in enumerate(report["outliers"]) if o["why"] == "unsure")
+    about, top = report["outliers"][unsure]["about"], report["outliers"][unsure]["top"]
+    assert view.gallery.item(unsure).text() == f"{about} {top:.0%}"
+    thresholds = view.evaluation.metrics["thresholds"]
+    assert abs(top - thresholds[about]) < 0.05, "undecided: the label's probability next to its threshold"
+    view.copies_button.click()  # the planted copy beside its original; E takes it out of training
+    (listed,) = view.issues
+    assert {os.path.realpath(listed.path), os.path.realpath(listed.copy_of)} == {str(original.resolve()),
+                                                                                 str(copy.resolve())}
+    assert "byte-identical" in view.details.text() and view.gallery.item(0).text() in ("copy", "leak")
+    qtbot.keyClick(view.gallery, Qt.Key.Key_E)
+    qtbot.waitUntil(lambda: os.path.realpath(listed.path) in read_manifest(manifest_path).exclude, timeout=10_000)
+
+    view.side_tabs.setCurrentWidget(view.data_map)  # the map: a lasso round its left half, shown, one relabelled
+    view.data_map.draw()
+    qtbot.waitUntil(lambda: len(view.data_map.rows) == 601, timeout=120_000)
+    xs = view.data_map.xy[:, 0]
+    (low, high), (bottom, top) = (xs.min() - 1, np.median(xs)), (view.data_map.xy[:, 1].min() - 1,
+                                                                 view.data_map.xy[:, 1].max() + 1)
+    view.data_map.select_inside(np.array([[low, bottom], [high, bottom], [high, top], [low, top]]))
+    chosen = view.data_map.selection()
+    assert view.data_map.relabel_button.isHidden(), "one class for many images is a single-label action"
+    assert 0 < len(chosen) < 601 and all(row["x"] <= high for row in chosen)
+    view.data_map.show_button.click()
+    assert view.side_tabs.currentIndex() == 0 and [i.path for i in view.issues] == [r["path"] for r in chosen]
+    target = next(i for i in view.issues if i.suggested and i.suggested != i.given)
+    view.gallery.setCurrentRow(view.issues.index(target))
+    view.fix_button.click()
+    qtbot.waitUntil(lambda: read_manifest(manifest_path).relabel.get(os.path.realpath(target.path))
+                    == target.suggested, timeout=10_000)
     view.choose("5")  # another label: the gallery shows its errors again
     assert view.issues is None and "false positive" in view.gallery_title.text()
 
@@ -152,3 +194,24 @@ def test_a_multi_label_run_from_the_dataset_page_to_two_fixed_labels_and_an_onnx
     assert dialog.table.item(0, 2).text() == (" · ".join(f"{c} {100 * q:.0f}%" for c, q in result["labels"])
                                               or "no label at its threshold")
     dialog.close()
+
+
+def test_a_gallery_laid_out_before_its_thumbnails_came_shows_them_whole(qtbot, tmp_path):
+    """The audit's lists fill the gallery at once and its thumbnails are decoded off the GUI thread: a gallery drawn
+    in between must still show each thumbnail whole, its caption under it (the items' size was fixed without the
+    icons: thin strips of each thumbnail, no caption)."""
+    from app.state.audit_gallery import Listed
+    from app.training.multilabel_view import THUMB, MultiLabelView
+
+    digit_mosaics(tmp_path / "mosaics", 8)
+    images = sorted(str(p) for p in (tmp_path / "mosaics" / "images").glob("*.png"))
+    view = MultiLabelView()
+    qtbot.addWidget(view)
+    view.resize(1000, 700)
+    view.show()
+    for caption in ("+1 \u22122", "8 38%"):  # a second list in the same gallery too
+        view._show_listed([Listed(path, "1;2", "1", caption, "") for path in images], caption)
+        qtbot.waitUntil(lambda: not view.gallery.item(len(images) - 1).icon().isNull(), timeout=10_000)
+        rects = [view.gallery.visualItemRect(view.gallery.item(i)) for i in range(len(images))]
+        assert all(r.height() >= THUMB + view.gallery.fontMetrics().height() for r in rects), rects[0]
+        assert not any(a.intersects(b) for i, a in enumerate(rects) for b in rects[i + 1:])
