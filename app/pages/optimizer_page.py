@@ -215,6 +215,7 @@ class OptimizerPage(QWidget):
         mf = QFormLayout(mon)
         mf.addRow("Log every", b.spin("monitor.log_every", " steps"))
         mf.addRow(b.check("monitor.grad_stats", "Per-layer gradient statistics"))
+        mf.addRow("MLflow", b.line("monitor.mlflow", "off; or a tracking server, e.g. http://127.0.0.1:5000"))
         mf.addRow("Checkpoint every", b.spin("checkpoint.every_epochs", " epochs"))
         mf.addRow("… and every", b.spin("checkpoint.every_steps", " steps", special="off"))
         mf.addRow("Keep last", b.spin("checkpoint.keep_last", " checkpoints"))

@@ -224,13 +224,21 @@ class RunsPage(QWidget):
         self.filter.textChanged.connect(self.proxy.set_text)
 
         buttons = QHBoxLayout()  # under the filter, not beside it: the row fits a laptop screen
-        for text, slot in (("Refresh", self.refresh), ("Open", self._open), ("Compare selected", self._compare),
+        for text, slot in (("Refresh", self.refresh), ("Open", self._open), ("Compare", self._compare),
                            ("Resume", self._resume), ("Continue…", self._extend), ("Notes…", self._notes),
-                           ("Export…", self._export), ("Open folder", self._open_folder), ("Delete", self._delete)):
+                           ("Export…", self._export), ("Open folder", self._open_folder),
+                           ("MLflow", self._open_mlflow), ("Delete", self._delete)):
             b = QPushButton(text)
             b.setObjectName(f"runs:{text}")
             b.clicked.connect(slot)
             buttons.addWidget(b)
+            if slot == self._open_mlflow:
+                self.mlflow_button = b
+        self.mlflow_button.setEnabled(False)  # a run that logs to an MLflow tracking server (monitor.mlflow)
+        self._mlflow_page = ""  # the selected run's page there
+        self.mlflow_button.setToolTip("the selected run's page in the MLflow UI of the tracking server it logs to "
+                                      "(monitor.mlflow on the Optimizer page)")
+        self.table.selectionModel().selectionChanged.connect(self._selection_changed)
 
         self._views = None  # RunViews, built when the page is first shown (pyqtgraph's plots: not at start-up)
         self._views_holder = QWidget()
@@ -381,6 +389,15 @@ class RunsPage(QWidget):
     def _export(self) -> None:
         for path in self.selected()[:1]:
             ExportDialog(path, self).open()
+
+    def _selection_changed(self) -> None:
+        paths = self.selected()[:1]
+        self._mlflow_page = RunDir(paths[0]).mlflow_page() if paths else ""  # a small JSON file beside the run's
+        self.mlflow_button.setEnabled(bool(self._mlflow_page))
+
+    def _open_mlflow(self) -> None:
+        if self._mlflow_page:
+            QDesktopServices.openUrl(QUrl(self._mlflow_page))
 
     def _open_folder(self) -> None:
         for path in self.selected()[:1]:

@@ -283,7 +283,7 @@ def test_a_run_s_status_change_updates_its_row_alone_and_reads_only_that_run(qtb
 
 
 def test_compare_of_runs_with_summaries_draws_each_run_bounded(qtbot, tmp_path):
-    """Compare selected on runs the trainer's event writer wrote (with their summaries): every run drawn, one a turn,
+    """Compare (the selected runs) on runs the trainer's event writer wrote (with their summaries): every run drawn, one a turn,
     each within COMPARE_POINTS, their accuracy per epoch in full."""
     from app.pages.runs_page import COMPARE_POINTS, RunsPage, load_curves
     from trainer.core.events import EventWriter
@@ -336,3 +336,33 @@ def test_a_big_scan_runs_with_the_garbage_collector_paused_and_freezes_what_it_b
     release.set()
     thread.join()
     assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(built)
+
+
+def test_the_mlflow_button_goes_to_the_selected_run_s_page_on_its_tracking_server(qtbot, tmp_path, monkeypatch):
+    """A run that logs to an MLflow tracking server (RUN/mlflow.json, written by the trainer's sink) has its page
+    there one click away; a run logging to a store no server shows (sqlite:), or to none, has the button off."""
+    from PySide6.QtGui import QDesktopServices
+
+    from app.pages.runs_page import RunsPage
+
+    runs_dir = tmp_path / "runs"
+    served, stored = fake_run(runs_dir, 0.01, 32, 0.9), fake_run(runs_dir, 0.1, 32, 0.5)
+    fake_run(runs_dir, 0.001, 32, 0.7)
+    served.mlflow.write_text(json.dumps({"tracking_uri": "http://127.0.0.1:5000/", "experiment_id": "3",
+                                         "run_id": "ab12"}))
+    stored.mlflow.write_text(json.dumps({"tracking_uri": "sqlite:///mlflow.db", "experiment_id": "1", "run_id": "x"}))
+    opened = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()))
+    page = RunsPage()
+    qtbot.addWidget(page)
+    page.set_runs_dir(runs_dir)
+    qtbot.waitUntil(lambda: len(page.rows) == 3, timeout=10_000)
+    states = {}
+    for row in range(3):
+        page.table.selectRow(row)
+        states[page.selected()[0]] = page.mlflow_button.isEnabled()
+        if page.selected()[0] == str(served.path):
+            page.mlflow_button.click()
+    assert states == {str(served.path): True, str(stored.path): False, str(runs_dir / sorted(
+        p.name for p in runs_dir.iterdir() if p.name not in (served.name, stored.name))[0]): False}
+    assert opened == ["http://127.0.0.1:5000/#/experiments/3/runs/ab12"]

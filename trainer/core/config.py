@@ -299,6 +299,10 @@ class MonitorConfig:
     system_every_s: float = opt(2.0, "seconds between system (CPU/memory/GPU) samples", gt=0)
     tensorboard: bool = opt(False, "also write TensorBoard event files into the run directory (scalars, histograms, "
                             "hparams; needs the tensorboard package)")
+    mlflow: str | None = opt(None, "also log the run to MLflow: a tracking URI (http://127.0.0.1:5000, "
+                             "file:///path/mlruns, sqlite:///path/mlflow.db), or env for MLFLOW_TRACKING_URI; "
+                             "empty = off (needs the mlflow package)")
+    mlflow_experiment: str = opt("traindeck", "the MLflow experiment the run is logged under")
 
 
 @dataclass
@@ -616,6 +620,12 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if cfg.loss.class_weights != "none" and cfg.loss.name == "mse":
         problems.append("loss.class_weights: needs a loss that weights classes (cross_entropy, nll or multi_margin), "
                         "not mse")
+    mlflow = cfg.monitor.mlflow
+    if mlflow and mlflow != "env" and not re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", mlflow):
+        problems.append(f"monitor.mlflow: must be a tracking URI (http://127.0.0.1:5000, file:///path/mlruns, "
+                        f"sqlite:///path/mlflow.db), env (MLFLOW_TRACKING_URI) or empty (off); got {shown(mlflow)}")
+    if mlflow and not cfg.monitor.mlflow_experiment.strip():
+        problems.append("monitor.mlflow_experiment: must name an experiment when monitor.mlflow is set")
     m = cfg.model
     if m.freeze_backbone and m.unfreeze_at_epoch:
         problems.append("model.unfreeze_at_epoch: set it or model.freeze_backbone, not both (a linear probe never "

@@ -99,6 +99,24 @@ class RunDir:
         return self.path / "events.jsonl"
 
     @property
+    def mlflow(self) -> Path:
+        """The MLflow run this run logs into (`monitor.mlflow`; JSON: tracking_uri, experiment, experiment_id,
+        run_id)."""
+        return self.path / "mlflow.json"
+
+    def mlflow_page(self) -> str:
+        """The address of this run's page in the MLflow UI of the tracking server it logs to; "" when it logs to none,
+        or to a store that no server shows (a file: or sqlite: URI)."""
+        try:
+            kept = json.loads(self.mlflow.read_text(encoding="utf-8"))
+            uri, experiment, run = kept["tracking_uri"], kept["experiment_id"], kept["run_id"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+        if not isinstance(uri, str) or not uri.startswith(("http://", "https://")):
+            return ""
+        return f"{uri.rstrip('/')}/#/experiments/{experiment}/runs/{run}"
+
+    @property
     def summary(self) -> Path:
         """events.jsonl's summary (`trainer.core.summary`): what opening, comparing or resuming a run reads."""
         return summary_path(self.events)

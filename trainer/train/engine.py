@@ -124,7 +124,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         return EXIT_BAD_INPUT
     setup_logging(run, strategy.rank)
     reporter = reporter_for(run.events, strategy.is_main, cfg.monitor.system_every_s, strategy.sample_gpus,
-                            tensorboard=cfg.monitor.tensorboard)
+                            tensorboard=cfg.monitor.tensorboard, mlflow=cfg.monitor.mlflow,
+                            mlflow_experiment=cfg.monitor.mlflow_experiment)
     loop: Loop | None = None
     state, message, code = "failed", "", EXIT_FAILED
     try:

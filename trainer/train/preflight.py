@@ -11,6 +11,8 @@ from trainer.data.scan import DataError, check_same_classes, quick_layout
 from trainer.device.machine import check_device
 from trainer.model.models import check_model
 
+MLFLOW_ANSWER_S = 5.0  # a tracking server given by its address must answer /health within this
+
 
 def preflight(cfg: RunConfig) -> None:
     """Raise the input error (ConfigError, DataError, ModelError, LaunchError) a launch of `cfg` would meet, parameter
@@ -45,10 +47,35 @@ def check_extras(cfg: RunConfig) -> None:
     if cfg.monitor.tensorboard and importlib.util.find_spec("tensorboard") is None:
         raise ConfigError(["monitor.tensorboard: needs the tensorboard package; install it with "
                            "pip install -e '.[tensorboard]' (or set monitor.tensorboard: false)"])
+    if cfg.monitor.mlflow:
+        check_mlflow(cfg.monitor.mlflow)
     if cfg.data.augment.albumentations:  # each transform built (not run): a bad name or argument refused here
         from trainer.data.user_pipeline import build_pipeline
 
         build_pipeline(cfg.data.augment.albumentations)
+
+
+def check_mlflow(uri: str) -> None:
+    """monitor.mlflow: the package installed, and a tracking server given by its address answering (a typo would
+    otherwise cost the whole run's log, said only in train.log)."""
+    import importlib.util
+    import urllib.error
+    import urllib.request
+
+    from trainer.core.config import ConfigError
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise ConfigError(["monitor.mlflow: needs the mlflow package; install it with pip install -e '.[mlflow]' (or "
+                           "leave monitor.mlflow empty)"])
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=MLFLOW_ANSWER_S):
+            pass
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise ConfigError([f"monitor.mlflow: no MLflow tracking server answers at {uri} ({reason}); start it "
+                           f"(mlflow server --host 127.0.0.1 --port 5000) or correct the address"]) from None
 
 
 def check_data_folders(data: DataConfig) -> list[str]:

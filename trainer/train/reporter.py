@@ -24,7 +24,7 @@ class Reporter:
     def __init__(self, events: EventWriter | NullEventWriter, is_main: bool, system_every_s: float = 2.0,
                  gpu_sampler: Callable[[], list[dict]] | None = None, sinks: list[Callable[[dict], None]] | None = None):
         self.events = events
-        self.sinks = sinks or []  # more consumers of the written events (TensorBoard)
+        self.sinks = sinks or []  # more consumers of the written events (TensorBoard, MLflow)
         self.is_main = is_main
         self.system_every_s = system_every_s
         self.gpu_sampler = gpu_sampler
@@ -128,12 +128,17 @@ class Reporter:
 
 
 def reporter_for(events_path, is_main: bool, system_every_s: float, gpu_sampler=None,
-                 tensorboard: bool = False) -> Reporter:
-    """Rank 0 writes the event stream (and, asked to, TensorBoard files beside it); the other ranks report nothing."""
+                 tensorboard: bool = False, mlflow: str | None = None, mlflow_experiment: str = "") -> Reporter:
+    """Rank 0 writes the event stream (and, asked to, TensorBoard files beside it and an MLflow run at the tracking
+    URI `mlflow`); the other ranks report nothing."""
     events = EventWriter(events_path) if is_main else NullEventWriter()
     sinks = []
     if tensorboard and is_main:
         from trainer.train.tensorboard import TensorBoardSink
 
         sinks.append(TensorBoardSink(Path(events_path).parent))
+    if mlflow and is_main:
+        from trainer.train.mlflow_sink import MLflowSink
+
+        sinks.append(MLflowSink(Path(events_path).parent, mlflow, mlflow_experiment))
     return Reporter(events, is_main, system_every_s, gpu_sampler, sinks)
