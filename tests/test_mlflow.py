@@ -103,6 +103,15 @@ def test_a_run_s_params_metrics_and_files_read_back_from_a_real_tracking_server(
     png = client.download_artifacts(kept["run_id"], "confusion_matrix.png", str(tmp_path / "fetched"))
     assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    more = run_here("resume", run, "--epochs", "3")  # continued: the same MLflow run goes on
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert json.loads((run / "mlflow.json").read_text())["run_id"] == kept["run_id"]
+    epochs = [e for e in read_events(run / "events.jsonl") if e["event"] == "epoch"]
+    history = client.get_metric_history(kept["run_id"], "val_acc")
+    assert [(m.step, m.value) for m in history] == [(e["step"], pytest.approx(e["val_acc"])) for e in epochs]
+    assert len(history) == 3 and client.get_run(kept["run_id"]).info.status == "FINISHED"
+    assert len(client.search_runs([logged.info.experiment_id])) == 1, "no second MLflow run for the same run"
+
 
 def test_a_bad_or_unanswered_tracking_uri_is_refused_before_a_run_directory_exists(tmp_path, shapes_dir):
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
