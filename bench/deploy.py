@@ -33,7 +33,8 @@ EXPORTS = [("onnx", ".onnx", []), ("onnx_int8", ".int8.onnx", []),
            ("onnx_int8", ".int8-cal50.onnx", ["--calibration-images", "50"]),
            ("onnx_int8", ".int8-cal500.onnx", ["--calibration-images", "500"]),
            ("onnx_int8", ".int8-dynamic.onnx", ["--int8", "dynamic"]),
-           ("onnx_fp16", ".fp16.onnx", []), ("executorch", ".pte", [])]
+           ("onnx_fp16", ".fp16.onnx", []), ("executorch", ".pte", []),
+           ("openvino", ".openvino", []), ("openvino_int8", ".int8.openvino", [])]
 
 
 def main_py(*args: str) -> str:
@@ -66,7 +67,8 @@ def timed(fn, runs: int) -> float:
 
 
 def side_by_side(run: Path, exports: Path, repeats: int) -> dict:
-    """Latency and throughput of fp32 ONNX, int8 ONNX and the checkpoint, in interleaved rounds."""
+    """Latency and throughput of fp32 and int8 ONNX, fp32 and int8 OpenVINO and the checkpoint, in interleaved
+    rounds."""
     import onnxruntime
     import torch
 
@@ -83,6 +85,11 @@ def side_by_side(run: Path, exports: Path, repeats: int) -> dict:
     sessions = {name: onnxruntime.InferenceSession(str(exports / f"model{suffix}"), providers=["CPUExecutionProvider"])
                 for name, suffix in (("onnx fp32", ".onnx"), ("onnx int8", ".int8.onnx"))}
     runners = {name: (lambda b, s=s: s.run(None, {"images": x[:b].numpy()})) for name, s in sessions.items()}
+    import openvino as ov
+
+    for name, suffix in (("openvino fp32", ".openvino"), ("openvino int8", ".int8.openvino")):
+        compiled = ov.Core().compile_model(str(exports / f"model{suffix}" / "model.xml"), "CPU")
+        runners[name] = lambda b, c=compiled: c([x[:b].numpy()])
     runners["checkpoint (PyTorch fp32)"] = lambda b: net(x[:b])
     rounds: dict[str, dict[str, list[float]]] = {name: {"batch1_ms": [], "images_per_s": []} for name in runners}
     with torch.inference_mode():

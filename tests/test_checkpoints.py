@@ -174,7 +174,9 @@ if logits is None:  # the weights-only snippets end with the model loaded
 assert not any(m == "trainer" or m.startswith(("trainer.", "app")) for m in sys.modules), "TrainDeck was imported"
 torch.save(torch.as_tensor(np.asarray(logits.detach() if hasattr(logits, "detach") else logits)), out_path)
 """
-LOSSLESS = [f for f in FORMATS if f not in ("onnx_int8", "onnx_fp16", "coreml", "executorch")]  # mobile: own test
+LOSSLESS = [f for f in FORMATS if f not in ("onnx_int8", "onnx_fp16", "coreml", "executorch", "openvino_int8")]
+# int8 and fp16: their own tests (tests/test_deploy.py), as the mobile formats'
+NUMPY_IN = ("onnx", "openvino")  # the formats whose snippets take a numpy array
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +195,7 @@ def run_card_snippet(out: Path, x: torch.Tensor, tmp_path: Path) -> torch.Tensor
     torch.save(x, tmp_path / "x.pt")
     clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", ROUND_TRIP, snippet, str(tmp_path / "x.pt"), str(tmp_path / "y.pt"),
-                             "1" if card["format"].startswith("onnx") else "0"], capture_output=True, text=True,
+                             "1" if card["format"].startswith(NUMPY_IN) else "0"], capture_output=True, text=True,
                             cwd=out.parent, env=clean_env, timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     return torch.load(tmp_path / "y.pt", weights_only=True)

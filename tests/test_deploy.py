@@ -66,6 +66,35 @@ def export(run: RunDir, fmt: str, out: Path, *extra: str) -> dict:
     return json.loads(Path(f"{out}.json").read_text())
 
 
+def test_openvino_int8_keeps_top1_within_a_point_of_fp32_and_a_fake_ir_is_refused(photo_run, tmp_path, capsys):
+    """OpenVINO IR (#48): fp32 gives the checkpoint's class for every test image, int8 (NNCF, calibrated on 200
+    training images) within a point of it at under 30% of the size, each measured in OpenVINO's own runtime; both
+    predict. A folder that only looks like one (its card says openvino, its graph is not OpenVINO's XML) is refused."""
+    run, folder = photo_run
+    fp32 = export(run, "openvino", tmp_path / "model.openvino")
+    int8 = export(run, "openvino_int8", tmp_path / "model.int8.openvino")
+    assert fp32["metrics"]["top1"] > 0.5 and fp32["metrics"]["agreement"] == 1.0
+    assert abs(int8["metrics"]["top1"] - fp32["metrics"]["top1"]) <= 0.01, (int8["metrics"], fp32["metrics"])
+    assert int8["metrics"]["agreement"] >= 0.95
+    assert int8["file"]["bytes"] == sum(f.stat().st_size for f in (tmp_path / "model.int8.openvino").iterdir())
+    assert int8["file"]["bytes"] < 0.3 * fp32["file"]["bytes"]
+    for card in (fp32, int8):
+        assert "OpenVINO Runtime" in card["speed"]["runtime"] and card["speed"]["batch1_ms"] > 0
+    assert int8["conversion"]["calibration_images"] == 200 and "training split" in int8["conversion"]["calibrated_on"]
+    image = next((folder / "test").glob("*/*"))
+    for out in (tmp_path / "model.openvino", tmp_path / "model.int8.openvino"):
+        assert cli.main(["predict", str(out), str(image), "--json"]) == 0
+    capsys.readouterr()
+    fake = tmp_path / "fake.openvino"
+    fake.mkdir()
+    (fake / "model.xml").write_text("import os; os.system('echo no')\n")
+    (fake / "model.bin").write_bytes(b"\0" * 64)
+    Path(f"{fake}.json").write_text(Path(f"{tmp_path / 'model.openvino'}.json").read_text())
+    assert cli.main(["predict", str(fake), str(image)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a openvino file" in err and "Traceback" not in err, err
+
+
 def test_int8_onnx_keeps_top1_within_a_point_at_under_30_percent_of_the_size(photo_run, tmp_path, capsys):
     run, folder = photo_run
     fp32 = export(run, "onnx", tmp_path / "model.onnx")

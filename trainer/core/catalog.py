@@ -33,6 +33,7 @@ class ExportFormat:
     one_image: bool = False  # takes batch 1, as apps call it
     converter: tuple[str, str] | None = None  # (the module its converter is, the command that installs it)
     deprecated: str | None = None  # why it is kept only for old consumers
+    folder: str | None = None  # an export that is a folder: the file in it that says it is one (Core ML, OpenVINO)
 
 
 # Views of the registry, kept in step by `register_export_format`: name -> suffix (the program formats first, the
@@ -68,7 +69,14 @@ for _format in (
     ExportFormat("executorch", ".pte", "ExecuTorch program (.pte, XNNPACK, batch 1) for Android, iOS and embedded "
                  "Linux", _FORMATS + "mobile", "executorch", one_image=True, converter=("executorch", "pip install executorch")),
     ExportFormat("coreml", ".mlpackage", "Core ML package (.mlpackage, fp16, batch 1) for iOS and macOS apps",
-                 _FORMATS + "mobile", "mlpackage", one_image=True, converter=("coremltools", "pip install coremltools")),
+                 _FORMATS + "mobile", "mlpackage", one_image=True, converter=("coremltools", "pip install coremltools"),
+                 folder="Manifest.json"),
+    ExportFormat("openvino", ".openvino", "OpenVINO IR (a folder: model.xml and model.bin, fp32) for Intel CPUs, GPUs "
+                 "and NPUs", _FORMATS + "openvino", converter=("openvino", "pip install -e '.[openvino]'"),
+                 folder="model.xml"),
+    ExportFormat("openvino_int8", ".int8.openvino", "OpenVINO IR with int8 weights and activations (NNCF, calibrated "
+                 "on training images): about a quarter of the size, faster on Intel CPUs", _FORMATS + "openvino",
+                 converter=("nncf", "pip install -e '.[openvino]'"), folder="model.xml"),
     ExportFormat("state_dict", ".pt", "the weights alone (torch.save), for the same torchvision model",
                  _FORMATS + "weights", "torch_save", graph=False),
     ExportFormat("safetensors", ".safetensors", "the weights alone (safetensors), for the same torchvision model",

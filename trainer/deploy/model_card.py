@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from trainer.core.catalog import EXPORT_DESCRIPTIONS, EXPORT_FORMATS
+from trainer.core.catalog import EXPORT_DESCRIPTIONS, EXPORT_FORMATS, EXPORT_REGISTRY
 
 CARD_VERSION = 1
 
@@ -35,18 +35,20 @@ def read_card(export: Path) -> dict | None:
 
 
 def out_problem(fmt: str, out: Path) -> str | None:
-    """What `--out` may replace: nothing, or an export of the same format (its card says so; a Core ML package is
-    a folder with its Manifest.json). A user's other file or folder is refused, never deleted or overwritten, and so
-    is an out whose card names (`OUT.json`, `OUT.md`) are folders: nothing is half-written. The message, or None.
+    """What `--out` may replace: nothing, or an export of the same format (its card says so; a Core ML package or an
+    OpenVINO IR is a folder with its Manifest.json or model.xml). A user's other file or folder is refused, never
+    deleted or overwritten, and so is an out whose card names (`OUT.json`, `OUT.md`) are folders: nothing is
+    half-written. The message, or None.
     (Torch-free: an export of a remote run is checked here before the host is asked.)"""
-    package = fmt == "coreml" and out.suffix == EXPORT_FORMATS["coreml"]
+    marker = EXPORT_REGISTRY[fmt].folder  # an export that is a folder (Core ML, OpenVINO): the file that says so
+    package = marker is not None and out.name.endswith(EXPORT_FORMATS[fmt])
     if out.is_dir() and not package:
         return f"--out: {out} is a folder; give a file name, such as {out / ('model' + EXPORT_FORMATS[fmt])}"
     if out.exists() or out.is_symlink():
         card = read_card(out)
         same = card is not None and card.get("format") == fmt and not out.is_symlink()
         if package and out.is_dir():
-            same = same and (out / "Manifest.json").is_file()
+            same = same and (out / marker).is_file()
         if not same:
             return (f"--out: {out} exists and is not a {fmt} export of TrainDeck's (no model card of that format "
                     f"beside it); it is left as it is: choose another name")

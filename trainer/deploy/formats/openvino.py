@@ -1,0 +1,93 @@
+"""OpenVINO IR, for Intel CPUs, GPUs and NPUs (OpenVINO Runtime, Frigate, OpenVINO Model Server): fp32 (`openvino`)
+and int8 (`openvino_int8`: NNCF's post-training quantization, calibrated on training images as ONNX int8 is). Each is
+a folder, `model.xml` (the graph) and `model.bin` (the weights), converted from the network by OpenVINO's own
+`convert_model`; input `images`, output `logits`, a dynamic batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GRAPH, WEIGHTS = "model.xml", "model.bin"
+
+
+def _convert(model, context):
+    import openvino as ov
+    import torch
+
+    height, width = context.frame.shape
+    converted = ov.convert_model(model, example_input=torch.zeros(1, 3, height, width),
+                                 input=[ov.PartialShape([-1, 3, height, width])])
+    converted.inputs[0].get_tensor().set_names({"images"})
+    converted.outputs[0].get_tensor().set_names({"logits"})
+    return converted
+
+
+def _save(converted, path: Path) -> None:
+    import openvino as ov
+
+    path.mkdir()
+    ov.save_model(converted, str(path / GRAPH), compress_to_fp16=False)
+
+
+def write_openvino(model, path: Path, context) -> None:
+    _save(_convert(model, context), path)
+
+
+def write_openvino_int8(model, path: Path, context) -> dict:
+    import nncf
+
+    from trainer.deploy.formats.onnx import calibration_batches
+
+    batches, where = calibration_batches(context)
+    images = [batch[i:i + 1] for batch in batches for i in range(len(batch))]  # NNCF's statistics: one image an item
+    quantized = nncf.quantize(_convert(model, context), nncf.Dataset(images), subset_size=len(images),
+                              preset=nncf.QuantizationPreset.MIXED, fast_bias_correction=False)
+    _save(quantized, path)
+    return {"method": "static (NNCF post-training quantization: int8 weights and activations)",
+            "calibration_images": len(images), "calibrated_on": where}
+
+
+def recognise_openvino(path: Path) -> bool:
+    """An OpenVINO IR folder: its graph is XML naming a network, its weights beside it."""
+    graph = Path(path) / GRAPH
+    if not Path(path).is_dir() or not graph.is_file() or not (Path(path) / WEIGHTS).is_file():
+        return False
+    with open(graph, "rb") as f:
+        head = f.read(512)
+    return head.lstrip().startswith(b"<?xml") and b"<net" in head
+
+
+recognise_openvino_int8 = recognise_openvino
+
+
+def load_openvino(path: Path, meta: dict):
+    import openvino as ov
+    import torch
+
+    compiled = ov.Core().compile_model(str(Path(path) / GRAPH), "CPU")
+    output = compiled.output(0)
+    return lambda x: torch.from_numpy(compiled([x.contiguous().numpy()])[output]).float()
+
+
+load_openvino_int8 = load_openvino
+
+
+def runtime_openvino() -> str:
+    import openvino as ov
+
+    return f"OpenVINO Runtime {ov.get_version().split('-')[0]}, CPU"
+
+
+runtime_openvino_int8 = runtime_openvino
+
+
+def snippets_openvino(name: str, model_name: str, classes: int, shape: tuple[int, int]) -> dict[str, str]:
+    return {"OpenVINO (Python)": f'import openvino as ov\ncompiled = ov.Core().compile_model("{name}/{GRAPH}", "CPU")\n'
+                                 "logits = compiled([x])[compiled.output(0)]  # x: float32 numpy array",
+            "OpenVINO (C++)": f'auto compiled = ov::Core().compile_model("{name}/{GRAPH}", "CPU");\n'
+                              "auto request = compiled.create_infer_request();\n"
+                              "request.set_input_tensor(input);  // ov::Tensor, f32\nrequest.infer();\n"
+                              "auto logits = request.get_output_tensor();"}
+
+
+snippets_openvino_int8 = snippets_openvino
