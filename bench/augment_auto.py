@@ -52,6 +52,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cases", nargs="+", choices=("digits", "mosaics"), default=["digits", "mosaics"])
+    parser.add_argument("--settings", nargs="+", choices=[s.split()[0] for s in SETTINGS],
+                        default=[s.split()[0] for s in SETTINGS], help="the rows to measure (the first word of each)")
     args = parser.parse_args()
     digit_folder = digits(DATA / "auto-digits")
     results = {"machine": machine(), "seeds": args.seeds, "rows": []}
@@ -71,6 +73,8 @@ def main() -> None:
             if case.split()[0] not in args.cases:
                 continue
             for setting, augment in SETTINGS.items():
+                if setting.split()[0] not in args.settings:
+                    continue
                 scores, said = [], []
                 for seed in args.seeds:
                     raw = yaml.safe_load(yaml.safe_dump(base))

@@ -73,7 +73,7 @@ def test_the_preview_decides_auto_as_the_run_does(tmp_path):
                 digits / str(d) / f"{i}.png")
     cfg = write_config(tmp_path, digits, train={"epochs": 1})
     shown = preview(cfg, tmp_path / "preview")
-    assert shown["augment"]["hflip"] is False and shown["augment"]["crop_scale_min"] == 0.6
+    assert shown["augment"]["hflip"] is False and shown["augment"]["crop_scale_min"] == 0.8
     done = run_here("train", cfg, "--run-dir", tmp_path / "run")
     assert done.returncode == 0, done.stderr[-2000:]
     start = next(e for e in read_events(tmp_path / "run" / "events.jsonl") if e["event"] == "run_start")

@@ -124,7 +124,7 @@ def test_augment_auto_is_decided_by_the_trainer_for_the_data_and_said_in_run_sta
     assert said["data.augment.hflip"]["value"] is False and "characters" in said["data.augment.hflip"]["why"]
     assert start["config"]["data"]["augment"]["hflip"] is False, "the run's config shows what it trained with"
     kept = load_config(tmp_path / "run" / "config.yaml").data.augment
-    assert (kept.hflip, kept.crop_scale_min) == (False, 0.6), "config.yaml holds what auto became, not auto"
+    assert (kept.hflip, kept.crop_scale_min) == (False, 0.8), "config.yaml holds what auto became, not auto"
     as_set = RunDir(tmp_path / "run").settings().data.augment  # the run's settings for another run (Runs: open)
     assert (as_set.hflip, as_set.crop_scale_min) == ("auto", "auto")
     again = run_here("train", tmp_path / "run" / "config.yaml", "--run-dir", tmp_path / "run2")

@@ -71,7 +71,8 @@ class AugmentConfig:
     random_resized_crop: bool = opt(True, "random crop of part of the image, resized back to image_size")
     crop_scale_min: float | str = opt("auto", "smallest crop area, as a fraction of the image; auto = 0.8 for a "
                                       "multi-label run (a smaller crop can cut a labelled thing out of the image, and "
-                                      "its label with it), else 0.6", gt=0, le=1)
+                                      "its label with it) or for classes that look like characters (a smaller crop "
+                                      "cuts strokes off), else 0.6", gt=0, le=1)
     color_jitter: float = opt(0.0, "strength of random brightness/contrast/saturation changes (0 = off)",
                               ge=0, le=1)
     policy: str = opt("none", "an automatic augmentation policy applied to each image after the crop and flip "

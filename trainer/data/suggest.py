@@ -182,6 +182,8 @@ def mirror_confusions(scan: ScanResult) -> list[tuple[str, str]]:
 
 
 MULTILABEL_CROP_MIN = 0.8  # a smaller crop can cut a labelled thing out of the image, and its label with it
+GLYPH_CROP_MIN = 0.8  # characters: a smaller crop cuts strokes off, and what is left can be another symbol
+# (bench/augment_auto.py, digits: crops from 60% 93.4% mean val top-1 over six seeds, no crop 94.4%)
 CROP_MIN = 0.6  # single-label: RandomResizedCrop's spirit, kept from the earlier fixed default
 
 
@@ -194,9 +196,11 @@ def resolve_augment(augment, scan) -> list[dict]:
         augment.hflip, why = flip_rule(scan)  # multi-label: the label names decide (digits, letters)
         decided.append({"key": "data.augment.hflip", "value": augment.hflip, "why": why})
     if augment.crop_scale_min == "auto":
-        augment.crop_scale_min = MULTILABEL_CROP_MIN if scan.labels_file else CROP_MIN
+        glyphs = looks_like_characters(scan.classes)
+        augment.crop_scale_min = MULTILABEL_CROP_MIN if scan.labels_file else GLYPH_CROP_MIN if glyphs else CROP_MIN
         why = ("multi-label: a smaller crop can cut a labelled thing out of the image, and its label with it"
-               if scan.labels_file else "the usual smallest crop for one class an image")
+               if scan.labels_file else "the classes look like characters: a smaller crop cuts strokes off, and what "
+               "is left can be another symbol" if glyphs else "the usual smallest crop for one class an image")
         decided.append({"key": "data.augment.crop_scale_min", "value": augment.crop_scale_min, "why": why})
     return decided
 
