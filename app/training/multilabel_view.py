@@ -51,6 +51,15 @@ from trainer.runs.launch import audit_args
 THUMB = 96
 PREVIEW = 160
 ISSUE_KEYS = "R relabel as suggested · E exclude · K keep"
+AUDIT_LISTS = (  # (the report's list, the button, its tooltip)
+    ("suspects", "Label issues", "main.py audit: the images that probably miss a label or carry one they should not (a "
+     "cross-fitted probe on the run's embeddings and cleanlab's multi-label confident learning), in a separate "
+     "process; then " + ISSUE_KEYS),
+    ("outliers", "Outliers", "the run's images farthest from every other (their embeddings' distance to their nearest "
+     "ones), then those with a label whose probability sits next to its threshold: " + ISSUE_KEYS),
+    ("copies", "Copies", "images that are copies of another (byte-identical, resized or recompressed), a leak when the "
+     "other is a validation or test image: each beside the image it copies; E excludes the copy from training, R "
+     "gives it the labels of the image it copies, K keeps it"))
 # (header, metrics.json key, tooltip)
 COLUMNS = (("label", "", "the label, as the labels file names it"),
            ("AP", "ap", "average precision: the area under the label's precision-recall curve"),
@@ -120,25 +129,14 @@ class MultiLabelView(QWidget):
         self.gallery_title.setWordWrap(True)
         self.gallery = thumbnail_gallery("labelErrors", THUMB, caption_lines=1, margin=16)
         self.gallery.currentRowChanged.connect(self._select)
-        self.issues_button = QPushButton("Label issues")
-        self.issues_button.setObjectName("multilabelIssues")
-        self.issues_button.setToolTip("main.py audit: the images that probably miss a label or carry one they should "
-                                      "not (a cross-fitted probe on the run's embeddings and cleanlab's multi-label "
-                                      "confident learning), in a separate process; then " + ISSUE_KEYS)
-        self.issues_button.clicked.connect(lambda: self.find_label_issues("suspects"))
-        self.outliers_button = QPushButton("Outliers")
-        self.outliers_button.setObjectName("multilabelOutliers")
-        self.outliers_button.setToolTip("the run's images farthest from every other (their embeddings' distance to "
-                                        "their nearest ones), then those with a label whose probability sits next to "
-                                        "its threshold: " + ISSUE_KEYS)
-        self.outliers_button.clicked.connect(lambda: self.find_label_issues("outliers"))
-        self.copies_button = QPushButton("Copies")
-        self.copies_button.setObjectName("multilabelCopies")
-        self.copies_button.setToolTip("images that are copies of another (byte-identical, resized or recompressed), "
-                                      "a leak when the other is a validation or test image: each beside the image it "
-                                      "copies; E excludes the copy from training, R gives it the labels of the image "
-                                      "it copies, K keeps it")
-        self.copies_button.clicked.connect(lambda: self.find_label_issues("copies"))
+        buttons = []
+        for kind, text, tip in AUDIT_LISTS:  # one button per list of the audit
+            button = QPushButton(text)
+            button.setObjectName(f"multilabel:{kind}")
+            button.setToolTip(tip)
+            button.clicked.connect(lambda _=False, kind=kind: self.find_label_issues(kind))
+            buttons.append(button)
+        self.issues_button, self.outliers_button, self.copies_button = buttons
         self.data_map = DataMap(relabel=False)  # Show in gallery, then R: each image its own suggested set
         self.data_map.setObjectName("multilabelMap")
         self.data_map.showRequested.connect(self._show_on_map)
