@@ -357,7 +357,12 @@ def test_predict_names_damaged_models_and_images(small_exports, shapes_dir, tmp_
 
     for fmt, path in exports.items():
         damaged = tmp_path / path.name
-        damaged.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        if path.is_dir():  # an export that is a folder (OpenVINO): its weights file cut in half
+            shutil.copytree(path, damaged)
+            weights = max(damaged.iterdir(), key=lambda f: f.stat().st_size)
+            weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        else:
+            damaged.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
         shutil.copy(f"{path}.json", f"{damaged}.json")
         code, err = predict(damaged)
         assert code == 2 and str(damaged) in err and "damaged or truncated" in err, (fmt, err)
