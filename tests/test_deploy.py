@@ -66,13 +66,14 @@ def export(run: RunDir, fmt: str, out: Path, *extra: str) -> dict:
     return json.loads(Path(f"{out}.json").read_text())
 
 
-def test_openvino_int8_keeps_top1_within_a_point_of_fp32_and_a_fake_ir_is_refused(photo_run, tmp_path, capsys):
+def test_openvino_fp32_and_int8_are_measured_in_openvino_and_a_fake_ir_is_refused(small_photo_run, tmp_path, capsys):
     """OpenVINO IR (#48): fp32 gives the checkpoint's class for every test image, int8 (NNCF, calibrated on 200
     training images) at under 30% of the size and close to it, each measured in OpenVINO's own runtime; both predict.
-    A folder that only looks like one (its card says openvino, its graph is not OpenVINO's XML) is refused. The
-    issue's target, int8 within a point of fp32, is not met: 3.1 points on this test's run in a clean clone (0.850
-    against 0.881), within a point on another of its runs; so the bound here is what it is, 5 points."""
-    run, folder = photo_run
+    A folder that only looks like one (its card says openvino, its graph is not OpenVINO's XML) is refused. On the
+    small_cnn run (NNCF's full bias correction on resnet18 took 49 s of the suite). The issue's target, int8 within a
+    point of fp32, is not met: resnet18 on these photographs lost 3.1 points in a clean clone (0.850 against 0.881),
+    under a point on another run; so the bound here is what was seen, 5 points."""
+    run, folder = small_photo_run
     fp32 = export(run, "openvino", tmp_path / "model.openvino")
     int8 = export(run, "openvino_int8", tmp_path / "model.int8.openvino")
     assert fp32["metrics"]["top1"] > 0.5 and fp32["metrics"]["agreement"] == 1.0
