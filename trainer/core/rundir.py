@@ -104,13 +104,21 @@ class RunDir:
         run_id)."""
         return self.path / "mlflow.json"
 
+    def mlflow_run(self) -> dict:
+        """mlflow.json's record ({} when the run logs to no MLflow run, or the file cannot be read)."""
+        try:
+            kept = json.loads(self.mlflow.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return kept if isinstance(kept, dict) else {}
+
     def mlflow_page(self) -> str:
         """The address of this run's page in the MLflow UI of the tracking server it logs to; "" when it logs to none,
         or to a store that no server shows (a file: or sqlite: URI)."""
+        kept = self.mlflow_run()
         try:
-            kept = json.loads(self.mlflow.read_text(encoding="utf-8"))
             uri, experiment, run = kept["tracking_uri"], kept["experiment_id"], kept["run_id"]
-        except (OSError, ValueError, KeyError, TypeError):
+        except KeyError:
             return ""
         if not isinstance(uri, str) or not uri.startswith(("http://", "https://")):
             return ""

@@ -143,7 +143,7 @@ class MLflowSink:
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=None if self.uri == "env" else self.uri)
-        kept = self.kept()
+        kept = RunDir(self.run_path).mlflow_run()
         if kept.get("tracking_uri") == self.uri and kept.get("run_id"):
             self.run_id = kept["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
@@ -167,12 +167,6 @@ class MLflowSink:
         params = [Param(k, v) for k, v in flatten(config).items()]
         for i in range(0, len(params), PARAM_BATCH):
             self.client.log_batch(self.run_id, params=params[i:i + PARAM_BATCH], synchronous=True)
-
-    def kept(self) -> dict:
-        try:
-            return json.loads(RunDir(self.run_path).mlflow.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
 
     def _files(self, record: dict) -> None:
         """A test set's evaluation folder, an export with its model card, or at the run's end the validation
