@@ -2,6 +2,10 @@
 measurement"): each image's k nearest by cosine among N embeddings of D numbers, exact in both.
 
     python bench/neighbours.py --n 2000 20000 --dim 512 --k 11 --repeats 3
+    python bench/neighbours.py --approximate --n 50000 100000 --repeats 1
+
+`--approximate`: faiss's exact search against the audit's own search beyond its exact limit
+(trainer.data.neighbours.nearest: an inverted file), and the share of the exact neighbours the latter finds.
 
 Needs scikit-learn, and faiss-cpu for its row (not a TrainDeck dependency: run it in an environment that has it).
 The embeddings: N points around 20 cluster centres (what a classifier's embeddings of 20 classes look like).
@@ -37,13 +41,42 @@ def faiss_knn(x: np.ndarray, k: int) -> np.ndarray:
     return index.search(x, k)[1]
 
 
+def approximate(ns: list[int], dim: int, k: int, repeats: int) -> None:
+    import sys
+
+    from common import REPO
+
+    sys.path.insert(0, str(REPO))
+    from trainer.data.neighbours import nearest
+
+    print("| images | exact (s) | inverted file (s) | exact neighbours found | mean distance to the 10 nearest: exact / found |")
+    print("|---|---|---|---|---|")
+    for n in ns:
+        x = embeddings(n, dim)
+        times: dict[str, list[float]] = {"exact": [], "ivf": []}
+        found = {}
+        for _ in range(repeats):
+            for name, limit in (("exact", n), ("ivf", 0)):
+                start = time.perf_counter()
+                found[name] = nearest(x, k, exact_up_to=limit)
+                times[name].append(time.perf_counter() - start)
+        same = np.mean([len(set(a[1:]) & set(b[1:])) / (k - 1) for a, b in zip(found["exact"][1], found["ivf"][1])])
+        far = [float(found[name][0][:, 1:].mean()) for name in ("exact", "ivf")]
+        print(f"| {n} | {statistics.median(times['exact']):.1f} | {statistics.median(times['ivf']):.1f} | {same:.1%} | "
+              f"{far[0]:.4f} / {far[1]:.4f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, nargs="+", default=[2000, 20000])
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--k", type=int, default=11)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--approximate", action="store_true")
     args = parser.parse_args()
+    if args.approximate:
+        approximate(args.n, args.dim, args.k, args.repeats)
+        return
     print("| images | scikit-learn (s) | faiss-cpu (s) | same neighbours |")
     print("|---|---|---|---|")
     for n in args.n:

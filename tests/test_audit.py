@@ -105,6 +105,30 @@ def test_an_audit_names_what_it_cannot_do(tmp_path, shapes_run):
     assert done.returncode == 2 and "--folds 100: class" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_files_that_are_not_images_are_listed_as_unreadable_and_the_rest_audited(tmp_path, shapes_run, shapes_dir):
+    """The audit opens each file once (its network's pass, not a scan first): a 0-byte `.png` and a text file named
+    `.png` in a class folder are listed with why, and every image is audited."""
+    import shutil
+
+    import yaml
+
+    folder = tmp_path / "shapes"
+    shutil.copytree(shapes_dir, folder)
+    (folder / "circle" / "empty.png").write_bytes(b"")
+    (folder / "circle" / "notes.png").write_text("not an image")
+    run = tmp_path / "run"
+    shutil.copytree(shapes_run, run, ignore=shutil.ignore_patterns("audit"))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["data"]["train_dir"] = str(folder)
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    done = run_here("audit", run, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["images"] == 120
+    assert sorted(report["skipped"]) == [str(folder / "circle" / "empty.png"), str(folder / "circle" / "notes.png")]
+    assert all(why.startswith("cannot read image") for why in report["skipped"].values())
+
+
 @pytest.mark.slow
 def test_fold_runs_give_each_image_probabilities_from_a_run_that_never_saw_it(shapes_run, shapes_dir):
     """--oof runs: two training runs with the run's recipe, each without one fold (left out by its own manifest,
@@ -152,3 +176,23 @@ def test_the_map_keeps_each_class_together_by_opentsne_and_without_it(monkeypatc
         assert xy.shape == (300, 2) and method in how
         distances = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(-1) + np.eye(300) * 1e9
         assert (labels[distances.argmin(axis=1)] == labels).mean() >= 0.98
+
+
+def test_a_map_of_more_images_than_t_sne_fits_places_the_others_beside_their_own_kind(monkeypatch):
+    """Past data_map.FIT_UP_TO images openTSNE fits a sample and places the rest among it: every image gets a point,
+    and a placed image's nearest fitted point is of its own class; the method says so."""
+    import numpy as np
+
+    from trainer.deploy import data_map
+
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(3, 64)) * 3
+    labels = np.repeat(np.arange(3), 200)
+    embeddings = (centres[labels] + rng.normal(size=(600, 64))).astype(np.float32)
+    monkeypatch.setattr(data_map, "FIT_UP_TO", 200)
+    xy, how = data_map.project(embeddings)
+    assert xy.shape == (600, 2) and np.isfinite(xy).all()
+    assert "fitted on 200 of the 600 images" in how
+    distances = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(-1) + np.eye(600) * 1e9
+    assert (labels[distances.argmin(axis=1)] == labels).mean() >= 0.98
+    assert len({(round(x, 6), round(y, 6)) for x, y in xy}) >= 590  # placed at their own spots, not piled up

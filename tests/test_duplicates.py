@@ -103,3 +103,23 @@ def test_nearest_neighbours_are_the_same_by_faiss_and_by_scikit_learn(monkeypatc
     by_sklearn = nearest(rows, 6)
     assert (by_faiss[1] == by_sklearn[1]).all() and (by_faiss[1][:, 0] == np.arange(300)).all()
     assert np.allclose(by_faiss[0], by_sklearn[0], atol=1e-5)
+
+
+def test_past_the_exact_limit_the_search_finds_nearly_every_neighbour_and_every_copy():
+    """Beyond neighbours.EXACT_UP_TO rows faiss searches an inverted file: each row still first among its own, its
+    exact copy found, and most of the exact search's neighbours found."""
+    import numpy as np
+
+    from trainer.data.neighbours import nearest
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(20, 64)).astype(np.float32)
+    rows = centres[rng.integers(0, 20, 3000)] + 0.5 * rng.normal(size=(3000, 64)).astype(np.float32)
+    rows[2999] = rows[7]  # a copy
+    exact = nearest(rows, 11)
+    found = nearest(rows, 11, exact_up_to=0)
+    assert (found[1][:, 0] == np.arange(3000))[np.r_[0:7, 8:2999]].all()
+    assert {7, 2999} <= set(found[1][7, :2]) and {7, 2999} <= set(found[1][2999, :2])
+    share = np.mean([len(set(a) & set(b)) / 11 for a, b in zip(exact[1], found[1])])
+    assert share >= 0.9, share
+    assert (found[0] >= exact[0] - 1e-5).all()  # never nearer than the true nearest

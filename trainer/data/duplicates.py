@@ -150,7 +150,7 @@ def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Dupl
     candidates: set[tuple[int, int]] = set()
     for rows in (centred, thumbnails):
         k = min(NEAR_NEIGHBOURS + 1, n)
-        _, found = nearest(rows, k)
+        _, found = nearest(rows, k, near_only=True)
         candidates |= {(min(i, int(j)), max(i, int(j))) for i in range(n) for j in found[i] if j != i}
     parent = list(range(n))
 

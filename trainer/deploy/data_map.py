@@ -3,7 +3,10 @@ dimensions, kept as RUN/audit/map.csv with what the audit found of each image, f
 
 The projection: PCA to at most 50 dimensions, then UMAP (`umap-learn`) where it is installed, else openTSNE's t-SNE
 (FFT-accelerated, linear in the images: the `data` extra; 33 s at 20,000 images where scikit-learn's Barnes-Hut took
-72 s), else scikit-learn's. Each keeps neighbours together; distances between far clusters mean little.
+72 s), else scikit-learn's. Each keeps neighbours together; distances between far clusters mean little. Past FIT_UP_TO
+images, t-SNE fits a random FIT_UP_TO of them and each other image goes to the median place of its PLACED_BY nearest
+among those (by cosine on the principal components): t-SNE's time grows with the images it fits (openTSNE: 18 s at
+5,000, 50 s at 10,000 on 2 cores), the placing takes seconds at 100,000 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from trainer.core.files import atomic_write_text
 log = logging.getLogger(__name__)
 
 PCA_DIMS = 50
+FIT_UP_TO = 5_000  # images t-SNE fits; the others are placed among them
+PLACED_BY = 10  # nearest fitted images whose median place is an image's beyond FIT_UP_TO
 COLUMNS = ["path", "split", "label", "suggested", "x", "y", "finding"]
 
 
@@ -46,8 +51,20 @@ def project(embeddings: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
 
         xy = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed).fit_transform(reduced)
         return xy, f"t-SNE (scikit-learn, perplexity {perplexity:g}) of {reduced.shape[1]} principal components"
-    xy = np.asarray(OpenTSNE(perplexity=perplexity, random_state=seed, n_jobs=os.cpu_count() or 1).fit(reduced))
-    return xy, f"t-SNE (openTSNE, perplexity {perplexity:g}) of {reduced.shape[1]} principal components"
+    fit = np.arange(n) if n <= FIT_UP_TO else np.sort(np.random.default_rng(seed).choice(n, FIT_UP_TO, replace=False))
+    fitted = np.asarray(OpenTSNE(perplexity=perplexity, random_state=seed, n_jobs=os.cpu_count() or 1).fit(reduced[fit]))
+    how = f"t-SNE (openTSNE, perplexity {perplexity:g}) of {reduced.shape[1]} principal components"
+    if n <= FIT_UP_TO:
+        return fitted, how
+    from trainer.data.neighbours import nearest
+
+    placed = np.setdiff1d(np.arange(n), fit)
+    _, near = nearest(reduced[placed], PLACED_BY, among=reduced[fit])
+    xy = np.empty((n, 2))
+    xy[fit] = fitted
+    xy[placed] = np.median(fitted[near], axis=1)
+    return xy, (f"{how}, fitted on {FIT_UP_TO:,} of the {n:,} images; each other one placed at the median of its "
+                f"{PLACED_BY} nearest among them")
 
 
 def write_map(path: Path, rows: list[dict]) -> None:
