@@ -196,3 +196,9 @@ def test_a_map_of_more_images_than_t_sne_fits_places_the_others_beside_their_own
     distances = ((xy[:, None, :] - xy[None, :, :]) ** 2).sum(-1) + np.eye(600) * 1e9
     assert (labels[distances.argmin(axis=1)] == labels).mean() >= 0.98
     assert len({(round(x, 6), round(y, 6)) for x, y in xy}) >= 590  # placed at their own spots, not piled up
+    fitted = np.zeros(600, bool)
+    fitted[np.sort(np.random.default_rng(0).choice(600, 200, replace=False))] = True  # project()'s draw (seed 0)
+    for c in range(3):  # each class's placed images spread as its fitted ones do: no dense core in the cluster
+        centre = xy[(labels == c) & fitted].mean(axis=0)
+        spread = [np.linalg.norm(xy[(labels == c) & (fitted == f)] - centre, axis=1).mean() for f in (True, False)]
+        assert 0.7 * spread[0] <= spread[1] <= 1.3 * spread[0], spread

@@ -4,9 +4,10 @@ dimensions, kept as RUN/audit/map.csv with what the audit found of each image, f
 The projection: PCA to at most 50 dimensions, then UMAP (`umap-learn`) where it is installed, else openTSNE's t-SNE
 (FFT-accelerated, linear in the images: the `data` extra; 33 s at 20,000 images where scikit-learn's Barnes-Hut took
 72 s), else scikit-learn's. Each keeps neighbours together; distances between far clusters mean little. Past FIT_UP_TO
-images, t-SNE fits a random FIT_UP_TO of them and each other image goes to the median place of its PLACED_BY nearest
-among those (by cosine on the principal components): t-SNE's time grows with the images it fits (openTSNE: 18 s at
-5,000, 50 s at 10,000 on 2 cores), the placing takes seconds at 100,000 (docs/benchmarks.md).
+images, t-SNE fits a random FIT_UP_TO of them and each other image goes beside its nearest fitted one (by cosine on
+the principal components), scattered by half the spacing of the map's points there, so a cluster keeps its shape
+(at the median of several, the added images drew a dense core in each cluster): t-SNE's time grows with the images
+it fits (openTSNE: 18 s at 5,000, ~50 s at 10,000 on 2 cores), the placing takes seconds at 100,000.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ log = logging.getLogger(__name__)
 
 PCA_DIMS = 50
 FIT_UP_TO = 5_000  # images t-SNE fits; the others are placed among them
-PLACED_BY = 10  # nearest fitted images whose median place is an image's beyond FIT_UP_TO
 COLUMNS = ["path", "split", "label", "suggested", "x", "y", "finding"]
 
 
@@ -59,12 +59,17 @@ def project(embeddings: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
     from trainer.data.neighbours import nearest
 
     placed = np.setdiff1d(np.arange(n), fit)
-    _, near = nearest(reduced[placed], PLACED_BY, among=reduced[fit])
+    _, near = nearest(reduced[placed], 1, among=reduced[fit])
+    from sklearn.neighbors import NearestNeighbors
+
+    gaps, _ = NearestNeighbors(n_neighbors=2).fit(fitted).kneighbors(fitted)  # the map's local spacing (Euclidean)
+    spacing = gaps[near[:, 0], 1]
+    rng = np.random.default_rng(seed)
     xy = np.empty((n, 2))
     xy[fit] = fitted
-    xy[placed] = np.median(fitted[near], axis=1)
-    return xy, (f"{how}, fitted on {FIT_UP_TO:,} of the {n:,} images; each other one placed at the median of its "
-                f"{PLACED_BY} nearest among them")
+    xy[placed] = fitted[near[:, 0]] + rng.normal(size=(len(placed), 2)) * spacing[:, None] / 2
+    return xy, (f"{how}, fitted on {FIT_UP_TO:,} of the {n:,} images; each other one placed beside its nearest among "
+                f"them")
 
 
 def write_map(path: Path, rows: list[dict]) -> None:
