@@ -56,20 +56,26 @@ def project(embeddings: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
     how = f"t-SNE (openTSNE, perplexity {perplexity:g}) of {reduced.shape[1]} principal components"
     if n <= FIT_UP_TO:
         return fitted, how
-    from trainer.data.neighbours import nearest
-
-    placed = np.setdiff1d(np.arange(n), fit)
-    _, near = nearest(reduced[placed], 1, among=reduced[fit])
-    from sklearn.neighbors import NearestNeighbors
-
-    gaps, _ = NearestNeighbors(n_neighbors=2).fit(fitted).kneighbors(fitted)  # the map's local spacing (Euclidean)
-    spacing = gaps[near[:, 0], 1]
-    rng = np.random.default_rng(seed)
     xy = np.empty((n, 2))
     xy[fit] = fitted
-    xy[placed] = fitted[near[:, 0]] + rng.normal(size=(len(placed), 2)) * spacing[:, None] / 2
+    placed = np.setdiff1d(np.arange(n), fit)
+    xy[placed] = place_beside(fitted, reduced[fit], reduced[placed], seed)
     return xy, (f"{how}, fitted on {FIT_UP_TO:,} of the {n:,} images; each other one placed beside its nearest among "
                 f"them")
+
+
+def place_beside(fitted_xy: np.ndarray, fitted: np.ndarray, others: np.ndarray, seed: int) -> np.ndarray:
+    """A map place for each of `others`: beside its nearest of `fitted` (cosine on the principal components),
+    scattered by half the map's spacing there (each fitted point's distance to its nearest other on the map)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    from trainer.data.neighbours import nearest
+
+    _, near = nearest(others, 1, among=fitted)
+    gaps, _ = NearestNeighbors(n_neighbors=2).fit(fitted_xy).kneighbors(fitted_xy)  # Euclidean, on the map
+    spacing = gaps[near[:, 0], 1]
+    jitter = np.random.default_rng(seed).normal(size=(len(others), 2))
+    return fitted_xy[near[:, 0]] + jitter * spacing[:, None] / 2
 
 
 def write_map(path: Path, rows: list[dict]) -> None:
