@@ -8,6 +8,9 @@ def main() -> int:
 
     if len(sys.argv) > 1 and (sys.argv[1] in COMMANDS or sys.argv[1] in ("-h", "--help")):
         from trainer.cli import main as cli_main
+        from trainer.core.system import claim_stop_file
+
+        claim_stop_file()  # a command roots a process tree of its own, or joins the one it was started in
 
         if sys.argv[1] in ("-h", "--help"):
             print("python main.py [--config FILE] [--runs-dir DIR] [--autostart]   open the app\n"

@@ -21,6 +21,7 @@ from trainer.core.config import RunConfig, save_config
 from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
+from trainer.core.system import detached
 from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
 from trainer.runs.launch import REPO_ROOT, auto_run_args, main_command, mirror_args, resume_command, train_command
 
@@ -197,8 +198,7 @@ class RunController(QObject):
                 with open(run.path / MIRROR_LOG, "ab") as out:
                     self._followers[run.path] = subprocess.Popen(
                         main_command(*mirror_args(run.path)), stdin=subprocess.DEVNULL, stdout=out,
-                        stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO_ROOT),
-                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                        stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), **detached(dict(os.environ, PYTHONUNBUFFERED="1")))
                 started.append(run)
                 log.info("following %s on its host again", run.name)
         return started

@@ -1,9 +1,9 @@
-"""TrainerProcess: starts the headless trainer in its own session and stops its whole process group.
+"""TrainerProcess: starts the headless trainer as a process tree of its own and stops that whole tree.
 
 The trainer writes everything to its run directory (output goes to `output.log`, never a pipe that
-could fill up), so the app can quit and the run goes on; a later app re-attaches by pid. Stop sends
-SIGTERM to the group (the trainer checkpoints and exits), then SIGKILL after a grace period to the group
-and to every process of the trainer's tree (torchrun puts DDP workers in sessions of their own).
+could fill up), so the app can quit and the run goes on; a later app re-attaches by pid. Stop asks the
+tree to stop (trainer/core/system.py's stop channel: the trainer checkpoints and exits), then after a grace
+period kills the tree and every process seen in it (torchrun puts DDP workers in sessions of their own).
 All waiting is done by timers: nothing here blocks the GUI thread.
 
 With `keep_standby`, a `main.py standby` process (trainer/runs/standby.py) is kept ready between runs: it has
@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from trainer.core.system import pid_alive, signal_group
+from trainer.core.system import detached, kill_tree, pid_alive, stop_tree
 from trainer.runs.launch import main_command
 from trainer.runs.standby import STANDBY_COMMANDS
 
@@ -58,8 +57,8 @@ class TrainerProcess(QObject):
             output = open(output_log, "ab")
             try:
                 self.popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
-                                              stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
-                                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                              stderr=subprocess.STDOUT, cwd=cwd,
+                                              **detached(dict(os.environ, PYTHONUNBUFFERED="1")))
             finally:
                 output.close()
         self.pid = self.popen.pid
@@ -92,8 +91,8 @@ class TrainerProcess(QObject):
         if self._standby_cwd is None or self.running or (self.standby is not None and self.standby.poll() is None):
             return
         self.standby = subprocess.Popen(main_command("standby"), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True, cwd=self._standby_cwd,
-                                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                        stderr=subprocess.DEVNULL, cwd=self._standby_cwd,
+                                        **detached(dict(os.environ, PYTHONUNBUFFERED="1")))
         log.info("standby trainer pid %d started", self.standby.pid)
 
     def _hand_to_standby(self, command: list[str], output_log: Path, cwd: str | None) -> subprocess.Popen | None:
@@ -132,11 +131,14 @@ class TrainerProcess(QObject):
         return self._poll.isActive()
 
     def stop(self, grace_ms: int | None = None) -> None:
-        """Graceful stop of the whole process group, forced after the grace period (`grace_ms`, else the default
+        """Graceful stop of the whole process tree, forced after the grace period (`grace_ms`, else the default
         for this kind of run)."""
         if not self.running:
             return
-        self._signal(signal.SIGTERM)
+        try:
+            stop_tree(self.pid)  # the trainer roots its tree: its stop file, its process group
+        except PermissionError as e:
+            log.error("cannot stop trainer %s: %s", self.pid, e)
         self.last_grace_ms = grace_ms or self.grace_ms
         self._kill_timer.start(self.last_grace_ms)
 
@@ -144,14 +146,7 @@ class TrainerProcess(QObject):
         if self.running:
             log.warning("trainer pid %s did not stop in time: killing its processes", self.pid)
             self.forced = True
-            self._signal(signal.SIGKILL)
-            self._kill_tree()
-
-    def _signal(self, sig: int) -> None:
-        try:
-            signal_group(self.pid, sig)  # the trainer is its session's leader: pgid == pid
-        except PermissionError as e:
-            log.error("cannot signal trainer %s: %s", self.pid, e)
+            self._kill_tree(self.pid)
 
     def _check(self) -> None:
         if self.popen is not None:
@@ -166,7 +161,7 @@ class TrainerProcess(QObject):
             code = -1
         self._poll.stop()
         self._kill_timer.stop()
-        self._kill_tree()  # workers left behind by a launcher that died (e.g. it was SIGKILLed)
+        self._kill_tree(None)  # workers left behind by a launcher that died (e.g. it was SIGKILLed)
         self.ended.emit(code)
         self._spawn_standby()  # ready for the next run
 
@@ -177,11 +172,6 @@ class TrainerProcess(QObject):
         except psutil.Error:
             pass
 
-    def _kill_tree(self) -> None:
-        for proc in self._tree.values():
-            try:
-                if proc.is_running():  # also checks the start time: a reused pid is left alone
-                    proc.kill()
-            except psutil.Error:
-                pass
+    def _kill_tree(self, root: int | None) -> None:
+        kill_tree(root, also=list(self._tree.values()))
         self._tree.clear()

@@ -1,86 +1,217 @@
-"""What differs between operating systems, in one place: file locks, whether a process lives, process groups and
-their signals, dying with a parent. Torch-free (the app uses it too). A port to another OS replaces this module.
+"""What differs between operating systems, in one place: file locks, whether a process lives, starting a process
+tree of its own, asking it to stop and ending it. Torch-free (the app uses it too).
+
+**The stop channel.** Every process that `main.py` starts for a command is the root of a process tree or a member
+of one. A root's *stop file* is `stop_file(its pid)`, named in the environment (`TRAINDECK_STOP_FILE`), so every
+process it starts (torchrun, the DDP ranks, a spawned worker) inherits it; `stop_tree(root)` creates that file and
+each process of the tree that handles a stop (`on_stop`) sees it within `POLL_S` and stops as if told by SIGTERM:
+the trainer checkpoints and ends. This works on every OS; where the OS has signals (POSIX) `stop_tree` also sends
+SIGTERM to the root's process group, as before, and `kill_tree` ends what does not stop (psutil, every OS).
+
+`TRAINDECK_PORTABLE=1` makes Linux take the paths Windows must take (no signals sent, no sessions, DataLoader workers
+started by `spawn`), so the test suite runs them here; locks (filelock) and process trees (psutil) are the same
+code on every OS anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import getpass
+import logging
 import os
 import signal
-from typing import IO
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import filelock
+import psutil
+
+log = logging.getLogger(__name__)
+
+PORTABLE = os.name != "posix" or os.environ.get("TRAINDECK_PORTABLE") == "1"
+STOP_FILE_ENV = "TRAINDECK_STOP_FILE"
+WATCH_PARENT_ENV = "TRAINDECK_WATCH_PARENT"  # a child started with this set to its parent's pid stops when it ends
+POLL_S = 0.2  # how often a process looks at its stop file (and its parent)
 
 
+# ---- locks ---------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def locked(path: str | os.PathLike):
     """An exclusive lock on the file `path` for the block, waiting for it (released by the OS if we die)."""
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = filelock.FileLock(path, thread_local=False)
+    with lock:
+        yield
 
 
-def try_lock(path: str | os.PathLike) -> IO | None:
+class HeldLock:
+    """A lock taken by `try_lock`, held until `close()` (or the process ends)."""
+
+    def __init__(self, lock: filelock.BaseFileLock):
+        self._lock = lock
+
+    def close(self) -> None:
+        self._lock.release(force=True)
+
+
+def try_lock(path: str | os.PathLike) -> HeldLock | None:
     """An exclusive lock on `path` held until the returned handle is closed (or the process ends), or None when
-    another process holds it."""
-    handle = open(path, "a+")
+    another process (or another handle here) holds it. The lock file itself stays empty: on Windows a locked file
+    cannot be read by others, so what a holder wants known goes in a file beside it."""
+    lock = filelock.FileLock(path, thread_local=False)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
         return None
-    return handle
+    return HeldLock(lock)
 
 
+# ---- processes -----------------------------------------------------------------------------------------------
 def pid_alive(pid: int | None) -> bool:
     """Whether process `pid` runs (a zombie, exited but not yet reaped, does not)."""
     if not pid:
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:  # another user's: it exists
         return True
+
+
+def stop_file(root: int) -> Path:
+    """The file whose existence asks process tree `root` to stop."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except (OSError, IndexError):
-        return True
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this user id (a container)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"traindeck-{user}" / "stop" / str(root)
+
+
+def claim_stop_file() -> Path:
+    """This process's stop file: the one it inherited, or, for the root of a tree, `stop_file(its pid)` (one an
+    earlier process of this pid left is removed). It stays when the root ends, so the members that outlive it
+    still see it. Called first thing by `main.py`."""
+    inherited = os.environ.get(STOP_FILE_ENV)
+    if inherited:
+        return Path(inherited)
+    path = stop_file(os.getpid())
+    path.unlink(missing_ok=True)
+    os.environ[STOP_FILE_ENV] = str(path)
+    return path
 
 
 def process_group() -> int:
-    """This process's group id (what Stop signals)."""
-    return os.getpgid(0)
+    """The root of this process's tree: what `stop_tree` is given to stop it (on POSIX, its process group)."""
+    if not PORTABLE:
+        return os.getpgid(0)
+    inherited = os.environ.get(STOP_FILE_ENV, "")
+    name = Path(inherited).name
+    return int(name) if name.isdigit() else os.getpid()
 
 
-def signal_group(pgid: int, sig: int = signal.SIGTERM) -> bool:
-    """Send `sig` to every process of group `pgid`; False when the group is gone."""
+def detached(env: dict | None = None, own_tree: bool = True) -> dict:
+    """subprocess.Popen's keyword arguments for a child in a tree of its own, which `stop_tree(child.pid)` stops and
+    a stop of ours does not reach: a session of its own on POSIX, a new process group on Windows (Ctrl+C in our
+    console stays ours). With `own_tree` (a `main.py` command) it roots a stop channel of its own; without, it
+    shares ours (a launcher we pass stops on, like torchrun: on POSIX it is SIGTERMed once, by us)."""
+    env = dict(os.environ if env is None else env)
+    if own_tree:
+        env.pop(STOP_FILE_ENV, None)
+    kwargs: dict = {"env": env}
+    if os.name == "nt":
+        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
+    elif not PORTABLE:
+        kwargs["start_new_session"] = True
+    return kwargs
+
+
+def stop_tree(root: int) -> bool:
+    """Ask process tree `root` to stop: it checkpoints and ends (`kill_tree` ends what does not). False when nothing
+    of it is left to ask."""
+    path = stop_file(root)
     try:
-        os.killpg(pgid, sig)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as e:
+        log.warning("cannot write the stop request %s: %s", path, e)
+    if PORTABLE:
+        return pid_alive(root)
+    try:
+        os.killpg(root, signal.SIGTERM)
     except ProcessLookupError:
-        return False
+        return pid_alive(root)
     return True
 
 
-def signal_process(pid: int, sig: int = signal.SIGTERM) -> bool:
+def pass_stop_on(pid: int) -> None:
+    """Pass a stop this process was asked for on to a child that shares its stop file (torchrun, spawned ranks):
+    SIGTERM where there are signals (the child is in a session of its own); elsewhere it reads the same file."""
+    if PORTABLE:
+        return
     try:
-        os.kill(pid, sig)
+        os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
-        return False
-    return True
-
-
-def die_with_parent() -> None:
-    """In a child, before exec: SIGTERM when its parent dies (Linux: PR_SET_PDEATHSIG), and a session of its own,
-    so an orphaned trainer checkpoints and stops."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
         pass
-    os.setsid()
 
+
+def kill_tree(root: int | None, also: list[psutil.Process] = ()) -> None:
+    """End process `root` (None: none), its descendants and `also` now (SIGKILL; TerminateProcess on Windows). A
+    process of `also` whose pid another process took since is left alone."""
+    procs = list(also)
+    try:
+        top = psutil.Process(root) if root else None
+        procs += [top, *top.children(recursive=True)] if top else []
+    except psutil.Error:
+        pass
+    if not PORTABLE and procs[len(also):]:  # it still runs: not a group of a pid reused since
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(root, signal.SIGKILL)  # also its session's processes whose parent is gone
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running():  # compares the start time too
+                proc.kill()
+
+
+# ---- being stopped -------------------------------------------------------------------------------------------
+def on_stop(handler: Callable[[str], None], watch_parent: bool = False) -> Callable[[], None]:
+    """Call `handler(why)` when this process is asked to stop: SIGTERM or SIGINT, or its tree's stop file (looked
+    at every POLL_S by a daemon thread); with `watch_parent` (or when started with WATCH_PARENT_ENV naming its
+    parent), also when its parent ends: a launched worker does not outlive its launcher. Returns a function that
+    undoes it (the previous signal handlers back, the thread ended). Call it from the main thread."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: handler(signal.Signals(signum).name))
+    ended = threading.Event()
+    path = os.environ.get(STOP_FILE_ENV)
+    parent = None
+    if watch_parent or os.environ.get(WATCH_PARENT_ENV) == str(os.getppid()):
+        with contextlib.suppress(psutil.Error):
+            parent = psutil.Process(os.getppid())
+
+    def watch() -> None:
+        while not ended.wait(POLL_S):
+            if path and os.path.exists(path):
+                handler("a stop request")
+                return
+            if parent is not None and (not parent.is_running() or os.getppid() != parent.pid):  # gone, or a zombie
+                handler(f"the launcher (pid {parent.pid}) is gone")
+                return
+
+    if path or parent is not None:
+        threading.Thread(target=watch, name="stop-channel", daemon=True).start()
+
+    def undo() -> None:
+        ended.set()
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return undo
+
+
+def worker_start_method() -> str | None:
+    """How DataLoader workers start: None (the OS's default, fork on Linux); `spawn` where there is no fork (and in
+    the portable mode, so the tests meet what Windows and macOS do: everything a worker gets must pickle)."""
+    return "spawn" if PORTABLE else None

@@ -26,6 +26,7 @@ from PIL import Image, ImageOps
 
 from trainer.core.config import AugmentConfig, DataConfig
 from trainer.core.files import is_regular_file
+from trainer.core.system import worker_start_method
 from trainer.data.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
 from trainer.data.frame import Frame
 from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_image_folder
@@ -357,7 +358,8 @@ def iterate_batches(split: Split, batches: list[list[int]], workers: int, frame:
             split.loader = torch.utils.data.DataLoader(
                 ImageDataset(split.samples, frame), batch_sampler=EpochBatches(), num_workers=workers,
                 collate_fn=collate_skipping_bad, pin_memory=cuda, persistent_workers=workers > 0,
-                prefetch_factor=4 if workers else None)
+                prefetch_factor=4 if workers else None,
+                multiprocessing_context=worker_start_method() if workers else None)
         split.loader.batch_sampler.batches = batches
         source = (batch for batch in split.loader if batch is not None)
     yield from prefetch_to_device(source, device) if cuda else source

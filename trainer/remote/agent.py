@@ -8,11 +8,11 @@ Torch-free and quick, so each is one SSH round trip:
     resume RUN [--epochs N]      start `main.py resume` detached
     submit --runs R              (config YAML on stdin) SLURM: check the request (sinfo), sbatch it
     follow RUN [--offset F=N]    stream the run's small files as JSON-line frames until it has ended
-    stop RUN [--kill] [--job J]  SIGTERM (or SIGKILL) the trainer's process group; scancel a job
+    stop RUN [--kill] [--job J]  ask the trainer's process tree to stop (or end it); scancel a job
     send RUN FILE                one file of the run: its size on a line, then its bytes
     pack                         (paths on stdin) those images as a tar stream (the error gallery's images)
 
-A detached trainer is in a session of its own with its output in a file: it survives the SSH connection, the app
+A detached trainer is in a process tree of its own with its output in a file: it survives the SSH connection, the app
 and the laptop's sleep. The `follow` frames and every name and limit are declared in trainer/remote/protocol.py.
 """
 
@@ -23,14 +23,13 @@ import io
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from trainer.core.rundir import FINAL_STATES, RunDir
-from trainer.core.system import pid_alive, signal_group
+from trainer.core.system import detached, kill_tree, pid_alive, stop_tree
 from trainer.remote.protocol import (
     APPENDED,
     EVAL_DIR,
@@ -132,8 +131,8 @@ def _detached(argv: list[str], output: Path) -> subprocess.Popen:
     from trainer.runs.launch import REPO_ROOT
 
     with open(output, "ab") as out:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=str(REPO_ROOT), env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT),
+                                **detached(dict(os.environ, PYTHONUNBUFFERED="1")))
 
 
 def _refusal(output: Path, code: int) -> str:
@@ -258,7 +257,7 @@ def stop(run_dir: str, kill: bool, job: int | None) -> dict:
     pid = status.get("pgid") or status.get("pid")
     if not run.is_live() or not pid:
         return {"signalled": None, "state": run.effective_state()}
-    signal_group(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    kill_tree(pid) if kill else stop_tree(pid)
     return {"signalled": pid}
 
 

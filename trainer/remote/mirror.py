@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_bytes, atomic_write_text
 from trainer.core.rundir import FINAL_STATES, RunDir
 from trainer.core.summary import SummaryKeeper, summary_path
-from trainer.core.system import try_lock
+from trainer.core.system import detached, on_stop, try_lock
 from trainer.remote.hosts import Host, HostError, get_host
 from trainer.remote.protocol import (
     APPENDED,
@@ -50,6 +49,7 @@ log = logging.getLogger(__name__)
 
 REMOTE_FILE = "remote.json"
 MIRROR_LOCK = ".mirror.lock"
+MIRROR_PID = ".mirror.pid"  # the follower's pid (beside its lock: on Windows a locked file cannot be read)
 MIRROR_LOG = "mirror.log"  # this side's own output (the remote's output.log is mirrored as itself)
 EXIT_CODES = (0, 1, 2, 3)  # completed or stopped, failed, bad input, diverged (trainer/train/engine.py)
 RETRY_S = (1, 2, 4, 8, 10)
@@ -99,7 +99,7 @@ def mirror_pid(run: RunDir) -> int | None:
         handle.close()
         return None
     try:
-        return int((run.path / MIRROR_LOCK).read_text().strip() or 0) or None
+        return int((run.path / MIRROR_PID).read_text().strip() or 0) or None
     except (OSError, ValueError):
         return None
 
@@ -245,18 +245,15 @@ class Mirror:
         lock = try_lock(self.run.path / MIRROR_LOCK)
         if lock is None:
             raise HostError(f"{self.run.path}: already followed by pid {mirror_pid(self.run)}")
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
-        previous = signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        atomic_write_text(self.run.path / MIRROR_PID, str(os.getpid()))
+        undo_stop = on_stop(lambda why: self.request_stop())
         try:
             attempt, lost_since = 0, None
             while True:
                 try:
                     ssh.connect(self.host)
                     proc = subprocess.Popen(self.follow_argv(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, start_new_session=True)
+                                            stderr=subprocess.PIPE, **detached(own_tree=False))
                 except (HostError, OSError) as e:
                     proc, said = None, str(e)
                 if proc is not None:
@@ -289,7 +286,7 @@ class Mirror:
                 self._sleep(wait)
         finally:
             self.write_summary()  # what the app reads when it opens the run
-            signal.signal(signal.SIGTERM, previous)
+            undo_stop()
             lock.close()
 
     def _read(self, proc: subprocess.Popen) -> tuple[bool, str]:

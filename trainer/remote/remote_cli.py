@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -16,6 +15,7 @@ from trainer.core.config import ConfigError, RunConfig, load_config
 from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir, default_runs_dir, planned_run_dir, report_end, run_label
+from trainer.core.system import on_stop
 from trainer.remote.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
 from trainer.remote.protocol import FrameError, parse_answer
 
@@ -107,10 +107,10 @@ def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bo
     local = _new_mirror_dir(args, host, cfg.model.name)
     cfg.device.host = ""  # there, it is a local run
     text = cfg.to_yaml()
-    # Stop (SIGTERM) while the host starts the run is not lost: noted now, and the run is stopped there as soon as
+    # Stop while the host starts the run is not lost: noted now, and the run is stopped there as soon as
     # it exists (killing this process here left a run going there that nobody could see or stop).
     stopped: list[float] = []
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
+    undo_stop = on_stop(lambda why: stopped.append(time.time()))
     try:
         if host.slurm:
             # --key=value: a runs folder or partition starting with '-' is a value there, not an option
@@ -120,7 +120,7 @@ def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bo
             answer = ssh.remote_json(host, ["agent", "start", f"--runs={host.runs}", f"--name={local.name}"], input=text,
                                      timeout=START_WAIT_S)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        undo_stop()
     return _follow_started(local, host, answer, args, stopped, choices, bring_exports)
 
 
@@ -214,7 +214,7 @@ def _auto_job(host: Host, args, say) -> int:
     say(f"submitting Auto to {host.name}: the job's node scans, measures and plans, then trains "
         f"({args.minutes:g} min from the job's start; the time it pends is not spent)")
     stopped: list[float] = []
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(time.time()))
+    undo_stop = on_stop(lambda why: stopped.append(time.time()))
     try:
         folder = f"./{args.folder}" if args.folder.startswith("-") else args.folder  # a value there, not an option
         labels = [f"--labels={args.labels}"] if args.labels else []
@@ -222,7 +222,7 @@ def _auto_job(host: Host, args, say) -> int:
                                         f"--runs={host.runs}", f"--partition={host.partition}", *labels],
                                  timeout=START_WAIT_S)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        undo_stop()
     args.detach = False
     return _follow_started(local, host, answer, args, stopped, None, bring_exports=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainer.core.events import EventTail
 from trainer.core.rundir import FINAL_STATES, RunDir
-from trainer.core.system import pid_alive, signal_group, signal_process
+from trainer.core.system import detached, pid_alive, stop_tree
 from trainer.runs import queue
 from trainer.runs.sweep import Sweep, SweepError
 
@@ -63,8 +63,7 @@ def ensure_scheduler(runs_dir: Path) -> None:
 
     if not queue.live_schedulers(runs_dir):
         subprocess.Popen(main_command("queue", "run", "--runs-dir", str(runs_dir), "--until-empty"),
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **detached())
         deadline = time.time() + 30
         while not queue.live_schedulers(runs_dir) and time.time() < deadline:
             time.sleep(0.1)
@@ -95,10 +94,10 @@ def follow(run: RunDir, trial, metric: str) -> tuple[float | None, int | None]:
 
 
 def stop_run(run: RunDir, timeout: float = 120) -> None:
-    """Stop a live run as Stop does (SIGTERM to its process group: it checkpoints and ends) and wait for it."""
+    """Stop a live run as Stop does (it checkpoints and ends) and wait for it."""
     status = run.read_status()
     pgid, pid = status.get("pgid"), status.get("pid")
-    if not (signal_group(pgid) if pgid else signal_process(pid) if pid else False):
+    if not (pgid or pid) or not stop_tree(pgid or pid):
         return
     deadline = time.time() + timeout
     while (run.is_live() or pid_alive(pid)) and time.time() < deadline:  # gone, its last status written

@@ -7,7 +7,7 @@ schedulers never claim the same run and the app's edits never interleave with a 
 
 A scheduler (`main.py queue run`) claims the first waiting run that fits (placement), launches
 `main.py resume RUN_DIR` for it (a queued run without a checkpoint starts from scratch), and keeps going when a run
-fails. Its children get SIGTERM if it dies (Linux parent-death signal), so they checkpoint and stop; the next
+fails. Its children watch it: if it dies they checkpoint and stop (trainer/core/system.py's `on_stop`); the next
 scheduler puts the runs a dead scheduler owned back at the head of the queue, where they resume from their
 checkpoint.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 
 from trainer.core.config import ConfigError, RunConfig, load_config, save_config
 from trainer.core.rundir import RunDir, list_runs
-from trainer.core.system import die_with_parent, locked, pid_alive, signal_group
+from trainer.core.system import WATCH_PARENT_ENV, detached, locked, on_stop, pid_alive, stop_tree
 
 LOCK = ".queue.lock"
 SCHEDULERS = ".schedulers"  # one file per live scheduler: <pid>
@@ -203,7 +202,7 @@ class Scheduler:
     def run(self, until_empty: bool = False) -> int:
         self.marker.parent.mkdir(parents=True, exist_ok=True)
         self.marker.write_text(str(time.time()))
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        on_stop(lambda why: setattr(self, "stopping", True))
         try:
             while not self.stopping:
                 self.reap()
@@ -213,7 +212,7 @@ class Scheduler:
                 time.sleep(POLL_S)
         finally:
             for proc, _ in self.children.values():
-                signal_group(proc.pid)  # each checkpoints and stops; the next scheduler resumes it
+                stop_tree(proc.pid)  # each checkpoints and stops; the next scheduler resumes it
             for proc, _ in self.children.values():
                 proc.wait()
             self.marker.unlink(missing_ok=True)
@@ -272,7 +271,7 @@ class Scheduler:
     def _launch(self, run: RunDir, cfg: RunConfig, gpus: list[int]) -> None:
         from trainer.runs.launch import main_command
 
-        env = dict(os.environ)
+        env = dict(os.environ, **{WATCH_PARENT_ENV: str(os.getpid())})  # it stops when this scheduler is gone
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
             if cfg.device.gpus != list(range(len(gpus))):  # the run sees its GPUs as 0..n-1
@@ -282,7 +281,7 @@ class Scheduler:
         _edit(run, scheduler=os.getpid(), gpus=gpus, started=time.time())
         out = open(run.output_log, "ab")
         proc = subprocess.Popen(main_command("resume", str(run.path)), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
+                                stdin=subprocess.DEVNULL, **detached(env))
         out.close()
         self.children[run.path] = (proc, gpus)
         self.log(f"{run.name}: started" + (f" on GPU {','.join(map(str, gpus))}" if gpus else ""))

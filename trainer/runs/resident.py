@@ -115,10 +115,10 @@ def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict |
 
 def serve(entry: Callable[[list[str]], int], stdin: TextIO = sys.stdin) -> int:
     """Warm up, then answer requests until stdin ends (see the module's docstring)."""
-    from trainer.core.system import die_with_parent
+    from trainer.core.system import on_stop
 
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # told to go: at once, even mid-import
-    die_with_parent()  # the app gone (even killed): so is its worker
+    # told to go, or the app gone (even killed): at once, even mid-import
+    on_stop(lambda why: os._exit(0), watch_parent=True)
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # fd 1 is stderr from here on: a stray print, even from C, never lands in the replies
     sys.stdout = sys.stderr

@@ -11,7 +11,6 @@ import collections
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import time
 
 from trainer.core.config import RunConfig
 from trainer.core.rundir import FINAL_STATES, RunDir
-from trainer.core.system import process_group, signal_process
+from trainer.core.system import detached, on_stop, pass_stop_on, process_group
 from trainer.runs.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
 from trainer.train.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, run_worker
 
@@ -95,16 +94,15 @@ def _finalise(run: RunDir, code: int) -> int:
 
 
 def _forward_signals(pids, stopping: threading.Event | None = None) -> None:
-    """Stop requests to this launcher go to its workers' launcher (torchrun) or the spawned ranks, once; `stopping`
+    """Stop requests to this launcher go on to its workers' launcher (torchrun) or the spawned ranks, once; `stopping`
     is set when one came."""
-    def forward(signum, frame):
+    def forward(why: str) -> None:
         if stopping is not None:
             stopping.set()
         for pid in pids():
-            signal_process(pid)
+            pass_stop_on(pid)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    on_stop(forward)
 
 
 def _run_launcher(run: RunDir, cfg: RunConfig, resume: bool) -> int:
@@ -120,8 +118,7 @@ def _run_launcher(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     log.info("launching: %s", " ".join(cmd))
     # The launcher gets its own session so that a stop sent to this process's group reaches it exactly once
     # (forwarded below); it then stops the workers, which it starts in sessions of their own.
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", **detached(env, own_tree=False))
     stopping = threading.Event()
     _forward_signals(lambda: [proc.pid], stopping)
     tail: collections.deque[str] = collections.deque(maxlen=300)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import random
-import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -21,6 +21,7 @@ import torch
 from trainer.core.config import ConfigError, RunConfig, config_from, read_config_file, save_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, RunDirDeleted
+from trainer.core.system import on_stop
 from trainer.data.cache import Interrupted
 from trainer.deploy.finish import finish_run
 from trainer.device.strategy import LaunchError, Strategy, make_strategy
@@ -38,32 +39,19 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 
 
 class StopRequest:
-    """Set by SIGTERM/SIGINT, or when a launched worker's launcher is gone; the loop stops at the next safe
-    point and checkpoints."""
+    """Set when this process is asked to stop (trainer/core/system.py's stop channel: SIGTERM or SIGINT, the run's
+    stop file, a launched worker's launcher gone); the loop stops at the next safe point and checkpoints."""
 
-    def __init__(self, watch_parent: bool = False):
-        self._requested = False
-        self._parent = os.getppid() if watch_parent else None
+    def __init__(self):
+        self.requested = False
 
-    @property
-    def requested(self) -> bool:
-        if not self._requested and self._parent is not None and os.getppid() != self._parent:
-            log.warning("the launcher (pid %d) is gone: stopping", self._parent)
-            self._requested = True
-        return self._requested
-
-    @requested.setter
-    def requested(self, value: bool) -> None:
-        self._requested = value
-
-    def install(self) -> None:
-        def handler(signum, frame):
+    def install(self, watch_parent: bool = False) -> Callable[[], None]:
+        def handler(why: str) -> None:
             if not self.requested:
-                log.info("received %s: stopping after the current step", signal.Signals(signum).name)
+                log.info("%s: stopping after the current step", why if why.startswith("the ") else f"received {why}")
             self.requested = True
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        return on_stop(handler, watch_parent)
 
 
 def seed_everything(seed: int) -> None:
@@ -111,8 +99,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     started = time.time()  # train.budget counts from here
     run = RunDir(run_dir)
     # torchrun, spawn and horovodrun workers must not outlive their launcher
-    stop = StopRequest(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
-    stop.install()
+    stop = StopRequest()
+    stop.install(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
     try:
         raw = read_config_file(run.config)
         cfg = config_from(raw, run.config)
