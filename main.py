@@ -1,9 +1,14 @@
 """TrainDeck: `python main.py` opens the app; `python main.py <command>` runs headless (see --help)."""
 
+import os
 import sys
 
 
 def main() -> int:
+    if sys.platform == "darwin":  # before torch loads: an operation Apple's GPU lacks runs on the CPU, with a warning
+        from trainer.device.apple import FALLBACK_ENV
+
+        os.environ.setdefault(FALLBACK_ENV, "1")
     from trainer.cli import COMMANDS
 
     if len(sys.argv) > 1 and (sys.argv[1] in COMMANDS or sys.argv[1] in ("-h", "--help")):

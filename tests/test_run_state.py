@@ -115,7 +115,8 @@ def test_auto_precision_verdicts():
     assert auto_precision("auto", "cpu", CPU_ONLY) == ("fp32", "auto: this CPU has no native bf16")
     assert auto_precision("auto", "cuda", ONE_GPU, "G") == ("bf16", "auto: G runs bf16 natively")
     assert auto_precision("none", "cuda", ONE_GPU)[0] == "fp32" and auto_precision("fp16", "cpu", {})[0] == "fp16"
-    assert set(refusals(ONE_GPU)) == {"dp", "mpi"}
+    assert set(refusals(ONE_GPU)) == {"dp", "mpi", "mps"}
+    assert set(refusals({**ONE_GPU, "mps": True, "bf16_mps": False})) == {"dp", "mpi", "bf16_mps"}
 
 
 def test_the_runs_page_names_a_dataset_people_recognise():

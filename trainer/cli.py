@@ -691,8 +691,9 @@ def cmd_probe_devices(args) -> int:
         **facts,
         "usage": usage,  # NVML: memory (every process's, other users' included) and utilisation of each GPU
         "busy": sorted(busy_gpus(usage, set())),  # kept busy by someone else: the queue does not place runs there
-        "auto_precision": {"cpu": auto_precision("auto", "cpu", facts), "cuda": auto_precision("auto", "cuda", facts,
-                                                                                              gpu_name)},
+        "auto_precision": {"cpu": auto_precision("auto", "cpu", facts),
+                           "cuda": auto_precision("auto", "cuda", facts, gpu_name),
+                           "mps": auto_precision("auto", "mps", facts)},
         "refused": refusals(facts),
     }))
     return 0

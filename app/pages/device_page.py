@@ -224,7 +224,9 @@ class DevicePage(QWidget):
         usage = {u["index"]: u for u in info.get("usage", [])}
         for g in info["gpus"]:
             self.devices.addItem(QListWidgetItem(gpu_line(g, usage.get(g["index"]), g["index"] in info.get("busy", []))))
-        if not info["gpus"]:
+        if info.get("mps"):
+            self.devices.addItem("Apple silicon's GPU (MPS)")
+        elif not info["gpus"]:
             self.devices.addItem("no CUDA GPU found")
         self._apply_availability()
 
@@ -240,8 +242,8 @@ class DevicePage(QWidget):
 
     def _apply_availability(self) -> None:
         missing = self.unavailable()
-        for combo_key, options in (("device.type", ["cuda"]), ("device.backend", ["gloo", "nccl", "mpi"])):
-            self._enable(self.binder.widgets[combo_key], options, missing)
+        for combo_key in ("device.type", "device.backend"):
+            self._enable(self.binder.widgets[combo_key], missing)
         model: QStandardItemModel = self.mode.model()
         for i, (_, parallel, launcher) in enumerate(MODES):
             reason = missing.get(parallel) or missing.get(launcher)
@@ -261,13 +263,12 @@ class DevicePage(QWidget):
         self.amp_note.setText(f"{reason.split(':')[0]}: {name} — {reason.partition(': ')[2]}")
 
     @staticmethod
-    def _enable(combo: QComboBox, options: list[str], missing: dict[str, str]) -> None:
+    def _enable(combo: QComboBox, missing: dict[str, str]) -> None:
         model: QStandardItemModel = combo.model()
-        for option in options:
-            idx = combo.findText(option)
-            if idx >= 0:
-                model.item(idx).setEnabled(option not in missing)
-                model.item(idx).setData(missing.get(option, ""), Qt.ItemDataRole.ToolTipRole)
+        for idx in range(combo.count()):
+            option = combo.itemText(idx)
+            model.item(idx).setEnabled(option not in missing)
+            model.item(idx).setData(missing.get(option, ""), Qt.ItemDataRole.ToolTipRole)
 
     # ---- config ------------------------------------------------------------------------------
     def _mode_changed(self, index: int) -> None:

@@ -102,6 +102,8 @@ def test_device_page_offers_what_this_machine_can_run(qtbot, make_window, shapes
     assert enabled["DDP via Horovod"] == probe["horovod"]
     cuda = window.binder.widgets["device.type"]
     assert cuda.model().item(cuda.findText("cuda")).isEnabled() == bool(probe["gpus"])
+    assert cuda.model().item(cuda.findText("mps")).isEnabled() == probe["mps"]
+    assert probe["mps"] or "no Apple-silicon GPU (MPS) here" in page.reasons.text()
     # the page shows the trainer's own verdicts (probe-devices), word for word
     assert probe["refused"] and all(reason in page.reasons.text() for reason in probe["refused"].values())
     if not probe["gpus"]:

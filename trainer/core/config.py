@@ -265,7 +265,8 @@ class ExportConfig:
 
 @dataclass
 class DeviceConfig:
-    type: str = opt("cpu", "where to train", choices=("cpu", "cuda"))
+    type: str = opt("cpu", "where to train: cpu, cuda (NVIDIA GPUs) or mps (Apple silicon's GPU)",
+                    choices=("cpu", "cuda", "mps"))
     gpus: list[int] = opt(factory=lambda: [0], doc="GPU indices (cuda)")
     parallel: str = opt("none", "none (one device), dp (DataParallel) or ddp (DistributedDataParallel)",
                         choices=("none", "dp", "ddp"))
@@ -642,6 +643,9 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         problems.append("device.gpus: must list at least one GPU index when device.type is cuda")
     if dev.parallel == "dp" and dev.type != "cuda":
         problems.append("device.parallel: dp (DataParallel) needs device.type cuda")
+    if dev.parallel == "ddp" and dev.type == "mps":
+        problems.append("device.parallel: ddp needs device.type cpu or cuda (PyTorch has no collective backend for "
+                        "mps); use parallel none on Apple's GPU")
     if dev.parallel == "dp" and cfg.data.batch_size < len(dev.gpus):
         problems.append(f"data.batch_size: dp splits each batch over {len(dev.gpus)} GPUs, "
                         f"so it must be >= {len(dev.gpus)}, got {cfg.data.batch_size}")

@@ -26,7 +26,7 @@ from typing import Any
 from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
 from trainer.core.summary import summary_path
-from trainer.core.system import pid_alive, try_lock
+from trainer.core.system import pid_alive, try_lock, user_dir
 
 STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
 FINAL_STATES = ("completed", "stopped", "failed", "diverged")
@@ -395,8 +395,7 @@ def list_runs(runs_dir: str | os.PathLike, remote: bool = False) -> list[RunDir]
 
 def user_log_dir() -> Path:
     """Where TrainDeck keeps logs that belong to no run (tracebacks of the command line)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "traindeck"
+    return user_dir("state")
 
 
 def default_runs_dir() -> Path:

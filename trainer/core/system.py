@@ -37,6 +37,16 @@ WATCH_PARENT_ENV = "TRAINDECK_WATCH_PARENT"  # a child started with this set to 
 POLL_S = 0.2  # how often a process looks at its stop file (and its parent)
 
 
+# ---- folders -------------------------------------------------------------------------------------------------
+def user_dir(kind: str) -> Path:
+    """TrainDeck's folder of `kind` (cache, data, config or state) for this user, where the OS keeps such folders
+    (platformdirs): $XDG_CACHE_HOME/traindeck etc. on Linux (~/.cache, ~/.local/share, ~/.config, ~/.local/state),
+    ~/Library/... on macOS, %LOCALAPPDATA%\\traindeck on Windows."""
+    import platformdirs
+
+    return Path(getattr(platformdirs, f"user_{kind}_dir")("traindeck", appauthor=False))
+
+
 # ---- locks ---------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def locked(path: str | os.PathLike):

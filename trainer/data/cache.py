@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from trainer.core.system import locked as _locked
-from trainer.core.system import pid_alive
+from trainer.core.system import pid_alive, user_dir
 from trainer.data.frame import Frame
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,7 @@ class Interrupted(Exception):
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "traindeck" / "images"
+    return user_dir("cache") / "images"
 
 
 @dataclass

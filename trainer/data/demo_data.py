@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from trainer.core.system import user_dir
+
 CLASSES = ("circle", "square", "triangle", "cross")
 
 
@@ -68,10 +70,9 @@ def write_demo_dataset(root: str | os.PathLike, per_class: int = 250, size: int 
 
 
 def demo_dataset_dir() -> Path:
-    """Where the app keeps its demo dataset: the user's data folder ($XDG_DATA_HOME/traindeck, by default
+    """Where the app keeps its demo dataset: the user's data folder (on Linux $XDG_DATA_HOME/traindeck, by default
     ~/.local/share/traindeck), never the project's folder."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "traindeck" / "demo_data"
+    return user_dir("data") / "demo_data"
 
 
 def ensure_demo_dataset(root: str | os.PathLike) -> Path:

@@ -13,7 +13,8 @@ from typing import Any
 from trainer.core.config import RunConfig
 
 # {"gpus": [{"index", "name", "memory_gb"}], "bf16_cuda" (native), "bf16_cuda_supported" (also emulated),
-#  "bf16_cpu" (native), "backends": {"gloo": bool, "nccl": bool, "mpi": bool}, "horovod": bool}
+#  "bf16_cpu" (native), "backends": {"gloo": bool, "nccl": bool, "mpi": bool}, "horovod": bool,
+#  "mps": bool (Apple silicon's GPU), "bf16_mps": bool}
 Facts = dict[str, Any]
 
 HOROVOD_INSTALL = "pip install 'horovod[pytorch]', which needs a compiler and MPI or Gloo"
@@ -23,6 +24,8 @@ def auto_precision(amp: str, device_type: str, facts: Facts, device_name: str | 
     """(fp32 | bf16 | fp16, why): `train.amp` as set, or for `auto` what the device runs natively."""
     if amp != "auto":
         return {"none": "fp32"}.get(amp, amp), f"train.amp is {amp}"
+    if device_type == "mps":  # fp16 autocast runs there too, but its results are what users report problems with
+        return "fp32", "auto: fp32 on Apple's GPU (train.amp fp16 runs half precision there)"
     where = device_name or ("this GPU" if device_type == "cuda" else "this CPU")
     if facts.get("bf16_cuda" if device_type == "cuda" else "bf16_cpu"):
         return "bf16", f"auto: {where} runs bf16 natively"
@@ -30,9 +33,13 @@ def auto_precision(amp: str, device_type: str, facts: Facts, device_name: str | 
 
 
 def refusals(facts: Facts) -> dict[str, str]:
-    """Option -> why this machine cannot run it (device.type cuda, parallel dp, backends, horovod, GPU bf16)."""
+    """Option -> why this machine cannot run it (device.type cuda or mps, parallel dp, backends, horovod, GPU bf16)."""
     gpus = facts.get("gpus", [])
     out = {}
+    if not facts.get("mps"):
+        out["mps"] = "no Apple-silicon GPU (MPS) here: it needs a Mac with an M-series chip"
+    elif not facts.get("bf16_mps"):
+        out["bf16_mps"] = "Apple's GPU runs bf16 from macOS 14; use fp16 or update macOS"
     if not gpus:
         out["cuda"] = "no CUDA GPU is available here"
         out["dp"] = "DataParallel needs CUDA GPUs; none found"
@@ -63,6 +70,11 @@ def device_problems(cfg: RunConfig, facts: Facts) -> list[str]:
                 out.append(f"device.gpus: {bad} do not exist (this machine has {count} GPU(s): 0..{count - 1})")
         if cfg.train.amp == "bf16" and "bf16_cuda" in refused:
             out.append(f"train.amp: bf16: {refused['bf16_cuda']}")
+    if dev.type == "mps":
+        if "mps" in refused:
+            out.append(f"device.type: mps, but {refused['mps']}; use cpu")
+        elif cfg.train.amp == "bf16" and "bf16_mps" in refused:
+            out.append(f"train.amp: bf16: {refused['bf16_mps']}")
     if dev.parallel == "dp" and "dp" in refused and "cuda" not in refused:
         out.append(f"device.parallel: dp: {refused['dp']}")
     if dev.parallel == "ddp":

@@ -35,7 +35,7 @@ def native_bf16(device: torch.device) -> bool:
 
 def choose_precision(amp: str, device: torch.device) -> tuple[str, str]:
     """(fp32 | bf16 | fp16, why): `train.amp` as set, or for `auto` what this device runs natively."""
-    if amp != "auto":
+    if amp != "auto" or device.type == "mps":
         return auto_precision(amp, device.type, {})
     facts = {"bf16_cuda" if device.type == "cuda" else "bf16_cpu": native_bf16(device)}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else None

@@ -40,7 +40,7 @@ class Strategy:
             self.device = torch.device("cuda", cfg.gpus[0])
             torch.cuda.set_device(self.device)
         else:
-            self.device = torch.device("cpu")
+            self.device = torch.device(cfg.type)  # cpu, or mps: Apple's GPU
 
     @property
     def is_main(self) -> bool:

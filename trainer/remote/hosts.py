@@ -26,6 +26,7 @@ import yaml
 
 from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
+from trainer.core.system import user_dir
 
 SCHEDULERS = ("ssh", "slurm")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
@@ -70,8 +71,7 @@ def hosts_file() -> Path:
     env = os.environ.get("TRAINDECK_HOSTS")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "traindeck" / "hosts.yaml"
+    return user_dir("config") / "hosts.yaml"
 
 
 def _check(name: str, entry, path: Path) -> Host:

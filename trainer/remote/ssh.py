@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from trainer.core.system import user_dir
 from trainer.remote.hosts import Host, HostError
 from trainer.remote.protocol import MAX_ANSWER_BYTES, PROTOCOL, FrameError, parse_answer
 
@@ -34,8 +35,7 @@ NOT_FOUND = 127  # the shell there could not find the command
 
 
 def control_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    path = Path(base) / "traindeck" / "ssh"
+    path = user_dir("cache") / "ssh"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
 

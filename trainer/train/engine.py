@@ -7,6 +7,7 @@ whatever happens, records how the run ended: exit code, status.json and the last
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -24,6 +25,7 @@ from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.core.system import on_stop
 from trainer.data.cache import Interrupted
 from trainer.deploy.finish import finish_run
+from trainer.device.apple import reporting_fallbacks
 from trainer.device.strategy import LaunchError, Strategy, make_strategy
 from trainer.model.checkpoint import CheckpointWriteError, TrainState, describe_write_failure
 from trainer.train.loop import Diverged, Loop
@@ -52,6 +54,18 @@ class StopRequest:
             self.requested = True
 
         return on_stop(handler, watch_parent)
+
+
+def fallbacks_reported(device: torch.device, reporter: Reporter):
+    """On Apple's GPU, each operation it runs on the CPU instead, said once as a warning of the run."""
+    if device.type != "mps":
+        return contextlib.nullcontext()
+
+    def report(operator: str, message: str) -> None:
+        log.warning("%s", message)
+        reporter.warning("mps_fallback", message, operator=operator)
+
+    return reporting_fallbacks(report)
 
 
 def seed_everything(seed: int) -> None:
@@ -128,7 +142,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         if strategy.is_main and parts.augment_choices:  # config.yaml: what auto became (run_start says why), so a
             save_config(cfg, run.config)  # resume, a comparison or a copy of the run trains with the same decisions
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
-        state = loop.fit()
+        with fallbacks_reported(strategy.device, reporter):
+            state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
         strategy.leave_together()
         # the run's end is the deploy package's: test set, exports (not for a run that made way for another network)
