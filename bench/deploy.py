@@ -7,7 +7,8 @@ speed, measured side by side.
    scikit-image's astronaut, chelsea, coffee, rocket and scikit-learn's china and flower; train, val and test crops
    from separate bands of each photograph, so the test images are regions never trained on), at `--size` px.
 2. Exports best.pt with `main.py export` as onnx (fp32), onnx_int8 (static, calibrated on 200 training images, and
-   with 50 and 500), onnx_int8 --int8 dynamic, onnx_fp16 and executorch; each card carries the file's top-1 on the
+   with 50 and 500), onnx_int8 --int8 dynamic, onnx_fp16, executorch, openvino and openvino_int8 (NNCF), litert and
+   litert_int8 (litert-torch, PT2E); each card carries the file's top-1 on the
    300 test images and its agreement with the checkpoint.
 3. Speed side by side in one process: ONNX Runtime sessions of the fp32 and int8 files, and the checkpoint in
    PyTorch fp32, timed in interleaved rounds (`--repeats`; each round: batch-1 latency as the median of 50 runs,
@@ -34,7 +35,8 @@ EXPORTS = [("onnx", ".onnx", []), ("onnx_int8", ".int8.onnx", []),
            ("onnx_int8", ".int8-cal500.onnx", ["--calibration-images", "500"]),
            ("onnx_int8", ".int8-dynamic.onnx", ["--int8", "dynamic"]),
            ("onnx_fp16", ".fp16.onnx", []), ("executorch", ".pte", []),
-           ("openvino", ".openvino", []), ("openvino_int8", ".int8.openvino", [])]
+           ("openvino", ".openvino", []), ("openvino_int8", ".int8.openvino", []),
+           ("litert", ".tflite", []), ("litert_int8", ".int8.tflite", [])]
 
 
 def main_py(*args: str) -> str:

@@ -356,3 +356,41 @@ def read_all(model) -> None:
     model.poll()
     while model.catching_up:
         model.poll()
+
+
+# Runs an export's model-card snippet (its own lines, as a user would paste them) in a Python without TrainDeck.
+ROUND_TRIP = r"""
+import sys
+import numpy as np, torch
+snippet, batch_path, out_path, as_numpy = sys.argv[1:5]
+x = torch.load(batch_path, weights_only=True)
+if as_numpy == "1":
+    x = x.numpy()
+namespace = {"x": x}
+exec(snippet, namespace)
+logits = namespace.get("logits")
+if logits is None:  # the weights-only snippets end with the model loaded
+    with torch.no_grad():
+        logits = namespace["model"](torch.as_tensor(x))
+assert not any(m == "trainer" or m.startswith(("trainer.", "app")) for m in sys.modules), "TrainDeck was imported"
+torch.save(torch.as_tensor(np.asarray(logits.detach() if hasattr(logits, "detach") else logits)), out_path)
+"""
+NUMPY_IN = ("onnx", "openvino", "litert")  # the export formats whose snippets take a numpy array
+
+
+def run_card_snippet(out: Path, x, tmp_path: Path):
+    """The logits of `x` (a tensor) from the card's Python snippet for `out`, run in a clean Python in the export's
+    folder."""
+    import json
+
+    import torch
+
+    card = json.loads(Path(f"{out}.json").read_text())
+    (snippet,) = [code for consumer, code in card["load"].items() if "Python" in consumer and "macOS" not in consumer]
+    torch.save(x, tmp_path / "x.pt")
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", ROUND_TRIP, snippet, str(tmp_path / "x.pt"), str(tmp_path / "y.pt"),
+                             "1" if card["format"].startswith(NUMPY_IN) else "0"], capture_output=True, text=True,
+                            cwd=out.parent, env=clean_env, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return torch.load(tmp_path / "y.pt", weights_only=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, run_here, train_here, write_config
+from helpers import REPO, run_card_snippet, run_here, train_here, write_config
 
 from trainer import cli
 from trainer.core.catalog import EXPORT_FORMATS as FORMATS
@@ -157,26 +157,9 @@ def test_weights_for_another_architecture_name_the_mismatching_keys(tmp_path, sh
     assert torch.equal(model.conv1.weight, other["conv1.weight"])
 
 
-# Runs an export's model-card snippet (its own lines, as a user would paste them) in a Python without TrainDeck.
-ROUND_TRIP = r"""
-import sys
-import numpy as np, torch
-snippet, batch_path, out_path, as_numpy = sys.argv[1:5]
-x = torch.load(batch_path, weights_only=True)
-if as_numpy == "1":
-    x = x.numpy()
-namespace = {"x": x}
-exec(snippet, namespace)
-logits = namespace.get("logits")
-if logits is None:  # the weights-only snippets end with the model loaded
-    with torch.no_grad():
-        logits = namespace["model"](torch.as_tensor(x))
-assert not any(m == "trainer" or m.startswith(("trainer.", "app")) for m in sys.modules), "TrainDeck was imported"
-torch.save(torch.as_tensor(np.asarray(logits.detach() if hasattr(logits, "detach") else logits)), out_path)
-"""
-LOSSLESS = [f for f in FORMATS if f not in ("onnx_int8", "onnx_fp16", "coreml", "executorch", "openvino_int8")]
-# int8 and fp16: their own tests (tests/test_deploy.py), as the mobile formats'
-NUMPY_IN = ("onnx", "openvino")  # the formats whose snippets take a numpy array
+LOSSLESS = [f for f in FORMATS if f not in ("onnx_int8", "onnx_fp16", "coreml", "executorch", "openvino_int8",
+                                            "litert", "litert_int8")]
+# int8 and fp16: their own tests (tests/test_deploy.py), as the mobile formats' (batch 1: LiteRT, ExecuTorch)
 
 
 @pytest.fixture(scope="module")
@@ -186,19 +169,6 @@ def trained_resnet(tmp_path_factory, shapes_dir):
     run, code = train_here(cfg, tmp / "runs")
     assert code == 0
     return run
-
-
-def run_card_snippet(out: Path, x: torch.Tensor, tmp_path: Path) -> torch.Tensor:
-    """The logits of `x` from the card's Python snippet for `out`, run in a clean Python in the export's folder."""
-    card = json.loads(Path(f"{out}.json").read_text())
-    (snippet,) = [code for consumer, code in card["load"].items() if "Python" in consumer and "macOS" not in consumer]
-    torch.save(x, tmp_path / "x.pt")
-    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", ROUND_TRIP, snippet, str(tmp_path / "x.pt"), str(tmp_path / "y.pt"),
-                             "1" if card["format"].startswith(NUMPY_IN) else "0"], capture_output=True, text=True,
-                            cwd=out.parent, env=clean_env, timeout=180)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return torch.load(tmp_path / "y.pt", weights_only=True)
 
 
 @pytest.mark.slow

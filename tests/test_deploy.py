@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import REPO, train_here, write_config
+from helpers import REPO, run_card_snippet, train_here, write_config
 
 from trainer import cli
 from trainer.core.catalog import EXPORT_FORMATS
@@ -96,6 +96,44 @@ def test_openvino_fp32_and_int8_are_measured_in_openvino_and_a_fake_ir_is_refuse
     assert cli.main(["predict", str(fake), str(image)]) == 2
     err = capsys.readouterr().err
     assert "is not a openvino file" in err and "Traceback" not in err, err
+
+
+def test_litert_fp32_and_int8_run_in_litert_and_int8_keeps_top1_within_a_point(small_photo_run, tmp_path, capsys):
+    """LiteRT `.tflite` (#48): fp32 gives the checkpoint's logits (its card's own Python lines, in a Python without
+    TrainDeck) and its class for every test image; full-integer int8 (PT2E, calibrated on 200 training images; int8
+    input and output) within a point of fp32's top-1 at under 30% of the size; each measured in LiteRT's own
+    interpreter, one image at a time; both predict. A file of other bytes under its name is refused."""
+    import torch
+
+    from trainer.deploy.inference import load_run_model
+
+    run, folder = small_photo_run
+    fp32 = export(run, "litert", tmp_path / "model.tflite")
+    int8 = export(run, "litert_int8", tmp_path / "model.int8.tflite")
+    assert fp32["metrics"]["top1"] > 0.5 and fp32["metrics"]["agreement"] == 1.0
+    assert abs(int8["metrics"]["top1"] - fp32["metrics"]["top1"]) <= 0.01 + 1e-9, (int8["metrics"], fp32["metrics"])
+    assert int8["metrics"]["agreement"] >= 0.95
+    assert int8["file"]["bytes"] < 0.3 * fp32["file"]["bytes"]
+    assert int8["conversion"]["calibration_images"] == 200 and "training split" in int8["conversion"]["calibrated_on"]
+    for card in (fp32, int8):
+        assert "LiteRT" in card["speed"]["runtime"] and card["speed"]["batch1_ms"] > 0
+    x = torch.randn(1, 3, 48, 48)
+    with torch.no_grad():
+        expected = load_run_model(run).net(x)
+    torch.testing.assert_close(run_card_snippet(tmp_path / "model.tflite", x, tmp_path), expected, rtol=1e-4,
+                               atol=1e-4)
+    approximate = run_card_snippet(tmp_path / "model.int8.tflite", x, tmp_path)  # int8 in and out, dequantized
+    assert (approximate - expected).abs().max() < 0.2 * expected.abs().max()
+    image = next((folder / "test").glob("*/*"))
+    for out in (tmp_path / "model.tflite", tmp_path / "model.int8.tflite"):
+        assert cli.main(["predict", str(out), str(image), "--json"]) == 0
+    capsys.readouterr()
+    fake = tmp_path / "fake.tflite"
+    fake.write_bytes(b"\x1c\0\0\0ET12" + bytes(64))  # an ExecuTorch program's header under a .tflite name
+    Path(f"{fake}.json").write_text(Path(f"{tmp_path / 'model.tflite'}.json").read_text())
+    assert cli.main(["predict", str(fake), str(image)]) == 2
+    err = capsys.readouterr().err
+    assert "is a ExecuTorch program (.pte), but fake.tflite.json says litert" in err and "Traceback" not in err, err
 
 
 def test_int8_onnx_keeps_top1_within_a_point_at_under_30_percent_of_the_size(photo_run, tmp_path, capsys):

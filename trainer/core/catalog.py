@@ -77,6 +77,13 @@ for _format in (
     ExportFormat("openvino_int8", ".int8.openvino", "OpenVINO IR with int8 weights and activations (NNCF, calibrated "
                  "on training images): about a quarter of the size, faster on Intel CPUs", _FORMATS + "openvino",
                  converter=("nncf", "pip install -e '.[openvino]'"), folder="model.xml"),
+    ExportFormat("litert", ".tflite", "LiteRT / TensorFlow Lite (.tflite, fp32, batch 1) for Android, embedded Linux "
+                 "and Frigate", _FORMATS + "litert", "tflite", one_image=True,
+                 converter=("litert_torch", "pip install -e '.[litert]'")),
+    ExportFormat("litert_int8", ".int8.tflite", "LiteRT / TensorFlow Lite with int8 weights, activations, input and "
+                 "output (calibrated on training images, batch 1): a quarter of the size, for integer-only "
+                 "accelerators", _FORMATS + "litert", "tflite", one_image=True,
+                 converter=("litert_torch", "pip install -e '.[litert]'")),
     ExportFormat("state_dict", ".pt", "the weights alone (torch.save), for the same torchvision model",
                  _FORMATS + "weights", "torch_save", graph=False),
     ExportFormat("safetensors", ".safetensors", "the weights alone (safetensors), for the same torchvision model",

@@ -21,7 +21,8 @@ from trainer.core.errors import InputError
 # container -> what it is called in a message
 CONTAINERS = {"pt2": "torch.export program (.pt2)", "torchscript": "TorchScript archive",
               "torch_save": "torch.save file", "safetensors": "safetensors file", "onnx": "ONNX model",
-              "executorch": "ExecuTorch program (.pte)", "mlpackage": "Core ML package"}
+              "executorch": "ExecuTorch program (.pte)", "mlpackage": "Core ML package",
+              "tflite": "LiteRT (TensorFlow Lite) model"}
 MAX_MEMBER_BYTES = 1 << 31  # a program member read whole to be checked (weights are not read, only pickles)
 UNSAFE_CONSTANT_PREFIXES = ("custom_obj", "opaque_obj")  # constants torch.export.load unpickles in full
 
@@ -52,6 +53,8 @@ def recognise(path: Path) -> str | None:
         return "torch_save" if any(n.endswith("data.pkl") for n in names) else None
     if len(head) >= 8 and head[4:8] == b"ET12":  # a flatbuffer with ExecuTorch's file identifier
         return "executorch"
+    if len(head) >= 8 and head[4:8] == b"TFL3":  # a flatbuffer with TensorFlow Lite's file identifier
+        return "tflite"
     if _is_safetensors(path, head):
         return "safetensors"
     if head[:1] == b"\x08":  # a protobuf ModelProto starts with field 1, ir_version (a varint)
