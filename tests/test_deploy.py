@@ -263,10 +263,14 @@ def test_bad_input_is_one_line_and_leaves_nothing(photo_run, tmp_path, capsys, m
                    "--calibration", str(tmp_path / "missing")], capsys)
     assert "no such folder" in err and not (tmp_path / "new").exists(), "refused before the folder is made"
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "coremltools"
+    missing = {"coremltools": "coreml", "litert_torch": "litert_int8", "nncf": "openvino_int8", "openvino": "openvino"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in missing
                         else real_find_spec(name, *a))
-    err = refused(["export", str(run.path), "--format", "coreml", "--out", str(out / "m.mlpackage")], capsys)
-    assert err == "error: --format coreml: needs coremltools, which is not installed here (pip install coremltools)"
+    for module, fmt in missing.items():  # what the Export dialog shows too (the command's line)
+        err = refused(["export", str(run.path), "--format", fmt, "--out", str(out / f"m{EXPORT_FORMATS[fmt]}")], capsys)
+        install = "pip install coremltools" if module == "coremltools" else \
+            f"pip install -e '.[{'litert' if module == 'litert_torch' else 'openvino'}]'"
+        assert err == f"error: --format {fmt}: needs {module}, which is not installed here ({install})", err
     monkeypatch.undo()
     read_only = Path("/sys/fs") if os.geteuid() == 0 else tmp_path / "ro"  # root writes anywhere a mode forbids
     if read_only != Path("/sys/fs"):
