@@ -75,7 +75,8 @@ def test_openvino_fp32_and_int8_are_measured_in_openvino_and_a_fake_ir_is_refuse
     fp32 = export(run, "openvino", tmp_path / "model.openvino")
     int8 = export(run, "openvino_int8", tmp_path / "model.int8.openvino")
     assert fp32["metrics"]["top1"] > 0.5 and fp32["metrics"]["agreement"] == 1.0
-    assert abs(int8["metrics"]["top1"] - fp32["metrics"]["top1"]) <= 0.01 + 1e-9, (int8["metrics"], fp32["metrics"])
+    # at most a point lost (int8 can also land a few images better: +1.3 points for OpenVINO on bench/deploy.py's run)
+    assert fp32["metrics"]["top1"] - int8["metrics"]["top1"] <= 0.01 + 1e-9, (int8["metrics"], fp32["metrics"])
     assert int8["metrics"]["agreement"] >= 0.95
     first_conv, classifier = int8["conversion"]["kept_in_fp32"]  # (the first's name is its folded BatchNorm's)
     assert classifier == "__module.fc/aten::linear/MatMul"
@@ -111,7 +112,8 @@ def test_litert_fp32_and_int8_run_in_litert_and_int8_keeps_top1_within_a_point(s
     fp32 = export(run, "litert", tmp_path / "model.tflite")
     int8 = export(run, "litert_int8", tmp_path / "model.int8.tflite")
     assert fp32["metrics"]["top1"] > 0.5 and fp32["metrics"]["agreement"] == 1.0
-    assert abs(int8["metrics"]["top1"] - fp32["metrics"]["top1"]) <= 0.01 + 1e-9, (int8["metrics"], fp32["metrics"])
+    # at most a point lost (int8 can also land a few images better: +1.3 points for OpenVINO on bench/deploy.py's run)
+    assert fp32["metrics"]["top1"] - int8["metrics"]["top1"] <= 0.01 + 1e-9, (int8["metrics"], fp32["metrics"])
     assert int8["metrics"]["agreement"] >= 0.95
     assert int8["file"]["bytes"] < 0.3 * fp32["file"]["bytes"]
     assert int8["conversion"]["calibration_images"] == 200 and "training split" in int8["conversion"]["calibrated_on"]
