@@ -54,9 +54,10 @@ TREE_MEMBER = """
     children = [subprocess.Popen([sys.executable, "-c", f"CODE = {CODE!r}\\n{CODE}", f"{marker}.{i}"],
                                  **(system.detached() if kind == "own" else {})) for i, kind in enumerate(kinds)]
     open(marker + ".pid", "w").write(str(os.getpid()))
-    while not done:
+    deadline = time.time() + 120  # never left behind for long, whatever the test did
+    while not done and time.time() < deadline:
         time.sleep(0.05)
-    open(marker, "w").write("stopped: " + done[0])
+    open(marker, "w").write("stopped: " + (done[0] if done else "nothing: timed out"))
 """
 
 
@@ -83,6 +84,8 @@ def test_a_stop_request_reaches_its_whole_tree_and_only_it(tmp_path, portable):
         wait_until(lambda: (tmp_path / "root.1").exists())
     finally:
         system.kill_tree(root.pid)
+        for pid_file in tmp_path.glob("*.pid"):  # members whose root ended before them
+            system.kill_tree(int(pid_file.read_text()))
 
 
 def test_a_child_told_to_watch_its_parent_stops_when_the_parent_is_killed(tmp_path, portable):
@@ -94,9 +97,10 @@ def test_a_child_told_to_watch_its_parent_stops_when_the_parent_is_killed(tmp_pa
             done = []
             system.on_stop(done.append)
             open(sys.argv[1] + ".ready", "w").close()
-            while not done:
+            deadline = time.time() + 120
+            while not done and time.time() < deadline:
                 time.sleep(0.05)
-            open(sys.argv[1], "w").write(done[0])
+            open(sys.argv[1], "w").write(done[0] if done else "timed out")
         ''')!r}, sys.argv[1]], env=dict(os.environ, {system.WATCH_PARENT_ENV}=str(os.getpid())))
         open(sys.argv[1] + ".child", "w").write(str(child.pid))
         time.sleep(600)
