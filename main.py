@@ -6,7 +6,7 @@ import sys
 
 def main() -> int:
     if sys.platform == "darwin":  # before torch loads: an operation Apple's GPU lacks runs on the CPU, with a warning
-        from trainer.device.apple import FALLBACK_ENV
+        from trainer.device.mps import FALLBACK_ENV
 
         os.environ.setdefault(FALLBACK_ENV, "1")
     from trainer.cli import COMMANDS

@@ -38,7 +38,7 @@ from trainer.core.config import RunConfig
 from trainer.core.errors import InputError
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import MULTILABEL_CROP_MIN, flip_rule, median_short_side, suggested_image_size
-from trainer.device import apple
+from trainer.device import mps
 from trainer.device.machine import OtherLoad
 from trainer.train.loop import patience_of, score_key
 
@@ -429,12 +429,12 @@ def _split_choices(layout: dict, scan: ScanResult, choose: Callable) -> tuple[in
 def _device_choices(choose: Callable) -> tuple[torch.device, str]:
     """One GPU when there is one (an NVIDIA GPU, else Apple's), else the CPU; the precision the trainer picks on it."""
     cuda = torch.cuda.is_available()
-    mps = not cuda and apple.mps_facts()["mps"]
-    device = torch.device("cuda", 0) if cuda else torch.device("mps") if mps else torch.device("cpu")
+    on_mps = not cuda and mps.facts()["mps"]
+    device = torch.device("cuda", 0) if cuda else torch.device("mps") if on_mps else torch.device("cpu")
     if cuda:
         props = torch.cuda.get_device_properties(0)
         choose("device.type", "cuda", f"{props.name} ({props.total_memory / 2**30:.0f} GB); one GPU")
-    elif mps:
+    elif on_mps:
         choose("device.type", "mps", "Apple silicon's GPU (MPS); no CUDA GPU here")
     else:
         from trainer.data.loader import usable_cpus

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from trainer.core.config import RunConfig
-from trainer.device import apple
+from trainer.device import mps
 from trainer.device.devices import Facts, device_problems
 from trainer.device.precision import native_bf16
 from trainer.device.strategy import LaunchError
@@ -43,7 +43,7 @@ def machine_facts() -> Facts:
         "backends": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available() and bool(gpus),
                      "mpi": dist.is_mpi_available()},
         "horovod": importlib.util.find_spec("horovod") is not None,
-        **apple.mps_facts(),
+        **mps.facts(),
         "torch": torch.__version__,
     }
 

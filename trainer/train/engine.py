@@ -25,7 +25,7 @@ from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.core.system import on_stop
 from trainer.data.cache import Interrupted
 from trainer.deploy.finish import finish_run
-from trainer.device.apple import reporting_fallbacks
+from trainer.device.mps import reporting_fallbacks
 from trainer.device.strategy import LaunchError, Strategy, make_strategy
 from trainer.model.checkpoint import CheckpointWriteError, TrainState, describe_write_failure
 from trainer.train.loop import Diverged, Loop

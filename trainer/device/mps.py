@@ -1,5 +1,5 @@
 """Apple silicon's GPU through PyTorch's MPS backend: whether this machine has one (the one place that asks; the
-tests mock `mps_facts`), and the operations MPS lacks, which run on the CPU instead, said once each as run warnings.
+tests mock `facts`), and the operations MPS lacks, which run on the CPU instead, said once each as run warnings.
 
 Torch is imported inside the functions: `main.py` reads FALLBACK_ENV before anything imports torch.
 """
@@ -17,7 +17,7 @@ FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
 FALLBACK_WARNING = re.compile(r"The operator '([^']+)' is not currently supported on the MPS backend")
 
 
-def mps_facts() -> dict:
+def facts() -> dict:
     """{"mps": whether Apple's GPU can train here, "bf16_mps": whether it runs bf16 (macOS 14 and newer)}."""
     import torch
 

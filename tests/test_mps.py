@@ -1,5 +1,5 @@
 """Apple silicon's GPU (device.type mps), on a machine without one: its availability is mocked at the one place that
-asks (`trainer.device.apple.mps_facts`); training on the hardware itself is untested (docs/portability.md)."""
+asks (`trainer.device.mps.facts`); training on the hardware itself is untested (docs/portability.md)."""
 
 import json
 import warnings
@@ -10,7 +10,7 @@ from helpers import run_here, write_config
 
 from trainer import auto
 from trainer.core.config import ConfigError, RunConfig, load_config
-from trainer.device import apple, machine
+from trainer.device import machine, mps
 from trainer.device.devices import auto_precision
 from trainer.device.precision import choose_precision
 from trainer.device.strategy import LaunchError
@@ -35,16 +35,16 @@ def test_mps_is_refused_where_there_is_none_naming_the_key_before_a_run_exists(s
 
 def test_on_a_mac_mps_is_accepted_auto_picks_it_and_bf16_needs_macos_14(shapes_dir, tmp_path, monkeypatch):
     cfg = write_config(tmp_path, shapes_dir)
-    monkeypatch.setattr(apple, "mps_facts", lambda: ON_A_MAC)
+    monkeypatch.setattr(mps, "facts", lambda: ON_A_MAC)
     machine.check_device(load_config(cfg, ["device.type=mps", "train.amp=bf16"]))  # no refusal
-    monkeypatch.setattr(apple, "mps_facts", lambda: ON_AN_OLD_MAC)
+    monkeypatch.setattr(mps, "facts", lambda: ON_AN_OLD_MAC)
     with pytest.raises(LaunchError, match="train.amp: bf16: Apple's GPU runs bf16 from macOS 14"):
         machine.check_device(load_config(cfg, ["device.type=mps", "train.amp=bf16"]))
     machine.check_device(load_config(cfg, ["device.type=mps", "train.amp=fp16"]))
     with pytest.raises(ConfigError, match="device.parallel: ddp needs device.type cpu or cuda"):
         RunConfig.from_dict({"device": {"type": "mps", "parallel": "ddp"}})
     # Auto: an NVIDIA GPU first, else Apple's, else the CPU
-    monkeypatch.setattr(apple, "mps_facts", lambda: ON_A_MAC)
+    monkeypatch.setattr(mps, "facts", lambda: ON_A_MAC)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     chosen = {}
     device, precision = auto._device_choices(lambda key, value, why: chosen.setdefault(key, (value, why)))
@@ -56,7 +56,7 @@ def test_on_a_mac_mps_is_accepted_auto_picks_it_and_bf16_needs_macos_14(shapes_d
 
 def test_each_operation_mps_runs_on_the_cpu_is_reported_once_and_other_warnings_pass(recwarn):
     said = []
-    with apple.reporting_fallbacks(lambda op, text: said.append((op, text))):
+    with mps.reporting_fallbacks(lambda op, text: said.append((op, text))):
         for op in ("_linalg_solve_ex.result", "_linalg_solve_ex.result", "upsample_bicubic2d.out"):
             warnings.warn(FALLBACK.format(op), UserWarning, stacklevel=1)
         warnings.warn("something else", UserWarning, stacklevel=1)
