@@ -12,6 +12,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # The decoded-image cache of every run started by the tests (in-process or as subprocesses) goes here, not ~/.cache.
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="traindeck-test-cache-")
 atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
+# ... and the user's settings (the trust list of own model code among them), not ~/.config.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="traindeck-test-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -137,6 +137,15 @@ class Net(nn.Module):
 """
 
 
+def trusted_model(path: Path, source: str, cls: str = "Net") -> str:
+    """Your own model file, written and trusted as `--model-code` or the app's Own model file… trusts it; its
+    model.name."""
+    from trainer.core.user_code import grant
+
+    path.write_text(source)
+    return grant(f"{path}:{cls}")
+
+
 def poisoned_model(folder: Path, value: str, steps: tuple[int, ...], where: str = "grad",
                    rank: int | None = None) -> str:
     """A model file whose head's gradient (where='grad') or logits (where='output') become `value` ('nan', 'inf')
@@ -145,9 +154,7 @@ def poisoned_model(folder: Path, value: str, steps: tuple[int, ...], where: str 
     source = POISONED_MODEL.format(what="the head's gradient" if where == "grad" else "the logits", value=value,
                                    steps=tuple(steps), on_rank="" if rank is None else f" on rank {rank} only",
                                    poison_grad=where == "grad", ranks=ranks)
-    path = folder / "net.py"
-    path.write_text(source)
-    return f"{path}:Net"
+    return trusted_model(folder / "net.py", source)
 
 
 def build_parts(config_path: Path, overrides=None):

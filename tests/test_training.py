@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_here, train_here, write_config
+from helpers import run_here, train_here, trusted_model, write_config
 
 from trainer.core.config import ConfigError, ModelConfig, OptimizerConfig, ParamGroupConfig
 from trainer.core.events import EVENT_TYPES, read_events
@@ -136,12 +136,11 @@ def test_events_have_every_type_with_documented_fields(shapes_dir, tmp_path):
 
 
 def test_failed_run_writes_error_event_and_status(shapes_dir, tmp_path):
-    model_file = tmp_path / "net.py"
-    model_file.write_text("import torch\nclass Net(torch.nn.Module):\n"
-                          "    def __init__(self, num_classes):\n        super().__init__()\n"
-                          "        self.fc = torch.nn.Linear(3, num_classes + 1)\n"
-                          "    def forward(self, x):\n        return self.fc(x.mean((2, 3)))\n")
-    cfg_path = write_config(tmp_path, shapes_dir, model={"name": f"{model_file}:Net"})
+    name = trusted_model(tmp_path / "net.py", "import torch\nclass Net(torch.nn.Module):\n"
+                         "    def __init__(self, num_classes):\n        super().__init__()\n"
+                         "        self.fc = torch.nn.Linear(3, num_classes + 1)\n"
+                         "    def forward(self, x):\n        return self.fc(x.mean((2, 3)))\n")
+    cfg_path = write_config(tmp_path, shapes_dir, model={"name": name})
     run, code = train_here(cfg_path, tmp_path / "runs")
     assert code == 2
     events = read_events(run.events)

@@ -22,6 +22,8 @@ from trainer.core.catalog import (
 from trainer.core.config import RunConfig, config_from, load_config, read_config_file, save_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
+from trainer.core.user_code import FLAG as MODEL_CODE_FLAG
+from trainer.core.user_code import grant
 from trainer.data.scan import printable_path
 
 log = logging.getLogger("traindeck")
@@ -74,10 +76,18 @@ def _parser_train(sub) -> None:
     p.add_argument("--host", help="train on this host (main.py hosts; the same as --set device.host=NAME)")
     p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
                    "started there; follow it later with main.py mirror RUN_DIR")
+    _model_code_option(p)
     p.set_defaults(func=cmd_train)
 
     p.add_argument("--auto-choices", help="Auto's choices for this config (the JSON of `main.py auto --plan-only`), "
                    "kept in the run as auto.json")
+
+
+def _model_code_option(p) -> None:
+    p.add_argument(MODEL_CODE_FLAG, action="append", default=[], metavar="FILE.py:CLASS",
+                   help="trust your own nn.Module class in FILE.py (its present bytes) to build the network: a "
+                   "checkpoint, sidecar or config that names a .py file runs nothing without this (or the app's "
+                   "Own model file…); remembered for that file until it changes")
 
 
 def read_choices(path: str) -> list[dict]:
@@ -238,6 +248,7 @@ def _parser_resume(sub) -> None:
     p.add_argument("--force", action="store_true", help="also resume a completed run")
     p.add_argument("--epochs", type=int, metavar="TOTAL", help="extend the run (completed or early-stopped "
                    "included) to this many epochs in all; the schedule rule is in docs/config.md")
+    _model_code_option(p)
     p.set_defaults(func=cmd_resume)
 
 
@@ -410,6 +421,7 @@ def _parser_describe_model(sub) -> None:
     p.add_argument("--list", action="store_true", help="list torchvision classifiers instead")
     p.add_argument("--store", action="store_true", help="the model store: every torchvision classifier with its "
                    "published figures and whether its weights are cached")
+    _model_code_option(p)
     p.set_defaults(func=cmd_describe_model)
 
 
@@ -443,6 +455,7 @@ def _parser_evaluate(sub) -> None:
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.add_argument("--name", help="the evaluation's name under RUN_DIR/eval/ (default: the folder's; val is reserved)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation of the same folder")
+    _model_code_option(p)
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -510,6 +523,7 @@ def _parser_label(sub) -> None:
     p.add_argument("--manifest", help="the manifest the labels go to (default: the run's data.exclude); images "
                    "already added there are set aside")
     p.add_argument("--json", action="store_true", help="the list as JSON")
+    _model_code_option(p)
     p.set_defaults(func=cmd_label)
 
 
@@ -528,6 +542,7 @@ def _parser_audit(sub) -> None:
                    "that many runs; kept under RUN/audit/folds/)")
     p.add_argument("--map", action="store_true", help="also a 2-D map of the images (UMAP, else t-SNE, of the "
                    "embeddings): RUN/audit/map.csv")
+    _model_code_option(p)
     p.set_defaults(func=cmd_audit)
 
 
@@ -585,6 +600,7 @@ def _parser_queue(sub) -> None:
     p.add_argument("--until-empty", action="store_true", help="run: stop once nothing is waiting or running")
     p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
     p.add_argument("--to", type=int, default=0, help="move: the new place in the queue (0 = next)")
+    _model_code_option(p)
     p.set_defaults(func=cmd_queue)
 
 
@@ -610,6 +626,7 @@ def _parser_sweep(sub) -> None:
     p = sub.add_parser("sweep", help="queue the runs of a sweep file (grid, random; optuna with pruning)")
     p.add_argument("sweep")
     p.add_argument("--runs-dir", help="the runs directory whose queue gets the trials (default ./runs)")
+    _model_code_option(p)
     p.set_defaults(func=cmd_sweep)
 
 
@@ -636,6 +653,7 @@ def _parser_grad_cam(sub) -> None:
     p.add_argument("--out", required=True, help="the overlay PNG to write")
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
     p.add_argument("--class", dest="cls", help="explain this class (default: the predicted one)")
+    _model_code_option(p)
     p.set_defaults(func=cmd_grad_cam)
 
 
@@ -747,6 +765,7 @@ def _parser_export(sub) -> None:
     p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES, metavar="N",
                    help=f"onnx_int8: how many images to calibrate on, chosen with the run's seed (default "
                    f"{CALIBRATION_IMAGES})")
+    _model_code_option(p)
     p.set_defaults(func=cmd_export)
 
 
@@ -781,6 +800,7 @@ def _parser_predict(sub) -> None:
     p.add_argument("--top", type=int, default=1, help="print this many classes per image, best first")
     p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS, help="with a run directory")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    _model_code_option(p)
     p.set_defaults(func=cmd_predict)
 
 
@@ -855,6 +875,7 @@ def _parser_lr_find(sub) -> None:
     p.add_argument("--end", type=float, default=10.0)
     p.add_argument("--json", action="store_true", help="print the whole curve as JSON")
     p.add_argument("--write", action="store_true", help="write the suggestion into the config file")
+    _model_code_option(p)
     p.set_defaults(func=cmd_lr_find)
 
 
@@ -923,6 +944,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(name).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
+        for spec in getattr(args, "model_code", []):
+            grant(spec)
         return args.func(args)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

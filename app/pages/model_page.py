@@ -34,6 +34,8 @@ from app.jobs.background import CliJob
 from app.widgets.forms import Binder
 from trainer.core.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
 from trainer.core.config import is_weights_name, key_choices
+from trainer.core.errors import ModelError
+from trainer.core.user_code import grant
 from trainer.runs.launch import describe_model_args
 
 BUILTIN = list(BUILTIN_MODELS)
@@ -324,8 +326,17 @@ class ModelPage(QWidget):
         if not path:
             return
         cls, ok = QInputDialog.getText(self, "Model class", "Name of the nn.Module class in that file:", text="Net")
-        if ok and cls:
-            self.name.setCurrentText(f"{path}:{cls}")
+        if not (ok and cls):
+            return
+        try:  # chosen here, for this use: the one place the window trusts code (a config or run that names it does not)
+            spec = grant(f"{path}:{cls}", "Own model file")
+        except ModelError as e:
+            self._describe_failed(str(e))
+            return
+        if self.name.currentText() == spec:
+            self.describe()  # the same file, trusted again (it had changed): described anew
+        else:
+            self.name.setCurrentText(spec)
 
     def _choose_weights(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Pretrained weights", "",

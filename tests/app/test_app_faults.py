@@ -8,7 +8,7 @@ import time
 
 import psutil
 import pytest
-from helpers import REPO, process_tree_gone, write_config
+from helpers import REPO, process_tree_gone, trusted_model, write_config
 from PySide6.QtCore import QElapsedTimer, QTimer
 
 from app.jobs.trainer_process import TrainerProcess
@@ -57,8 +57,8 @@ class Net(nn.Module):
 def test_a_log_flood_never_blocks_the_trainer_or_the_app(qtbot, make_window, shapes_dir, tmp_path):
     from test_main_window import wait_ready
 
-    (tmp_path / "flood.py").write_text(FLOOD_MODEL)
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'flood.py'}:Net"}, train={"epochs": 4},
+    name = trusted_model(tmp_path / "flood.py", FLOOD_MODEL)
+    cfg = write_config(tmp_path, shapes_dir, model={"name": name}, train={"epochs": 4},
                        monitor={"log_every": 1}, data={"batch_size": 4})
     window = make_window(cfg)
     wait_ready(qtbot, window)

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, process_tree_gone, read_all, write_config
+from helpers import REPO, process_tree_gone, read_all, trusted_model, write_config
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QPushButton
@@ -174,14 +174,13 @@ def test_window_shows_without_torch_or_pyqtgraph_and_draws_the_class_counts_afte
 
 @pytest.mark.slow
 def test_failed_run_shows_the_reason(qtbot, make_window, shapes_dir, tmp_path):
-    model_file = tmp_path / "net.py"
-    model_file.write_text("import torch\nclass Net(torch.nn.Module):\n"
-                          "    def __init__(self, num_classes):\n        super().__init__()\n"
-                          "        self.fc = torch.nn.Linear(3, num_classes)\n        self.calls = 0\n"
-                          "    def forward(self, x):\n        self.calls += 1\n"
-                          "        if self.calls > 3:\n            raise RuntimeError('boom in user code')\n"
-                          "        return self.fc(x.mean((2, 3)))\n")
-    window = make_window(write_config(tmp_path, shapes_dir, model={"name": f"{model_file}:Net"}))
+    name = trusted_model(tmp_path / "net.py", "import torch\nclass Net(torch.nn.Module):\n"
+                         "    def __init__(self, num_classes):\n        super().__init__()\n"
+                         "        self.fc = torch.nn.Linear(3, num_classes)\n        self.calls = 0\n"
+                         "    def forward(self, x):\n        self.calls += 1\n"
+                         "        if self.calls > 3:\n            raise RuntimeError('boom in user code')\n"
+                         "        return self.fc(x.mean((2, 3)))\n")
+    window = make_window(write_config(tmp_path, shapes_dir, model={"name": name}))
     wait_ready(qtbot, window)
     window.start_action.trigger()
     qtbot.waitUntil(lambda: window.run_model.state == "failed", timeout=60_000)
@@ -497,3 +496,29 @@ def test_the_normalisation_line_never_shows_the_previous_model_s_weights(qtbot, 
     window.model_page.describe()
     assert "working out" in window.dataset_page.normalisation.text(), "not the small CNN's answer any more"
     qtbot.waitUntil(lambda: window.model_page._job is None, timeout=60_000)  # described: no job left running
+
+
+def test_a_config_that_names_code_runs_none_until_the_user_chooses_the_file(qtbot, make_window, shapes_dir, tmp_path,
+                                                                             monkeypatch):
+    """Issue #67: opening a config that names a .py file describes nothing of it (the Model page says how to trust
+    it and Start stays off); choosing the file with Own model file… trusts it for this use, and it is described."""
+    from PySide6.QtWidgets import QFileDialog, QInputDialog
+
+    marker = tmp_path / "ran"
+    net = tmp_path / "net.py"
+    net.write_text(f"import pathlib, torch\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+                   "class Net(torch.nn.Module):\n    def __init__(self, num_classes):\n        super().__init__()\n"
+                   "        self.fc = torch.nn.Linear(3, num_classes)\n"
+                   "    def forward(self, x):\n        return self.fc(x.mean((2, 3)))\n")
+    window = make_window(write_config(tmp_path, shapes_dir, model={"name": f"{net}:Net"}))
+    page = window.model_page
+    qtbot.waitUntil(lambda: "runs no code that a file names" in page.describe_error, timeout=60_000)
+    assert "Own model file" in page.count.text(), "it says how to trust it"
+    qtbot.waitUntil(lambda: not window.start_action.isEnabled() and any(
+        "runs no code that a file names" in p for p in window.form.problems), timeout=20_000)
+    assert not marker.exists(), "the window ran code the config names"
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(net), ""))
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Net", True))
+    next(b for b in page.findChildren(QPushButton) if b.text() == "Own model file…").click()
+    qtbot.waitUntil(lambda: bool(page.parameters), timeout=60_000)
+    assert marker.exists() and page.describe_error == "" and page.head == "fc"

@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import run_here, train_here, write_config
+from helpers import run_here, train_here, trusted_model, write_config
 from PIL import Image
 
 from trainer.core.events import read_events
@@ -150,8 +150,8 @@ def test_train_and_val_with_different_classes(shapes_dir, tmp_path):
 
 
 def test_a_model_file_that_does_not_import(shapes_dir, tmp_path):
-    (tmp_path / "broken.py").write_text("import torch\nclass Net(torch.nn.Module:\n    pass\n")
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'broken.py'}:Net"})
+    name = trusted_model(tmp_path / "broken.py", "import torch\nclass Net(torch.nn.Module:\n    pass\n")
+    cfg = write_config(tmp_path, shapes_dir, model={"name": name})
     result = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 2
     assert f"model.name: {tmp_path / 'broken.py'} failed to import: SyntaxError" in result.stderr

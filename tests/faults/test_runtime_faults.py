@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, process_tree_gone, run_here, run_main, write_config
+from helpers import REPO, process_tree_gone, run_here, run_main, trusted_model, write_config
 
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
@@ -33,8 +33,8 @@ class Net(nn.Module):
 
 
 def faulty(tmp_path, shapes_dir, fault, at=3, **sections):
-    (tmp_path / "faulty.py").write_text(FAULTY_MODEL.format(at=at, fault=fault))
-    return write_config(tmp_path, shapes_dir, model={"name": f"{tmp_path / 'faulty.py'}:Net"}, **sections)
+    name = trusted_model(tmp_path / "faulty.py", FAULTY_MODEL.format(at=at, fault=fault))
+    return write_config(tmp_path, shapes_dir, model={"name": name}, **sections)
 
 
 @pytest.mark.slow

@@ -1,0 +1,140 @@
+"""A model file never names code that runs (issue #67): a checkpoint, an export's card or sidecar, or a run folder's
+config.yaml that names a `.py` file is refused in one line, through every command and the app's resident worker, and
+the file never runs. Your own module runs when you trusted it at the call (`--model-code`, the app's Own model file…),
+and only with the bytes you trusted."""
+
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+from helpers import run_here, train_here, trusted_model, write_config
+
+MARKING_MODEL = """
+import pathlib
+import torch
+
+pathlib.Path({marker!r}).write_text("this code ran")
+
+
+class Net(torch.nn.Module):
+    def __init__(self, num_classes=4):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, num_classes)
+
+    def forward(self, x):
+        return self.fc(x.mean((2, 3)))
+"""
+PLANTED_FORMATS = ("state_dict", "safetensors", "onnx", "exported_program")
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory, shapes_dir):
+    """A run and its exports whose every model name is `evil/net.py:Net`, a file that writes a marker when it runs
+    (never trusted); (run folder, {format: export}, the image, the marker, the spec)."""
+    tmp = tmp_path_factory.mktemp("named-code")
+    run, code = train_here(write_config(tmp, shapes_dir, train={"epochs": 1}), tmp / "runs")
+    assert code == 0
+    exports = {}
+    for fmt in PLANTED_FORMATS:
+        out = tmp / "exports" / fmt / "model"
+        out.parent.mkdir(parents=True)
+        result = run_here("export", run.path, "--format", fmt, "--out", out.with_suffix(
+            {"state_dict": ".pt", "safetensors": ".safetensors", "onnx": ".onnx", "exported_program": ".pt2"}[fmt]))
+        assert result.returncode == 0, result.stderr
+        exports[fmt] = next(p for p in out.parent.iterdir() if not p.name.endswith((".json", ".md")))
+    marker = tmp / "MARKER"
+    (tmp / "evil").mkdir()
+    (tmp / "evil" / "net.py").write_text(MARKING_MODEL.format(marker=str(marker)))
+    spec = f"{tmp / 'evil' / 'net.py'}:Net"
+    for checkpoint in (run.path / "checkpoints").glob("*.pt"):
+        if checkpoint.is_symlink():
+            continue
+        state = torch.load(checkpoint, weights_only=True)
+        state["model_name"] = spec
+        torch.save(state, checkpoint)
+    config = yaml.safe_load(run.config.read_text())
+    config["model"]["name"] = spec
+    run.config.write_text(yaml.safe_dump(config))
+    for export in exports.values():
+        card = export.with_name(export.name + ".json")
+        meta = json.loads(card.read_text())
+        meta["model_name"] = spec
+        card.write_text(json.dumps(meta))
+    image = next(shapes_dir.rglob("*.png"))
+    return run.path, exports, image, marker, spec
+
+
+def _refused(result, spec: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"{spec} is code, and TrainDeck runs no code that a file names" in result.stderr
+    assert "--model-code" in result.stderr, "it says how to trust it"
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate", "grad-cam", "resume", "export"])
+def test_a_run_folder_that_names_code_is_refused_and_runs_nothing(planted, tmp_path, command):
+    run, _, image, marker, spec = planted
+    copy = shutil.copytree(run, tmp_path / "run", symlinks=True)
+    args = {"predict": ("predict", copy, image), "evaluate": ("evaluate", copy, "--data", image.parent.parent),
+            "grad-cam": ("grad-cam", copy, image, "--out", tmp_path / "cam.png"),
+            "resume": ("resume", copy, "--force"),
+            "export": ("export", copy, "--format", "onnx", "--out", tmp_path / "m.onnx")}[command]
+    _refused(run_here(*args), spec)
+    assert not marker.exists(), f"{command} ran the code the run folder names"
+
+
+@pytest.mark.parametrize("fmt", PLANTED_FORMATS)
+def test_an_export_whose_card_names_code_runs_nothing(planted, fmt):
+    _, exports, image, marker, spec = planted
+    result = run_here("predict", exports[fmt], image)
+    if fmt in ("state_dict", "safetensors"):  # the weights alone: the card's name would build the network
+        _refused(result, spec)
+    else:  # the graph is in the file: the card's name is only a label
+        assert result.returncode == 0, result.stderr
+    assert not marker.exists(), f"predict on a {fmt} export ran the code its card names"
+
+
+def test_the_resident_worker_answers_the_app_s_questions_without_running_named_code(planted, qtbot):
+    from PySide6.QtCore import QObject
+
+    from app.jobs.background import CliJob
+
+    run, exports, image, marker, spec = planted
+    for args in (["predict", "--json", str(run), str(image)], ["predict", "--json", str(exports["safetensors"]),
+                                                                 str(image)],
+                 ["grad-cam", str(run), str(image), "--out", str(image.parent.parent.parent / "cam.png")],
+                 ["describe-model", spec]):
+        owner, got = QObject(), {}
+        job = CliJob(args, owner)  # what Try it, Grad-CAM and the Model page ask
+        job.done.connect(lambda answer, got=got: got.setdefault("answer", answer))
+        job.failed.connect(lambda error, got=got: got.setdefault("error", error))
+        qtbot.waitUntil(lambda got=got: bool(got), timeout=120_000)
+        assert "is code, and TrainDeck runs no code that a file names" in got.get("error", ""), (args, got)
+    assert not marker.exists()
+
+
+def test_trusted_at_the_call_your_own_module_builds_and_a_changed_file_is_refused(planted, tmp_path):
+    run, _, image, marker, spec = planted
+    copy = shutil.copytree(run, tmp_path / "run", symlinks=True)
+    mine = tmp_path / "mine.py"
+    mine.write_text(MARKING_MODEL.format(marker=str(tmp_path / "mine-ran")))
+    result = run_here("describe-model", f"{mine}:Net", "--classes", "4", "--model-code", f"{mine}:Net")
+    assert result.returncode == 0 and (tmp_path / "mine-ran").exists(), "trusted at the call, it builds"
+    assert run_here("describe-model", f"{mine}:Net", "--classes", "4").returncode == 0, "and stays trusted"
+    mine.write_text(mine.read_text() + "\n# changed\n")
+    changed = run_here("describe-model", f"{mine}:Net", "--classes", "4")
+    assert changed.returncode == 2 and f"{mine} changed since you trusted it" in changed.stderr
+    assert not marker.exists(), "trusting one file trusts no other"
+    run_here("predict", copy, image, "--model-code", spec)  # the user chose to trust the run's code: it runs
+    assert marker.exists()
+    marker.unlink()
+
+
+def test_a_user_model_trains_when_trusted_at_the_call(shapes_dir, tmp_path):
+    """Training with one's own module stays one flag away, and its DDP-free run builds from the trusted bytes."""
+    name = trusted_model(tmp_path / "net.py", MARKING_MODEL.format(marker=str(tmp_path / "ran")))
+    run, code = train_here(write_config(tmp_path, shapes_dir, model={"name": name}, train={"epochs": 1}),
+                           tmp_path / "runs")
+    assert code == 0 and (tmp_path / "ran").exists()
