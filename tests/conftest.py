@@ -18,6 +18,7 @@ atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+pytest_plugins = ["suite_guard"]  # a timeout reaches a test waiting in Qt; a dead worker never stalls the session
 
 
 def pytest_configure(config):

@@ -1,0 +1,145 @@
+"""What keeps the README's test command finishing on a busy machine (issue #66), loaded with `-p suite_guard`.
+
+- **A timeout reaches a test waiting in Qt's event loop.** pytest-timeout's SIGALRM raises its failure in whatever
+  Python code runs when it fires; inside a Qt slot (a timer's, a QProcess's) PySide swallows it and the event loop
+  goes on, so a test waiting in `qtbot.waitUntil` outlived its timeout until faulthandler ended the whole worker.
+  Here the alarm also leaves every Qt wait in progress, and the wait raises the timeout on its way out, outside any
+  slot: the test fails by its timeout, its fixtures are torn down, and the worker goes on.
+- **A last resort for a test stuck where no Python runs** (C code): `GRACE` seconds after its timeout the worker
+  dumps every thread's stack and ends, and xdist starts another one.
+- **xdist's loadfile scheduling survives that.** pytest-xdist 3.8's LoadScopeScheduling put a crashed worker's whole
+  workload back on the queue, finished modules included, as empty units that no worker ever completes, and handed a
+  replacement worker a unit of one test while the worker waits for two (pytest-xdist #1323, #1327, #1378): the
+  session waited for ever. `remove_node` here requeues only the modules with tests left (the test the worker died on
+  is reported failed, not run again), and `_reschedule` skips finished units and gives a worker two tests or the end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+GRACE = float(os.environ.get("SUITE_GUARD_GRACE", 60))  # seconds after a test's timeout for it to end by it, before
+# its worker is ended (the meta-test sets a short one)
+
+_qt_waits: list = []  # the pytest-qt blockers whose event loop is running now
+_expired: str | None = None  # a timeout not yet raised to the test
+
+
+def _raise_expired() -> None:
+    global _expired
+    if _expired is not None:
+        message, _expired = _expired, None
+        pytest.fail(message, pytrace=False)
+
+
+def _guard_qt_waits() -> None:
+    """Every qtbot wait (wait, waitUntil, waitSignal(s), waitCallback) is left when the test's time is up."""
+    try:
+        from pytestqt import wait_signal
+    except ImportError:
+        return
+    for cls in (wait_signal._AbstractSignalBlocker, wait_signal.CallbackBlocker):
+        if getattr(cls.wait, "guarded", False):
+            continue
+        original = cls.wait
+
+        def wait(self, _original=original):
+            __tracebackhide__ = True
+            _raise_expired()
+            _qt_waits.append(self)
+            try:
+                _original(self)
+            finally:
+                _qt_waits.remove(self)
+            _raise_expired()
+
+        wait.guarded = True
+        cls.wait = wait
+
+
+def _patch_loadscope() -> None:
+    try:
+        from xdist.scheduler.loadscope import LoadScopeScheduling
+    except ImportError:
+        return
+
+    def remove_node(self, node):
+        workload = self.assigned_work.pop(node)
+        if not self._pending_of(workload):
+            return None
+        crashitem = next(nodeid for unit in workload.values() for nodeid, done in unit.items() if not done)
+        for scope, unit in workload.items():
+            if crashitem in unit:
+                unit[crashitem] = True  # reported failed by xdist; run again it would take the next worker down
+            if not all(unit.values()):
+                self.workqueue[scope] = unit
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem
+
+    def _reschedule(self, node):
+        if node.shutting_down:
+            return
+        while self._pending_of(self.assigned_work[node]) <= 2:
+            while self.workqueue and all(next(iter(self.workqueue.values())).values()):
+                self.workqueue.popitem(last=False)  # a unit whose tests have all run
+            if not self.workqueue:
+                node.shutdown()  # a worker runs its last test once it knows there is no next one
+                return
+            self._assign_work_unit(node)
+
+    LoadScopeScheduling.remove_node = remove_node
+    LoadScopeScheduling._reschedule = _reschedule
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller schedules
+        _patch_loadscope()
+    _guard_qt_waits()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item, settings):
+    """pytest-timeout's signal method, with the Qt waits left at the alarm and a last resort after GRACE."""
+    if settings.method != "signal" or threading.current_thread() is not threading.main_thread():
+        return None
+    from pytest_timeout import dump_stacks, timeout_sigalrm, timeout_timer
+
+    last_resort = threading.Timer(settings.timeout + GRACE, timeout_timer, (item, settings))
+    last_resort.daemon = True
+
+    def on_alarm(signum, frame):
+        global _expired
+        __tracebackhide__ = True
+        if not _qt_waits:
+            timeout_sigalrm(item, settings)  # the stacks, then the failure where the test is
+            return
+        terminal = item.config.get_terminal_writer()
+        terminal.sep("+", title="Timeout")
+        dump_stacks(terminal)
+        _expired = f"Timeout >{settings.timeout}s (in a Qt wait)"
+        for blocker in list(_qt_waits):
+            blocker._loop.quit()  # the wait returns and raises the timeout outside any slot, where nothing swallows it
+
+    def cancel():
+        global _expired
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        last_resort.cancel()
+        _expired = None
+
+    item.cancel_timeout = cancel
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, settings.timeout)
+    last_resort.start()
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    global _expired
+    _expired = None  # raised (or propagated) in the call: the teardown's own waits run

@@ -1,0 +1,39 @@
+"""The suite finishes whatever a test does (issue #66): a test waiting for ever in `qtbot.waitUntil` fails by its
+timeout and its worker goes on; one stuck where no alarm reaches ends its worker, is reported failed, and the
+other tests of its module and the rest of the session still run (tests/suite_guard.py)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+HANGING = {
+    "test_qt_hang.py": "def test_before():\n    pass\n\n\ndef test_waits_for_ever(qtbot):\n"
+                       "    qtbot.waitUntil(lambda: False, timeout=10**9)\n\n\ndef test_after():\n    pass\n",
+    "test_c_hang.py": "import signal\nimport time\n\n\ndef test_before():\n    pass\n\n\n"
+                      "def test_stuck_where_no_alarm_reaches():\n"
+                      "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n    time.sleep(1000)\n\n\n"
+                      "def test_after():\n    pass\n\n\ndef test_after_too():\n    pass\n",
+    **{f"test_more_{i}.py": "def test_one():\n    pass\n\n\ndef test_two():\n    pass\n" for i in range(3)},
+}
+
+
+@pytest.mark.slow
+def test_a_hung_test_fails_by_its_timeout_and_the_session_completes(tmp_path):
+    for name, text in HANGING.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_guard"]\n')
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "5", "QT_QPA_PLATFORM": "offscreen"}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
+                             "--no-loadscope-reorder", "-o", "timeout=5", "-p", "no:cacheprovider", "-p", "no:anyio",
+                             "-o", "faulthandler_timeout=0", str(tmp_path)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    summary = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "2 failed, 11 passed" in summary, result.stdout[-3000:]
+    assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >5.0s" in result.stdout
+    assert "FAILED test_c_hang.py::test_stuck_where_no_alarm_reaches - worker 'gw" in result.stdout
