@@ -137,6 +137,17 @@ class Net(nn.Module):
 """
 
 
+def simulated_device(s_per_mpixel: float | dict = 25.0, **more) -> str:
+    """TRAINDECK_SIMULATED_DEVICE for a test (trainer/core/clock.py): the trainer's clock moves by what its work would
+    cost on that device (seconds per megapixel of a training image, by network or "*"), not by this machine's
+    seconds, so every decision it takes from time (budget, re-plan, annealing, Auto's probe) is the same here busy
+    or quiet."""
+    import json
+
+    rates = s_per_mpixel if isinstance(s_per_mpixel, dict) else {"*": s_per_mpixel}
+    return json.dumps({"s_per_mpixel": rates, **more})
+
+
 def trusted_model(path: Path, source: str, cls: str = "Net") -> str:
     """Your own model file, written and trusted as `--model-code` or the app's Own model file… trusts it; its
     model.name."""

@@ -125,6 +125,23 @@ def test_lr_finder_smoothing_starts_at_the_losses_not_above_them():
     assert [smoother.add(x) for x in (4.0, 2.0)] == pytest.approx([4.0, (0.25 * 4 + 0.5 * 2) / 0.75])
 
 
+def test_lr_finder_suggests_half_way_down_the_loss_s_longest_descent_even_when_it_still_falls_at_the_end():
+    """The curve of SGD with momentum on a CPU with bf16 (issue #66): flat, then falling to the end of the range, the
+    lowest loss at 10. A tenth of that (1) trained a 32% run; half-way down the descent is inside it, far below."""
+    from trainer.train.lr_find import _result
+
+    lrs = [1e-6 * (1e7) ** (i / 199) for i in range(200)]
+    losses = [1.4 if lr < 1e-3 else 1.4 - 0.2 * math.log10(lr / 1e-3) for lr in lrs]  # falls from 1e-3 to 10
+    found = _result(lrs, losses, losses)
+    assert found["min_loss_lr"] == pytest.approx(10), "the lowest loss at the end of the range"
+    assert found["valley"][0] == pytest.approx(1e-3, rel=0.1) and found["valley"][1] == pytest.approx(10)
+    assert 0.02 < found["suggested_lr"] < 0.3, found["suggested_lr"]  # about 0.1: the descent's middle, in log rates
+    assert "longest descent" in found["why"]
+    bowl = [(math.log10(lr) + 1) ** 2 for lr in lrs]  # lowest at 0.1, rising after it
+    found = _result(lrs, bowl, bowl)
+    assert found["valley"][1] == pytest.approx(0.1, rel=0.1) and found["suggested_lr"] < found["min_loss_lr"]
+
+
 @pytest.mark.slow  # an LR sweep, then a run at the rate it suggests
 def test_lr_finder_suggestion_trains_well(tmp_path):
     data = write_demo_dataset(tmp_path / "demo", per_class=150, size=32, seed=5)

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, poisoned_model, process_tree_gone, run_here, run_main, train_here, write_config
+from helpers import REPO, poisoned_model, process_tree_gone, run_here, run_main, train_here, trusted_model, write_config
 
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.events import read_events
@@ -92,11 +92,10 @@ def test_two_ranks_train_well_and_their_results_are_the_single_process_answer(de
 
 @pytest.mark.slow
 def test_one_ddp_epoch_started_by_mp_spawn_equals_one_single_process_epoch(shapes_dir, tmp_path):
-    model = tmp_path / "plain.py"
-    model.write_text(PLAIN_MODEL)
+    model = trusted_model(tmp_path / "plain.py", PLAIN_MODEL, "Plain")
     common = dict(data={"image_size": 16, "augment": {"hflip": False, "random_resized_crop": False}},
                   # fp32: a bf16 result depends on the batch shape each rank computes, so it would differ by rounding
-                  model={"name": f"{model}:Plain"}, train={"epochs": 1, "amp": "none"}, scheduler={"name": "none"},
+                  model={"name": model}, train={"epochs": 1, "amp": "none"}, scheduler={"name": "none"},
                   optimizer={"lr": 0.05, "groups": [{"pattern": "fc", "lr": 0.1}]})
     single_cfg = write_config(tmp_path, shapes_dir, **common)
     single, code = train_here(single_cfg, tmp_path / "single", ["data.batch_size=8"])  # the reference, in this process
@@ -231,9 +230,8 @@ def test_horovod_wiring_trains_like_one_process(shapes_dir, tmp_path):
     """Through a stand-in `horovod` package (tests/stand_ins) built on gloo: horovodrun starts 2 workers, each calls
     hvd.init, wraps the optimizer in DistributedOptimizer and receives rank 0's parameters and optimizer state;
     one epoch then equals one single-process epoch on the same global batch."""
-    model = tmp_path / "plain.py"
-    model.write_text(PLAIN_MODEL)
-    cfg = write_config(tmp_path, shapes_dir, model={"name": f"{model}:Plain"}, scheduler={"name": "none"},
+    model = trusted_model(tmp_path / "plain.py", PLAIN_MODEL, "Plain")
+    cfg = write_config(tmp_path, shapes_dir, model={"name": model}, scheduler={"name": "none"},
                        data={"image_size": 16, "augment": {"hflip": False, "random_resized_crop": False}},
                        train={"epochs": 1, "amp": "none"}, optimizer={"lr": 0.05})
     single, code = train_here(cfg, tmp_path / "single", ["data.batch_size=8"])  # the reference, in this process

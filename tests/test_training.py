@@ -169,13 +169,12 @@ def test_best_and_last_checkpoints_are_written_and_load_safely(shapes_dir, tmp_p
 
 def test_print_in_user_model_does_not_corrupt_events(shapes_dir, tmp_path):
 
-    model_file = tmp_path / "noisy.py"
-    model_file.write_text("import torch\nclass Noisy(torch.nn.Module):\n"
-                          "    def __init__(self, num_classes=2):\n        super().__init__()\n"
-                          "        self.fc = torch.nn.Linear(3, num_classes)\n"
-                          "    def forward(self, x):\n        print('{\"event\": broken', flush=True)\n"
-                          "        return self.fc(x.mean((2, 3)))\n")
-    cfg_path = write_config(tmp_path, shapes_dir, model={"name": f"{model_file}:Noisy"}, train={"epochs": 1})
+    name = trusted_model(tmp_path / "noisy.py", "import torch\nclass Noisy(torch.nn.Module):\n"
+                         "    def __init__(self, num_classes=2):\n        super().__init__()\n"
+                         "        self.fc = torch.nn.Linear(3, num_classes)\n"
+                         "    def forward(self, x):\n        print('{\"event\": broken', flush=True)\n"
+                         "        return self.fc(x.mean((2, 3)))\n", "Noisy")
+    cfg_path = write_config(tmp_path, shapes_dir, model={"name": name}, train={"epochs": 1})
     result = run_here("train", cfg_path, "--runs-dir", tmp_path / "runs")
     assert result.returncode == 0, result.stderr
     assert '{"event": broken' in result.stdout

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from trainer.core import clock
 from trainer.core.catalog import AUTO_MAX_MINUTES as MAX_MINUTES
 from trainer.core.catalog import AUTO_MIN_MINUTES as MIN_MINUTES
 from trainer.core.config import RunConfig
@@ -145,10 +146,11 @@ def measure(model_name: str, weights: str | None, size: int, batch: int, classes
     y = torch.randint(0, classes, (batch,), device=device)
 
     busy_s = float(os.environ.get(PROBE_BUSY_ENV) or 0)
+    simulated = clock.simulated() is not None  # tests: the step's time is what the simulated device charges
 
     def train_step() -> float:
-        start = time.perf_counter()
-        if busy_s:
+        start, start_clock = time.perf_counter(), clock.now()
+        if busy_s and not clock.charge_seconds(busy_s):
             time.sleep(busy_s)  # a machine busy while Auto probes (tests, benchmarks): the probe reads it slow
         with autocast(precision, device.type):
             loss = torch.nn.functional.cross_entropy(net(x), y)
@@ -156,7 +158,8 @@ def measure(model_name: str, weights: str | None, size: int, batch: int, classes
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss.item()  # the step is done when its loss is read (a GPU runs ahead otherwise)
-        return time.perf_counter() - start
+        clock.charge_images(model_name, batch, size, size)
+        return clock.now() - start_clock if simulated else time.perf_counter() - start
 
     first = train_step()
     if reject_below and batch / first < reject_below / 3:  # the warm-up step is slower, but not 3x
@@ -165,9 +168,10 @@ def measure(model_name: str, weights: str | None, size: int, batch: int, classes
     net.eval()
     with torch.inference_mode(), autocast(precision, device.type):
         net(x)
-        start = time.perf_counter()
+        start, start_clock = time.perf_counter(), clock.now()
         net(x).float().sum().item()
-        eval_s = time.perf_counter() - start
+        clock.charge_images(model_name, batch, size, size, evaluating=True)
+        eval_s = clock.now() - start_clock if simulated else time.perf_counter() - start
     return Measured(model_name, weights, size, batch, batch / train_s, batch / eval_s)
 
 
@@ -190,7 +194,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     faster than measured (the machine was busy while Auto measured): all the candidates, best first, as the machine
     is now (a larger one may fit now, or, where the busy probe fell back on the one with the most epochs, a smaller).
     With `labels` (a labels file), a multi-label run of the images it lists."""
-    started = started or time.time()
+    started = started or clock.now()
     say = progress or (lambda text: None)
     if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
         raise AutoError(f"--minutes: give a number of minutes from {MIN_MINUTES:g} to {MAX_MINUTES:g}, got {minutes:g}")
@@ -227,7 +231,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
     load = OtherLoad()
     chosen, probes = _probe(order, need, train_s, (train_images, val_images, len(scan.classes)), tta,
-                            device, precision, lambda: time.time() - started > budget_s * PLAN_SHARE * 0.6, say)
+                            device, precision, lambda: clock.now() - started > budget_s * PLAN_SHARE * 0.6, say)
     others = load.share()
     how_busy = _how_busy(others)
     names = ", ".join(dict.fromkeys(name for name, _, _ in order))
@@ -249,7 +253,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     raw = _recipe(layout, scan, chosen, bool(cached), (flips, why_flips), device, choose)
     cfg = RunConfig.from_dict(raw, source="auto")
     # the learning rate: a short sweep, which also decodes the images into the cache the run will read
-    sweep_s = max(0.0, budget_s * PLAN_SHARE - (time.time() - started))
+    sweep_s = max(0.0, budget_s * PLAN_SHARE - (clock.now() - started))
     step_s = chosen.batch / chosen.train_images_per_s
     steps = int(min(LR_STEPS[1], sweep_s / max(step_s, 1e-3) * 0.5))
     lr, why_lr = 1e-3, "AdamW's usual 1e-3 (no time for a learning-rate sweep in this budget)"
@@ -263,8 +267,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         choose("data.augment.policy", "none", "multi-label: a policy's shears, rotations and shifts can move a labelled "
                                               "thing out of view, and its label with it")
     else:
-        _policy_choice(cfg, chosen, budget_s - (time.time() - started), say, choose)
-    spent = time.time() - started
+        _policy_choice(cfg, chosen, budget_s - (clock.now() - started), say, choose)
+    spent = clock.now() - started
     left_s = budget_s - spent
     if left_s < MIN_TRAIN_S:
         raise AutoError(f"--minutes {minutes:g}: planning took {spent:.0f} s (the folder's scan and one speed probe), "
@@ -311,7 +315,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                             "predictable, and the budget is the rule")
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
     cfg, choices = _with_overrides(cfg, choices, overrides or [])
-    return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, time.time() - started)
+    return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, clock.now() - started)
 
 
 def trained_as_one_run(plan: dict, by: str) -> dict:
@@ -619,5 +623,4 @@ def sweep_lr(cfg: RunConfig, steps: int) -> tuple[float, str]:
             return 1e-3, f"AdamW's usual 1e-3 (the sweep could not suggest one: {e})"
     lr = min(3e-3, max(1e-5, found["suggested_lr"]))
     clamp = "" if lr == found["suggested_lr"] else f", kept within 1e-5..3e-3 (suggested {found['suggested_lr']:.3g})"
-    return lr, (f"learning-rate sweep of {len(found['lrs'])} steps: lowest loss at {found['min_loss_lr']:.3g}, a tenth "
-                f"of it{clamp}")
+    return lr, f"learning-rate sweep of {len(found['lrs'])} steps: {found['suggested_lr']:.3g}, {found['why']}{clamp}"

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from trainer.core import clock
 from trainer.core.catalog import (
     CALIBRATION_IMAGES,
     DEFAULT_EXPORT_FORMAT,
@@ -103,7 +104,7 @@ def read_choices(path: str) -> list[dict]:
 
 
 def cmd_auto(args) -> int:
-    started = time.time()
+    started = clock.now()
     say = lambda text: print(f"auto: {text}", file=sys.stderr, flush=True)  # noqa: E731
     if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
         from trainer.remote.remote_cli import plans_in_job, remote_auto, remote_plan
@@ -133,7 +134,7 @@ def cmd_auto(args) -> int:
         if path.suffix == ".json":
             continue
         print(f"exported: {path}", flush=True)
-    print(f"time: {(time.time() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
+    print(f"time: {(clock.now() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
           f"included)", flush=True)
     return code
 
@@ -163,17 +164,17 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
     from trainer.runs.runner import launch
 
     cfg = load_config(first.config)
-    measuring = time.time()
+    measuring = clock.now()
     slow = first.read_status()["reason"] == "too_slow"
     why = (f"{cfg.model.name} at {cfg.data.image_size} px was {'too slow' if slow else 'faster than measured'} in "
            f"{first.name}: {first.read_status()['message']}")
     say(f"{why}; measuring {'the faster' if slow else 'all the'} candidates again")
-    minutes_left = args.minutes - (time.time() - started) / 60
+    minutes_left = args.minutes - (clock.now() - started) / 60
     tried = (cfg.model.name, cfg.data.image_size, why)
     try:
         if minutes_left < MIN_MINUTES:
             raise AutoError(f"{minutes_left:.2f} min left, too little to measure again")
-        plan = make_plan(args.folder, minutes_left, started=time.time(), overrides=args.set, progress=say,
+        plan = make_plan(args.folder, minutes_left, started=clock.now(), overrides=args.set, progress=say,
                          labels=args.labels, **{"faster_than" if slow else "recheck_of": tried}).to_json()
         if (plan["config"]["model"]["name"], plan["config"]["data"]["image_size"]) == tried[:2]:
             raise AutoError(f"measured again, {tried[0]} at {tried[1]} px is still the best that fits")
@@ -181,7 +182,7 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
         say(f"{e}: {first.name} goes on as it is")
         cfg.train.min_epochs = cfg.train.recheck_epochs = 0
         # the time measuring again took is the budget's too (the trainer's clock counts only its own segments)
-        cfg.train.budget = max(0.01, round(cfg.train.budget - (time.time() - measuring) / 60, 3))
+        cfg.train.budget = max(0.01, round(cfg.train.budget - (clock.now() - measuring) / 60, 3))
         save_config(cfg, first.config)
         return first, report_end(first, launch(first, cfg, resume=True))
     return _train_plan(plan, args, None)
@@ -340,7 +341,6 @@ def _parser_demo_data(sub) -> None:
 
 def cmd_slurm(args) -> int:
     """Write the resolved config and the batch script that trains it (printed when no --out is given)."""
-    import time
 
     from trainer.runs.launch import write_slurm_array, write_slurm_files
     from trainer.runs.sweep import is_sweep, sweep_from
@@ -826,8 +826,7 @@ def cmd_lr_find(args) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"suggested optimizer.lr: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, "
-              f"lowest loss at {result['min_loss_lr']:.3g})")
+        print(f"suggested optimizer.lr: {lr:.3g} ({result['why']})")
     if args.write:
         from trainer.train.lr_find import write_suggestion
 

@@ -56,8 +56,7 @@ class LrFindDialog(QDialog):
                                           pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
         self.apply.setText(f"Use lr = {lr:.3g}")
         self.apply.setEnabled(True)
-        self.state.setText(f"Suggested: {lr:.3g} (steepest descent at {result['steepest_lr']:.3g}, lowest loss at "
-                           f"{result['min_loss_lr']:.3g}), from {len(result['lrs'])} steps")
+        self.state.setText(f"Suggested: {lr:.3g} ({result['why']}), from {len(result['lrs'])} steps")
 
     def fail(self, error: str) -> None:
         self.state.setText(f"The sweep failed: {error}")

@@ -11,10 +11,10 @@ import json
 import logging
 import math
 import os
-import time
 from pathlib import Path
 from typing import IO, Any
 
+from trainer.core import clock
 from trainer.core.summary import SummaryKeeper, check_header, summary_path
 
 SCHEMA_VERSION = 1
@@ -54,7 +54,7 @@ class EventWriter:
     def emit(self, event: str, **fields: Any) -> dict:
         if event not in EVENT_TYPES:  # the declared list is the contract (docs/events.md, the app's RunState)
             raise ValueError(f"event {event!r} is not one of EVENT_TYPES")
-        record = {"event": event, "v": SCHEMA_VERSION, "time": round(time.time(), 3), **fields}
+        record = {"event": event, "v": SCHEMA_VERSION, "time": round(clock.now(), 3), **fields}
         try:
             line = json.dumps(record, allow_nan=False)
         except ValueError:

@@ -11,9 +11,9 @@ constant.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
+from trainer.core import clock
 from trainer.core.config import ConfigError, SchedulerConfig
 
 
@@ -57,7 +57,7 @@ class Stretch:
     origin_step: int = 0
     origin_virtual: float = 0.0
     end_step: int = 0
-    deadline: tuple[float, float] | None = None  # (training began, the budget ends), time.time() seconds
+    deadline: tuple[float, float] | None = None  # (training began, the budget ends), clock.now() seconds
     final: tuple[int, float, int] | None = None  # (step, clock then, end step): the last planned epoch ends annealed
 
     def __post_init__(self):
@@ -80,7 +80,7 @@ class Stretch:
     def spent_share(self, now: float | None = None) -> float:
         """The share of the training budget's time spent (with a deadline)."""
         start, end = self.deadline
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         return min(1.0, max(0.0, (now - start) / max(end - start, 1e-9)))
 
     def finish_by(self, step: int, end_step: int) -> None:

@@ -13,6 +13,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from trainer.core import clock
 from trainer.core.config import RunConfig
 from trainer.device import mps
 from trainer.device.devices import Facts, device_problems
@@ -83,7 +84,10 @@ class OtherLoad:
         return t.user + t.system + t.children_user + t.children_system + live
 
     def share(self) -> float:
-        """The others' share of all the cores' time since this was made, 0 to 1."""
+        """The others' share of all the cores' time since this was made, 0 to 1 (a simulated device's own figure)."""
+        simulated = clock.other_load()
+        if simulated is not None:
+            return simulated
         wall0, busy0, mine0 = self._start
         wall = time.perf_counter() - wall0
         others = (self._busy() - busy0) - (self._mine() - mine0)

@@ -12,13 +12,13 @@ import logging
 import os
 import random
 import sys
-import time
 import traceback
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
+from trainer.core import clock
 from trainer.core.config import ConfigError, RunConfig, config_from, read_config_file, save_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, RunDirDeleted
@@ -110,7 +110,7 @@ def describe_failure(exc: BaseException, run: RunDir) -> str:
 
 def run_worker(run_dir: str, resume: bool = False) -> int:
     """Train the run in `run_dir` on this rank; returns the process exit code."""
-    started = time.time()  # train.budget counts from here
+    started = clock.now()  # train.budget counts from here
     run = RunDir(run_dir)
     # torchrun, spawn and horovodrun workers must not outlive their launcher
     stop = StopRequest()
@@ -180,7 +180,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
                      epochs_completed=progress.epoch, step=progress.step, **ending)
         if strategy.is_main:
             try:
-                run.write_status(state=state, message=message, best_acc=best, ended=time.time(), exit_code=code,
+                run.write_status(state=state, message=message, best_acc=best, ended=clock.now(), exit_code=code,
                                  reason=ending.get("reason"))
             except OSError as e:
                 log.error("cannot record the run's end in %s: %s", run.status_file, e)

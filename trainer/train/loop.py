@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-import time
 
 import psutil
 import torch
 
+from trainer.core import clock
 from trainer.core.config import EarlyStopConfig, RunConfig
 from trainer.core.rundir import RunDir, RunDirDeleted
 from trainer.core.schedule import progressive_size
@@ -59,7 +59,7 @@ class Loop:
         self._grad_histograms: dict = {}
         self._zero_frac = None
         self._val_rows: tuple[list[int], list[torch.Tensor]] = ([], [])  # evaluate's rows: (indices, logit batches)
-        self.started = time.time()  # train.budget counts from here (the engine sets the process's start)
+        self.started = clock.now()  # train.budget counts from here (the engine sets the process's start)
         self.out_of_budget = False  # the run ended because train.budget was spent
         # why the run ended after its first epoch to make way for another network, when it did: {"reason": too_slow
         # (train.min_epochs) or too_fast (train.recheck_epochs), "why": in words}
@@ -67,7 +67,7 @@ class Loop:
         self.annealing_to_stop = False  # early stopping's patience ran out mid-schedule: the run anneals, then ends
         self.epoch_seconds: list[float] = []  # this launch's epochs, as measured (train.replan plans from them)
         self.trained_before_s = 0.0  # train.budget: what the run's earlier segments trained (resumed from a checkpoint)
-        self.fit_started = time.time()
+        self.fit_started = clock.now()
         # validation predicts through the one inference path, as `main.py evaluate` does with the checkpoint
         self.frame = Frame.of(cfg.data)  # every batch's height, width and fit (training at another height scales it)
         self.inference = LoadedModel(parts.eval_net, parts.classes, Preprocess(
@@ -94,8 +94,8 @@ class Loop:
         last_seconds = None
         if cfg.train.replan and cfg.train.budget and self.strategy.world_size == 1:
             # the schedule's share of the training time counts the earlier segments' (a resumed run)
-            self.parts.stretch.deadline = (time.time() - self.trained_before_s, self.started + cfg.train.budget * 60)
-        self.fit_started = time.time()
+            self.parts.stretch.deadline = (clock.now() - self.trained_before_s, self.started + cfg.train.budget * 60)
+        self.fit_started = clock.now()
         while st.epoch < cfg.train.epochs:
             # (with train.replan the plan made after the last epoch has already said whether this one fits)
             if last_seconds is not None and not cfg.train.replan and self.budget_left() < last_seconds:
@@ -108,13 +108,13 @@ class Loop:
                 # the last epoch of a plan the trainer measured itself (not the probe's first guess): it ends annealed
                 # even if the budget has time left then
                 stretch.finish_by(st.step, cfg.train.epochs * self.parts.steps_per_epoch)
-            start = time.time()
+            start = clock.now()
             result = self.train_one_epoch()
             if result is None:
                 return "stopped"
             train_loss, train_acc, images = result
             metrics = self.evaluate()
-            seconds = last_seconds = time.time() - start
+            seconds = last_seconds = clock.now() - start
             self.epoch_seconds.append(seconds)
             score = metrics[score_key(self.parts.data.multilabel)]
             is_best = score > st.best_acc
@@ -243,7 +243,7 @@ class Loop:
         """Seconds of train.budget left (infinite without one)."""
         if not self.cfg.train.budget:
             return math.inf
-        return self.cfg.train.budget * 60 - (time.time() - self.started)
+        return self.cfg.train.budget * 60 - (clock.now() - self.started)
 
     def end_reason(self) -> dict:
         """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
@@ -266,7 +266,7 @@ class Loop:
         skip_mode = cfg.train.on_nonfinite == "skip"
         epoch_totals = torch.zeros(3, device=s.device)  # loss * images, correct, images
         window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
-        images_done, last_log = 0, (time.time(), 0)
+        images_done, last_log = 0, (clock.now(), 0)
         for images, labels in data_mod.iterate_batches(parts.data.train, batches[st.batch_in_epoch:], parts.workers,
                                                        self.frame, s.device):
             index = st.batch_in_epoch
@@ -279,6 +279,7 @@ class Loop:
             y = labels.to(s.device, non_blocking=True)
             x, target = parts.augment.mix(x, y, parts.aug_generator, len(parts.classes))  # MixUp, CutMix: when on
             loss, logits, result = self.train_step(x, target, last_micro=last_micro, log_now=log_now)
+            clock.charge_images(cfg.model.name, x.shape[0], x.shape[-2], x.shape[-1])  # a simulated device's time
             finite = torch.isfinite(loss)
             if skip_mode:  # a skipped step's loss is reported by its warning, not averaged in (nor divergence)
                 loss = torch.where(finite, loss, torch.zeros_like(loss))
@@ -395,7 +396,7 @@ class Loop:
         if nonfinite_losses > 0 or nonfinite_grads > 0:
             layer = self.first_nonfinite_layer(values[6:]) if result.grad_norms is not None else None
             raise Diverged(self.divergence_message(st.step, loss_mean, layer))
-        now = time.time()
+        now = clock.now()
         rate = (images_done - last_log[1]) * s.world_size / max(now - last_log[0], 1e-9)
         grad_norm = values[5] if result.total_norm is not None else None
         if grad_norm is not None and not math.isfinite(grad_norm) and parts.precision.scaled:
@@ -440,6 +441,7 @@ class Loop:
                                                        s.device):
             y = labels.to(s.device, non_blocking=True)
             logits = self.inference.logits(images, s.device)
+            clock.charge_images(cfg.model.name, images.shape[0], images.shape[-2], images.shape[-1], evaluating=True)
             loss_sum += parts.criterion(logits, y) * y.shape[0]
             kept.append(logits.float())  # stays on the device: one copy when written, no sync per batch
             top = top_classes(logits, 5 if n > 5 else 1)  # ties as in metrics.json: one prediction an image
@@ -477,6 +479,7 @@ class Loop:
                                                                              self.frame, s.device)):
             y = labels.to(s.device, non_blocking=True).float()
             logits = self.inference.logits(images, s.device).float()
+            clock.charge_images(cfg.model.name, images.shape[0], images.shape[-2], images.shape[-1], evaluating=True)
             loss_sum += parts.criterion(logits, y) * y.shape[0]
             logits_all[index], targets[index] = logits, y
         both = s.all_reduce_sum(torch.cat([loss_sum[None], logits_all.flatten(), targets.flatten()])).cpu()
@@ -553,7 +556,7 @@ class Loop:
         clock (train.replan's re-stretch)."""
         if not self.cfg.train.budget:
             return None
-        s, now = self.parts.stretch, time.time()
+        s, now = self.parts.stretch, clock.now()
         return {"spent_s": round(now - self.started, 3), "trained_s": round(now - self.fit_started
                                                                             + self.trained_before_s, 3),
                 "epochs": self.cfg.train.epochs,
