@@ -107,4 +107,16 @@ def torch_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def simulated(monkeypatch):
+    """This test's trainers (here, in subprocesses, the app's, and on the test hosts, whose command passes it on)
+    time their work on a simulated device (trainer/core/clock.py): 10 s per megapixel of training images, so a
+    budget's decisions are the same on a busy machine as on a quiet one."""
+    from helpers import simulated_device
+
+    spec = simulated_device(10)
+    monkeypatch.setenv("TRAINDECK_SIMULATED_DEVICE", spec)
+    return spec
+
+
 from remote_servers import hosts, slurm, slurm_started, sshd  # noqa: E402,F401 - real sshd and SLURM for the remote tests

@@ -7,6 +7,7 @@ Each is skipped, with the reason, only when it cannot be started (no sshd or slu
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,9 +71,13 @@ def hosts(sshd, tmp_path, monkeypatch):
 
     remote_runs = tmp_path / "remote-runs"
     options = ["-F", str(sshd["config"])]
+    # a test's simulated device (the `simulated` fixture, asked for before this one) goes to the host's commands too
+    simulated = os.environ.get("TRAINDECK_SIMULATED_DEVICE")
+    remote_command = (f"env TRAINDECK_SIMULATED_DEVICE={shlex.quote(simulated)} {REMOTE_COMMAND}" if simulated
+                      else REMOTE_COMMAND)
     entries = {
-        "loop": {"ssh": "loop", "command": REMOTE_COMMAND, "runs": str(remote_runs), "ssh_options": options},
-        "cluster": {"ssh": "loop", "command": f"env SLURM_CONF={TEST_SLURM_CONF} {REMOTE_COMMAND}",
+        "loop": {"ssh": "loop", "command": remote_command, "runs": str(remote_runs), "ssh_options": options},
+        "cluster": {"ssh": "loop", "command": f"env SLURM_CONF={TEST_SLURM_CONF} {remote_command}",
                     "runs": str(remote_runs), "scheduler": "slurm",
                     "ssh_options": options},
         "nokey": {"ssh": "loop-nokey", "command": REMOTE_COMMAND, "runs": str(remote_runs), "ssh_options": options},

@@ -9,7 +9,7 @@ from helpers import write_config
 
 @pytest.mark.slow
 def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_with_that_run(
-        qtbot, make_window, shapes_dir, tmp_path, torch_home):
+        qtbot, make_window, shapes_dir, tmp_path, torch_home, simulated):
     """One click: the plan made in a subprocess, every choice shown with its reason and loaded into the forms, the
     run started with Auto's budget. Stopped once it trains (Auto spending its whole budget, then testing and
     exporting, is tests/test_auto.py's end-to-end run), the next run the user starts has no budget."""

@@ -118,7 +118,7 @@ def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results
 
 
 def test_the_auto_box_with_a_slurm_host_plans_a_multi_label_run_inside_the_job_and_stop_stops_it(
-        qtbot, make_window, slurm, hosts, tmp_path):
+        qtbot, make_window, slurm, simulated, hosts, tmp_path):
     """On a SLURM host Auto runs inside the job (`main.py auto --host cluster`, what the trainer answers the app's
     plan-only question with): the folder and its labels file are read there (the Dataset page's scan too), the job's
     node measures and plans a multi-label run, the budget counts from the job's start less Auto's own planning, and
@@ -172,8 +172,8 @@ def test_the_auto_box_with_a_slurm_host_plans_a_multi_label_run_inside_the_job_a
     assert window.run_model.state == "stopped" and "stopped" in window.status.state_label.text().lower()
 
 
-def test_the_auto_box_with_a_host_chosen_plans_there_and_starts_a_run_there(qtbot, make_window, hosts, shapes_dir,
-                                                                            tmp_path, monkeypatch):
+def test_the_auto_box_with_a_host_chosen_plans_there_and_starts_a_run_there(qtbot, make_window, simulated, hosts,
+                                                                            shapes_dir, tmp_path, monkeypatch):
     window = make_window(write_config(tmp_path, shapes_dir), runs_dir=hosts["local_runs"])
     choose_host(qtbot, window, "loop")
     started = []
