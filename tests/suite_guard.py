@@ -7,6 +7,10 @@
   slot: the test fails by its timeout, its fixtures are torn down, and the worker goes on.
 - **A last resort for a test stuck where no Python runs** (C code): `GRACE` seconds after its timeout the worker
   dumps every thread's stack and ends, and xdist starts another one.
+- **Nothing the tests started outlives the session.** Every process the tests start carries this session's mark in
+  its environment (`TRAINDECK_TEST_SESSION`, set by the controller before the workers start); when the session ends
+  the controller stops every process so marked and everything below it (an sshd and its sessions, an ssh master, a
+  SLURM daemon and its jobs, a trainer), even those of a worker that died, and says which it had to stop.
 - **xdist's loadfile scheduling survives that.** pytest-xdist 3.8's LoadScopeScheduling put a crashed worker's whole
   workload back on the queue, finished modules included, as empty units that no worker ever completes, and handed a
   replacement worker a unit of one test while the worker waits for two (pytest-xdist #1323, #1327, #1378): the
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import uuid
 
 import pytest
 
@@ -96,10 +101,70 @@ def _patch_loadscope() -> None:
     LoadScopeScheduling._reschedule = _reschedule
 
 
+MARK = "TRAINDECK_TEST_SESSION"
+STOP_WAIT_S = 5.0
+
+
 def pytest_configure(config):
-    if not hasattr(config, "workerinput"):  # the controller schedules
+    if not hasattr(config, "workerinput"):  # the controller: it schedules, and it alone marks the session
         _patch_loadscope()
+        os.environ[MARK] = uuid.uuid4().hex  # a session inside a test (the meta-tests) has a mark of its own
     _guard_qt_waits()
+
+
+def left_running(mark: str) -> list:
+    """The processes carrying `mark` in their environment, and everything below them, but this process and its
+    parents."""
+    import psutil
+
+    me = psutil.Process()
+    spared = {me.pid, *(p.pid for p in me.parents())}
+    found: dict[int, psutil.Process] = {}
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid in spared or proc.environ().get(MARK) != mark:
+                continue
+            found[proc.pid] = proc
+            found.update((child.pid, child) for child in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return [proc for pid, proc in found.items() if pid not in spared]
+
+
+def stop_left_running(mark: str) -> list[str]:
+    """Stop what `left_running` finds (SIGTERM, then SIGKILL after STOP_WAIT_S); each one's name and pid."""
+    import psutil
+
+    procs = left_running(mark)
+    said = []
+    for proc in procs:
+        try:
+            said.append(f"{proc.name()} ({proc.pid})")
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=STOP_WAIT_S)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return said
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput") or not os.environ.get(MARK):
+        return
+    stopped = stop_left_running(os.environ[MARK])
+    if stopped:
+        session.config._suite_guard_stopped = stopped
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    stopped = getattr(config, "_suite_guard_stopped", None)
+    if stopped:
+        terminalreporter.write_sep("-", "processes the tests left running, stopped at the session's end")
+        terminalreporter.write_line(", ".join(stopped))
 
 
 @pytest.hookimpl(tryfirst=True)

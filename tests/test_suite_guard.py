@@ -37,3 +37,36 @@ def test_a_hung_test_fails_by_its_timeout_and_the_session_completes(tmp_path):
     assert "2 failed, 11 passed" in summary, result.stdout[-3000:]
     assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >5.0s" in result.stdout
     assert "FAILED test_c_hang.py::test_stuck_where_no_alarm_reaches - worker 'gw" in result.stdout
+
+
+LEAVING = {
+    "test_leaves.py": "import os\nimport subprocess\n\n\n"
+                      "def start(name):\n"
+                      "    proc = subprocess.Popen(['sleep', '600'], start_new_session=True)  # a daemon of its own\n"
+                      "    open(os.path.join(os.environ['PIDS'], name), 'w').write(str(proc.pid))\n\n\n"
+                      "def test_a_server_its_fixture_forgot():\n    start('forgot')\n\n\n"
+                      "def test_a_worker_that_dies_with_a_server_running():\n    start('died')\n    os._exit(1)\n",
+    **{f"test_more_{i}.py": "def test_one():\n    pass\n" for i in range(2)},
+}
+
+
+@pytest.mark.slow
+def test_nothing_the_tests_started_outlives_the_session_even_when_a_worker_dies(tmp_path):
+    import psutil
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    for name, text in LEAVING.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_guard"]\n')
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "PIDS": str(pids)}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
+                             "-p", "no:cacheprovider", "-p", "no:anyio", str(tmp_path)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert "1 failed, 3 passed" in result.stdout, result.stdout[-3000:]
+    started = {p.name: int(p.read_text()) for p in pids.iterdir()}
+    assert started.keys() == {"forgot", "died"}
+    left = [pid for pid in started.values() if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not left, f"still running after the session: {left}"
+    assert "processes the tests left running, stopped at the session's end" in result.stdout
+    assert result.stdout.count("sleep (") == 2, result.stdout[-1500:]

@@ -226,6 +226,9 @@ def cmd_resume(args) -> int:
     lock = run.lock()
     try:
         status = run.read_status()
+        if damage := run.damage():
+            raise CommandError(f"{damage}: the run is damaged and is not resumed (its checkpoints are untouched; "
+                               f"train them on in a new run with --set model.weights=CHECKPOINT)")
         if status.get("state") == "completed" and not args.force and args.epochs is None:
             raise CommandError(f"{run.path}: the run already completed; continue it for more epochs with --epochs "
                                f"TOTAL, or pass --force to train it again from its last checkpoint")
@@ -565,6 +568,8 @@ def cmd_queue(args) -> int:
             print(f"{i}\t{run.path}{flags}")
         if not waiting:
             print("the queue is empty", file=sys.stderr)
+        for run, why in queue.damaged_runs(runs_dir):
+            print(f"damaged (passed over): {run.path}: {why}", file=sys.stderr)
         schedulers = queue.live_schedulers(runs_dir)
         print(f"scheduler(s) running: {', '.join(map(str, schedulers))}" if schedulers else
               "no scheduler is running (start one with: main.py queue run)", file=sys.stderr)

@@ -100,8 +100,10 @@ class RunModel(QObject, RunState):
             if not self._pending:
                 new = self._events.read_new(CHUNK_BYTES)
                 if not new:
-                    self.catching_up = False
-                    break
+                    if self._events.at_end:
+                        self.catching_up = False
+                        break
+                    continue  # a chunk inside a line too long to be an event: the next one, within the budget
                 got_any = True
                 self._pending.extend(new)
             while self._pending and time.perf_counter() < deadline:

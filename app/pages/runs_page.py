@@ -43,11 +43,12 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
     for path in paths:
         loss, epochs = Series(), []
         tail = EventTail(Path(path) / "events.jsonl", summary=True)
-        while batch := tail.read_new():
-            for e in batch:
-                if e["event"] == "step" and e.get("loss") is not None:
+        while not tail.at_end:
+            for e in tail.read_new():
+                if e["event"] == "step" and isinstance(e.get("step"), int) and isinstance(e.get("loss"), (int, float)):
                     loss.append(e["step"], e["loss"])
-                elif e["event"] == "epoch":
+                elif e["event"] == "epoch" and isinstance(e.get("epoch"), int) and isinstance(e.get("val_acc"),
+                                                                                              (int, float)):
                     epochs.append((e["epoch"], e["val_acc"]))
         shown = loss.display_index(COMPARE_POINTS)
         out.append((Path(path).name, {"steps": list(zip(loss.x[shown].tolist(), loss.y[shown].tolist())),

@@ -27,7 +27,8 @@ def export_run_csv(events_path: str | Path, out: str | Path) -> tuple[Path, Path
         epochs = SafeWriter(epochs_file)
         epochs.writerow(EPOCH_COLUMNS)
         header_written = False
-        while batch := tail.read_new():
+        while not tail.at_end:
+            batch = tail.read_new()
             for e in batch:
                 kind = e.get("event")
                 if kind == "run_start" and not header_written:

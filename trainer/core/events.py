@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainer.core import clock
-from trainer.core.summary import SummaryKeeper, check_header, summary_path
+from trainer.core.files import BoundedLines, UserFileError, open_regular
+from trainer.core.summary import MAX_EVENT_LINE, SummaryKeeper, check_header, summary_path
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint", "test", "export",
@@ -45,11 +46,12 @@ class EventWriter:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.summary = SummaryKeeper.resume(self.path)  # a resumed run's: taken up, not rebuilt
-        self._file = open(self.path, "a", encoding="utf-8")
-        if self.summary.pending:  # a crash mid-line: that line ends here, malformed, and the next one is whole
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)  # the run's own file, no link
+        self._file = os.fdopen(os.open(self.path, flags, 0o644), "a", encoding="utf-8")
+        if self.summary.uncovered:  # a crash mid-line: that line ends here, malformed, and the next one is whole
             self._file.write("\n")
-            self.summary.offset += len(self.summary.pending) + 1
-            self.summary.pending = b""
+            self.summary.offset += self.summary.uncovered + 1
+            self.summary.uncovered = 0
 
     def emit(self, event: str, **fields: Any) -> dict:
         if event not in EVENT_TYPES:  # the declared list is the contract (docs/events.md, the app's RunState)
@@ -87,23 +89,35 @@ class EventTail:
 
     With `summary`, a long run is read through its summary (`trainer.core.summary`): first the summary's events (the
     run's description and a fixed budget of thinned steps), then the file's events after what it covers. Readers
-    that need every step (a CSV export) read without it."""
+    that need every step (a CSV export) read without it.
+
+    A run folder is user input: the files are opened only when they are regular files (a FIFO, a device or a link is
+    `problem`, and nothing is read), a line longer than MAX_EVENT_LINE is skipped without being held, and a line
+    that is not an event (a JSON object naming one) is skipped; `skipped` counts both."""
 
     def __init__(self, path: str | os.PathLike, summary: bool = False):
         self.path = Path(path)
         self._offset = 0
-        self._partial = b""
+        self._lines = BoundedLines(MAX_EVENT_LINE)
         self._summary: IO[bytes] | None = None
+        self.at_end = False  # the last read reached the end of the file (what is there now is read)
+        self.problem = ""  # why the file is not read (not a regular file)
+        self.not_events = 0
         if summary:
             self._open_summary()
+
+    @property
+    def skipped(self) -> int:
+        """Lines skipped so far: too long, or not an event."""
+        return self._lines.skipped + self.not_events
 
     def _open_summary(self) -> None:
         """The summary, held open while read (the trainer replaces it as it goes: the one opened is read through)."""
         try:
-            f = open(summary_path(self.path), "rb")
+            f = os.fdopen(open_regular(summary_path(self.path), "summary of events", follow_links=False), "rb")
         except OSError:
             return
-        header = check_header(f.readline(), self.path)
+        header = check_header(f.readline(MAX_EVENT_LINE), self.path)
         if header is None:
             f.close()
             return
@@ -120,48 +134,58 @@ class EventTail:
         return self._offset
 
     def read_new(self, max_bytes: int = 8 << 20) -> list[dict]:
+        """The events complete in the next `max_bytes` of the file ([] with `at_end` when there is nothing more)."""
+        self.at_end = False
         while self._summary is not None:
             chunk = self._summary.read(max_bytes)
             if not chunk:  # the summary is read: the file's events after it
                 self._summary.close()
                 self._summary = None
-                self._offset, self._partial = self._summary_offset, b""
+                self._offset, self._lines = self._summary_offset, BoundedLines(MAX_EVENT_LINE)
                 break
             if events := self._parse(chunk):
                 return events
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read(max_bytes)
-        except FileNotFoundError:
+        if self.problem:
+            self.at_end = True
             return []
+        try:
+            fd = open_regular(self.path, "events file", follow_links=False)
+        except UserFileError as e:
+            if self.path.exists() or self.path.is_symlink():
+                self.problem = str(e)
+            self.at_end = True
+            return []
+        with os.fdopen(fd, "rb") as f:
+            f.seek(self._offset)
+            chunk = f.read(max_bytes)
+        if len(chunk) < max_bytes:
+            self.at_end = True
         if not chunk:
             return []
         self._offset += len(chunk)
         return self._parse(chunk)
 
     def _parse(self, chunk: bytes) -> list[dict]:
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        lines = [line for line in lines if line.strip()]
+        lines = [line for line in self._lines.feed(chunk) if line.strip()]
         try:  # one parse for the whole chunk is several times faster than one per line
-            return json.loads(b"[" + b",".join(lines) + b"]")
+            events = json.loads(b"[" + b",".join(lines) + b"]")
         except json.JSONDecodeError:
-            pass
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                log.warning("%s: skipping a malformed event line: %.80r", self.path, line)
-        return events
+            events = []
+            for line in lines:
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    log.warning("%s: skipping a malformed event line: %.80r", self.path, line)
+                    self.not_events += 1
+        kept = [e for e in events if isinstance(e, dict) and isinstance(e.get("event"), str)]
+        self.not_events += len(events) - len(kept)
+        return kept
 
 
 def read_events(path: str | os.PathLike, summary: bool = False) -> list[dict]:
     """Every complete event in a file (with `summary`: through its summary, EventTail's)."""
     out: list[dict] = []
     tail = EventTail(path, summary)
-    while batch := tail.read_new():
-        out.extend(batch)
+    while not tail.at_end:
+        out.extend(tail.read_new())
     return out

@@ -24,15 +24,20 @@ class UserFileError(InputError, OSError):
     names the file and says why in words."""
 
 
-def read_user_file(path: str | os.PathLike, max_bytes: int, what: str = "file") -> bytes:
-    """The bytes of a file the user gave (a config, manifest, labels file, sweep): only a regular file (a FIFO
-    would wait for ever, /dev/zero would fill the memory), at most `max_bytes` of it, else UserFileError. Opened
-    without blocking and checked on the open file, so a path swapped for a FIFO meanwhile cannot hang."""
+def open_regular(path: str | os.PathLike, what: str = "file", follow_links: bool = True) -> int:
+    """A descriptor of `path` opened for reading, only when it is a regular file (a FIFO would wait for ever,
+    /dev/zero would fill the memory), else UserFileError naming it. Opened without blocking and checked on the open
+    file, so a path swapped for a FIFO meanwhile cannot hang. With `follow_links` False a link is refused too: a run
+    folder's own files are its own, never another run's through a link."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError as e:
         raise UserFileError(f"{path}: no such {what}") from e
     except OSError as e:
+        if not follow_links and os.path.islink(path):
+            raise UserFileError(f"{path}: is a link, not the run's own {what} (a run folder's files are not links)") \
+                from e
         raise UserFileError(f"{path}: cannot read the {what} ({e.strerror})") from e
     try:
         info = os.fstat(fd)
@@ -42,8 +47,22 @@ def read_user_file(path: str | os.PathLike, max_bytes: int, what: str = "file") 
             kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode) or \
                 stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
             raise UserFileError(f"{path}: is {kind}, not a {what} (only regular files are read)")
-        if info.st_size > max_bytes:
-            raise UserFileError(f"{path}: {info.st_size:,} bytes, more than a {what} may be ({max_bytes:,})")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_user_file(path: str | os.PathLike, max_bytes: int, what: str = "file", follow_links: bool = True) -> bytes:
+    """The bytes of a file the user gave (a config, manifest, labels file, sweep) or a run folder's own file: only a
+    regular file (`open_regular`), at most `max_bytes` of it, else UserFileError."""
+    fd = open_regular(path, what, follow_links)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise UserFileError(f"{path}: {size:,} bytes, more than a {what} may be ({max_bytes:,})")
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
             data = f.read(max_bytes + 1)
@@ -75,3 +94,36 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+class BoundedLines:
+    """Complete lines out of bytes fed in chunks cut anywhere, each at most `max_line` bytes: a longer line is skipped
+    (counted in `skipped`) without being held, however long it is; an incomplete last line waits for the next
+    chunk."""
+
+    def __init__(self, max_line: int):
+        self.max_line = max_line
+        self.pending = b""
+        self.skipping = False  # inside a line already too long: dropped up to its newline
+        self.skipped = 0
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        data = self.pending + chunk
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        if self.skipping and lines:  # the rest of the long line ends here
+            lines.pop(0)
+            self.skipping = False
+        if self.skipping:
+            rest = b""
+        kept = []
+        for line in lines:
+            if len(line) > self.max_line:
+                self.skipped += 1
+            else:
+                kept.append(line)
+        if len(rest) > self.max_line:
+            self.skipped += 1
+            self.skipping, rest = True, b""
+        self.pending = rest
+        return kept

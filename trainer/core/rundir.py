@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.core.errors import InputError
-from trainer.core.files import atomic_write_text
+from trainer.core.errors import InputError, first_line
+from trainer.core.files import UserFileError, atomic_write_text, open_regular, read_user_file
 from trainer.core.summary import summary_path
 from trainer.core.system import pid_alive, try_lock, user_dir
 
@@ -38,6 +38,31 @@ RESUMABLE_STATES = ("stopped", "failed")
 ENDINGS = {"budget": "train.budget spent", "early_stop": "early stop", "pruned": "pruned by the sweep",
            "forced": "forced", "too_slow": "too slow for its budget",
            "too_fast": "faster than measured"}
+
+
+MAX_STATUS_BYTES = 1 << 20  # status.json: a few hundred bytes; a remote run's, a few kB
+NUMBER = (int, float)
+STATUS_FIELDS: dict[str, tuple[type, ...]] = {  # what readers format or compare: a field of another kind is damage
+    "state": (str,), "reason": (str,), "message": (str,), "pid": (int,), "epoch": (int,), "epochs": (int,),
+    "step": (int,), "exit_code": (int,), "best_acc": NUMBER, "updated": NUMBER, "started": NUMBER, "ended": NUMBER,
+    "remote": (dict,), "queue": (dict,), "model": (str,), "pgid": (int,), "worker_pid": (int,), "test_acc": NUMBER,
+    "test_map": NUMBER}
+QUEUE_FIELDS: dict[str, tuple[type, ...]] = {"position": NUMBER, "added": NUMBER, "held": (bool,), "sweep": (str,),
+                                             "values": (dict,), "gpus": (list,)}
+
+
+def _wrong_field(record: dict, fields: dict[str, tuple[type, ...]]) -> str | None:
+    """The first field of `record` whose value is not of its declared kinds (None when all are)."""
+    for key, kinds in fields.items():
+        value = record.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds):
+            return f"{key} is {type(value).__name__} {str(value)[:40]!r}"
+    return None
+
+
+def damaged(why: str) -> dict[str, Any]:
+    """The status of a run whose own files cannot be trusted, with the reason."""
+    return {"state": "damaged", "damaged": why, "message": f"damaged: {why}"}
 
 
 def state_text(state: str, reason: str | None) -> str:
@@ -135,10 +160,9 @@ class RunDir:
         from trainer.core.events import EventTail
 
         tail = EventTail(self.events)
-        while tail.offset < within_bytes:
-            read = tail.offset
-            found = next((e for e in tail.read_new(256 << 10) if e.get("event") == name), None)
-            if found is not None or tail.offset == read:  # found, or the end of the file
+        while tail.offset < within_bytes and not tail.at_end:
+            found = next((e for e in tail.read_new(256 << 10) if e["event"] == name), None)
+            if found is not None:
                 return found
         return None
 
@@ -149,8 +173,8 @@ class RunDir:
 
         found: dict[str, dict] = {}
         tail = EventTail(self.events, summary=True)
-        while batch := tail.read_new():
-            found.update((e["event"], e) for e in batch if e.get("event") in names)
+        while not tail.at_end:
+            found.update((e["event"], e) for e in tail.read_new() if e["event"] in names)
         return found
 
     def settings(self):
@@ -188,10 +212,39 @@ class RunDir:
         return self
 
     def read_status(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.status_file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        """status.json's fields ({} when there is none yet). A run folder is user input (a colleague's, a copy, a
+        crash): a status that is not a regular file of the run's own (a link, a FIFO, a device), larger than a status
+        can be, not a JSON object, or with a field of the wrong kind is `damaged`: {"state": "damaged", "damaged":
+        why}, which no command trains, the queue passes over and the app shows read-only."""
+        if not os.path.lexists(self.status_file):
             return {}
+        try:
+            status = json.loads(read_user_file(self.status_file, MAX_STATUS_BYTES, "status file", follow_links=False))
+        except UserFileError as e:
+            return damaged(str(e))
+        except (ValueError, UnicodeDecodeError) as e:
+            return damaged(f"{self.status_file}: not JSON ({first_line(e, 120)})")
+        if not isinstance(status, dict):
+            return damaged(f"{self.status_file}: a JSON {type(status).__name__}, not an object")
+        wrong = _wrong_field(status, STATUS_FIELDS) or _wrong_field(status.get("queue") or {}, QUEUE_FIELDS)
+        if wrong:
+            return damaged(f"{self.status_file}: {wrong}")
+        return status
+
+    def damage(self) -> str:
+        """Why this run's own files cannot be trusted ("" when they can): status.json damaged (`read_status`), or an
+        events file or summary that is not a regular file of the run's own (a FIFO would hang its reader, a link
+        would read or write another run's)."""
+        status = self.read_status()
+        if status.get("state") == "damaged":
+            return status["damaged"]
+        for path, what in ((self.events, "events file"), (self.summary, "summary of events")):
+            if os.path.lexists(path):
+                try:
+                    os.close(open_regular(path, what, follow_links=False))
+                except UserFileError as e:
+                    return str(e)
+        return ""
 
     def write_status(self, **fields: Any) -> dict[str, Any]:
         """Merge `fields` into status.json, atomically (readers never see a half-written file).
@@ -200,6 +253,8 @@ class RunDir:
         reused), so a run's end is still recorded; only when that fails too does the OSError propagate.
         """
         status = self.read_status()
+        if status.get("state") == "damaged":
+            status = {}  # written anew, nothing kept of what could not be read
         status.update(fields)
         status["updated"] = time.time()
         text = json.dumps(status, indent=1)

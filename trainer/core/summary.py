@@ -25,7 +25,7 @@ import os
 import time
 from pathlib import Path
 
-from trainer.core.files import atomic_write_bytes
+from trainer.core.files import BoundedLines, atomic_write_bytes, open_regular, read_user_file
 
 SUMMARY_NAME = "events.summary.jsonl"
 SUMMARY_VERSION = 1
@@ -33,6 +33,9 @@ WHOLE = ("run_start", "epoch", "replan", "checkpoint", "test", "export", "error"
 BUDGET = {"step": 2000, "grad_stats": 500, "system": 1000, "histogram": 50, "warning": 500, "prepare": 100}
 VALUE = {"step": "loss"}  # a series whose buckets keep their lowest and highest event by this field (else the last)
 WRITE_EVERY_S = 10.0
+MAX_EVENT_LINE = 64 << 20  # an event's line: an epoch's confusion matrix of 1,000 classes is about 4 MB; longer is
+# not an event, and is skipped (never held, never copied into the summary)
+MAX_SUMMARY_BYTES = 256 << 20  # a summary keeps a fixed budget of lines (BUDGET): far less
 HEAD_BYTES = 256  # of events.jsonl, fingerprinted: a summary of another file (rewritten, truncated) is not used
 
 log = logging.getLogger(__name__)
@@ -112,7 +115,8 @@ class SummaryKeeper:
         self.whole: list[tuple[int, str]] = []
         self.series: dict[str, _Series] = {}
         self._positions: dict[int, tuple[str, int]] = {}  # a thinned entry's series and position, for the header
-        self.pending = b""  # the start of a line not yet complete (appended bytes cut mid-line)
+        self.uncovered = 0  # bytes after the last complete line (appended bytes cut mid-line)
+        self._lines = BoundedLines(MAX_EVENT_LINE)
         self._written = time.monotonic()
         self._dirty = False
 
@@ -138,26 +142,28 @@ class SummaryKeeper:
         self._positions[index] = (name, series.count)
         series.add(index, _number(value), line)
 
-    def add_bytes(self, data: bytes) -> None:
-        """Complete lines of the file as they were appended (a mirror copies bytes): `data` ends with a newline."""
-        for raw in data.split(b"\n")[:-1]:
-            self.offset += len(raw) + 1
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue  # a malformed line: readers skip it too
-            if isinstance(record, dict):
-                self._take(record, raw.decode("utf-8", "replace"))
+    def _take_line(self, raw: bytes) -> None:
+        if not raw.strip():
+            return
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            return  # a malformed line: readers skip it too
+        if isinstance(record, dict) and isinstance(record.get("event"), str):
+            self._take(record, raw.decode("utf-8", "replace"))
 
     def add_appended(self, data: bytes) -> None:
-        """Bytes as appended to the file, cut anywhere (a mirror's copy): the complete lines taken, the rest held."""
-        data = self.pending + data
+        """Bytes as appended to the file, cut anywhere (a mirror's copy): the complete lines taken (a line longer than
+        an event may be is skipped, never held or copied), the start of the next one counted in `uncovered`."""
         cut = data.rfind(b"\n") + 1
-        self.pending = data[cut:]
+        lines = self._lines.feed(data)
         if cut:
-            self.add_bytes(data[:cut])
+            self.offset += self.uncovered + cut
+            self.uncovered = len(data) - cut
+        else:
+            self.uncovered += len(data)
+        for raw in lines:
+            self._take_line(raw)
 
     def maybe_write(self) -> None:
         if self._dirty and time.monotonic() - self._written >= WRITE_EVERY_S:
@@ -193,11 +199,11 @@ class SummaryKeeper:
         it (or the whole file, where there is none) read once, as a stream. A last line cut short is `pending`: the
         rest of it may still come (a mirror), or never (a crashed writer: `EventWriter` ends it)."""
         keeper = cls(events_path)
-        try:
-            size = keeper.events_path.stat().st_size
-        except OSError:
+        if not os.path.lexists(keeper.events_path):
             return keeper
-        if size == 0:
+        events = os.fdopen(open_regular(keeper.events_path, "events file", follow_links=False), "rb")  # or refused
+        if os.fstat(events.fileno()).st_size == 0:
+            events.close()
             return keeper
         header = read_header(keeper.path, keeper.events_path)
         if header is not None:
@@ -206,7 +212,7 @@ class SummaryKeeper:
             except (ValueError, KeyError, TypeError, IndexError) as e:  # a damaged summary: the file read whole
                 log.warning("%s: not used (%s)", keeper.path, e)
                 keeper = cls(events_path)
-        with open(keeper.events_path, "rb") as f:
+        with events as f:
             f.seek(keeper.offset)
             while chunk := f.read(8 << 20):
                 keeper.add_appended(chunk)
@@ -214,9 +220,8 @@ class SummaryKeeper:
         return keeper
 
     def _restore(self, header: dict) -> None:
-        with open(self.path, "rb") as f:
-            f.readline()
-            lines = f.read().decode("utf-8").splitlines()
+        text = read_user_file(self.path, MAX_SUMMARY_BYTES, "summary of events", follow_links=False)
+        lines = text.decode("utf-8").splitlines()[1:]
         positions = header["positions"]
         if len(positions) != len(lines):
             log.warning("%s: not used (its lines and positions differ)", self.path)
@@ -247,8 +252,8 @@ def read_header(path: str | os.PathLike, events_path: str | os.PathLike) -> dict
     """The summary's first line, when it summarises `events_path` as it is now (None: no summary, another file's,
     one of a file since cut short, or not readable)."""
     try:
-        with open(path, "rb") as f:
-            return check_header(f.readline(), events_path)
+        with os.fdopen(open_regular(path, "summary of events", follow_links=False), "rb") as f:
+            return check_header(f.readline(MAX_EVENT_LINE), events_path)
     except OSError:
         return None
 

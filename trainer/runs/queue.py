@@ -41,6 +41,11 @@ def queue_lock(runs_dir: Path):
         yield
 
 
+def damaged_runs(runs_dir: Path) -> list[tuple[RunDir, str]]:
+    """The runs whose own files cannot be trusted (RunDir.damage), each with why: listed, never started."""
+    return [(r, why) for r in list_runs(runs_dir) if (why := r.damage())]
+
+
 def queued(runs_dir: Path) -> list[RunDir]:
     """Runs waiting, in queue order (held ones included)."""
     runs = [r for r in list_runs(runs_dir) if r.read_status().get("state") == "queued"]
