@@ -112,12 +112,27 @@ def test_a_run_s_params_metrics_and_files_read_back_from_a_real_tracking_server(
     assert len(history) == 3 and client.get_run(kept["run_id"]).info.status == "FINISHED"
     assert len(client.search_runs([logged.info.experiment_id])) == 1, "no second MLflow run for the same run"
 
+    # another run whose mlflow.json names the first one's MLflow run (copied, edited by hand): resumed, it logs to a
+    # record of its own and the first one's is untouched (issue #67)
+    assert run_here("train", cfg, "--runs-dir", tmp_path / "others").returncode == 0
+    (other,) = (tmp_path / "others").iterdir()
+    (other / "mlflow.json").write_text((run / "mlflow.json").read_text())
+    assert run_here("resume", other, "--epochs", "3").returncode == 0
+    assert len(client.get_metric_history(kept["run_id"], "val_acc")) == 3, "the first run's record untouched"
+    assert client.get_run(kept["run_id"]).info.status == "FINISHED"
+    own = json.loads((other / "mlflow.json").read_text())["run_id"]
+    assert own != kept["run_id"] and client.get_run(own).info.run_name == other.name
+
 
 def test_a_bad_or_unanswered_tracking_uri_is_refused_before_a_run_directory_exists(tmp_path, shapes_dir):
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for value, said in ((closed, f"no MLflow tracking server answers at {closed}"),
-                        ("mlflow-server", "must be a tracking URI")):
-        cfg = write_config(tmp_path, shapes_dir, monitor={"mlflow": value})
+                        ("mlflow-server", "must be a tracking URI"), ("gopher://example.org", "must be a tracking URI"),
+                        ("javascript:alert(1)", "must be a tracking URI"),
+                        (f"file://{tmp_path}/mlruns", "MLflow's own file store no longer takes new runs"),
+                        ({"mlflow": closed, "mlflow_experiment": "x" * 100_000}, "at most 500 characters")):
+        monitor = value if isinstance(value, dict) else {"mlflow": value}
+        cfg = write_config(tmp_path, shapes_dir, monitor=monitor)
         done = run_here("train", cfg, "--runs-dir", tmp_path / "runs")
         assert done.returncode == 2 and "monitor.mlflow" in done.stderr and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr and not (tmp_path / "runs").exists()

@@ -27,6 +27,8 @@ from trainer.core.user_yaml import MAX_CONFIG_BYTES, YamlError, parse_yaml, read
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
+MLFLOW_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "databricks")  # the tracking stores MLflow runs
+MAX_MLFLOW_NAME = 500  # an experiment's name (MLflow keeps names far shorter than the 100,000 characters tried)
 MAX_SEED = 2**32 - 1  # numpy seeds are 32-bit; the loop derives per-epoch seeds from it
 # Numbers YAML 1.1 leaves as strings but users write as numbers: 3e-4, 1E12, .5, 1_000.
 _FLOAT_TEXT = re.compile(r"[-+]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?")
@@ -302,7 +304,8 @@ class MonitorConfig:
     tensorboard: bool = opt(False, "also write TensorBoard event files into the run directory (scalars, histograms, "
                             "hparams; needs the tensorboard package)")
     mlflow: str | None = opt(None, "also log the run to MLflow: a tracking URI (http://127.0.0.1:5000, "
-                             "file:///path/mlruns, sqlite:///path/mlflow.db), or env for MLFLOW_TRACKING_URI; "
+                             "sqlite:///path/mlflow.db, postgresql://, mysql://, databricks), or env for "
+                             "MLFLOW_TRACKING_URI; "
                              "empty = off (needs the mlflow package)")
     mlflow_experiment: str = opt("traindeck", "the MLflow experiment the run is logged under")
 
@@ -623,11 +626,19 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         problems.append("loss.class_weights: needs a loss that weights classes (cross_entropy, nll or multi_margin), "
                         "not mse")
     mlflow = cfg.monitor.mlflow
-    if mlflow and mlflow != "env" and not re.match(r"[A-Za-z][A-Za-z0-9+.-]+:", mlflow):
-        problems.append(f"monitor.mlflow: must be a tracking URI (http://127.0.0.1:5000, file:///path/mlruns, "
-                        f"sqlite:///path/mlflow.db), env (MLFLOW_TRACKING_URI) or empty (off); got {shown(mlflow)}")
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", mlflow or "")
+    if mlflow and mlflow != "env" and (not scheme or scheme.group(1).lower().split("+")[0] not in MLFLOW_SCHEMES):
+        why = ("MLflow's own file store no longer takes new runs (it is in maintenance mode): run `mlflow server` "
+               "and give its http:// address, or a sqlite:///path/mlflow.db store" if scheme and
+               scheme.group(1).lower() == "file" else
+               "must be a tracking URI: http(s)://, sqlite:///, postgresql://, mysql:// or databricks, env "
+               "(MLFLOW_TRACKING_URI) or empty (off)")
+        problems.append(f"monitor.mlflow: {why}; got {shown(mlflow)}")
     if mlflow and not cfg.monitor.mlflow_experiment.strip():
         problems.append("monitor.mlflow_experiment: must name an experiment when monitor.mlflow is set")
+    if len(cfg.monitor.mlflow_experiment) > MAX_MLFLOW_NAME:
+        problems.append(f"monitor.mlflow_experiment: at most {MAX_MLFLOW_NAME} characters, got "
+                        f"{len(cfg.monitor.mlflow_experiment):,}")
     m = cfg.model
     if m.freeze_backbone and m.unfreeze_at_epoch:
         problems.append("model.unfreeze_at_epoch: set it or model.freeze_backbone, not both (a linear probe never "

@@ -131,11 +131,14 @@ class RunDir:
 
     def mlflow_run(self) -> dict:
         """mlflow.json's record ({} when the run logs to no MLflow run, or the file cannot be read)."""
-        try:
-            kept = json.loads(self.mlflow.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        if not os.path.lexists(self.mlflow):
             return {}
-        return kept if isinstance(kept, dict) else {}
+        try:
+            kept = json.loads(read_user_file(self.mlflow, MAX_STATUS_BYTES, "MLflow record", follow_links=False))
+        except (UserFileError, ValueError):
+            return {}
+        fields = ("tracking_uri", "experiment", "experiment_id", "run_id")
+        return kept if isinstance(kept, dict) and all(isinstance(kept.get(k, ""), str) for k in fields) else {}
 
     def mlflow_page(self) -> str:
         """The address of this run's page in the MLflow UI of the tracking server it logs to; "" when it logs to none,

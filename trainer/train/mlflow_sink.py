@@ -18,6 +18,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from trainer.core.errors import first_line
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir
 
@@ -139,15 +140,35 @@ class MLflowSink:
         parameters."""
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")  # a server that is down: a warning soon,
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")  # not minutes of retries
-        from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=None if self.uri == "env" else self.uri)
         kept = RunDir(self.run_path).mlflow_run()
-        if kept.get("tracking_uri") == self.uri and kept.get("run_id"):
+        if kept.get("tracking_uri") == self.uri and kept.get("run_id") and self._ours(kept):
             self.run_id = kept["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
             return
+        self._create_run(record)
+
+    def _ours(self, kept: dict) -> bool:
+        """mlflow.json names this run's own MLflow record (its experiment, its name, its run folder's tag): a file
+        edited by hand, or copied from another run, never makes a resumed run log into another run's record."""
+        try:
+            found = self.client.get_run(str(kept["run_id"]))
+        except Exception as e:  # noqa: BLE001 - no such run there (deleted, another server): a new one
+            log.warning("mlflow.json names MLflow run %s, which %s cannot give (%s): logging to a new run",
+                        str(kept["run_id"])[:64], self.uri, first_line(e))
+            return False
+        ours = (found.info.experiment_id == str(kept.get("experiment_id")) and found.info.run_name == self.run_path.name
+                and found.data.tags.get("traindeck.run_dir") == str(self.run_path))
+        if not ours:
+            log.warning("mlflow.json names MLflow run %s, which is not this run's (%s, of %s): logging to a new run",
+                        str(kept["run_id"])[:64], found.info.run_name, found.data.tags.get("traindeck.run_dir"))
+        return ours
+
+    def _create_run(self, record: dict) -> None:
+        from mlflow.entities import Param
+
         experiment = self.client.get_experiment_by_name(self.experiment)
         if experiment is None:
             try:
