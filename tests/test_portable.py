@@ -181,3 +181,42 @@ def test_stop_without_signals_checkpoints_a_training_run(shapes_dir, tmp_path, p
     events = read_events(run_dir / "events.jsonl")
     assert events[-1]["event"] == "run_end" and events[-1]["status"] == "stopped"
     assert process_tree_gone(proc.pid, also=workers)
+
+
+@pytest.mark.parametrize("squatted", ["a file", "a link", "open to all"])
+def test_a_stop_folder_someone_else_made_first_is_passed_over_with_one_warning(tmp_path, monkeypatch, caplog,
+                                                                               squatted):
+    """Issue #67: on a shared /tmp anyone can make TEMP/traindeck-USER first; every command then died with a
+    NotADirectoryError. A place that is not a folder of this user's alone is passed over for the user's own state
+    folder, said once; a folder of ours that others could enter is closed to them."""
+    import getpass
+    import logging
+    import tempfile
+
+    from trainer.core import system
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(system, "_warned_stop_dirs", set())
+    monkeypatch.delenv("TRAINDECK_STOP_FILE", raising=False)
+    (tmp_path / "tmp").mkdir()
+    base = tmp_path / "tmp" / f"traindeck-{getpass.getuser()}"
+    if squatted == "a file":
+        base.write_text("mine")
+    elif squatted == "a link":
+        (tmp_path / "elsewhere").mkdir()
+        base.symlink_to(tmp_path / "elsewhere")
+    else:
+        base.mkdir(mode=0o777)
+        base.chmod(0o777)
+    with caplog.at_level(logging.WARNING):
+        path = system.claim_stop_file()
+        again = system.stop_file(12345)
+    if squatted == "open to all":  # ours: closed to the others, and used
+        assert path.parent == base / "stop" and base.stat().st_mode & 0o077 == 0
+        assert not caplog.records
+    else:
+        assert path.parent == tmp_path / "state" / "traindeck" / "stop" == again.parent
+        assert path.parent.stat().st_mode & 0o077 == 0
+        assert len([r for r in caplog.records if "not a folder of this user's alone" in r.getMessage()]) == 1
+    assert system.stop_tree(999999) is False and again.parent.joinpath("999999").exists(), "a stop is still asked"

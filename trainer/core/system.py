@@ -20,6 +20,7 @@ import getpass
 import logging
 import os
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -93,11 +94,50 @@ def pid_alive(pid: int | None) -> bool:
 
 def stop_file(root: int) -> Path:
     """The file whose existence asks process tree `root` to stop."""
+    return stop_dir() / str(root)
+
+
+_warned_stop_dirs: set[str] = set()
+
+
+def _private_dir(path: Path) -> bool:
+    """`path` is, or is now made, a folder of this user's alone: a folder (not a link to one), owned by this user,
+    open to nobody else. On a shared /tmp anyone could have made it first, as a file, a link or a folder of theirs."""
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode):
+            return False
+        if os.name != "nt":
+            if info.st_uid != os.getuid():
+                return False
+            if info.st_mode & 0o077:
+                os.chmod(path, 0o700)
+    except OSError:
+        return False
+    return True
+
+
+def stop_dir() -> Path:
+    """Where stop files live: TEMP/traindeck-USER/stop, a folder of this user's alone; when that place is not one (a
+    file or someone else's folder there), the user's own state folder, said once."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no name for this user id (a container)
         user = str(os.getuid()) if hasattr(os, "getuid") else "user"
-    return Path(tempfile.gettempdir()) / f"traindeck-{user}" / "stop" / str(root)
+    base = Path(tempfile.gettempdir()) / f"traindeck-{user}"
+    if _private_dir(base) and _private_dir(base / "stop"):
+        return base / "stop"
+    fallback = user_dir("state") / "stop"
+    if str(base) not in _warned_stop_dirs:
+        _warned_stop_dirs.add(str(base))
+        log.warning("%s is not a folder of this user's alone (a file, a link or another user's): stop requests go "
+                    "to %s instead", base, fallback)
+    try:
+        fallback.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        log.warning("cannot make %s: %s", fallback, e)
+    return fallback
 
 
 def claim_stop_file() -> Path:
