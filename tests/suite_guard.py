@@ -109,7 +109,13 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # the controller: it schedules, and it alone marks the session
         _patch_loadscope()
         os.environ[MARK] = uuid.uuid4().hex  # a session inside a test (the meta-tests) has a mark of its own
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _interrupted)  # `kill` (a CI's timeout): the session still ends, cleaned
     _guard_qt_waits()
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # pytest ends the session on it: pytest_sessionfinish runs
 
 
 def left_running(mark: str) -> list:
