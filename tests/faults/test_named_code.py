@@ -138,3 +138,36 @@ def test_a_user_model_trains_when_trusted_at_the_call(shapes_dir, tmp_path):
     run, code = train_here(write_config(tmp_path, shapes_dir, model={"name": name}, train={"epochs": 1}),
                            tmp_path / "runs")
     assert code == 0 and (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"image_size": 5000}, "image_size 5000 is outside what a model takes (8 to 1024 px)"),
+    ({"image_size": 30000, "image_width": 30000}, "image_size 30000 is outside"),
+    ({"classes": ["a", "b", "c"]}, "names 3 classes"),
+    ({"classes": "abcd"}, "classes must be a list of 1 to 100,000 names"),
+    ({"thresholds": [0.5]}, "1 thresholds for 4 labels"),
+    ({"image_size": 24, "image_width": 24}, "does not take the 24x24 images"),
+])
+def test_a_card_that_disagrees_with_its_model_is_one_line_before_any_image(planted, tmp_path, change, said):
+    """Issue #67: a card's sizes and classes are checked against the model (one image of zeros) before the user's
+    images are: no 3 GB allocation for image_size 5000, no IndexError for a class too few."""
+    _, exports, image, _, _ = planted
+    onnx = shutil.copy(exports["onnx"], tmp_path / "model.onnx")
+    card = json.loads(exports["onnx"].with_name(exports["onnx"].name + ".json").read_text())
+    (tmp_path / "model.onnx.json").write_text(json.dumps({**card, **change}))
+    result = run_here("predict", onnx, image)
+    assert result.returncode == 2 and said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "TrainDeck bug" not in result.stderr
+
+
+def test_weights_that_give_non_finite_outputs_are_named(planted, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _, exports, image, _, _ = planted
+    weights = load_file(str(exports["safetensors"]))
+    save_file({k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in weights.items()},
+              str(tmp_path / "model.safetensors"))
+    card = json.loads(exports["safetensors"].with_name(exports["safetensors"].name + ".json").read_text())
+    (tmp_path / "model.safetensors.json").write_text(json.dumps({**card, "model_name": "small_cnn"}))
+    result = run_here("predict", tmp_path / "model.safetensors", image)
+    assert result.returncode == 2 and "gives non-finite outputs (nan or inf)" in result.stderr, result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 from trainer.core.catalog import EXPORT_FORMATS
 from trainer.core.config import ModelConfig
 from trainer.core.errors import InputError, first_line
+from trainer.core.files import UserFileError, read_user_file
 from trainer.core.rundir import RunDir
 from trainer.data.frame import Frame
 from trainer.data.loader import Normalise, decode_image
@@ -154,13 +156,7 @@ def load_model(source: Path, which: str = "best") -> LoadedModel:
         raise ModelFileError(f"{source}: no such model file or run directory")
     if not sidecar_path.exists():
         raise ModelFileError(f"{sidecar_path}: missing (written by `main.py export` beside the model)")
-    try:
-        meta = json.loads(sidecar_path.read_text(encoding="utf-8"))
-        pre = Preprocess.from_record(meta, exported=True)
-        fmt, classes = meta["format"], list(meta["classes"])
-        thresholds = [float(t) for t in meta["thresholds"]] if meta.get("thresholds") is not None else None
-    except (ValueError, KeyError, TypeError) as e:
-        raise ModelFileError(f"{sidecar_path}: not a TrainDeck export description ({first_line(e)})") from e
+    meta, pre, fmt, classes, thresholds = read_sidecar(sidecar_path)
     try:
         net = _load_export(source, fmt, meta)
     except InputError as e:
@@ -168,7 +164,60 @@ def load_model(source: Path, which: str = "best") -> LoadedModel:
     except Exception as e:  # noqa: BLE001 - truncated or damaged files fail deep inside each loader
         raise ModelFileError(f"{source}: cannot load the {fmt} model, the file looks damaged or truncated "
                              f"({first_line(e)})") from e
-    return LoadedModel(net, classes, pre, source, meta=meta, thresholds=thresholds)
+    loaded = LoadedModel(net, classes, pre, source, meta=meta, thresholds=thresholds)
+    check_agrees(loaded, sidecar_path)
+    return loaded
+
+
+MAX_SIDECAR_BYTES = 16 << 20  # an export's card: its classes, measurements and snippets (a few kB to a few MB)
+MAX_CLASSES = 100_000  # classes (or labels) a model may have
+
+
+def read_sidecar(path: Path) -> tuple[dict, Preprocess, str, list[str], list[float] | None]:
+    """(card, preprocessing, format, classes, thresholds) of an export's `.json`, each checked against what a model
+    could be: a frame within data.image_size's limits, classes that are names, one threshold per label."""
+    from trainer.core.config import key_meta
+
+    try:
+        meta = json.loads(read_user_file(path, MAX_SIDECAR_BYTES, "export description"))
+        if not isinstance(meta, dict):
+            raise TypeError(f"a JSON {type(meta).__name__}, not an object")
+        pre = Preprocess.from_record(meta, exported=True)
+        fmt, classes = str(meta["format"]), meta["classes"]
+        thresholds = [float(t) for t in meta["thresholds"]] if meta.get("thresholds") is not None else None
+    except UserFileError as e:
+        raise ModelFileError(str(e)) from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelFileError(f"{path}: not a TrainDeck export description ({first_line(e)})") from e
+    size = key_meta("data.image_size")
+    low, high = size.get("ge") or 8, size.get("le") or 1024
+    for name, side in (("image_size", pre.frame.height), ("image_width", pre.frame.width)):
+        if not low <= side <= high:
+            raise ModelFileError(f"{path}: {name} {side} is outside what a model takes ({low} to {high} px)")
+    if not isinstance(classes, list) or not 1 <= len(classes) <= MAX_CLASSES or \
+            not all(isinstance(c, str) for c in classes):
+        raise ModelFileError(f"{path}: classes must be a list of 1 to {MAX_CLASSES:,} names")
+    if len(pre.mean) != 3 or len(pre.std) != 3 or not all(math.isfinite(v) and v > 0 for v in pre.std):
+        raise ModelFileError(f"{path}: mean and std must be three numbers each (std above 0)")
+    if thresholds is not None and len(thresholds) != len(classes):
+        raise ModelFileError(f"{path}: {len(thresholds)} thresholds for {len(classes)} labels")
+    return meta, pre, fmt, list(classes), thresholds
+
+
+def check_agrees(model: LoadedModel, sidecar: Path) -> None:
+    """The exported model takes the card's frame and gives one finite logit per class it names (one image of
+    zeros, before any of the user's images): a card of another model, or a damaged file, is named here."""
+    height, width = model.preprocess.frame.shape
+    try:
+        out = model.logits(torch.zeros(1, 3, height, width, dtype=torch.uint8))
+    except Exception as e:  # noqa: BLE001 - whatever the runtime says of an input it does not take
+        raise ModelFileError(f"{model.source}: does not take the {width}x{height} images {sidecar.name} names "
+                             f"({first_line(e)})") from e
+    if tuple(out.shape) != (1, len(model.classes)):
+        raise ModelFileError(f"{model.source}: gives {tuple(out.shape)[1:] or out.shape} outputs an image, and "
+                             f"{sidecar.name} names {len(model.classes)} classes")
+    if not torch.isfinite(out).all():
+        raise ModelFileError(f"{model.source}: gives non-finite outputs (nan or inf): the file is damaged")
 
 
 def _load_export(export: Path, fmt: str, meta: dict) -> Callable[[torch.Tensor], torch.Tensor]:
