@@ -281,3 +281,38 @@ def test_check_data_counts_the_manifest_s_additions_and_escapes_control_characte
     assert report.returncode == 0, report.stderr
     assert "4 classes, 121 usable images" in report.stdout, "120 from the folder and the manifest's addition"
     assert "\x1b" not in report.stdout and "\\x1b[31m" in report.stdout
+
+
+@pytest.mark.parametrize("columns", [10**5, 10**6])
+def test_a_labels_file_of_a_million_columns_is_one_line_at_once(mosaics, tmp_path, columns):
+    """Issue #67: 10^5 or 10^6 one-hot columns (0.7-9.9 MB) hung check-data and train (a label looked up in a list
+    per column: quadratic). More columns than a labels file has is one line, read once."""
+    import time
+
+    labels = tmp_path / "labels.csv"
+    labels.write_text("file," + ",".join(f"l{i}" for i in range(columns)) + "\nimages/a.png," +
+                      ",".join("0" for _ in range(columns)) + "\n")
+    started = time.monotonic()
+    result = run_here("check-data", mosaics / "images", "--labels", labels)
+    assert result.returncode == 2 and f"{columns:,} label columns; a labels file has at most 50,000" in result.stderr
+    assert time.monotonic() - started < 10, "answered at once"
+
+
+def test_twenty_thousand_labels_on_two_images_count_their_pairs_within_bounds(mosaics, tmp_path):
+    """20,000 labels on each of two images: 2 x 10^8 label pairs (3.9 GB) before; pairs are counted among the most
+    frequent labels, so the report comes at once and names the most frequent pairs still."""
+    import resource
+    import time
+
+    from trainer.data.labels import read_labels
+
+    labels = tmp_path / "labels.csv"
+    header = ",".join(f"label{i}" for i in range(20_000))
+    every, some = ",".join("1" for _ in range(20_000)), ",".join("1" if i == 7 else "0" for i in range(20_000))
+    labels.write_text(f"file,{header},extra\nimages/a.png,{every},0\nimages/b.png,{every},1\nimages/c.png,{some},1\n")
+    started, peak = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    pairs = read_labels(labels).co_occurrence()
+    assert time.monotonic() - started < 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 500 * 1024, "under 500 MB more (kB)"
+    assert pairs.most_common(1)[0][1] == 2 and len(pairs) == 64 * 63 // 2, "the most frequent pairs, counted"
+    assert pairs[("label7", "label8")] == 2 and ("label7", "extra") not in pairs or pairs[("label7", "extra")] == 2

@@ -27,6 +27,8 @@ from trainer.data.scan import ScanResult, check_images, image_paths, printable_p
 
 MAX_LABELS_BYTES = 512 << 20  # a labels file of 10^6 rows is ~50 MB
 MAX_LABEL_NAME = 100
+MAX_LABELS = 50_000  # labels (columns) in one file: Open Images' 20,000 fit; 10^6 columns is not a labels file
+PAIRED_LABELS = 64  # co_occurrence's pairs: of the most frequent labels (at most 2,016 pairs an image)
 SHOWN_PROBLEMS = 5
 SEPARATORS = re.compile(r"[;|]")
 SEPARATOR = ";"  # what TrainDeck writes between an image's labels
@@ -56,10 +58,15 @@ class Labels:
         return sum(1 for _, labels in self.items if not labels)
 
     def co_occurrence(self) -> Counter:
-        """How often each pair of labels is on the same image: {(a, b): n}, a before b in `names`."""
+        """How often each pair of the PAIRED_LABELS most frequent labels is on the same image: {(a, b): n}, a before
+        b in `names`. A pair is never more frequent than its rarer label, so the most frequent pairs are among
+        those (20,000 labels on one image would otherwise be 2 x 10^8 pairs)."""
+        counts = Counter(i for _, labels in self.items for i in labels)
+        frequent = {i for i, _ in counts.most_common(PAIRED_LABELS)}
         pairs: Counter = Counter()
         for _, labels in self.items:
-            pairs.update((self.names[a], self.names[b]) for a, b in combinations(sorted(labels), 2))
+            kept = sorted(i for i in labels if i in frequent)
+            pairs.update((self.names[a], self.names[b]) for a, b in combinations(kept, 2))
         return pairs
 
 
@@ -117,13 +124,20 @@ def read_labels(path: str | os.PathLike) -> Labels:
     problems: list[str] = []
     names: list[str] = []
     if one_hot:
+        if len(header) - 1 > MAX_LABELS:
+            raise LabelsError(f"{path}: line 1: {len(header) - 1:,} label columns; a labels file has at most "
+                              f"{MAX_LABELS:,}")
+        known: set[str] = set()
         for name in header[1:]:
             why = _label_name(name)
             if why:
                 problems.append(f"line 1: {why}")
-            elif name in names:
+            elif name in known:
                 problems.append(f"line 1: label {name!r} is a column twice")
+            known.add(name)
             names.append(name)
+            if len(problems) > 20:
+                break
         if problems:
             raise _refusal(path, problems)
     index = {name: i for i, name in enumerate(names)}
@@ -205,6 +219,9 @@ def _listed(row: list[str], index: dict[str, int], names: list[str], line: int,
             problems.append(f"line {line}: {why}")
             return None
         if name not in index:
+            if len(names) >= MAX_LABELS:
+                problems.append(f"line {line}: more than {MAX_LABELS:,} labels in the file")
+                return None
             index[name] = len(names)
             names.append(name)
         labels.add(index[name])
