@@ -176,10 +176,11 @@ def test_progressive_resizing_trains_small_then_full_size_and_validates_at_full_
     assert load_weights_only(run_dir / "checkpoints" / "last.pt")["preprocess"]["image_size"] == 32
 
 
-def test_a_re_planned_schedule_follows_the_share_of_the_run_and_anneals_at_the_new_end():
+def test_a_re_planned_schedule_follows_the_share_of_the_run_and_anneals_at_the_new_end(monkeypatch):
     """train.replan moves a run's end: the schedule goes on from the share of the new plan done and reaches its floor
     there. A run planned for 1 epoch, annealed in it, and re-planned to 10 rises again to the peak (it stayed at the
     floor for the other 9); with a deadline (one process) the rate is the budget's share spent, whatever the plan."""
+    from trainer.core import clock
     from trainer.core.config import SchedulerConfig
     from trainer.core.schedule import Stretch, lr_factor
 
@@ -199,6 +200,7 @@ def test_a_re_planned_schedule_follows_the_share_of_the_run_and_anneals_at_the_n
     assert all(factor(s) >= factor(s + 1) - 1e-12 for s in range(60, 70)), "from there on, only decaying"
 
     now = time.time()
+    monkeypatch.setattr(clock, "now", lambda: now)  # the trainer's clock stands at `now`: no second passes here
     budget = Stretch(10, deadline=(now - 30, now + 70))  # 30 s of a 100 s training budget spent
     assert budget.virtual(5) == pytest.approx(3.0, abs=0.05), "the share of the budget, not of the steps"
     budget.restretch(5, 1000)

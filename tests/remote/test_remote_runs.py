@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -133,7 +134,7 @@ def test_stop_while_the_host_is_starting_the_run_stops_it_there_and_leaves_a_mir
     assert remote["state"] == "stopped", "stopped there, not left training"
 
 
-def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts, tmp_path):
+def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(simulated, hosts, tmp_path):
     """`main.py auto FOLDER --labels FILE --host NAME`: the host's TrainDeck reads the labels file, probes and plans
     a multi-label run (its command, wrapped here, notes what it is asked), the plan comes back checked, and the run is
     a normal remote run with its export home, the thresholds in its card."""
@@ -145,7 +146,8 @@ def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts
 
     asked = tmp_path / "asked-on-the-host.txt"
     wrapper = tmp_path / "traindeck-on-the-host.sh"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexec {REMOTE_COMMAND} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexport TRAINDECK_SIMULATED_DEVICE={shlex.quote(simulated)}\n'
+                       f'exec {REMOTE_COMMAND} "$@"\n')  # the host's clock: the simulated device's, as here
     wrapper.chmod(0o755)
     entries = {**hosts["entries"], "gpubox": {**hosts["entries"]["loop"], "command": str(wrapper)}}
     hosts["file"].write_text(yaml.safe_dump({"hosts": entries}))
