@@ -76,7 +76,7 @@ def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_e
 
 
 @pytest.mark.slow  # probes pretrained networks at 64 px and up
-def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, torch_home):
+def test_auto_takes_cached_pretrained_weights_and_the_folder_s_own_test_split(tmp_path, torch_home, simulated):
     from test_pretrained import seed_resnet18
 
     from trainer.data.demo_data import write_demo_dataset
@@ -205,17 +205,19 @@ def test_an_export_that_fails_at_the_end_leaves_the_run_completed_with_a_warning
     assert "main.py export" in warning["message"] and "is a folder" in warning["message"]
 
 
-def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_probe(shapes_dir, torch_home):
+def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_probe(shapes_dir, torch_home,
+                                                                                   simulated):
     """A folder whose scan (a busy machine, 5,000 classes) took the probe's time crashed with `max() arg is an empty
     sequence`: at least one candidate is measured, whatever the clock says."""
     from trainer.auto import AutoError, plan
+    from trainer.core import clock
 
-    result = plan(str(shapes_dir), 0.5, started=time.time() - 8)  # past the probe's share (4.5 s of 30)
+    result = plan(str(shapes_dir), 0.5, started=clock.now() - 8)  # past the probe's share (4.5 s of 30)
     assert len(result.probes) >= 1
     chosen = {c.key: c.value for c in result.choices}
     assert chosen["model.name"] == result.probes[0].model
     with pytest.raises(AutoError, match="leaves nothing to train in"):
-        plan(str(shapes_dir), 0.5, started=time.time() - 60)  # the whole budget gone: said, not a crash
+        plan(str(shapes_dir), 0.5, started=clock.now() - 60)  # the whole budget gone: said, not a crash
 
 
 def probe_reads(monkeypatch, speeds: dict[str, float], slowdown: dict | None = None) -> None:
@@ -230,7 +232,7 @@ def probe_reads(monkeypatch, speeds: dict[str, float], slowdown: dict | None = N
     monkeypatch.setattr(auto, "measure", measure)
 
 
-def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path, torch_home, monkeypatch):
+def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path, torch_home, monkeypatch, simulated):
     """Measured again after a first epoch that showed too few epochs fit: only the candidates after the slow one
     (its smaller sizes, then the faster networks) are measured, the reason says why, and there is no third round;
     after the last candidate there is nothing to go on with."""
@@ -258,7 +260,8 @@ def test_a_run_too_slow_for_its_budget_makes_way_for_a_faster_candidate(tmp_path
 
 
 def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_after_its_first_epoch(tmp_path, torch_home,
-                                                                                                    monkeypatch):
+                                                                                                    monkeypatch,
+                                                                                                    simulated):
     """On a busy machine every candidate reads slow and the probe passes over the larger ones: the plan's run ends
     after its first epoch if 1.5x its planned epochs fit (train.recheck_epochs), naming the networks passed over; a
     quiet probe leaves it off. Measured again (`recheck_of`), the candidates are measured best first as the machine
@@ -295,7 +298,7 @@ def test_a_plan_measured_on_a_busy_machine_checks_the_larger_networks_again_afte
     assert "measured again once already" in reasons["train.recheck_epochs"]
 
 
-def test_auto_picks_a_policy_only_where_its_trial_measured_that_it_helps(tmp_path, torch_home, monkeypatch):
+def test_auto_picks_a_policy_only_where_its_trial_measured_that_it_helps(tmp_path, torch_home, monkeypatch, simulated):
     """A plan long enough tries data.augment.policy: two short runs, with and without it; the policy is kept only when
     its run scored more than a point higher, and the reason gives both figures. A short plan is not tried (the
     trial is never run), nor is a multi-label one. The trial's scores and the probe's speeds are given: the rule is
@@ -375,6 +378,8 @@ def test_auto_after_a_busy_probe_goes_on_with_the_larger_network_its_first_epoch
     folder = write_demo_dataset(tmp_path / "shapes64", per_class=30, size=64, seed=0)  # sizes 64, 48, 32
     slowdown = {"factor": 8.0}  # busy: nothing trains 12 epochs, small_cnn at 32 px the most; quiet: resnet9 at 64 does
     probe_reads(monkeypatch, {"resnet9": 40.0, "small_cnn": 30.0}, slowdown)
+    # the runs' own clock: the device the quiet probe reads (40 and 30 images/s at 96 px), whatever this machine does
+    monkeypatch.setenv("TRAINDECK_SIMULATED_DEVICE", simulated_device({"resnet9": 2.71, "small_cnn": 3.62}))
 
     class Busy:  # only Auto's reading of the machine: the trainer's own threads follow the real one
         def share(self):
@@ -562,16 +567,17 @@ def test_training_threads_give_way_to_other_programs_and_come_back(monkeypatch):
         torch.set_num_threads(before)
 
 
-def test_the_plan_says_the_machine_was_busy_while_it_measured(shapes_dir, torch_home, monkeypatch):
+def test_the_plan_says_the_machine_was_busy_while_it_measured(shapes_dir, torch_home, monkeypatch, simulated):
     from trainer import auto
+    from trainer.core import clock
 
     monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.8)
-    result = auto.plan(str(shapes_dir), 0.5, started=time.time() - 8)  # one probe, no LR sweep
+    result = auto.plan(str(shapes_dir), 0.5, started=clock.now() - 8)  # one probe, no LR sweep
     epochs = next(c for c in result.choices if c.key == "train.epochs")
     assert "the machine was busy while Auto measured (other programs used 80% of the CPU)" in epochs.why
     assert "re-plans the epochs from the speed it measures" in epochs.why
     monkeypatch.setattr(auto.OtherLoad, "share", lambda self: 0.05)
-    epochs = next(c for c in auto.plan(str(shapes_dir), 0.5, started=time.time() - 8).choices if c.key == "train.epochs")
+    epochs = next(c for c in auto.plan(str(shapes_dir), 0.5, started=clock.now() - 8).choices if c.key == "train.epochs")
     assert "busy" not in epochs.why and "median of 3 timed steps after a warm-up step" in epochs.why
 
 
