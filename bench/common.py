@@ -113,7 +113,8 @@ def train_cli(config: Path, run_dir: Path, sets: list[str]) -> dict:
     end_ev = next(e for e in events if e["event"] == "run_end")
     return {"wall_s": wall, "training_s": end_ev["time"] - start_ev["time"],
             "step_images_per_s": statistics.median(steps[len(steps) // 4:]) if steps else None,
-            "final_acc": epochs[-1]["val_acc"], "train_images": start_ev["train_size"] * len(epochs),
+            "final_acc": epochs[-1]["val_acc"], "best_acc": max(e["val_acc"] for e in epochs),
+            "train_images": start_ev["train_size"] * len(epochs),
             "precision": start_ev["precision"], "memory_format": start_ev["memory_format"], "cache": start_ev["cache"]}
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.state.run_state import RunState
 from trainer.core.events import EventTail
+from trainer.core.files import open_regular
 from trainer.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ LIVENESS_EVERY = 10  # polls without news between checks that the trainer proces
 
 
 class LogTail:
-    """New text appended to a file since the last read."""
+    """New text appended to a file since the last read: only a regular file of the run's own (a FIFO would block the
+    window, a link would show another file)."""
 
     def __init__(self, path):
         self.path = path
@@ -34,7 +37,7 @@ class LogTail:
 
     def read_new(self, max_bytes: int = 64 << 10) -> str:
         try:
-            with open(self.path, "rb") as f:
+            with os.fdopen(open_regular(self.path, "log", follow_links=False), "rb") as f:
                 f.seek(0, 2)
                 size = f.tell()
                 if size - self.offset > 4 * max_bytes:  # a flood: skip to the recent part

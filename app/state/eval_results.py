@@ -6,12 +6,11 @@ slices them (errors by loss, one confusion-matrix cell, the most confused pairs)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.core.predictions import read_predictions
-from trainer.core.rundir import RunDir
+from trainer.core.rundir import RunDir, read_run_json
 from trainer.remote.mirror import local_copy
 
 
@@ -65,8 +64,8 @@ def evaluation_label(run_path: Path, name: str) -> str:
     if name == "val":
         return "val (best epoch)"
     try:
-        folder = json.loads((RunDir(run_path).evaluation(name) / "metrics.json").read_text(encoding="utf-8")).get("folder")
-    except (OSError, ValueError):
+        folder = read_run_json(RunDir(run_path).evaluation(name) / "metrics.json").get("folder")
+    except (OSError, ValueError, AttributeError):
         folder = None
     return f"{name}: {folder}" if folder else name
 
@@ -75,7 +74,9 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation | MultiLabelEvaluat
     """One evaluation (a multi-label run's as MultiLabelEvaluation); OSError/ValueError when its files are missing
     or unreadable."""
     folder = RunDir(run_path).evaluation(name)
-    metrics = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    metrics = read_run_json(folder / "metrics.json", "evaluation")
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{folder / 'metrics.json'}: not a JSON object")
     if metrics.get("task") == "multilabel":
         return read_multilabel_evaluation(run_path, name, metrics)
     rows = []

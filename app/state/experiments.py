@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from trainer.core.files import atomic_write_text
-from trainer.core.rundir import RunDir
+from trainer.core.rundir import RunDir, read_run_json
 from trainer.data.manifest import read_manifest
 from trainer.data.scan import DataError
 
@@ -64,7 +64,7 @@ def groups_text(groups: list) -> str:
 
 def test_accuracy(run: RunDir) -> float | None:
     try:
-        value = json.loads((run.evaluation("test") / "metrics.json").read_text(encoding="utf-8")).get("accuracy")
+        value = read_run_json(run.evaluation("test") / "metrics.json", "evaluation").get("accuracy")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, (int, float)) else None

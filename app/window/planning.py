@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
@@ -11,6 +10,7 @@ from PySide6.QtCore import QObject, Signal
 from app.jobs.background import CliJob
 from app.jobs.lr_finder import LrFinder
 from trainer.core.config import ConfigError, RunConfig
+from trainer.core.rundir import read_run_json
 from trainer.runs.launch import auto_plan_args
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class Planning(QObject):
             if panel.shown_run == run.path:
                 return
             try:
-                choices = json.loads(run.auto_choices.read_text(encoding="utf-8"))["choices"]
+                choices = read_run_json(run.auto_choices, "Auto's choices")["choices"]
             except (OSError, ValueError, KeyError, TypeError):
                 return  # not mirrored yet: the next epoch looks again
             panel.show_job_choices(choices, run.path, plan["host"])

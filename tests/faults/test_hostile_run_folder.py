@@ -106,3 +106,25 @@ def test_a_fifo_or_a_link_as_the_events_file_is_named_not_waited_on(finished, tm
     resumed = run_here("resume", run.path, "--force")
     assert resumed.returncode == 2 and "is a link" in resumed.stderr, resumed.stderr
     assert (finished / "events.jsonl").stat().st_size == os.path.getsize(finished / "events.jsonl")
+
+
+def test_what_the_window_reads_of_a_run_is_never_waited_on(finished, tmp_path):
+    """The app's log tail, the Runs table's test accuracy and the Results tab's evaluations read a run's files in the
+    window's thread: a FIFO there would freeze it, a link would show another file."""
+    from app.jobs.run_model import LogTail
+    from app.state.eval_results import evaluation_label, read_evaluation
+    from app.state.experiments import test_accuracy
+
+    run = RunDir(shutil.copytree(finished, tmp_path / "run"))
+    run.log.unlink()
+    os.mkfifo(run.log)
+    (run.evaluation("test")).mkdir(parents=True, exist_ok=True)
+    os.mkfifo(run.evaluation("test") / "metrics.json")
+    (run.evaluation("val") / "metrics.json").unlink()
+    (run.evaluation("val") / "metrics.json").symlink_to("/dev/zero")
+    started = time.monotonic()
+    assert LogTail(run.log).read_new() == ""
+    assert test_accuracy(run) is None and evaluation_label(run.path, "test") == "test"
+    with pytest.raises(OSError, match="is a link"):
+        read_evaluation(run.path, "val")
+    assert time.monotonic() - started < 10

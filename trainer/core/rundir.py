@@ -60,6 +60,15 @@ def _wrong_field(record: dict, fields: dict[str, tuple[type, ...]]) -> str | Non
     return None
 
 
+MAX_RUN_JSON_BYTES = 128 << 20  # a run's own JSON (metrics.json with a 1,000-class confusion matrix: about 10 MB)
+
+
+def read_run_json(path: str | os.PathLike, what: str = "run file") -> Any:
+    """A JSON file of a run folder (an evaluation's metrics.json, auto.json): a regular file of the run's own,
+    bounded; OSError (UserFileError) or ValueError when it is not that."""
+    return json.loads(read_user_file(path, MAX_RUN_JSON_BYTES, what, follow_links=False))
+
+
 def damaged(why: str) -> dict[str, Any]:
     """The status of a run whose own files cannot be trusted, with the reason."""
     return {"state": "damaged", "damaged": why, "message": f"damaged: {why}"}
