@@ -316,3 +316,11 @@ def test_twenty_thousand_labels_on_two_images_count_their_pairs_within_bounds(mo
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 500 * 1024, "under 500 MB more (kB)"
     assert pairs.most_common(1)[0][1] == 2 and len(pairs) == 64 * 63 // 2, "the most frequent pairs, counted"
     assert pairs[("label7", "label8")] == 2 and ("label7", "extra") not in pairs or pairs[("label7", "extra")] == 2
+
+
+def test_a_nul_or_an_escape_from_a_labels_file_never_reaches_the_terminal(mosaics, tmp_path):
+    labels = tmp_path / "labels.csv"
+    labels.write_bytes(b"file,labels\nimages/x\x00y\x1b[31m.png,a\n")
+    result = run_here("check-data", mosaics / "images", "--labels", labels)
+    assert result.returncode == 2 and "x\\x00y\\x1b[31m.png" in result.stderr, result.stderr
+    assert "\x00" not in result.stderr and "\x1b" not in result.stderr

@@ -40,7 +40,9 @@ class CommandError(InputError):
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    # a name from a file (an image's, a label's) never drives the terminal: control characters shown escaped
+    shown = "".join(c if c.isprintable() or c == "\n" else repr(c)[1:-1] for c in message)
+    print(f"error: {shown}", file=sys.stderr)
     return code
 
 

@@ -171,3 +171,18 @@ def test_weights_that_give_non_finite_outputs_are_named(planted, tmp_path):
     (tmp_path / "model.safetensors.json").write_text(json.dumps({**card, "model_name": "small_cnn"}))
     result = run_here("predict", tmp_path / "model.safetensors", image)
     assert result.returncode == 2 and "gives non-finite outputs (nan or inf)" in result.stderr, result.stderr
+
+
+def test_weights_of_one_wrong_shape_name_the_tensor(planted, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _, exports, image, _, _ = planted
+    weights = load_file(str(exports["safetensors"]))
+    name = next(k for k, v in weights.items() if v.dim() == 2)  # the classifier's weight
+    weights[name] = torch.zeros(weights[name].shape[0], weights[name].shape[1] + 1)
+    save_file(weights, str(tmp_path / "model.safetensors"))
+    card = json.loads(exports["safetensors"].with_name(exports["safetensors"].name + ".json").read_text())
+    (tmp_path / "model.safetensors.json").write_text(json.dumps({**card, "model_name": "small_cnn"}))
+    result = run_here("predict", tmp_path / "model.safetensors", image)
+    assert result.returncode == 2 and f"shape mismatch {name}" in result.stderr, result.stderr
+    assert "damaged or truncated" not in result.stderr

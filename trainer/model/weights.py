@@ -303,7 +303,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def check_weights_fit(model: nn.Module, incoming: dict[str, torch.Tensor], path: str | Path,
-                      head_module: str | None) -> set[str]:
+                      head_module: str | None, key: str = "model.weights") -> set[str]:
     """The keys of `model`'s classifier head (module `head_module`) that `incoming` does not fit (they stay
     re-initialised).
 
@@ -324,7 +324,7 @@ def check_weights_fit(model: nn.Module, incoming: dict[str, torch.Tensor], path:
         if wrong_shape:
             details.append("shape mismatch " + _few([f"{k} {tuple(incoming[k].shape)} vs {tuple(own[k].shape)}"
                                                      for k in wrong_shape if k not in head]))
-        raise ModelError(f"model.weights: {path} does not fit this model ({'; '.join(d for d in details if d)})")
+        raise ModelError(f"{key}: {path} does not fit this model ({'; '.join(d for d in details if d)})")
     return head
 
 

@@ -26,20 +26,25 @@ def _network(meta: dict):
     return create_model(ModelConfig(name=meta["model_name"]), len(meta["classes"])).eval()
 
 
+def _loaded(model, state: dict, path: Path):
+    """`model` with `state` in it, once every tensor fits (a mismatch names the tensors, not "damaged")."""
+    from trainer.model.weights import check_weights_fit
+
+    check_weights_fit(model, state, path, head_module=None, key="weights")
+    model.load_state_dict(state)
+    return model
+
+
 def load_state_dict(path: Path, meta: dict):
     from trainer.model.checkpoint import load_weights_only
 
-    model = _network(meta)
-    model.load_state_dict(load_weights_only(path))
-    return model
+    return _loaded(_network(meta), load_weights_only(path), path)
 
 
 def load_safetensors(path: Path, meta: dict):
     from safetensors.torch import load_file
 
-    model = _network(meta)
-    model.load_state_dict(load_file(str(path)))
-    return model
+    return _loaded(_network(meta), load_file(str(path)), path)
 
 
 def _model_lines(model_name: str, classes: int) -> tuple[str, str]:
