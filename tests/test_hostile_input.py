@@ -324,3 +324,10 @@ def test_a_nul_or_an_escape_from_a_labels_file_never_reaches_the_terminal(mosaic
     result = run_here("check-data", mosaics / "images", "--labels", labels)
     assert result.returncode == 2 and "x\\x00y\\x1b[31m.png" in result.stderr, result.stderr
     assert "\x00" not in result.stderr and "\x1b" not in result.stderr
+
+
+def test_a_run_folder_name_too_long_is_one_line_and_leaves_no_folder(shapes_dir, tmp_path):
+    cfg = write_config(tmp_path, shapes_dir)
+    result = run_here("train", cfg, "--run-dir", tmp_path / "runs" / ("r" * 300))
+    assert result.returncode == 2 and "--run-dir: a folder name of 300 bytes" in result.stderr, result.stderr
+    assert not (tmp_path / "runs").exists(), "no empty folder left behind"

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from trainer.core.config import ConfigError, RunConfig, save_config
+from trainer.core.errors import InputError
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RunDir, RunDirUsed, new_run_dir, run_label
 
@@ -34,6 +35,9 @@ def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, ru
     if not checked:
         preflight(cfg)
     manifest = read_manifest(cfg.data.exclude) if cfg.data.exclude else None  # before an --overwrite clears
+    for where, key in ((run_dir, "--run-dir"), (runs_dir, "--runs-dir")):
+        if where is not None:
+            check_folder_names(where, key)  # before any folder of it is made: a refusal leaves none behind
     run = RunDir(run_dir) if run_dir is not None else new_run_dir(runs_dir, label or run_label(cfg.model.name))
     lock = run.lock()  # held from before the first write until the run ends: two launches never mix
     try:
@@ -55,6 +59,18 @@ def prepare_run(cfg: RunConfig, *, runs_dir: str | os.PathLike | None = None, ru
         lock.close()
         raise
     return run, lock
+
+
+def check_folder_names(path: str | os.PathLike, key: str) -> None:
+    """Every folder name of `path` fits this file system (InputError naming `key` otherwise)."""
+    longest = max(Path(path).absolute().parts, key=lambda part: len(os.fsencode(part)))
+    try:
+        limit = os.pathconf(Path(path).absolute().anchor, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(longest)) > limit:
+        raise InputError(f"{key}: a folder name of {len(os.fsencode(longest))} bytes ({longest[:40]}...); this file "
+                         f"system takes at most {limit}")
 
 
 def choices_lines(choices: list[dict]) -> list[str]:
