@@ -26,7 +26,7 @@ from typing import Any
 from trainer.core.errors import InputError, first_line
 from trainer.core.files import UserFileError, atomic_write_text, open_regular, read_user_file
 from trainer.core.summary import summary_path
-from trainer.core.system import pid_alive, try_lock, user_dir
+from trainer.core.system import open_by, pid_alive, try_lock, user_dir
 
 STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
 FINAL_STATES = ("completed", "stopped", "failed", "diverged")
@@ -326,9 +326,9 @@ class RunDir:
         """
         self.path.mkdir(parents=True, exist_ok=True)
         handle = try_lock(self.path / ".lock")
-        if handle is None:
-            pid = self.read_status().get("pid")
-            who = f" (pid {pid})" if pid else ""
+        if handle is None:  # named by the process that holds the lock, not by what status.json says
+            holders = open_by(self.path / ".lock")
+            who = f" (pid {', '.join(map(str, holders))})" if holders else ""
             raise RunDirInUse(f"{self.path}: in use by another run{who}; wait for it or stop it") from None
         return handle
 

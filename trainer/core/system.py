@@ -92,6 +92,19 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def open_by(path: str | os.PathLike) -> list[int]:
+    """The pids of the processes that hold `path` open (a lock's holder), as far as this user may see."""
+    target = os.path.realpath(path)
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if any(f.path == target for f in proc.open_files()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
 def stop_file(root: int) -> Path:
     """The file whose existence asks process tree `root` to stop."""
     return stop_dir() / str(root)
