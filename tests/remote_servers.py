@@ -91,6 +91,13 @@ def hosts(sshd, tmp_path, monkeypatch):
     path.write_text(yaml.safe_dump({"hosts": entries}))
     monkeypatch.setenv("TRAINDECK_HOSTS", str(path))
     from trainer.remote import ssh
+    from trainer.remote.hosts import load_hosts
 
     ssh._checked_hosts.clear()
-    return {"file": path, "remote_runs": remote_runs, "local_runs": tmp_path / "runs", "entries": entries}
+    yield {"file": path, "remote_runs": remote_runs, "local_runs": tmp_path / "runs", "entries": entries}
+    try:
+        hosts_now = load_hosts()  # as the test left the file (it may have added hosts, or broken it on purpose)
+    except Exception:  # noqa: BLE001 - a broken file opened no connection
+        hosts_now = {}
+    for host in hosts_now.values():  # the master connections this test's hosts opened (ControlPersist 600 s)
+        ssh.disconnect(host)
