@@ -27,15 +27,15 @@ def test_a_hung_test_fails_by_its_timeout_and_the_session_completes(tmp_path):
     for name, text in HANGING.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_guard"]\n')
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "5", "QT_QPA_PLATFORM": "offscreen"}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "3", "QT_QPA_PLATFORM": "offscreen"}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
-                             "--no-loadscope-reorder", "-o", "timeout=5", "-p", "no:cacheprovider", "-p", "no:anyio",
+                             "--no-loadscope-reorder", "-o", "timeout=3", "-p", "no:cacheprovider", "-p", "no:anyio",
                              "-o", "faulthandler_timeout=0", str(tmp_path)],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     summary = result.stdout.strip().splitlines()[-1]
     assert result.returncode == 1, result.stdout[-3000:]
     assert "2 failed, 11 passed" in summary, result.stdout[-3000:]
-    assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >5.0s" in result.stdout
+    assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >3.0s" in result.stdout
     assert "FAILED test_c_hang.py::test_stuck_where_no_alarm_reaches - worker 'gw" in result.stdout
 
 

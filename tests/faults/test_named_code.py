@@ -186,3 +186,21 @@ def test_weights_of_one_wrong_shape_name_the_tensor(planted, tmp_path):
     result = run_here("predict", tmp_path / "model.safetensors", image)
     assert result.returncode == 2 and f"shape mismatch {name}" in result.stderr, result.stderr
     assert "damaged or truncated" not in result.stderr
+
+
+def test_an_openvino_graph_of_a_gibibyte_is_refused_before_openvino_reads_it(planted, tmp_path):
+    """Issue #67: a model.xml with a 1 GiB comment took `predict` to 1.6 GB. The graph (weights apart) is bounded."""
+    _, exports, image, _, _ = planted
+    folder = tmp_path / "model.openvino"
+    folder.mkdir()
+    with open(folder / "model.xml", "wb") as f:  # sparse: a gibibyte that takes no disk
+        f.write(b'<?xml version="1.0"?>\n<net name="x" version="11"><!--')
+        f.seek(1 << 30)
+        f.write(b"--></net>\n")
+    (folder / "model.bin").write_bytes(b"\0" * 64)
+    card = json.loads(exports["onnx"].with_name(exports["onnx"].name + ".json").read_text())
+    (tmp_path / "model.openvino.json").write_text(json.dumps({**card, "format": "openvino"}))
+    result = run_here("predict", folder, image)
+    assert result.returncode == 2 and "more than a OpenVINO graph may be" in result.stderr.replace("an OpenVINO",
+                                                                                                   "a OpenVINO")
+    assert "64 MiB" in result.stderr and "Traceback" not in result.stderr

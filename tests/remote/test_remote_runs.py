@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import REPO, run_here, run_main, write_config
+from helpers import REPO, run_here, run_main, simulated_device, write_config
 
 from trainer.core.events import read_events
 
@@ -134,7 +134,7 @@ def test_stop_while_the_host_is_starting_the_run_stops_it_there_and_leaves_a_mir
     assert remote["state"] == "stopped", "stopped there, not left training"
 
 
-def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(simulated, hosts, tmp_path):
+def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(hosts, tmp_path):
     """`main.py auto FOLDER --labels FILE --host NAME`: the host's TrainDeck reads the labels file, probes and plans
     a multi-label run (its command, wrapped here, notes what it is asked), the plan comes back checked, and the run is
     a normal remote run with its export home, the thresholds in its card."""
@@ -146,8 +146,9 @@ def test_auto_on_a_host_plans_there_trains_there_and_brings_the_model_home(simul
 
     asked = tmp_path / "asked-on-the-host.txt"
     wrapper = tmp_path / "traindeck-on-the-host.sh"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexport TRAINDECK_SIMULATED_DEVICE={shlex.quote(simulated)}\n'
-                       f'exec {REMOTE_COMMAND} "$@"\n')  # the host's clock: the simulated device's, as here
+    device = simulated_device(40)  # the host's clock: a simulated device (a slow one: a few epochs, a short test)
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {asked}\nexport TRAINDECK_SIMULATED_DEVICE={shlex.quote(device)}\n'
+                       f'exec {REMOTE_COMMAND} "$@"\n')
     wrapper.chmod(0o755)
     entries = {**hosts["entries"], "gpubox": {**hosts["entries"]["loop"], "command": str(wrapper)}}
     hosts["file"].write_text(yaml.safe_dump({"hosts": entries}))
