@@ -11,6 +11,8 @@ import torch
 import yaml
 from helpers import run_here, train_here, trusted_model, write_config
 
+from trainer.core.catalog import EXPORT_FORMATS
+
 MARKING_MODEL = """
 import pathlib
 import torch
@@ -26,7 +28,8 @@ class Net(torch.nn.Module):
     def forward(self, x):
         return self.fc(x.mean((2, 3)))
 """
-PLANTED_FORMATS = ("state_dict", "safetensors", "onnx", "exported_program")
+PLANTED_FORMATS = ("state_dict", "safetensors", "onnx", "exported_program", "torchscript", "onnx_fp16", "openvino")
+# (the other formats' loaders are these loaders, or read a graph that holds the network: see the test below)
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +43,7 @@ def planted(tmp_path_factory, shapes_dir):
     for fmt in PLANTED_FORMATS:
         out = tmp / "exports" / fmt / "model"
         out.parent.mkdir(parents=True)
-        result = run_here("export", run.path, "--format", fmt, "--out", out.with_suffix(
-            {"state_dict": ".pt", "safetensors": ".safetensors", "onnx": ".onnx", "exported_program": ".pt2"}[fmt]))
+        result = run_here("export", run.path, "--format", fmt, "--out", f"{out}{EXPORT_FORMATS[fmt]}")
         assert result.returncode == 0, result.stderr
         exports[fmt] = next(p for p in out.parent.iterdir() if not p.name.endswith((".json", ".md")))
     marker = tmp / "MARKER"
@@ -94,6 +96,19 @@ def test_an_export_whose_card_names_code_runs_nothing(planted, fmt):
     else:  # the graph is in the file: the card's name is only a label
         assert result.returncode == 0, result.stderr
     assert not marker.exists(), f"predict on a {fmt} export ran the code its card names"
+
+
+def test_only_the_weights_formats_build_a_network_from_a_card_s_name():
+    """Every export format's loader: only those of the weights alone (state_dict, safetensors) build a network, and
+    they build it through `create_model`, whose own model code is gated (trainer/core/user_code.py); the others read
+    a graph that holds the network (ONNX, torch.export, TorchScript, ExecuTorch, Core ML, OpenVINO, LiteRT)."""
+    import inspect
+
+    from trainer.deploy import formats
+
+    building = {fmt for fmt in EXPORT_FORMATS
+                if any(name in inspect.getsource(formats.part(fmt, "load")) for name in ("_network", "create_model"))}
+    assert building == {"state_dict", "safetensors"}, building
 
 
 def test_the_resident_worker_answers_the_app_s_questions_without_running_named_code(planted, qtbot):
