@@ -177,6 +177,7 @@ class ModelPage(QWidget):
         form.addRow("Initialisation", binder.combo("model.init", key_choices("model.init")))
         self.count = QLabel("")
         self.count.setObjectName("paramCount")
+        self.count.setWordWrap(True)  # a refusal (a file that names code, weights that do not fit) is read whole
         form.addRow("Parameters", self.count)
 
         self.table = QTableWidget(0, 3)
