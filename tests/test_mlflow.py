@@ -112,12 +112,10 @@ def test_a_run_s_params_metrics_and_files_read_back_from_a_real_tracking_server(
     assert len(history) == 3 and client.get_run(kept["run_id"]).info.status == "FINISHED"
     assert len(client.search_runs([logged.info.experiment_id])) == 1, "no second MLflow run for the same run"
 
-    # another run whose mlflow.json names the first one's MLflow run (copied, edited by hand): resumed, it logs to a
+    # a copy of the run under another name, its mlflow.json naming the first one's MLflow run: resumed, it logs to a
     # record of its own and the first one's is untouched (issue #67)
-    assert run_here("train", cfg, "--runs-dir", tmp_path / "others").returncode == 0
-    (other,) = (tmp_path / "others").iterdir()
-    (other / "mlflow.json").write_text((run / "mlflow.json").read_text())
-    assert run_here("resume", other, "--epochs", "3").returncode == 0
+    other = shutil.copytree(run, tmp_path / "others" / f"{run.name}-copy")
+    assert run_here("resume", other, "--epochs", "4").returncode == 0
     assert len(client.get_metric_history(kept["run_id"], "val_acc")) == 3, "the first run's record untouched"
     assert client.get_run(kept["run_id"]).info.status == "FINISHED"
     own = json.loads((other / "mlflow.json").read_text())["run_id"]

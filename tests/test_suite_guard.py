@@ -22,23 +22,6 @@ HANGING = {
 }
 
 
-@pytest.mark.slow
-def test_a_hung_test_fails_by_its_timeout_and_the_session_completes(tmp_path):
-    for name, text in HANGING.items():
-        (tmp_path / name).write_text(text)
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_guard"]\n')
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "3", "QT_QPA_PLATFORM": "offscreen"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
-                             "--no-loadscope-reorder", "-o", "timeout=3", "-p", "no:cacheprovider", "-p", "no:anyio",
-                             "-o", "faulthandler_timeout=0", str(tmp_path)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    summary = result.stdout.strip().splitlines()[-1]
-    assert result.returncode == 1, result.stdout[-3000:]
-    assert "2 failed, 11 passed" in summary, result.stdout[-3000:]
-    assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >3.0s" in result.stdout
-    assert "FAILED test_c_hang.py::test_stuck_where_no_alarm_reaches - worker 'gw" in result.stdout
-
-
 LEAVING = {
     "test_leaves.py": "import os\nimport subprocess\n\n\n"
                       "def start(name):\n"
@@ -46,24 +29,31 @@ LEAVING = {
                       "    open(os.path.join(os.environ['PIDS'], name), 'w').write(str(proc.pid))\n\n\n"
                       "def test_a_server_its_fixture_forgot():\n    start('forgot')\n\n\n"
                       "def test_a_worker_that_dies_with_a_server_running():\n    start('died')\n    os._exit(1)\n",
-    **{f"test_more_{i}.py": "def test_one():\n    pass\n" for i in range(2)},
 }
 
 
 @pytest.mark.slow
-def test_nothing_the_tests_started_outlives_the_session_even_when_a_worker_dies(tmp_path):
+def test_a_hung_test_fails_by_its_timeout_the_session_completes_and_nothing_it_started_outlives_it(tmp_path):
+    """One session (`-n 2`): a test waiting for ever in Qt, one stuck where no alarm reaches, one whose worker dies
+    with a daemon of its own running and one that forgets one; then the rest of their modules and three more."""
     import psutil
 
     pids = tmp_path / "pids"
     pids.mkdir()
-    for name, text in LEAVING.items():
+    for name, text in {**HANGING, **LEAVING}.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_guard"]\n')
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "PIDS": str(pids)}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "3", "QT_QPA_PLATFORM": "offscreen",
+           "PIDS": str(pids)}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
-                             "-p", "no:cacheprovider", "-p", "no:anyio", str(tmp_path)],
+                             "--no-loadscope-reorder", "-o", "timeout=3", "-p", "no:cacheprovider", "-p", "no:anyio",
+                             "-o", "faulthandler_timeout=0", str(tmp_path)],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert "1 failed, 3 passed" in result.stdout, result.stdout[-3000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "3 failed, 12 passed" in summary, result.stdout[-3000:]
+    assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >3.0s" in result.stdout
+    assert "FAILED test_c_hang.py::test_stuck_where_no_alarm_reaches - worker 'gw" in result.stdout
     started = {p.name: int(p.read_text()) for p in pids.iterdir()}
     assert started.keys() == {"forgot", "died"}
     left = [pid for pid in started.values() if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]

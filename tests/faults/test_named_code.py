@@ -28,7 +28,7 @@ class Net(torch.nn.Module):
     def forward(self, x):
         return self.fc(x.mean((2, 3)))
 """
-PLANTED_FORMATS = ("state_dict", "safetensors", "onnx", "exported_program", "torchscript", "onnx_fp16", "openvino")
+PLANTED_FORMATS = ("state_dict", "safetensors", "onnx", "exported_program", "torchscript", "onnx_fp16")
 # (the other formats' loaders are these loaders, or read a graph that holds the network: see the test below)
 
 
