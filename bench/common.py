@@ -201,3 +201,31 @@ def photos(root: Path, per_class=(120, 30, 50), seed: int = 0, names=SCIKIT_IMAG
                 crop.save(folder / f"{i:04d}.jpg", quality=92)
     (root / ".done").write_text("")
     return root
+
+
+def photo_jpegs(root: Path, per_class=(300, 40, 40), seed: int = 0, names=SCIKIT_IMAGE_PHOTOS) -> Path:
+    """Colour JPEGs of mixed sizes (200x150 to 640x480, landscape and portrait) cut from real photographs, one class
+    per photograph, laid out train/ val/ test/ with each split from its own vertical band of the photograph (no pixel
+    in two splits): what a user's folder of camera pictures looks like to the trainer (issue #68)."""
+    from PIL import Image
+
+    if (root / ".done").exists():
+        return root
+    rng = random.Random(seed)
+    bands = {"train": (0.0, 0.55), "val": (0.55, 0.72), "test": (0.72, 1.0)}
+    for name, pixels in photographs(names).items():
+        h, w = pixels.shape[:2]
+        photo = Image.fromarray(pixels)
+        for (split, (lo, hi)), count in zip(bands.items(), per_class):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            x0, x1 = int(lo * w), int(hi * w)
+            for i in range(count):
+                side = rng.randint(min(64, x1 - x0), min(x1 - x0, h))
+                x, y = rng.randint(x0, x1 - side), rng.randint(0, h - side)
+                long = rng.randint(200, 640)
+                size = (long, long * 3 // 4) if rng.random() < 0.7 else (long * 3 // 4, long)
+                crop = photo.crop((x, y, x + side, y + side)).resize(size, Image.BILINEAR)
+                crop.save(folder / f"{i:04d}.jpg", quality=rng.randint(80, 95))
+    (root / ".done").write_text("")
+    return root

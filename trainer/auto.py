@@ -17,6 +17,7 @@ enforces. The result is a config like any other; `auto.json` in the run keeps th
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -55,6 +56,7 @@ MAX_EPOCHS = 200
 PLAN_SHARE = 0.25  # planning (probe + LR sweep) may take at most this share of the budget
 LR_STEPS = (30, 100)  # the learning-rate sweep's steps: at least, at most
 STARTUP_S = 8.0  # a trainer's own start (interpreter, torch, the cache opened, the model built)
+FINISH_FIXED_S = 6.0  # the export's conversion, its runtime's start and best.pt loaded twice, on a quiet 2-core CPU
 EPOCH_MARGIN = 0.9  # the epochs fill this share of the training time: speed varies
 VAL_SPLIT = TEST_SPLIT = 0.15
 PROBE_BUSY_ENV = "TRAINDECK_PROBE_BUSY_S"  # seconds added to each timed probe step: a busy machine, on demand
@@ -84,6 +86,7 @@ class Choice:
 
 @dataclass
 class Measured:
+    """A candidate's speeds, measured by its own probe or predicted from a measured one, and what they allow."""
     model: str
     weights: str | None
     size: int
@@ -92,6 +95,8 @@ class Measured:
     eval_images_per_s: float
     epoch_s: float = 0.0
     epochs: int = 0
+    how: str = "measured"  # or "predicted from NETWORK at SIZE px" (operations per image, FLOP counts)
+    finish_s: float = 0.0  # the test set and the export after training, at these speeds
 
 
 @dataclass
@@ -114,11 +119,12 @@ def cached_weights() -> list[str]:
 
 
 def candidate_sizes(scan: ScanResult, pretrained: bool) -> list[int]:
-    """Training sizes to try, largest first: up to the images' own (median short side), at least 64 px for
-    pretrained networks (ImageNet features need some room)."""
+    """Training sizes to try, largest first: up to the images' own (median short side), down to half of it or 64 px,
+    whichever is smaller (a smaller size that trains ten epochs beats a larger one that trains one), and at least
+    64 px for pretrained networks (ImageNet features need some room)."""
     native = suggested_image_size(scan) or 64
     top = max(native, 64) if pretrained else native
-    low = 64 if pretrained else max(32, native // 2)
+    low = 64 if pretrained else max(32, min(native // 2, 64))
     return [s for s in SIZES if low <= s <= top] or [top]
 
 
@@ -179,6 +185,63 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
     return train_images / m.train_images_per_s + val_images * (2 if tta else 1) / m.eval_images_per_s + 0.5
 
 
+def finish_images(test_images: int, tta: bool) -> int:
+    """What comes after training, in validation images: the test set (twice with flip TTA), the export's accuracy
+    check (the export and the checkpoint on the test set) and its speed measurement (export_measure's warm-up and
+    minimum timed runs, at batch 1 and at its throughput batch, for both), and FINISH_FIXED_S of conversion and start
+    at the probe's speed. The trainer keeps its time inside the budget (train.finish_images) at the speed it
+    measures."""
+    from trainer.deploy.export_measure import LARGE_BATCH, MIN_TIMED_RUNS
+
+    timing = 2 * ((3 + MIN_TIMED_RUNS) + (1 + MIN_TIMED_RUNS) * LARGE_BATCH)
+    return test_images * (2 if tta else 1) + 2 * test_images + timing
+
+
+def finish_seconds(m: Measured, test_images: int, tta: bool) -> float:
+    """The test set and the export of candidate `m`, predicted from its validation speed."""
+    from trainer.deploy.export_measure import LATENCY_SECONDS, THROUGHPUT_SECONDS
+
+    bounded = 2 * (LATENCY_SECONDS + THROUGHPUT_SECONDS)  # the timings' own time limits, checkpoint and export
+    return finish_images(test_images, tta) / m.eval_images_per_s + bounded + FINISH_FIXED_S
+
+
+@functools.lru_cache(maxsize=256)
+def operations(model_name: str, size: int, classes: int) -> float:
+    """Floating-point operations of one image's forward pass of `model_name` at `size` px, counted on the meta
+    device (no memory, no arithmetic); NaN for a network they cannot be counted of (it is then only measured)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from trainer.core.config import ModelConfig
+    from trainer.model.models import create_model
+
+    try:
+        with torch.device("meta"):
+            net = create_model(ModelConfig(name=model_name), classes).eval()
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            net(torch.empty(1, 3, size, size, device="meta"))
+        return float(counter.get_total_flops()) or math.nan
+    except Exception as e:  # noqa: BLE001 - an operation the meta device lacks: this one is measured, not predicted
+        log.info("auto: %s at %d px: operations not counted (%s)", model_name, size, e)
+        return math.nan
+
+
+def predict(name: str, weights: str | None, size: int, batch: int, classes: int,
+            measured: list[Measured]) -> Measured | None:
+    """A candidate's speeds from a measured one, in inverse proportion to the operations per image: its own network
+    at the size nearest in operations when it has been measured, else the measured network nearest in operations
+    (a network's speed per operation differs more between networks than between sizes). None when its operations
+    cannot be counted."""
+    ops = operations(name, size, classes)
+    known = [m for m in measured if math.isfinite(operations(m.model, m.size, classes))]
+    pool = [m for m in known if m.model == name] or known
+    if not math.isfinite(ops) or not pool:
+        return None
+    ref = min(pool, key=lambda m: abs(math.log(operations(m.model, m.size, classes) / ops)))
+    ratio = operations(ref.model, ref.size, classes) / ops
+    return Measured(name, weights, size, batch, ref.train_images_per_s * ratio, ref.eval_images_per_s * ratio,
+                    how=f"predicted from {ref.model} at {ref.size} px")
+
+
 def epochs_in(left_s: float, epoch_s: float) -> int:
     """The epochs a run started with `left_s` seconds left plans, at `epoch_s` each (its start and a margin off)."""
     return min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // epoch_s))
@@ -205,7 +268,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         choices.append(Choice(key, value, why))
 
     budget_s = minutes * 60
-    train_images, val_images = _split_choices(layout, scan, choose)
+    train_images, val_images, test_images = _split_choices(layout, scan, choose)
     device, precision = _device_choices(choose)
     cuda = device.type == "cuda"
     cached = cached_weights()
@@ -230,24 +293,21 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
     load = OtherLoad()
-    chosen, probes = _probe(order, need, train_s, (train_images, val_images, len(scan.classes)), tta,
+    chosen, probes = _probe(order, need, train_s, (train_images, val_images, test_images, len(scan.classes)), tta,
                             device, precision, lambda: clock.now() - started > budget_s * PLAN_SHARE * 0.6, say)
     others = load.share()
     how_busy = _how_busy(others)
-    names = ", ".join(dict.fromkeys(name for name, _, _ in order))
-    reason = (f"{why_kind}; the first of {names} (best first) that trains at least "
-              f"{need} epochs in the budget: {chosen.train_images_per_s:.0f} images/s measured at {chosen.size} px")
-    if chosen.epochs < need:
-        reason = (f"{why_kind}; none of {names} trains {need} epochs in the budget: "
-                  f"the fastest measured ({chosen.train_images_per_s:.0f} images/s at {chosen.size} px)")
+    reason = f"{why_kind}; {_model_reason(probes, chosen, need)}"
     if again:
         reason += f"; measured again because {again[2]}"
     choose("model.name", chosen.model, reason)
     if chosen.weights:
         choose("model.weights", chosen.weights, f"{chosen.model}'s ImageNet weights, found in the cache")
     median = median_short_side(scan) if scan.image_sizes else 0
-    choose("data.image_size", chosen.size, f"images' median short side {median:.0f} px; the largest size of "
-                                           f"{', '.join(map(str, sizes))} at which {chosen.model} fits the budget")
+    choose("data.image_size", chosen.size, f"images' median short side {median:.0f} px; " + (
+        f"the largest size of {', '.join(map(str, sizes))} at which {chosen.model} trains {need} epochs"
+        if chosen.epochs >= need else f"the size of {', '.join(map(str, sizes))} at which a candidate trains the "
+                                      f"most epochs"))
     choose("data.batch_size", chosen.batch, "what this device trains well at this size" + ("" if cuda else
                                                                                              " on a CPU"))
     raw = _recipe(layout, scan, chosen, bool(cached), (flips, why_flips), device, choose)
@@ -267,32 +327,45 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         choose("data.augment.policy", "none", "multi-label: a policy's shears, rotations and shifts can move a labelled "
                                               "thing out of view, and its label with it")
     else:
-        _policy_choice(cfg, chosen, budget_s - (clock.now() - started), say, choose)
+        _policy_choice(cfg, chosen, budget_s - (clock.now() - started) - chosen.finish_s, say, choose)
     spent = clock.now() - started
     left_s = budget_s - spent
     if left_s < MIN_TRAIN_S:
         raise AutoError(f"--minutes {minutes:g}: planning took {spent:.0f} s (the folder's scan and one speed probe), "
                         f"which leaves nothing to train in; give more minutes")
-    epochs = max(1, epochs_in(left_s, chosen.epoch_s))
+    whole = epochs_in(left_s - chosen.finish_s, chosen.epoch_s)
+    epochs = max(1, whole)
     cfg.train.epochs = epochs
-    choose("train.epochs", epochs, f"{left_s / 60:.1f} min left after planning, {chosen.epoch_s:.1f} s per epoch "
-                                   f"measured ({train_images} training images at {chosen.train_images_per_s:.0f}/s, "
-                                   f"{val_images} validation images{' twice (flip)' if tta else ''}){how_busy}")
+    choose("train.epochs", epochs, f"{left_s / 60:.1f} min left after planning, {chosen.finish_s:.0f} s of it kept "
+                                   f"for the test set and the export, {chosen.epoch_s:.1f} s per epoch {chosen.how} "
+                                   f"({train_images} training images at {chosen.train_images_per_s:.0f}/s, "
+                                   f"{val_images} validation images{' twice (flip)' if tta else ''})"
+                                   + ("" if whole else ": no whole epoch fits, so one, cut short by the budget")
+                                   + how_busy)
     cfg.train.budget = round(left_s / 60, 2)
+    cfg.train.finish_images = round(chosen.finish_s * chosen.eval_images_per_s)
+    choose("train.finish_images", cfg.train.finish_images,
+           f"the test set ({test_images} images{', twice (flip)' if tta else ''}) and the ONNX export (its accuracy "
+           f"on the test set and its timed batches) come inside the budget: {chosen.finish_s:.0f} s predicted at "
+           f"{chosen.eval_images_per_s:.0f} validation images/s; the trainer ends training that many validation "
+           f"images' time before the budget's end, at the speed it measures")
     cfg.train.replan = True
     choose("train.replan", True, "the epochs above come from a short probe: after each epoch the trainer re-plans "
                                  "them from the speed it measures, so the run fills its budget whatever the machine "
                                  "is doing, with the schedule's annealing completed")
-    faster_left = chosen.epochs >= need and (chosen.model, chosen.weights, chosen.size) != order[-1]
+    faster = max(probes[probes.index(chosen) + 1:] or [chosen], key=lambda m: m.train_images_per_s)
+    faster_left = faster.train_images_per_s > chosen.train_images_per_s  # whatever the probe found fits
     cfg.train.min_epochs = need if faster_left and not again else 0
     choose("train.min_epochs", cfg.train.min_epochs,
            "off: Auto has measured again once already; this run re-plans its epochs and goes on" if again else
            f"if the first epoch shows fewer than {need} epochs fit (the machine got slower than the probe measured), "
-           f"the run ends there and Auto measures the faster candidates again for the time left" if faster_left else
-           "off: no faster candidate is left to go on with")
+           f"the run ends there and Auto measures the faster candidates again for the time left (the fastest: "
+           f"{faster.model} at {faster.size} px, {faster.train_images_per_s:.0f} images/s {faster.how})"
+           if faster_left else "off: no faster candidate is left to go on with")
     _recheck_choice(cfg, probes, chosen, others >= BUSY_SHARE, bool(again), len(order), choose)
     choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
-                                             f"stops there whatever happens (the test set and export come after)")
+                                             f"ends there whatever happens, the test set and the export included "
+                                             f"(train.finish_images)")
     steps_total = epochs * math.ceil(train_images / chosen.batch)
     if steps_total >= 100:
         cfg.train.ema = round(min(0.9998, max(0.9, 1 - 10 / steps_total)), 4)
@@ -341,7 +414,8 @@ def _recheck_choice(cfg: RunConfig, probes: list[Measured], chosen: Measured, bu
     larger = probes[:probes.index(chosen)]
     on = busy and not again and candidates > 1
     cfg.train.recheck_epochs = math.ceil(cfg.train.epochs * RECHECK_SPEEDUP) if on else 0
-    passed = f" ({', '.join(f'{p.model} at {p.size} px' for p in larger)} passed over)" if larger else ""
+    passed = f" ({'..., ' if len(larger) > 4 else ''}{', '.join(f'{p.model} at {p.size} px' for p in larger[-4:])} " \
+             f"passed over)" if larger else ""
     choose("train.recheck_epochs", cfg.train.recheck_epochs,
            "off: Auto has measured again once already" if again else
            "off: the machine was quiet while Auto measured" if not busy else
@@ -400,8 +474,9 @@ def image_sizes(paths: list[str], sample: int = 300) -> list[tuple[int, int]]:
     return sizes
 
 
-def _split_choices(layout: dict, scan: ScanResult, choose: Callable) -> tuple[int, int]:
-    """The folder's splits as choices (its own test/ and val/, else seeded held-out shares); the images each gets."""
+def _split_choices(layout: dict, scan: ScanResult, choose: Callable) -> tuple[int, int, int]:
+    """The folder's splits as choices (its own test/ and val/, else seeded held-out shares); the images each gets
+    (training, validation, test)."""
     n = len(scan.samples)
     choose("data.train_dir", layout["train_dir"], f"{len(scan.classes)} classes, {n} images"
            + (" (the folder's own train/ split)" if layout["val_dir"] or layout["test_dir"] else ""))
@@ -426,8 +501,10 @@ def _split_choices(layout: dict, scan: ScanResult, choose: Callable) -> tuple[in
         val_images = int(n * (1 - test_share) * VAL_SPLIT)
     if val_images is None:
         val_images = len(scan_image_folder(layout["val_dir"], full=False).samples)
+    test_images = len(scan_image_folder(layout["test_dir"], full=False).samples) if layout["test_dir"] else \
+        round(n * test_share)
 
-    return train_images, val_images
+    return train_images, val_images, test_images
 
 
 def _device_choices(choose: Callable) -> tuple[torch.device, str]:
@@ -452,35 +529,84 @@ def _device_choices(choose: Callable) -> tuple[torch.device, str]:
     return device, precision
 
 
-def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, images: tuple[int, int, int],
+def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, images: tuple[int, int, int, int],
            tta: bool, device: torch.device, precision: str, out_of_time: Callable[[], bool],
            say: Callable[[str], None]) -> tuple[Measured, list[Measured]]:
-    """Measure the (network, weights, size) candidates in `order` (the best networks first, each at its sizes
-    largest first) until one trains `need` epochs in `train_s`; else the one that trains the most. At least one is
-    always measured (a slow scan may have used the probe's time already)."""
-    train_images, val_images, classes = images
+    """Every (network, weights, size) candidate in `order` (best first: the best networks first, each at its sizes
+    largest first) measured or predicted, and the one to train: the first that trains `need` epochs in `train_s`
+    (its test set and export taken out), else the one that trains the most.
+
+    The cheapest candidate (fewest operations per image) is measured first: quick even on a busy machine, and a
+    measure of this machine as it is now. The others are predicted from it by their operations per image, and the
+    best one predicted to fit is measured in turn, which corrects the predictions of its network (the speed per
+    operation of a network is what differs); the first one that both is picked and has been measured is the answer,
+    once the candidate just before it (the best passed over, predicted not to fit) has been measured too.
+    When the probe's time is used up (`out_of_time`), the pick stands on its prediction (the trainer re-plans from its
+    own first epoch)."""
+    train_images, val_images, test_images, classes = images
     cuda = device.type == "cuda"
-    probes: list[Measured] = []
-    chosen: Measured | None = None
-    for name, weights, size in order:
-        if probes and out_of_time():
-            break  # the probe has used its share (a slow scan included); the fastest measured so far wins below
-        batch = batch_for(size, cuda)
-        # the slowest speed that still trains `need` epochs
-        floor = train_images * need / max(train_s, 1.0)
-        say(f"measuring {name} at {size} px")
-        m = measure(name, weights, size, batch, classes, device, precision, reject_below=floor)
+    measured: dict[tuple[str, int], Measured] = {}
+
+    def allows(m: Measured) -> Measured:
+        m.finish_s = finish_seconds(m, test_images, tta)
         m.epoch_s = epoch_seconds(m, train_images, val_images, tta)
-        m.epochs = int(train_s * EPOCH_MARGIN // m.epoch_s)
-        probes.append(m)
+        m.epochs = max(0, int((train_s - m.finish_s) * EPOCH_MARGIN // m.epoch_s))
+        return m
+
+    def table() -> list[Measured]:
+        rows = []
+        for name, weights, size in order:
+            m = measured.get((name, size)) or predict(name, weights, size, batch_for(size, cuda), classes,
+                                                      list(measured.values()))
+            if m is not None:
+                rows.append(allows(m))
+        return rows
+
+    def take(name: str, weights: str | None, size: int) -> None:
+        floor = train_images * need / max(train_s, 1.0)  # the slowest speed that still trains `need` epochs
+        say(f"measuring {name} at {size} px")
+        m = allows(measure(name, weights, size, batch_for(size, cuda), classes, device, precision,
+                           reject_below=floor))
+        measured[(name, size)] = m
         log.info("auto probe: %s at %d px, batch %d: %.0f images/s training, %.0f validating -> %d epochs",
-                 name, size, batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
-        if m.epochs >= need:
-            chosen = m
+                 name, size, m.batch, m.train_images_per_s, m.eval_images_per_s, m.epochs)
+
+    counted = [c for c in order if math.isfinite(operations(c[0], c[2], classes))]
+    take(*min(counted, key=lambda c: operations(c[0], c[2], classes)) if counted else order[-1])
+    while True:
+        rows = table()
+        fits = [m for m in rows if m.epochs >= need]
+        pick = fits[0] if fits else max(rows, key=lambda m: m.epochs)
+        if out_of_time():
             break
-    if chosen is None:  # nothing trains enough epochs: the fastest measured
-        chosen = max(probes, key=lambda p: p.epochs)
-    return chosen, probes
+        if pick.how != "measured":
+            take(pick.model, pick.weights, pick.size)
+            continue
+        before = rows[rows.index(pick) - 1] if fits and rows.index(pick) else None
+        if before is None or before.how == "measured":
+            break
+        take(before.model, before.weights, before.size)  # the check: the best passed over, predicted not to fit
+    for m in rows:
+        if m.how != "measured":
+            log.info("auto probe: %s at %d px %s: %.0f images/s training -> %d epochs", m.model, m.size, m.how,
+                     m.train_images_per_s, m.epochs)
+    return pick, rows
+
+
+def _model_reason(rows: list[Measured], chosen: Measured, need: int) -> str:
+    """Why `chosen`: every candidate's epochs are in the plan's probes (auto.json); the reason names the network's
+    rule and the candidates passed over (at most four), each with the figure it was judged by."""
+    names = ", ".join(dict.fromkeys(m.model for m in rows))
+    said = f"{chosen.model} at {chosen.size} px: {chosen.epochs} epochs at {chosen.train_images_per_s:.0f} images/s " \
+           f"{chosen.how}"
+    passed = rows[:rows.index(chosen)]
+    over = "; ".join(f"{m.model} at {m.size} px {m.epochs}" for m in passed[-4:])
+    over = f" (passed over, epochs: {'...; ' if len(passed) > 4 else ''}{over})" if passed else ""
+    if chosen.epochs >= need:
+        return (f"the first of {len(rows)} candidates ({names}, best first, each at its sizes largest first) that "
+                f"trains at least {need} epochs in the budget, test set and export included: {said}{over}")
+    return (f"none of {len(rows)} candidates ({names}, measured or predicted) trains {need} epochs in the budget, "
+            f"test set and export included: the one that trains the most, {said}")
 
 
 def _recipe(layout: dict, scan: ScanResult, chosen: Measured, pretrained: bool, flip_rule_said: tuple[bool, str],

@@ -75,6 +75,21 @@ def now() -> float:
     return device.now if device is not None else time.time()
 
 
+def process_started() -> float:
+    """When this process started, on this clock: a command's budget (`main.py auto --minutes`) counts the
+    interpreter's own start and the imports before the command's first line. The simulated clock starts with the
+    process (its `startup_s` on top)."""
+    device = simulated()
+    if device is not None:
+        return device.start
+    try:
+        import psutil
+
+        return min(time.time(), psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - a platform psutil cannot read: the command's own start
+        return time.time()
+
+
 def charge_images(model: str, images: int, height: int, width: int, evaluating: bool = False) -> None:
     """What `images` training (or validation) images of `model` at height x width cost the simulated device; nothing
     on a real run, whose clock moves by itself."""

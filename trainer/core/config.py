@@ -218,6 +218,11 @@ class TrainConfig:
                        "so far (the median, the first epoch's warm-up left out) so the run ends inside the budget, "
                        "with the learning-rate schedule re-stretched to end its annealing there (a `replan` event "
                        "says old -> new and why; Auto turns it on)")
+    finish_images: int = opt(0, "with train.budget: the budget also covers what comes after training (the test set, "
+                             "the exports): training ends the time this many validation images take before it, at "
+                             "the validation speed the run measures (so a machine that slows down keeps the total); "
+                             "Auto sets it from its prediction of the test set and the export (0 = the budget is "
+                             "training's alone)", ge=0, le=10**9)
     min_epochs: int = opt(0, "with train.replan: when the first epoch shows that fewer epochs than this fit in the "
                           "budget, the run ends after it (completed, reason too_slow) instead of training too few; "
                           "Auto sets it when a faster network is left to go on with (0 = off)", ge=0, le=100000)

@@ -25,8 +25,9 @@ from trainer.deploy.inference import BATCH, LoadedModel
 log = logging.getLogger(__name__)
 
 LARGE_BATCH = 32  # the throughput batch
-LATENCY_RUNS, LATENCY_SECONDS = 30, 1.0  # batch-1 timings: this many runs, or fewer (3 at least) past this time
+LATENCY_RUNS, LATENCY_SECONDS = 30, 1.0  # batch-1 timings: this many runs, or fewer past this time
 THROUGHPUT_RUNS, THROUGHPUT_SECONDS = 5, 1.5
+MIN_TIMED_RUNS = 3  # at least, past the time limit: the measurement is bounded by these (Auto predicts its cost)
 
 
 def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
@@ -114,7 +115,7 @@ def _timings(fn: Callable[[], object], runs: int, seconds: float, warm_up: int) 
     for _ in range(warm_up):
         fn()
     out, deadline = [], time.perf_counter() + seconds
-    while len(out) < runs and (len(out) < 3 or time.perf_counter() < deadline):
+    while len(out) < runs and (len(out) < MIN_TIMED_RUNS or time.perf_counter() < deadline):
         start = time.perf_counter()
         fn()
         out.append(time.perf_counter() - start)

@@ -48,6 +48,9 @@ class Diverged(RuntimeError):
 
 
 class Loop:
+    # train.finish_images: seconds per image measured, of validation (after one) and of training (so far)
+    eval_s_per_image = train_s_per_image = 0.0
+
     def __init__(self, run: RunDir, cfg: RunConfig, strategy: Strategy, parts: Parts, reporter: Reporter, stop):
         self.run, self.cfg, self.strategy, self.parts, self.reporter, self.stop = run, cfg, strategy, parts, reporter, stop
         self.state = TrainState()
@@ -94,7 +97,7 @@ class Loop:
         last_seconds = None
         if cfg.train.replan and cfg.train.budget and self.strategy.world_size == 1:
             # the schedule's share of the training time counts the earlier segments' (a resumed run)
-            self.parts.stretch.deadline = (clock.now() - self.trained_before_s, self.started + cfg.train.budget * 60)
+            self.parts.stretch.deadline = (clock.now() - self.trained_before_s, self.training_ends())
         self.fit_started = clock.now()
         while st.epoch < cfg.train.epochs:
             # (with train.replan the plan made after the last epoch has already said whether this one fits)
@@ -113,7 +116,12 @@ class Loop:
             if result is None:
                 return "stopped"
             train_loss, train_acc, images = result
+            validating = clock.now()
             metrics = self.evaluate()
+            self.eval_s_per_image = (clock.now() - validating) / max(1, len(self.parts.data.val))
+            if self.parts.stretch.deadline is not None and cfg.train.finish_images:
+                # the time kept for the test set and the export, now at the validation speed measured
+                self.parts.stretch.deadline = (self.parts.stretch.deadline[0], self.training_ends())
             seconds = last_seconds = clock.now() - start
             self.epoch_seconds.append(seconds)
             score = metrics[score_key(self.parts.data.multilabel)]
@@ -226,7 +234,7 @@ class Loop:
         why = (f"{estimate:.3g} s per epoch measured, {self.budget_left():.0f} s of the budget left: "
                + ("faster than planned" if epochs > old else "slower than planned"))
         self.reporter.emit("replan", epoch=st.epoch, old_epochs=old, epochs=epochs, epoch_s=round(estimate, 3),
-                           budget_left_s=round(self.budget_left(), 1), why=why)
+                           budget_left_s=round(self.budget_left(), 1), kept_s=round(self.kept_s(), 1), why=why)
         log.info("train.replan: %d -> %d epochs (%s)", old, epochs, why)
         if epochs == st.epoch:
             self.out_of_budget = True  # the budget ends the run here, as it would at the next epoch's start
@@ -240,10 +248,22 @@ class Loop:
                                 self.cfg.train.epochs)
 
     def budget_left(self) -> float:
-        """Seconds of train.budget left (infinite without one)."""
+        """Seconds of train.budget left for training (infinite without one): the time train.finish_images keeps for
+        what comes after training is not training's."""
         if not self.cfg.train.budget:
             return math.inf
-        return self.cfg.train.budget * 60 - (clock.now() - self.started)
+        return self.training_ends() - clock.now()
+
+    def training_ends(self) -> float:
+        """When training must end on the trainer's clock: the end of train.budget less the time kept for the test set
+        and the exports (train.finish_images at the validation speed measured; before the first validation, at a
+        third of the training time per image: a forward pass of the three passes of a training step)."""
+        return self.started + self.cfg.train.budget * 60 - self.kept_s()
+
+    def kept_s(self) -> float:
+        """The seconds train.finish_images keeps for after training, at the speeds measured so far."""
+        per_image = self.eval_s_per_image or self.train_s_per_image / 3
+        return self.cfg.train.finish_images * per_image
 
     def end_reason(self) -> dict:
         """Why a completed run ended, for `run_end`: {} after its last epoch, else the reason and the epoch."""
@@ -290,6 +310,8 @@ class Loop:
             epoch_totals += torch.stack([loss * n, hits(logits, y), n])
             images_done += y.shape[0]
             st.batch_in_epoch += 1
+            if log_now and cfg.train.finish_images:
+                self.train_s_per_image = (clock.now() - last_log[0]) / max(1, images_done - last_log[1])
             if result is None or result.skipped:
                 continue
             if log_now:
