@@ -38,11 +38,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import MORE_PHOTOS, REPO, SCIKIT_IMAGE_PHOTOS, SCIKIT_LEARN_PHOTOS, machine, photos, save_result
+from common import MORE_PHOTOS, REPO, SCIKIT_IMAGE_PHOTOS, SCIKIT_LEARN_PHOTOS, machine, photo_jpegs, photos, save_result
 
 DATA = REPO / "bench" / ".data"
 PEERS = ("fastai", "ultralytics", "torchvision")
-SIZES = {"digits": 32, "photos": 96, "photos12": 96}
+SIZES = {"digits": 32, "photos": 96, "photos12": 96, "jpegs": 64}
+MANUAL = {"model": {"name": "resnet18"}, "data": {"image_size": 64, "batch_size": 32},
+          "optimizer": {"name": "adamw", "lr": 0.002, "weight_decay": 0.05}, "scheduler": {"name": "onecycle"},
+          "train": {"epochs": 10, "replan": True}, "export": {"formats": ["onnx"]}}  # the issue's manual run
 TRAINDECK_PYTHON = sys.executable  # what the peers train at (Auto chooses its own)
 
 
@@ -145,6 +148,29 @@ def run_auto(folder: Path, minutes: float, work: Path, hog_during: str = "never"
                          next(f"{c['value']}" for c in m if c["key"] == "data.image_size") for m in made_way]}
 
 
+def run_manual(folder: Path, minutes: float, work: Path) -> dict:
+    """A user's own run (MANUAL: resnet18 at 64 px, 10 epochs, one-cycle, the ONNX export) given the same minutes as
+    train.budget with train.replan, through `main.py train`; timed from the command's start to its end."""
+    import yaml
+
+    config = work / "manual.yaml"
+    raw = {**MANUAL, "data": {**MANUAL["data"], "train_dir": str(folder / "train"), "val_dir": str(folder / "val"),
+                              "test_dir": str(folder / "test")},
+           "train": {**MANUAL["train"], "budget": minutes}}
+    config.write_text(yaml.safe_dump(raw))
+    start = time.time()
+    done = subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "train", "--config", str(config), "--runs-dir",
+                           str(work / "runs")], capture_output=True, text=True, cwd=REPO)
+    wall = time.time() - start
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    (run,) = (work / "runs").iterdir()
+    best = json.loads((run / "eval" / "test" / "metrics.json").read_text())["accuracy"]
+    status = json.loads((run / "status.json").read_text())
+    return {"best_acc": best, "final_acc": best, "wall_s": wall, "epochs": status.get("epoch"), "model": "resnet18",
+            "size": 64}
+
+
 def run_peer(python: str, tool: str, folder: Path, minutes: float, size: int, work: Path) -> dict:
     out = work / "result.json"
     start = time.time()
@@ -215,11 +241,14 @@ def main() -> None:
     parser.add_argument("--first-repeat", type=int, default=1, help="number the repeats from this one (it sets the "
                         "tools' rotated order, so more repeats can be added to an earlier file's)")
     parser.add_argument("--datasets", nargs="+", default=["digits", "photos", "photos12"])
-    parser.add_argument("--tools", nargs="+", default=["auto", *PEERS])
+    parser.add_argument("--tools", nargs="+", default=["auto", *PEERS], choices=("auto", "manual", *PEERS))
     parser.add_argument("--peers-python", default=sys.executable)
     parser.add_argument("--name", default="auto", help="the results file: bench/results/NAME.json")
+    parser.add_argument("--busy", type=int, default=0, help="this many spinning processes through every tool's whole "
+                        "command (a laptop busy all along; issue #68 asks for 6)")
     args = parser.parse_args()
     folders = {"digits": digits(DATA / "auto-digits"), "photos": photos(DATA / "auto-photos"),
+               "jpegs": photo_jpegs(DATA / "photo_jpegs"),
                "photos12": photos(DATA / "auto-photos12", per_class=(400, 60, 100),
                                   names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS + MORE_PHOTOS)}
     if args.robustness:
@@ -232,19 +261,29 @@ def main() -> None:
             for name in args.datasets:
                 tools = args.tools[repeat % len(args.tools):] + args.tools[:repeat % len(args.tools)]  # interleaved
                 for tool in tools:
+                    hog = Hog(args.busy)
                     with tempfile.TemporaryDirectory(prefix=f"bench-auto-{tool}-") as tmp:
-                        print(f"repeat {repeat + 1}, {minutes:g} min, {name}, {tool} ...", flush=True)
-                        if tool == "auto":
-                            r = run_auto(folders[name], minutes, Path(tmp))
-                        else:
-                            r = run_peer(args.peers_python, tool, folders[name], minutes, SIZES[name], Path(tmp))
-                    r.update(tool=tool, dataset=name, minutes=minutes, repeat=repeat)
+                        print(f"repeat {repeat + 1}, {minutes:g} min, {name}, {tool}, {args.busy} busy ...", flush=True)
+                        hog.start()
+                        try:
+                            if tool == "auto":
+                                r = run_auto(folders[name], minutes, Path(tmp))
+                            elif tool == "manual":
+                                r = run_manual(folders[name], minutes, Path(tmp))
+                            else:
+                                r = run_peer(args.peers_python, tool, folders[name], minutes, SIZES[name], Path(tmp))
+                        finally:
+                            hog.stop()
+                    r.update(tool=tool, dataset=name, minutes=minutes, repeat=repeat, busy=args.busy,
+                             wall_ratio=r["wall_s"] / (60 * minutes) if "wall_s" in r else None)
                     print("   ", json.dumps(r), flush=True)
                     results.append(r)
                     save_result(args.name, {"machine": machine(), "results": results})
     print(f"\n{machine()}")
-    print("| data | budget | tool | test top-1 best / final | wall time | epochs | model @ size |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"{args.busy} spinning processes through every command")
+    print("| data | budget | tool | test top-1 best / final (median) | wall time (median, x budget) | epochs | "
+          "model @ size | runs |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.datasets:
         for minutes in args.budgets:
             for tool in args.tools:
@@ -258,8 +297,8 @@ def main() -> None:
                 wall = statistics.median(r["wall_s"] for r in ok)
                 epochs = statistics.median(r.get("epochs") or 0 for r in ok)
                 model = f"{ok[0].get('model', '')} @ {ok[0].get('size', '')}"
-                print(f"| {name} | {minutes:g} min | {tool} | {100 * best:.1f} / {100 * final:.1f} | {wall / 60:.1f} "
-                      f"min | {epochs:g} | {model} |")
+                print(f"| {name} | {minutes:g} min | {tool} | {100 * best:.1f} / {100 * final:.1f} | {wall / 60:.2f} "
+                      f"min ({wall / 60 / minutes:.2f}x) | {epochs:g} | {model} | {len(ok)} |")
 
 
 if __name__ == "__main__":

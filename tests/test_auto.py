@@ -11,6 +11,7 @@ import time
 
 import pytest
 from helpers import REPO, OtherPrograms, run_here, simulated_device, write_config
+from test_pretrained import weights_server  # noqa: F401 - a fixture
 
 from trainer.core.config import RunConfig, load_config
 from trainer.core.events import read_events
@@ -49,7 +50,7 @@ def test_auto_trains_evaluates_and_exports_within_its_budget_with_every_choice_e
     assert epochs[-1]["time"] - first >= 0.9 * (budget_s - kept), (epochs[-1]["time"] - first, budget_s, kept)
     assert steps[-1]["time"] - first <= budget_s - kept + interval
     ended = next(e for e in events if e["event"] == "run_end")
-    assert ended["time"] - first <= budget_s, "the test set and the export inside the budget" 
+    assert ended["time"] - first <= budget_s, "the test set and the export inside the budget"
     assert steps[-1]["lr"][0] < 0.1 * max(s["lr"][0] for s in steps), "the one-cycle schedule annealed to its end"
     choices = json.loads(run.auto_choices.read_text())["choices"]
     assert {"model.name", "data.image_size", "data.batch_size", "optimizer.lr", "train.epochs", "train.budget",
@@ -222,6 +223,100 @@ def test_a_scan_that_took_the_probe_s_whole_share_still_plans_on_one_measured_pr
     assert chosen["model.name"] == result.probes[0].model
     with pytest.raises(AutoError, match="leaves nothing to train in"):
         plan(str(shapes_dir), 0.5, started=clock.now() - 60)  # the whole budget gone: said, not a crash
+
+
+def simulated_probe(monkeypatch, rates: dict[str, float]) -> None:
+    """A slow device on the trainer's clock (seconds per megapixel of a training image, by network; validation at
+    0.3 of that): Auto's probe steps cost it what they would cost there (charged to the clock, not computed), and the
+    learning-rate sweep is given."""
+    from trainer import auto
+    from trainer.core import clock
+
+    monkeypatch.setenv("TRAINDECK_SIMULATED_DEVICE", simulated_device(rates, eval_share=0.3))
+
+    def measure(name, weights, size, batch, classes, device, precision, reject_below=0.0):
+        image_s = clock.simulated().image_s(name, size * size)
+        clock.charge_seconds(image_s * batch * (1 + auto.PROBE_STEPS) + image_s * 0.3 * batch)
+        return auto.Measured(name, weights, size, batch, 1 / image_s, 1 / (0.3 * image_s))
+
+    monkeypatch.setattr(auto, "measure", measure)
+    monkeypatch.setattr(auto, "sweep_lr", lambda cfg, steps: (1e-3, "given"))
+
+
+@pytest.mark.parametrize("rates, fits", [({"resnet18": 60.0, "resnet9": 8.0, "small_cnn": 3.0}, True),
+                                         ({"resnet18": 100.0, "resnet9": 30.0, "small_cnn": 40.0}, False)])
+def test_the_probe_measures_or_predicts_every_candidate_it_names_and_picks_one_that_fits(
+        tmp_path, torch_home, monkeypatch, rates, fits):
+    """On a slow device (the trainer's clock): every candidate, best first, is in the plan with its epochs, measured or
+    predicted from a measured one by its operations per image; fewer are measured than there are; the reasons name
+    no other network; the pick is the first candidate that truly trains the minimum epochs on that device (worked out
+    here from its rates), measured, or, when none does, the one that truly trains the most."""
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+    from trainer.data.scan import scan_image_folder
+
+    simulated_probe(monkeypatch, rates)
+    folder = write_demo_dataset(tmp_path / "big", per_class=30, size=96, seed=0)
+    result = auto.plan(str(folder), 2.0)
+    sizes = auto.candidate_sizes(scan_image_folder(folder, full=False), False)
+    order = [(n, s) for n in auto.SCRATCH for s in sizes if s >= auto.SCRATCH_MIN_SIZE.get(n, 0)]
+    table = {(p.model, p.size): p for p in result.probes}
+    assert list(table) == order, "every candidate, best first"
+    assert all(p.how == "measured" or p.how.startswith("predicted from ") for p in table.values())
+    assert 1 <= sum(p.how == "measured" for p in table.values()) < len(order)
+    why = {c.key: c.why for c in result.choices}
+    assert not {"resnet50", "mobilenet", "efficientnet", "convnext"} & set(why["model.name"].replace(",", " ").split())
+
+    def truly(name, size):  # the epochs the device allows, by the plan's own arithmetic, from its rates
+        image_s = rates[name] * size * size / 1e6
+        m = auto.Measured(name, None, size, auto.batch_for(size, False), 1 / image_s, 1 / (0.3 * image_s))
+        m.finish_s = auto.finish_seconds(m, 18, False)  # 15% of 120 held out for the test
+        m.epoch_s = auto.epoch_seconds(m, 87, 15, False)
+        return int((2.0 * 60 * (1 - auto.PLAN_SHARE) - auto.STARTUP_S - m.finish_s) * auto.EPOCH_MARGIN // m.epoch_s)
+
+    need = auto.MIN_EPOCHS["scratch"]
+    chosen = table[(result.config.model.name, result.config.data.image_size)]
+    expected = next((c for c in order if truly(*c) >= need), None) if fits else max(order, key=lambda c: truly(*c))
+    assert (fits and expected is not None) or (not fits and truly(*expected) < need)
+    assert (chosen.model, chosen.size) == expected, ({c: truly(*c) for c in order}, table)
+    assert chosen.how == "measured" and abs(chosen.epochs - truly(*expected)) <= 1
+    assert f"{chosen.epochs} epochs at" in why["model.name"]
+    assert ("the first of" if fits else "none of") in why["model.name"]
+
+
+def test_auto_offers_imagenet_weights_for_photographs_and_plans_with_them_once_downloaded(
+        tmp_path, torch_home, monkeypatch, weights_server):  # noqa: F811 - the fixture imported above
+    """Photograph-sized images and no weights cached: the plan offers resnet18's ImageNet weights with their size
+    and how to get them; `auto --download-weights` offline says why it plans from scratch, naming the address; from
+    a (local) server it downloads them with progress, and the plan fine-tunes them. Small images get no offer."""
+    from test_pretrained import serve_resnet18
+
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+
+    simulated_probe(monkeypatch, {"*": 5.0})
+    folder = write_demo_dataset(tmp_path / "photos", per_class=12, size=128, seed=0)
+    first = auto.plan(str(folder), 2.0)
+    assert first.config.model.weights is None and first.offer["model"] == "resnet18"
+    why = {c.key: c.why for c in first.choices}["model.weights"]
+    assert f"{first.offer['megabytes']:.1f} MB" in why and "--download-weights" in why, why
+    assert auto.offer_for(write_demo_dataset(tmp_path / "icons", per_class=3, size=32, seed=0)) is None
+
+    served, url = weights_server
+    serve_resnet18(served, monkeypatch, "http://127.0.0.1:1")  # offline: nothing answers there
+    offline = run_here("auto", folder, "--minutes", "2", "--plan-only", "--download-weights")
+    assert offline.returncode == 0, offline.stderr[-2000:]
+    assert "http://127.0.0.1:1/resnet18-" in offline.stderr and "planning from scratch" in offline.stderr
+    assert json.loads(offline.stdout.splitlines()[-1])["config"]["model"]["weights"] is None
+
+    name, _ = serve_resnet18(served, monkeypatch, url)
+    online = run_here("auto", folder, "--minutes", "2", "--plan-only", "--download-weights")
+    assert online.returncode == 0, online.stderr[-2000:]
+    assert f"auto: {name}: " in online.stderr and (torch_home / "hub" / "checkpoints" / name).is_file()
+    plan = json.loads(online.stdout.splitlines()[-1])
+    assert plan["config"]["model"] == {**plan["config"]["model"], "name": "resnet18", "weights": "DEFAULT"}
+    assert plan["offer"] is None and "found in the cache" in {c["key"]: c["why"] for c in plan["choices"]}[
+        "model.weights"]
 
 
 def probe_reads(monkeypatch, speeds: dict[str, float], slowdown: dict | None = None) -> None:

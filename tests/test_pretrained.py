@@ -4,13 +4,17 @@ torchvision's own file names), timm weights into a temporary Hugging Face cache,
 import http.server
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 import torch
 import torchvision
-from helpers import run_here, train_here, write_config
+from helpers import REPO, run_here, train_here, write_config
 
 from trainer import cli
 from trainer.core.events import read_events
@@ -146,7 +150,8 @@ def serve_resnet18(folder, monkeypatch, base_url, damaged=False):
 
     def resolve(model_name, weights):
         named = real_resolve(model_name, weights)
-        named.url = f"{base_url}/{name}"
+        if model_name == "resnet18":
+            named.url = f"{base_url}/{name}"
         return named
 
     monkeypatch.setattr(trainer.model.weights, "resolve", resolve)
@@ -184,6 +189,58 @@ def test_a_run_downloads_with_progress_events(torch_home, weights_server, monkey
     progress = [e for e in read_events(run.events) if e["event"] == "prepare" and e["phase"] == "weights"]
     assert progress and progress[-1]["done"] == progress[-1]["total"] > 40e6
     assert "downloading pretrained weights" in progress[-1]["message"]
+
+
+class SlowHandler(http.server.BaseHTTPRequestHandler):
+    """A mirror that sends a 45 MB file under torchvision's own name, a megabyte every 50 ms: a download long enough
+    to be cancelled part-way."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(45 << 20))
+        self.end_headers()
+        try:
+            for _ in range(45):
+                self.wfile.write(b"\0" * (1 << 20))
+                self.wfile.flush()
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_download_from_a_mirror_shows_progress_is_cancelled_cleanly_and_names_the_address_when_gone(torch_home):
+    """`main.py fetch-weights` (what the Auto box's Download runs) through TRAINDECK_WEIGHTS_MIRROR, a local server
+    sending torchvision's file name: progress lines as it goes; SIGTERM (the app's Cancel) part-way leaves nothing in
+    the cache, not even a partial file; with the server gone, the refusal names the address it tried."""
+    server = Server(("127.0.0.1", 0), SlowHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mirror = f"http://127.0.0.1:{server.server_address[1]}"
+    env = dict(os.environ, TRAINDECK_WEIGHTS_MIRROR=mirror, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "fetch-weights", "resnet18"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said, progress = [], []
+        while len(progress) < 2:  # two progress lines: the download is going
+            said.append(proc.stderr.readline())
+            progress += [line for line in said[-1:] if line.startswith(f"{RESNET18_FILE}: ")]
+            assert said[-1], said
+        assert said[0].startswith(f"downloading {mirror}/{RESNET18_FILE}"), said
+        assert all(line.strip().endswith("/47.2 MB") for line in progress), progress
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 130 and "cancelled: nothing of" in rest, rest
+    assert not list((torch_home / "hub" / "checkpoints").iterdir()), "nothing kept, no partial file"
+
+    gone = run_here("fetch-weights", "resnet18", env=env)
+    assert gone.returncode == 2
+    assert f"{mirror}/{RESNET18_FILE}" in gone.stderr and "Traceback" not in gone.stderr, gone.stderr
 
 
 @pytest.mark.slow

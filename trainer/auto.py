@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 PRETRAINED = ("convnext_tiny", "efficientnet_b0", "resnet50", "mobilenet_v3_large", "resnet18", "mobilenet_v3_small")
 SCRATCH = ("resnet18", "resnet9", "small_cnn")  # without cached weights, best first, each from its smallest size:
 SCRATCH_MIN_SIZE = {"resnet18": 96, "resnet9": 48}  # below these the network's stem leaves too little of the image
+OFFERED = "resnet18"  # the ImageNet weights Auto offers to download for photographs when none are cached
+PHOTO_SIDE = 96  # images whose median short side is at least this look like photographs (ImageNet's features help)
 SIZES = (224, 192, 160, 128, 112, 96, 64, 48, 32)
 MIN_EPOCHS = {"pretrained": 5, "scratch": 12}  # fewer than this and a smaller candidate does better
 MAX_EPOCHS = 200
@@ -105,10 +107,12 @@ class Plan:
     choices: list[Choice]
     probes: list[Measured] = field(default_factory=list)
     seconds: float = 0.0  # the planning's own time, taken from the budget
+    offer: dict | None = None  # ImageNet weights worth downloading for this folder (`weights_offer`)
 
     def to_json(self) -> dict:
         return {"config": self.config.to_dict(), "choices": [asdict(c) for c in self.choices],
-                "probes": [asdict(p) for p in self.probes], "planning_s": round(self.seconds, 1)}
+                "probes": [asdict(p) for p in self.probes], "planning_s": round(self.seconds, 1),
+                "offer": self.offer}
 
 
 def cached_weights() -> list[str]:
@@ -116,6 +120,29 @@ def cached_weights() -> list[str]:
     from trainer.model.weights import resolve
 
     return [name for name in PRETRAINED if resolve(name, "DEFAULT").cached]
+
+
+def weights_offer(scan: ScanResult) -> dict | None:
+    """The ImageNet weights to offer for `scan`'s images when no pretrained weights are cached and the images look
+    like photographs (median short side at least PHOTO_SIDE px): OFFERED's DEFAULT weights, with their file, address
+    and size; None otherwise (small or grey-scale-sized images gain little from ImageNet's features)."""
+    from trainer.model.weights import resolve
+
+    if cached_weights() or not scan.image_sizes or median_short_side(scan) < PHOTO_SIDE:
+        return None
+    named = resolve(OFFERED, "DEFAULT")
+    return {"model": named.model, "weights": named.name, "file": str(named.file), "url": named.source,
+            "megabytes": named.megabytes,
+            "why": f"the images look like photographs (median short side {median_short_side(scan):.0f} px) and "
+                   f"no pretrained weights are on this machine: with {named.model}'s ImageNet weights "
+                   f"({named.megabytes or 0:.1f} MB) Auto fine-tunes a pretrained network instead of training "
+                   f"from scratch"}
+
+
+def offer_for(folder: str | os.PathLike, labels: str | None = None) -> dict | None:
+    """`weights_offer` of a folder (its scan only, no probe): what `auto --download-weights` fetches first."""
+    _, scan = _scan(Path(folder).expanduser(), lambda text: None, labels)
+    return weights_offer(scan)
 
 
 def candidate_sizes(scan: ScanResult, pretrained: bool) -> list[int]:
@@ -280,7 +307,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         why_kind = f"ImageNet weights in the cache for {', '.join(cached)}"
     else:
         candidates = [(name, None) for name in (os.environ.get(SCRATCH_ENV) or ",".join(SCRATCH)).split(",")]
-        why_kind = "no pretrained weights in the torch hub cache (Auto does not download): from scratch"
+        why_kind = "no pretrained weights in the torch hub cache: from scratch"
     sizes = candidate_sizes(scan, bool(cached))
     order = [(name, weights, size) for name, weights in candidates for size in sizes  # best first
              if weights or size >= SCRATCH_MIN_SIZE.get(name, 0)]
@@ -301,8 +328,14 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     if again:
         reason += f"; measured again because {again[2]}"
     choose("model.name", chosen.model, reason)
+    offer = weights_offer(scan)
     if chosen.weights:
         choose("model.weights", chosen.weights, f"{chosen.model}'s ImageNet weights, found in the cache")
+    elif offer:
+        say(f"{offer['why']}: `main.py fetch-weights {offer['model']}` (or `auto --download-weights`) downloads them")
+        choose("model.weights", None, f"from scratch: {offer['why']}; download them (`main.py auto ... "
+                                      f"--download-weights`, `main.py fetch-weights {offer['model']}`, or the Auto "
+                                      f"box's Download) and Auto plans with them")
     median = median_short_side(scan) if scan.image_sizes else 0
     choose("data.image_size", chosen.size, f"images' median short side {median:.0f} px; " + (
         f"the largest size of {', '.join(map(str, sizes))} at which {chosen.model} trains {need} epochs"
@@ -388,7 +421,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                             "predictable, and the budget is the rule")
     choose("export.formats", ["onnx"], "an ONNX file of best.pt, for any runtime")
     cfg, choices = _with_overrides(cfg, choices, overrides or [])
-    return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, clock.now() - started)
+    return Plan(RunConfig.from_dict(cfg.to_dict(), source="auto"), choices, probes, clock.now() - started, offer)
 
 
 def trained_as_one_run(plan: dict, by: str) -> dict:

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,10 @@ def cmd_auto(args) -> int:
     if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
         from trainer.remote.remote_cli import plans_in_job, remote_auto, remote_plan
 
+        if args.download_weights:
+            raise CommandError(f"--download-weights: the weights go into the cache of the machine that trains: on "
+                               f"{args.host}, run `main.py fetch-weights resnet18` there")
+
         if not args.plan_only:
             return remote_auto(args, say, started)
         plan = plans_in_job(args.host) or remote_plan(args.host, args.folder, args.minutes, args.set, say,
@@ -118,6 +123,8 @@ def cmd_auto(args) -> int:
     else:
         from trainer.auto import plan as make_plan
 
+        if args.download_weights and _download_offered(args, say):
+            started = clock.now()  # the download is not the budget's: it is made once for every later plan
         plan = make_plan(args.folder, args.minutes, started=started, overrides=args.set, progress=say,
                          labels=args.labels).to_json()
     from trainer.auto import trained_as_one_run
@@ -139,6 +146,36 @@ def cmd_auto(args) -> int:
     print(f"time: {(clock.now() - started) / 60:.1f} min of the {args.minutes:g} min budget (test set and export "
           f"included)", flush=True)
     return code
+
+
+def _download_offered(args, say) -> bool:
+    """`auto --download-weights`: the ImageNet weights Auto offers for this folder (photographs, none cached),
+    downloaded into the cache with progress, so that the plan fine-tunes them; offline, said, and the plan goes on
+    from scratch. Whether a download was made."""
+    from trainer.auto import offer_for
+    from trainer.model.weights import WeightsUnavailable, fetch, resolve
+
+    offer = offer_for(args.folder, args.labels)
+    if offer is None:
+        say("--download-weights: nothing to download (pretrained weights are cached already, or the images do not "
+            "look like photographs)")
+        return False
+    named = resolve(offer["model"], offer["weights"])
+    say(f"downloading {offer['model']}'s ImageNet weights ({offer['megabytes'] or 0:.1f} MB) from {named.source}")
+    shown = {"percent": -1}
+
+    def progress(done: int, total: int) -> None:
+        percent = done * 100 // total if total else 0
+        if percent // 10 != shown["percent"] // 10:
+            shown["percent"] = percent
+            say(f"{named.file.name}: {done / 1e6:.1f}/{total / 1e6:.1f} MB")
+
+    try:
+        fetch(named, progress)
+    except WeightsUnavailable as e:
+        say(f"{e}; planning from scratch")
+        return True
+    return True
 
 
 def _train_plan(plan: dict, args, run_dir: str | None) -> tuple[RunDir, int]:
@@ -209,6 +246,9 @@ def _parser_auto(sub) -> None:
     p.add_argument("--host", help="plan and train on this host (main.py hosts): the scan, the speed probe and the "
                    "learning-rate sweep run there, on its devices")
     p.add_argument("--output-log", help="as for train")
+    p.add_argument("--download-weights", action="store_true", help="when the images look like photographs and no "
+                   "pretrained weights are cached, download the ImageNet weights Auto offers first (their time is "
+                   "not the budget's) and plan with them; offline, say so and plan from scratch")
     p.set_defaults(func=cmd_auto)
 
 
@@ -679,15 +719,24 @@ def cmd_fetch_weights(args) -> int:
     if named.cached:
         print(f"{named.file} (already cached)")
         return 0
-    shown = {"tenth": -1}
+    print(f"downloading {named.source} into {named.file.parent}", file=sys.stderr, flush=True)
+    shown = {"percent": -1}
 
     def progress(done: int, total: int) -> None:
-        tenth = done * 10 // total if total else 0
-        if tenth != shown["tenth"]:
-            shown["tenth"] = tenth
+        percent = done * 100 // total if total else 0
+        if percent != shown["percent"]:
+            shown["percent"] = percent
             print(f"{named.file.name}: {done / 1e6:.1f}/{total / 1e6:.1f} MB", file=sys.stderr, flush=True)
 
-    print(fetch(named, progress))
+    def cancelled(signum, frame):  # Cancel (the app's) or Ctrl+C: the partial file goes, the cache stays as it was
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, cancelled)
+    try:
+        print(fetch(named, progress))
+    except KeyboardInterrupt:
+        print(f"cancelled: nothing of {named.file.name} kept in {named.file.parent}", file=sys.stderr, flush=True)
+        return 130
     return 0
 
 

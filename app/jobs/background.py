@@ -21,6 +21,7 @@ from trainer.runs.launch import main_command
 from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
 
 log = logging.getLogger(__name__)
+GENTLE_CANCEL_MS = 3000  # a command cancelled gently (CliJob gentle_cancel) has this long to clean up
 
 
 class _Signals(QObject):
@@ -106,9 +107,10 @@ class CliJob(QObject):
     progress = Signal(str)  # each line the command writes to stderr as it goes (a fetch's percentage)
 
     def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True,
-                 ok_codes: tuple[int, ...] = (0,)):
+                 ok_codes: tuple[int, ...] = (0,), gentle_cancel: bool = False):
         super().__init__(parent)
         self.args = [str(a) for a in args]
+        self.gentle_cancel = gentle_cancel  # cancel asks the command to stop (SIGTERM: it cleans up), then kills it
         self.parse_json = parse_json
         self.ok_codes = ok_codes
         self.cancelled = False
@@ -163,7 +165,15 @@ class CliJob(QObject):
         self.cancelled = True
         if self.process is None:
             ResidentWorker.shared().cancel(self)
+        elif self.process.state() != QProcess.ProcessState.NotRunning and self.gentle_cancel:
+            self.process.terminate()
+            QTimer.singleShot(GENTLE_CANCEL_MS, self._kill_if_running)
         elif self.process.state() != QProcess.ProcessState.NotRunning:
+            self.process.kill()
+
+    def _kill_if_running(self) -> None:
+        if shiboken6.isValid(self) and self.process is not None and \
+                self.process.state() != QProcess.ProcessState.NotRunning:
             self.process.kill()
 
 

@@ -15,14 +15,28 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QProgressBar,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.widgets.forms import ExactDoubleSpinBox
 from trainer.core.catalog import AUTO_MAX_MINUTES, AUTO_MIN_MINUTES
+
+
+def candidate_rows(probes: list[dict], model: str, size) -> list[tuple[str, str, str]]:
+    """The plan's candidates (every network and size Auto measured or predicted, best first) as rows of the choices
+    table: what each would train in the budget and how that was known; the one chosen marked."""
+    rows = []
+    for p in probes:
+        chosen = p.get("model") == model and p.get("size") == size
+        rows.append((f"candidate{' (chosen)' if chosen else ''}", f"{p.get('model')} @ {p.get('size')} px",
+                     f"{p.get('epochs')} epochs in the budget at {float(p.get('train_images_per_s') or 0):.0f} "
+                     f"training images/s, {p.get('how', 'measured')}"))
+    return rows
 
 
 def shown_value(value) -> str:
@@ -35,6 +49,8 @@ def shown_value(value) -> str:
 
 class AutoPanel(QGroupBox):
     requested = Signal(float)  # minutes
+    downloadRequested = Signal(str, str)  # model, weights: the offered ImageNet weights, into the cache
+    downloadCancelled = Signal()
 
     def __init__(self, parent=None):
         super().__init__("Auto", parent)
@@ -72,6 +88,30 @@ class AutoPanel(QGroupBox):
         self.choices.setTextElideMode(Qt.TextElideMode.ElideNone)  # reasons wrap, whole; never cut mid-sentence
         self.choices.setMinimumHeight(220)
         self.choices.hide()  # the Dataset page places it where there is width for the reasons
+        self.offer = None  # the plan's offer of ImageNet weights (the trainer's answer), while one is shown
+        self.offer_text = QLabel()
+        self.offer_text.setObjectName("autoOffer")
+        self.offer_text.setWordWrap(True)
+        self.download = QPushButton("Download")
+        self.download.setObjectName("autoDownload")
+        self.download.clicked.connect(lambda: self.offer and self.downloadRequested.emit(self.offer["model"],
+                                                                                          self.offer["weights"]))
+        self.download_progress = QProgressBar()
+        self.download_progress.setObjectName("autoDownloadProgress")
+        self.download_progress.setFormat("%v of %m MB")
+        self.cancel_download = QPushButton("Cancel")
+        self.cancel_download.setObjectName("autoDownloadCancel")
+        self.cancel_download.clicked.connect(self.downloadCancelled.emit)
+        self.offer_box = QWidget()
+        offer_row = QHBoxLayout()
+        offer_row.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.download, self.download_progress, self.cancel_download):
+            offer_row.addWidget(widget)
+        offer_layout = QVBoxLayout(self.offer_box)
+        offer_layout.setContentsMargins(0, 0, 0, 0)
+        offer_layout.addWidget(self.offer_text)
+        offer_layout.addLayout(offer_row)
+        self.offer_box.hide()
         row = QHBoxLayout()  # the button on a row of its own: the left column stays as narrow as the folders need
         row.addWidget(QLabel("Budget"))
         row.addWidget(self.minutes, 1)
@@ -79,6 +119,7 @@ class AutoPanel(QGroupBox):
         layout.addLayout(row)
         layout.addWidget(self.button)
         layout.addWidget(self.status)
+        layout.addWidget(self.offer_box)
 
     def set_folder_problem(self, why: str) -> None:
         """The Dataset page's scan: `why` the folder cannot be trained on ("" when it can). Auto waits for a folder
@@ -103,12 +144,46 @@ class AutoPanel(QGroupBox):
         self._planned()
         self.status.setText(f"Auto could not plan: {text}")
 
-    def show_choices(self, choices: list[dict], seconds: float) -> None:
+    def show_choices(self, choices: list[dict], seconds: float, probes: list[dict] | None = None,
+                     offer: dict | None = None) -> None:
         self._planned()
         self.status.setText(f"Planned in {seconds:.0f} s; the run is on the Training page. The forms keep the plan, "
                             f"but not its time budget (that was the run's): Start trains with no budget unless you "
                             f"set one (Advanced page, train.budget). New (Ctrl+N) starts from the defaults.")
-        self._fill(choices)
+        self._fill(choices, probes or [])
+        self.show_offer(offer)
+
+    # ---- the offer of ImageNet weights (the plan's `offer`: photographs, none cached) ----------------------------
+    def show_offer(self, offer: dict | None) -> None:
+        self.offer = offer
+        self.offer_box.setVisible(offer is not None)
+        if offer is None:
+            return
+        size = f"{offer['megabytes']:.1f} MB" if offer.get("megabytes") else "size not published"
+        self.offer_text.setText(f"This run trains from scratch: {offer['why']}. Download them ({size}, from "
+                                f"{offer['url']}) and the next Auto plans with them.")
+        self.download.setText(f"Download {offer['model']}'s ImageNet weights ({size})")
+        self.download.setEnabled(True)
+        self.download_progress.hide()
+        self.cancel_download.hide()
+
+    def downloading(self, line: str) -> None:
+        """A progress line of `main.py fetch-weights` ("FILE: 12.3/44.7 MB"), or its first line."""
+        self.download.setEnabled(False)
+        self.cancel_download.show()
+        done, _, total = line.rpartition(": ")[2].removesuffix(" MB").partition("/")
+        try:
+            self.download_progress.setRange(0, max(1, round(float(total))))
+            self.download_progress.setValue(round(float(done)))
+            self.download_progress.show()
+        except ValueError:
+            pass  # "downloading ADDRESS into FOLDER": the bar comes with the first figures
+
+    def download_ended(self, text: str, ok: bool) -> None:
+        self.download_progress.hide()
+        self.cancel_download.hide()
+        self.download.setEnabled(not ok)
+        self.offer_text.setText(text)
 
     def waiting_for_job(self, why: str) -> None:
         """Auto submitted as a job that plans where it lands: the run is going, its choices are not made yet."""
@@ -134,11 +209,14 @@ class AutoPanel(QGroupBox):
             self.choices.hide()
             self.status.setText(f"The last plan was for {planned}; plan again for this folder.")
 
-    def _fill(self, choices: list[dict]) -> None:
+    def _fill(self, choices: list[dict], probes: list[dict] | None = None) -> None:
         self.planned_folder = next((str(c["value"]) for c in choices if c["key"] == "data.train_dir"), "")
-        self.choices.setRowCount(len(choices))
-        for i, c in enumerate(choices):
-            for j, text in enumerate((c["key"], shown_value(c["value"]), c["why"])):
+        chosen = {c["key"]: c["value"] for c in choices}
+        rows = [(c["key"], shown_value(c["value"]), c["why"]) for c in choices]
+        rows += candidate_rows(probes or [], chosen.get("model.name"), chosen.get("data.image_size"))
+        self.choices.setRowCount(len(rows))
+        for i, row in enumerate(rows):
+            for j, text in enumerate(row):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
                 self.choices.setItem(i, j, item)

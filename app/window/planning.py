@@ -11,7 +11,7 @@ from app.jobs.background import CliJob
 from app.jobs.lr_finder import LrFinder
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.rundir import read_run_json
-from trainer.runs.launch import auto_plan_args
+from trainer.runs.launch import auto_plan_args, fetch_weights_args
 
 if TYPE_CHECKING:
     from app.dialogs.lr_find_dialog import LrFindDialog
@@ -25,6 +25,9 @@ class Planning(QObject):
         self.window, self.form, self.runs = window, form, runs
         self.panel = window.dataset_page.auto
         self.auto_job: CliJob | None = None
+        self.download_job: CliJob | None = None  # the offered ImageNet weights, downloading
+        self.panel.downloadRequested.connect(self.download_weights)
+        self.panel.downloadCancelled.connect(self.cancel_download)
         self.lr_dialog: LrFindDialog | None = None
         self._asked: tuple | None = None  # what the last Auto plan was asked for (folder, minutes, overrides, labels)
         self.lr_finder = LrFinder(form.runs_dir, self)
@@ -106,13 +109,14 @@ class Planning(QObject):
             return
         self.form.config_path = None
         self.form.load(cfg, set_by="Auto's plan")
-        self.panel.show_choices(plan["choices"], plan.get("planning_s", 0))
+        self.panel.show_choices(plan["choices"], plan.get("planning_s", 0), plan.get("probes"), plan.get("offer"))
         if self.form.validate() or self.runs.running:
             self.panel.failed("the plan is loaded, but the form has problems (see the status bar)")
             return
         self.runs.start(cfg, choices=plan["choices"])
         # The budget was that run's: the form keeps Auto's other choices (marked on the Advanced page), not its clock.
         self.form.advanced.set_value("train.budget", 0.0)
+        self.form.advanced.set_value("train.finish_images", 0)
         self.form.validate()
         self.showTraining.emit()
 
@@ -138,5 +142,30 @@ class Planning(QObject):
         self.runs.model.finished.connect(lambda *_: show_when_planned(None))
         self.showTraining.emit()
 
+    # ---- the offered ImageNet weights ---------------------------------------------------------------------
+    def download_weights(self, model: str, weights: str) -> CliJob | None:
+        """`main.py fetch-weights MODEL WEIGHTS` (a subprocess): its progress on the Auto box, Cancel stops it (the
+        partial file goes), and the next plan finds the weights in the cache."""
+        if self.download_job is not None:
+            return None
+        self.download_job = job = CliJob(fetch_weights_args(model, weights), self, parse_json=False,
+                                         gentle_cancel=True)
+        job.progress.connect(self.panel.downloading)
+        job.done.connect(lambda out: self._downloaded(f"Downloaded into {out.strip()}: the next Auto plans with "
+                                                      f"{model}'s ImageNet weights.", True))
+        job.failed.connect(lambda error: self._downloaded(f"Not downloaded: {error}", False))
+        return job
+
+    def cancel_download(self) -> None:
+        if self.download_job is not None:
+            self.download_job.cancel()
+            self._downloaded("Download cancelled: nothing was kept.", False)
+
+    def _downloaded(self, text: str, ok: bool) -> None:
+        self.download_job = None
+        self.panel.download_ended(text, ok)
+
     def shutdown(self) -> None:
+        if self.download_job is not None:
+            self.download_job.cancel()
         self.lr_finder.cancel()

@@ -26,6 +26,12 @@ def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_wi
              for i in range(panel.choices.rowCount())}
     assert {"model.name", "data.image_size", "optimizer.lr", "train.epochs", "train.budget"} <= shown.keys()
     assert all(why for _, why in shown.values())
+    # every candidate the plan weighed, with the epochs it would train, the chosen one marked; no weights offered
+    # for images this small
+    chosen_row = shown["candidate (chosen)"]
+    assert chosen_row[0] == f"{shown['model.name'][0]} @ {shown['data.image_size'][0]} px"
+    assert " epochs in the budget at " in chosen_row[1] and "measured" in chosen_row[1]
+    assert panel.offer_box.isHidden()
     # the forms hold what Auto chose: an ordinary config to edit and start again
     assert str(window.binder.widgets["data.image_size"].value()) == shown["data.image_size"][0]
     assert window.binder.widgets["model.name"].currentText() == shown["model.name"][0]
@@ -73,3 +79,39 @@ def test_auto_refuses_without_a_folder_or_with_a_missing_one_and_says_why(qtbot,
     assert not (tmp_path / "runs").exists()
     button = window.dataset_page.auto.button  # and the folder's scan turns Auto off until there is a folder to plan for
     qtbot.waitUntil(lambda: not button.isEnabled() and "nowhere" in button.toolTip(), timeout=10_000)
+
+
+def test_the_offered_weights_download_with_progress_and_cancel_leaves_nothing(qtbot, make_window, shapes_dir,
+                                                                               tmp_path, torch_home, monkeypatch):
+    """The Auto box's offer of ImageNet weights (as a plan for photographs gives it): Download runs `main.py
+    fetch-weights` against a mirror (a local server, slow), the bar shows the megabytes as they come, Cancel stops it
+    and nothing is left in the cache."""
+    import http.server
+    import threading
+
+    from test_pretrained import RESNET18_FILE, SlowHandler
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mirror = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("TRAINDECK_WEIGHTS_MIRROR", mirror)
+    window = make_window(write_config(tmp_path, shapes_dir))
+    panel = window.dataset_page.auto
+    panel.show_offer({"model": "resnet18", "weights": "DEFAULT", "megabytes": 44.661, "url": f"{mirror}/x",
+                      "why": "the images look like photographs"})
+    assert not panel.offer_box.isHidden() and "44.7 MB" in panel.download.text()
+    try:
+        panel.download.click()
+        qtbot.waitUntil(lambda: panel.download_progress.isVisible() and panel.download_progress.value() >= 2,
+                        timeout=60_000)
+        assert panel.download_progress.maximum() == 47 and not panel.download.isEnabled()
+        cache = torch_home / "hub" / "checkpoints"
+        assert list(cache.glob(".*.part")), "the download is being written"
+        panel.cancel_download.click()
+        assert "cancelled" in panel.offer_text.text() and panel.download.isEnabled()
+        qtbot.waitUntil(lambda: not list(cache.iterdir()), timeout=10_000)  # the partial file removed by the command
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not (cache / RESNET18_FILE).exists()

@@ -35,6 +35,7 @@ HASH_IN_NAME = re.compile(r"-([a-f0-9]+)\.")  # torch.hub's rule: resnet18-f3707
 DOWNLOAD_TIMEOUT_S = 30
 TIMM_PREFIX = "timm:"
 TIMM_INSTALL = "pip install -e '.[timm]' (or pip install timm)"
+MIRROR_ENV = "TRAINDECK_WEIGHTS_MIRROR"  # an http(s) address to download published weights from instead: BASE/FILE
 
 
 class WeightsUnavailable(ModelError):
@@ -56,6 +57,25 @@ class NamedWeights:
     @property
     def cached(self) -> bool:
         return self.file.is_file()
+
+    @property
+    def source(self) -> str:
+        """Where a download fetches the file: torchvision's address, or the same file name under the address in
+        TRAINDECK_WEIGHTS_MIRROR (a lab's mirror; the tests' local server)."""
+        mirror = os.environ.get(MIRROR_ENV, "").strip().rstrip("/")
+        if not mirror:
+            return self.url
+        if urlparse(mirror).scheme not in ("http", "https"):
+            raise WeightsUnavailable(f"{MIRROR_ENV}: {mirror!r} is not an http(s) address")
+        return f"{mirror}/{self.file.name}"
+
+    @property
+    def megabytes(self) -> float | None:
+        """The file's size as torchvision publishes it (MB), when it does."""
+        import torchvision
+
+        size = torchvision.models.get_model_weights(self.model)[self.name].meta.get("_file_size")
+        return float(size) if size else None
 
 
 def hub_checkpoints() -> Path:
@@ -103,12 +123,12 @@ def fetch(named: NamedWeights, progress: Progress | None = None) -> Path:
     folder = named.file.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        download(named.url, named.file, progress)
+        download(named.source, named.file, progress)
     except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
         reason = getattr(e, "reason", e)
         raise WeightsUnavailable(
             f"model.weights: {named.name} for {named.model} is not in the cache and cannot be downloaded here "
-            f"({reason}); download {named.url} and put it, named {named.file.name}, into {folder} (or run "
+            f"({reason}); download {named.source} and put it, named {named.file.name}, into {folder} (or run "
             f"`main.py fetch-weights {named.model} {named.name}` where there is network)") from e
     except OSError as e:
         raise WeightsUnavailable(f"model.weights: cannot save {named.file.name} into {folder}: {e.strerror or e}") from e

@@ -83,6 +83,11 @@ def auto_plan_args(folder: str, minutes: float, labels: str | None = None, host:
             *_opt("--host", host), *(["--set", *overrides] if overrides else [])]
 
 
+def fetch_weights_args(model: str, weights: str) -> list[str]:
+    """Published weights into the cache (the Auto box's Download), with progress lines on stderr."""
+    return ["fetch-weights", model, weights]
+
+
 def auto_run_args(folder: str, minutes: float, host: str, run_dir: str | Path, output_log: str | Path,
                   labels: str | None = None, overrides: list[str] | None = None) -> list[str]:
     """Auto as one run on a host (a SLURM host plans inside its job), mirrored into `run_dir`."""

@@ -48,8 +48,9 @@ class Diverged(RuntimeError):
 
 
 class Loop:
-    # train.finish_images: seconds per image measured, of validation (after one) and of training (so far)
-    eval_s_per_image = train_s_per_image = 0.0
+    # train.finish_images: seconds per image measured, of each validation and of training (at the last log step)
+    eval_s_per_image: tuple[float, ...] = ()
+    train_s_per_image = 0.0
 
     def __init__(self, run: RunDir, cfg: RunConfig, strategy: Strategy, parts: Parts, reporter: Reporter, stop):
         self.run, self.cfg, self.strategy, self.parts, self.reporter, self.stop = run, cfg, strategy, parts, reporter, stop
@@ -118,7 +119,7 @@ class Loop:
             train_loss, train_acc, images = result
             validating = clock.now()
             metrics = self.evaluate()
-            self.eval_s_per_image = (clock.now() - validating) / max(1, len(self.parts.data.val))
+            self.eval_s_per_image += ((clock.now() - validating) / max(1, len(self.parts.data.val)),)
             if self.parts.stretch.deadline is not None and cfg.train.finish_images:
                 # the time kept for the test set and the export, now at the validation speed measured
                 self.parts.stretch.deadline = (self.parts.stretch.deadline[0], self.training_ends())
@@ -261,8 +262,11 @@ class Loop:
         return self.started + self.cfg.train.budget * 60 - self.kept_s()
 
     def kept_s(self) -> float:
-        """The seconds train.finish_images keeps for after training, at the speeds measured so far."""
-        per_image = self.eval_s_per_image or self.train_s_per_image / 3
+        """The seconds train.finish_images keeps for after training, at the validation speed measured so far (the
+        median of this launch's validations, the first's warm-up left out once there are others; before the first, a
+        third of the training time per image: a forward pass of a training step's three passes)."""
+        measured = self.eval_s_per_image[1:] or self.eval_s_per_image
+        per_image = statistics.median(measured) if measured else self.train_s_per_image / 3
         return self.cfg.train.finish_images * per_image
 
     def end_reason(self) -> dict:
