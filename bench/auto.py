@@ -159,7 +159,7 @@ def run_manual(folder: Path, minutes: float, work: Path) -> dict:
            "train": {**MANUAL["train"], "budget": minutes}}
     config.write_text(yaml.safe_dump(raw))
     start = time.time()
-    done = subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "train", "--config", str(config), "--runs-dir",
+    done = subprocess.run([TRAINDECK_PYTHON, str(REPO / "main.py"), "train", str(config), "--runs-dir",
                            str(work / "runs")], capture_output=True, text=True, cwd=REPO)
     wall = time.time() - start
     if done.returncode != 0:

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from auto import DATA, run_auto, run_peer
-from common import MORE_PHOTOS, REPO, SCIKIT_IMAGE_PHOTOS, SCIKIT_LEARN_PHOTOS, machine, photos, save_result
+from common import MORE_PHOTOS, REPO, SCIKIT_IMAGE_PHOTOS, SCIKIT_LEARN_PHOTOS, machine, photo_jpegs, photos, save_result
 
 
 def main() -> None:
@@ -28,9 +28,11 @@ def main() -> None:
     parser.add_argument("--networks", nargs="+", required=True)
     parser.add_argument("--peers-python", default=sys.executable)
     parser.add_argument("--name", default="candidates")
+    parser.add_argument("--data", default="photos12", choices=("photos12", "jpegs"), help="jpegs: colour JPEGs of "
+                        "mixed sizes (200x150 to 640x480), train/val/test (issue #68)")
     args = parser.parse_args()
-    folder = photos(DATA / "auto-photos12", per_class=(400, 60, 100),
-                    names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS + MORE_PHOTOS)
+    folder = photo_jpegs(DATA / "photo_jpegs") if args.data == "jpegs" else photos(
+        DATA / "auto-photos12", per_class=(400, 60, 100), names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS + MORE_PHOTOS)
     results = []
     for network in args.networks:
         print(f"{network}, {args.minutes:g} min ...", flush=True)
@@ -46,7 +48,7 @@ def main() -> None:
         print("   ", json.dumps(r), flush=True)
         results.append(r)
         save_result(args.name, {"machine": machine(), "minutes": args.minutes, "results": results})
-    print(f"\n{machine()}, photos12, {args.minutes:g} min")
+    print(f"\n{machine()}, {args.data}, {args.minutes:g} min")
     print("| network | chosen @ px | epochs | test top-1 best / final | ended |")
     print("|---|---|---|---|---|")
     for r in results:

@@ -181,10 +181,9 @@ def test_a_budget_spent_inside_the_first_epoch_cuts_it_short_and_still_validates
     assert result.returncode == 0, result.stderr[-2000:]
     run = RunDir(tmp_path / "run")
     epochs = [e for e in read_events(run.events) if e["event"] == "epoch"]
-    steps = [e for e in read_events(run.events) if e["event"] == "step"]
-    # cut at the first log step (every 5) that found the budget spent, long before the epoch's 96 steps
-    assert len(epochs) == 1 and epochs[0]["step"] == steps[-1]["step"] and epochs[0]["step"] % 5 == 0
-    assert epochs[0]["step"] < 96 / 2 and "val_acc" in epochs[0]
+    # one process reads the budget at every step, not only at log steps (every 5 here; minutes apart on a slow
+    # machine at 224 px): cut at the first step, which found it spent, long before the epoch's 96 steps
+    assert len(epochs) == 1 and epochs[0]["step"] == 1 and "val_acc" in epochs[0]
     assert run.read_status()["reason"] == "budget" and (run.checkpoints / "best.pt").exists()
 
 
@@ -236,6 +235,9 @@ def simulated_probe(monkeypatch, rates: dict[str, float]) -> None:
 
     def measure(name, weights, size, batch, classes, device, precision, reject_below=0.0):
         image_s = clock.simulated().image_s(name, size * size)
+        if reject_below and 1 / image_s < reject_below / 3:  # far too slow: dropped after its warm-up step
+            clock.charge_seconds(image_s * batch)
+            return auto.Measured(name, weights, size, batch, 1 / image_s, 1 / image_s)
         clock.charge_seconds(image_s * batch * (1 + auto.PROBE_STEPS) + image_s * 0.3 * batch)
         return auto.Measured(name, weights, size, batch, 1 / image_s, 1 / (0.3 * image_s))
 
@@ -243,21 +245,24 @@ def simulated_probe(monkeypatch, rates: dict[str, float]) -> None:
     monkeypatch.setattr(auto, "sweep_lr", lambda cfg, steps: (1e-3, "given"))
 
 
-@pytest.mark.parametrize("rates, fits", [({"resnet18": 60.0, "resnet9": 8.0, "small_cnn": 3.0}, True),
-                                         ({"resnet18": 100.0, "resnet9": 30.0, "small_cnn": 40.0}, False)])
+@pytest.mark.parametrize("rates, minutes, fits", [
+    ({"resnet18": 60.0, "resnet9": 8.0, "small_cnn": 3.0}, 2.0, True),
+    ({"resnet18": 100.0, "resnet9": 30.0, "small_cnn": 40.0}, 2.0, False),
+    ({"resnet18": 20000.0, "resnet9": 2000.0, "small_cnn": 3000.0}, 10.0, False)])  # not one epoch of any
 def test_the_probe_measures_or_predicts_every_candidate_it_names_and_picks_one_that_fits(
-        tmp_path, torch_home, monkeypatch, rates, fits):
+        tmp_path, torch_home, monkeypatch, rates, minutes, fits):
     """On a slow device (the trainer's clock): every candidate, best first, is in the plan with its epochs, measured or
     predicted from a measured one by its operations per image; fewer are measured than there are; the reasons name
     no other network; the pick is the first candidate that truly trains the minimum epochs on that device (worked out
-    here from its rates), measured, or, when none does, the one that truly trains the most."""
+    here from its rates), measured, or, when none does, the one that truly trains the most, the fastest of those
+    (on a device too slow for one epoch of any, not the largest: a busy laptop got 1 epoch of resnet18 at 224 px)."""
     from trainer import auto
     from trainer.data.demo_data import write_demo_dataset
     from trainer.data.scan import scan_image_folder
 
     simulated_probe(monkeypatch, rates)
     folder = write_demo_dataset(tmp_path / "big", per_class=30, size=96, seed=0)
-    result = auto.plan(str(folder), 2.0)
+    result = auto.plan(str(folder), minutes)
     sizes = auto.candidate_sizes(scan_image_folder(folder, full=False), False)
     order = [(n, s) for n in auto.SCRATCH for s in sizes if s >= auto.SCRATCH_MIN_SIZE.get(n, 0)]
     table = {(p.model, p.size): p for p in result.probes}
@@ -272,11 +277,13 @@ def test_the_probe_measures_or_predicts_every_candidate_it_names_and_picks_one_t
         m = auto.Measured(name, None, size, auto.batch_for(size, False), 1 / image_s, 1 / (0.3 * image_s))
         m.finish_s = auto.finish_seconds(m, 18, False)  # 15% of 120 held out for the test
         m.epoch_s = auto.epoch_seconds(m, 87, 15, False)
-        return int((2.0 * 60 * (1 - auto.PLAN_SHARE) - auto.STARTUP_S - m.finish_s) * auto.EPOCH_MARGIN // m.epoch_s)
+        epochs = (minutes * 60 * (1 - auto.PLAN_SHARE) - auto.STARTUP_S - m.finish_s) * auto.EPOCH_MARGIN // m.epoch_s
+        return max(0, int(epochs))
 
     need = auto.MIN_EPOCHS["scratch"]
     chosen = table[(result.config.model.name, result.config.data.image_size)]
-    expected = next((c for c in order if truly(*c) >= need), None) if fits else max(order, key=lambda c: truly(*c))
+    fastest_most = max(order, key=lambda c: (truly(*c), 1 / (rates[c[0]] * c[1] ** 2)))
+    expected = next((c for c in order if truly(*c) >= need), None) if fits else fastest_most
     assert (fits and expected is not None) or (not fits and truly(*expected) < need)
     assert (chosen.model, chosen.size) == expected, ({c: truly(*c) for c in order}, table)
     assert chosen.how == "measured" and abs(chosen.epochs - truly(*expected)) <= 1

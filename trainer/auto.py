@@ -2,17 +2,20 @@
 ordinary config, every choice with its reason.
 
 What it looks at: the folder (classes, counts, balance, image sizes, a train/val/test layout), the machine (a GPU, the
-precision the trainer's own rule picks), the pretrained weights already in the torch hub cache (Auto never downloads),
-and a speed probe: a few real training and validation steps of each candidate network at each candidate size, at the
-run's batch, precision and memory format. The first candidate, best first, that trains enough epochs in the budget
-wins; the epochs are what the measured speed allows. Then a short learning-rate sweep (`trainer.train.lr_find`), which also
-decodes the images into the cache the run reads. The rest is the recipe: AdamW with a one-cycle schedule, weight decay
-off normalisation weights and biases, label smoothing, a weight average, flip test-time augmentation, class weights
-for unbalanced classes, early stopping, a test set (the folder's own, or a seeded stratified part of the training
-images held out without touching a file), and an ONNX export.
+precision the trainer's own rule picks), the pretrained weights already in the torch hub cache (Auto downloads only
+when asked: `--download-weights`, or the Auto box's Download of the weights it offers for photographs), and a speed
+probe: the cheapest candidate network and size measured (a few real training and validation steps at the run's batch,
+precision and memory format), the others predicted from it by their operations per image, and the candidates picked
+measured in turn. The first candidate, best first, that trains enough epochs in the budget (its test set and export
+included) wins; the epochs are what the measured speed allows. Then a short learning-rate sweep
+(`trainer.train.lr_find`), which also decodes the images into the cache the run reads. The rest is the recipe: AdamW
+with a one-cycle schedule, weight decay off normalisation weights and biases, label smoothing, a weight average, flip
+test-time augmentation, class weights for unbalanced classes, early stopping, a test set (the folder's own, or a
+seeded stratified part of the training images held out without touching a file), and an ONNX export.
 
 The budget is the whole: this planning time is subtracted, and the rest becomes `train.budget`, which the trainer
-enforces. The result is a config like any other; `auto.json` in the run keeps the choices and their reasons.
+enforces, the test set and export inside it (`train.finish_images`). The result is a config like any other;
+`auto.json` in the run keeps the choices and their reasons.
 """
 
 from __future__ import annotations
@@ -609,7 +612,7 @@ def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, 
     while True:
         rows = table()
         fits = [m for m in rows if m.epochs >= need]
-        pick = fits[0] if fits else max(rows, key=lambda m: m.epochs)
+        pick = fits[0] if fits else max(rows, key=lambda m: (m.epochs, m.train_images_per_s))  # ties: the fastest
         if out_of_time():
             break
         if pick.how != "measured":

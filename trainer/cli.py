@@ -232,8 +232,8 @@ def _parser_auto(sub) -> None:
                        "every choice printed with its reason")
     p.add_argument("folder", help="an ImageFolder (one sub-folder per class), or a folder with train/ and test/ "
                    "(or val/) in it")
-    p.add_argument("--minutes", type=float, required=True, help="the whole budget, planning included; the test set "
-                   "and the export come after it")
+    p.add_argument("--minutes", type=float, required=True, help="the whole budget: planning, training, the test set "
+                   "and the export")
     p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override what Auto chose")
     p.add_argument("--labels", help="multi-label: the labels file of the folder's images (file,labels); Auto plans a "
                    "multi-label run, by mAP")

@@ -60,7 +60,7 @@ class AutoPanel(QGroupBox):
         self.minutes.setRange(AUTO_MIN_MINUTES, AUTO_MAX_MINUTES)  # Auto's own bounds
         self.minutes.setValue(10)
         self.minutes.setSuffix(" min")
-        self.minutes.setToolTip("the whole budget: planning and training (the test set and the export come after)")
+        self.minutes.setToolTip("the whole budget: planning, training, the test set and the export")
         self.shown_run = None  # the run whose job-made choices are shown (Auto on a SLURM host)
         self._planning = False
         self.planned_folder = ""  # the training folder of the plan shown ("" when none is)

@@ -211,9 +211,10 @@ class TrainConfig:
     epochs: int = opt(10, "passes over the training set", ge=1, le=100000)
     budget: float = opt(0.0, "time budget in minutes from the trainer's start (preparing the data included; a "
                         "resumed run spends what its earlier segments left, and `resume --epochs` lifts it): no "
-                        "epoch is begun that would end past it, judged by the last epoch's time, and at the first log "
-                        "step past it the epoch is cut short, validated and the run ends completed; the test set and "
-                        "exports come after it (0 = none)", ge=0)
+                        "epoch is begun that would end past it, judged by the last epoch's time, and at the first step "
+                        "past it (across ranks: the first log step) the epoch is cut short, validated and the run "
+                        "ends completed; the test set and exports come after it unless train.finish_images keeps "
+                        "time for them (0 = none)", ge=0)
     replan: bool = opt(False, "with train.budget: after each epoch, re-plan train.epochs from the epoch time measured "
                        "so far (the median, the first epoch's warm-up left out) so the run ends inside the budget, "
                        "with the learning-rate schedule re-stretched to end its annealing there (a `replan` event "

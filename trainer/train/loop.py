@@ -291,6 +291,7 @@ class Loop:
         epoch_totals = torch.zeros(3, device=s.device)  # loss * images, correct, images
         window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
         images_done, last_log = 0, (clock.now(), 0)
+        epoch_started = last_log[0]
         for images, labels in data_mod.iterate_batches(parts.data.train, batches[st.batch_in_epoch:], parts.workers,
                                                        self.frame, s.device):
             index = st.batch_in_epoch
@@ -314,8 +315,8 @@ class Loop:
             epoch_totals += torch.stack([loss * n, hits(logits, y), n])
             images_done += y.shape[0]
             st.batch_in_epoch += 1
-            if log_now and cfg.train.finish_images:
-                self.train_s_per_image = (clock.now() - last_log[0]) / max(1, images_done - last_log[1])
+            if cfg.train.finish_images:
+                self.train_s_per_image = (clock.now() - epoch_started) / images_done
             if result is None or result.skipped:
                 continue
             if log_now:
@@ -330,6 +331,11 @@ class Loop:
             elif s.world_size == 1 and self.stop.requested:
                 self.save(is_best=False)
                 return None
+            elif s.world_size == 1 and cfg.train.budget and self.budget_left() <= 0:
+                # one process: the budget is read at every step (a log step can be minutes away on a slow machine);
+                # across ranks it is agreed at log steps
+                self.out_of_budget = True
+                break
             if cfg.monitor.histogram_every and st.step % cfg.monitor.histogram_every == 0:
                 self.emit_histograms()
             if cfg.checkpoint.every_steps and st.step % cfg.checkpoint.every_steps == 0:
