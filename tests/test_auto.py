@@ -472,6 +472,34 @@ def test_a_policy_trial_trains_a_throwaway_run_and_reads_its_validation_score(tm
     assert cfg.data.augment.policy == "none" and cfg.train.epochs == 10, "the plan's config is left as it was"
 
 
+def test_a_run_that_made_way_and_goes_on_as_it_was_trains_the_epochs_its_first_epoch_showed_fit(
+        tmp_path, shapes_dir, monkeypatch):
+    """Measured again after a first epoch, the same network at the same size is still the best: the first run goes
+    on, with the epochs its first epoch showed fit (it had ended before re-planning them; resumed with its planned
+    1 epoch it trained nothing more and left most of the budget unused, on a busy laptop), and no second check."""
+    from types import SimpleNamespace
+
+    from trainer import auto, cli
+    from trainer.core.config import save_config
+    from trainer.runs import runner
+
+    cfg = RunConfig.from_dict(load_config(write_config(tmp_path, shapes_dir)).to_dict())
+    cfg.train.epochs, cfg.train.budget, cfg.train.replan, cfg.train.recheck_epochs = 1, 1.5, True, 2
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    save_config(cfg, run.config)
+    run.write_status(state="completed", reason="too_fast", fit_epochs=9, message="9 epochs fit ...: faster than measured")
+    monkeypatch.setattr(auto, "plan", lambda *a, **k: (_ for _ in ()).throw(auto.AutoError("still the best")))
+    launched = []
+    monkeypatch.setattr(runner, "launch", lambda run, cfg, **kw: launched.append((cfg, kw)) or 0)
+    args = SimpleNamespace(minutes=2.0, folder=str(shapes_dir), set=[], labels=None)
+    same, code = cli._measure_again(run, args, time.time(), lambda text: None)
+    assert same.path == run.path and code == 0
+    ((resumed, kw),) = launched
+    assert kw == {"resume": True} and resumed.train.epochs == 9
+    assert resumed.train.min_epochs == resumed.train.recheck_epochs == 0
+
+
 @pytest.mark.slow  # a 1-minute Auto, trained in this process
 def test_auto_after_a_busy_probe_goes_on_with_the_larger_network_its_first_epoch_showed_fits(tmp_path, torch_home,
                                                                                               monkeypatch):

@@ -220,6 +220,8 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
     except AutoError as e:
         say(f"{e}: {first.name} goes on as it is")
         cfg.train.min_epochs = cfg.train.recheck_epochs = 0
+        # the epochs its first epoch showed fit (it ended before re-planning them): it re-plans from there
+        cfg.train.epochs = max(cfg.train.epochs, int(first.read_status().get("fit_epochs") or 0))
         # the time measuring again took is the budget's too (the trainer's clock counts only its own segments)
         cfg.train.budget = max(0.01, round(cfg.train.budget - (clock.now() - measuring) / 60, 3))
         save_config(cfg, first.config)

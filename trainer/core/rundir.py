@@ -46,6 +46,7 @@ STATUS_FIELDS: dict[str, tuple[type, ...]] = {  # what readers format or compare
     "state": (str,), "reason": (str,), "message": (str,), "pid": (int,), "epoch": (int,), "epochs": (int,),
     "step": (int,), "exit_code": (int,), "best_acc": NUMBER, "updated": NUMBER, "started": NUMBER, "ended": NUMBER,
     "remote": (dict,), "queue": (dict,), "model": (str,), "pgid": (int,), "worker_pid": (int,), "test_acc": NUMBER,
+    "fit_epochs": (int,),
     "test_map": NUMBER}
 QUEUE_FIELDS: dict[str, tuple[type, ...]] = {"position": NUMBER, "added": NUMBER, "held": (bool,), "sweep": (str,),
                                              "values": (dict,), "gpus": (list,)}

@@ -181,7 +181,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         if strategy.is_main:
             try:
                 run.write_status(state=state, message=message, best_acc=best, ended=clock.now(), exit_code=code,
-                                 reason=ending.get("reason"))
+                                 reason=ending.get("reason"), fit_epochs=ending.get("fit_epochs"))
             except OSError as e:
                 log.error("cannot record the run's end in %s: %s", run.status_file, e)
         try:

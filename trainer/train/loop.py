@@ -217,10 +217,12 @@ class Loop:
         first_epoch = st.epoch == 1 and st.step == self.parts.steps_per_epoch and self.strategy.world_size == 1
         fit = f"{epochs} epochs fit in the {self.budget_left():.0f} s of the budget left at {estimate:.3g} s per epoch"
         if first_epoch and epochs < cfg.train.min_epochs:
-            self.made_way = {"reason": "too_slow", "why": f"{fit}, fewer than train.min_epochs ({cfg.train.min_epochs})"}
+            self.made_way = {"reason": "too_slow", "why": f"{fit}, fewer than train.min_epochs ({cfg.train.min_epochs})",
+                             "fit_epochs": epochs}
         elif first_epoch and cfg.train.recheck_epochs and epochs >= cfg.train.recheck_epochs:
             self.made_way = {"reason": "too_fast", "why": f"{fit}, at least train.recheck_epochs "
-                                                          f"({cfg.train.recheck_epochs}): faster than measured"}
+                                                          f"({cfg.train.recheck_epochs}): faster than measured",
+                             "fit_epochs": epochs}
         if self.made_way:
             self.reporter.emit("replan", epoch=st.epoch, old_epochs=old, epochs=st.epoch, epoch_s=round(estimate, 3),
                                budget_left_s=round(self.budget_left(), 1), why=self.made_way["why"] + ": the run ends here")
@@ -276,7 +278,8 @@ class Loop:
         if self.out_of_budget:
             return {"reason": "budget", "budget_epoch": self.state.epoch}
         if self.made_way:
-            return {"reason": self.made_way["reason"], "made_way": self.made_way["why"]}
+            return {"reason": self.made_way["reason"], "made_way": self.made_way["why"],
+                    "fit_epochs": self.made_way["fit_epochs"]}
         return {}
 
     def train_one_epoch(self) -> tuple[float, float, int] | None:
