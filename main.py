@@ -2,6 +2,9 @@
 
 import os
 import sys
+import time
+
+STARTED = time.time()  # a command's budget counts from here (`auto --minutes`: the imports are the budget's too)
 
 
 def main() -> int:
@@ -13,6 +16,9 @@ def main() -> int:
 
     if len(sys.argv) > 1 and (sys.argv[1] in COMMANDS or sys.argv[1] in ("-h", "--help")):
         from trainer.cli import main as cli_main
+        from trainer.core import clock
+
+        clock.mark_command_start(STARTED)
         from trainer.core.system import claim_stop_file
 
         claim_stop_file()  # a command roots a process tree of its own, or joins the one it was started in

@@ -107,7 +107,7 @@ def read_choices(path: str) -> list[dict]:
 
 
 def cmd_auto(args) -> int:
-    started = clock.process_started()  # the budget is the whole command's, the interpreter's start included
+    started = clock.command_started()  # the budget is the whole command's, its imports included
     say = lambda text: print(f"auto: {text}", file=sys.stderr, flush=True)  # noqa: E731
     if args.host:  # planned there, on its devices (inside a job on a SLURM host); trained there as any remote run
         from trainer.remote.remote_cli import plans_in_job, remote_auto, remote_plan

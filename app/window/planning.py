@@ -109,7 +109,8 @@ class Planning(QObject):
             return
         self.form.config_path = None
         self.form.load(cfg, set_by="Auto's plan")
-        self.panel.show_choices(plan["choices"], plan.get("planning_s", 0), plan.get("probes"), plan.get("offer"))
+        offer = None if self.window.device_page.host else plan.get("offer")  # a host's cache is the host's
+        self.panel.show_choices(plan["choices"], plan.get("planning_s", 0), plan.get("probes"), offer)
         if self.form.validate() or self.runs.running:
             self.panel.failed("the plan is loaded, but the form has problems (see the status bar)")
             return

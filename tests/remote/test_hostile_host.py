@@ -310,15 +310,19 @@ def test_a_plan_from_the_host_is_checked_field_by_field():
     assert protocol.PROBE_FIELDS == typing.get_type_hints(Measured), "the protocol declares Auto's probes as they are"
     assert protocol.CHOICE_FIELDS.keys() == typing.get_type_hints(Choice).keys()
     probe = {"model": "small_cnn", "weights": None, "size": 32, "batch": 64, "train_images_per_s": 480.5,
-             "eval_images_per_s": 2000, "epoch_s": 0.4, "epochs": 12}
+             "eval_images_per_s": 2000, "epoch_s": 0.4, "epochs": 12, "how": "measured", "finish_s": 3.5}
     good = {"config": {"model": {"name": "small_cnn"}}, "choices": [{"key": "model.name", "value": "small_cnn",
                                                                       "why": "fast"}],
-            "probes": [probe], "planning_s": 4.2}
+            "probes": [probe], "planning_s": 4.2, "offer": None}
+    offer = {"model": "resnet18", "weights": "IMAGENET1K_V1", "file": "/c/resnet18.pth", "url": "https://x/r.pth",
+             "megabytes": 44.7, "why": "photographs"}
+    assert protocol.plan_answer(dict(good, offer=offer), "lab")["offer"] == offer
     assert protocol.plan_answer(good, "lab: `auto --plan-only`") == good
     for bad, said in ((dict(good, choices=[{"key": "x", "value": 1}]), r"choices\[0\]: no why"),
                       (dict(good, probes=[dict(probe, weights=3)]), r"probes\[0\]\.weights: expected str or NoneType"),
                       (dict(good, probes=[dict(probe, epochs=True)]), r"probes\[0\]\.epochs: expected int"),
                       (dict(good, planning_s="soon"), "planning_s: expected float"),
-                      (dict(good, config=[]), "config: expected dict")):
+                      (dict(good, config=[]), "config: expected dict"),
+                      (dict(good, offer=dict(offer, run="net.py")), "offer: unknown field 'run'")):
         with pytest.raises(FrameError, match=said):
             protocol.plan_answer(bad, "lab: `auto --plan-only`")

@@ -75,19 +75,21 @@ def now() -> float:
     return device.now if device is not None else time.time()
 
 
-def process_started() -> float:
-    """When this process started, on this clock: a command's budget (`main.py auto --minutes`) counts the
-    interpreter's own start and the imports before the command's first line. The simulated clock starts with the
-    process (its `startup_s` on top)."""
-    device = simulated()
-    if device is not None:
-        return device.start
-    try:
-        import psutil
+_command_start: float | None = None  # main.py's first line, when this process is a command of main.py
 
-        return min(time.time(), psutil.Process().create_time())
-    except Exception:  # noqa: BLE001 - a platform psutil cannot read: the command's own start
-        return time.time()
+
+def mark_command_start(wall_time: float) -> None:
+    """main.py, first thing: a command's budget (`main.py auto --minutes`) counts from here, the imports included."""
+    global _command_start
+    _command_start = wall_time
+
+
+def command_started() -> float:
+    """When this command started: main.py's first line on a real run, or now for a command run inside a process
+    doing other work (a test calling the command line, the resident worker). The simulated clock starts now."""
+    if simulated() is None and _command_start is not None:
+        return min(_command_start, time.time())
+    return now()
 
 
 def charge_images(model: str, images: int, height: int, width: int, evaluating: bool = False) -> None:

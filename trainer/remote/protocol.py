@@ -19,7 +19,8 @@ One-shot answers (one JSON object, at most MAX_ANSWER_BYTES), checked here by `l
 before the app's remote folder browser and the Dataset page see them:
     agent ls    {path: str, parent: str, entries: [{name: a folder name, folders: int, images: int}]}
     agent scan  {result: trainer.data.scan.ScanResult's fields, thumbs: [[class name, b64 of a PNG]]}
-    auto --plan-only  {config: a run config, choices: [{key, value, why}], probes: [PROBE_FIELDS], planning_s}
+    auto --plan-only  {config: a run config, choices: [{key, value, why}], probes: [PROBE_FIELDS], planning_s,
+                       offer: OFFER_FIELDS or null}
 """
 
 from __future__ import annotations
@@ -341,8 +342,9 @@ def read_scan(text: str, what: str) -> tuple[Any, list[tuple[str, bytes]]]:
 
 # `auto --plan-only`'s probes: trainer.auto.Measured's fields (a test keeps the two the same; this module stays torch-free)
 PROBE_FIELDS = {"model": str, "weights": str | None, "size": int, "batch": int, "train_images_per_s": float,
-                "eval_images_per_s": float, "epoch_s": float, "epochs": int}
-PLAN_FIELDS = {"config": dict, "choices": list, "probes": list, "planning_s": float}
+                "eval_images_per_s": float, "epoch_s": float, "epochs": int, "how": str, "finish_s": float}
+PLAN_FIELDS = {"config": dict, "choices": list, "probes": list, "planning_s": float, "offer": dict | None}
+OFFER_FIELDS = {"model": str, "weights": str, "file": str, "url": str, "megabytes": float | None, "why": str}
 CHOICE_FIELDS = {"key": str, "value": object, "why": str}
 
 
@@ -352,4 +354,6 @@ def plan_answer(answer: Any, what: str) -> dict:
     checked = _fields(answer, PLAN_FIELDS, what)
     checked["choices"] = [_fields(c, CHOICE_FIELDS, f"{what}.choices[{i}]") for i, c in enumerate(checked["choices"])]
     checked["probes"] = [_fields(p, PROBE_FIELDS, f"{what}.probes[{i}]") for i, p in enumerate(checked["probes"])]
+    if checked.get("offer") is not None:
+        checked["offer"] = _fields(checked["offer"], OFFER_FIELDS, f"{what}.offer")
     return checked
