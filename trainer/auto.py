@@ -399,7 +399,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
            f"the run ends there and Auto measures the faster candidates again for the time left (the fastest: "
            f"{faster.model} at {faster.size} px, {faster.train_images_per_s:.0f} images/s {faster.how})"
            if faster_left else "off: no faster candidate is left to go on with")
-    _recheck_choice(cfg, probes, chosen, others >= BUSY_SHARE, bool(again), len(order), choose)
+    _recheck_choice(cfg, probes, chosen, need, others >= BUSY_SHARE, bool(again), choose)
     choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
                                              f"ends there whatever happens, the test set and the export included "
                                              f"(train.finish_images)")
@@ -442,24 +442,31 @@ def trained_as_one_run(plan: dict, by: str) -> dict:
     return plan
 
 
-def _recheck_choice(cfg: RunConfig, probes: list[Measured], chosen: Measured, busy: bool, again: bool,
-                    candidates: int, choose: Callable) -> None:
+def _recheck_choice(cfg: RunConfig, probes: list[Measured], chosen: Measured, need: int, busy: bool, again: bool,
+                    choose: Callable) -> None:
     """train.recheck_epochs: a probe on a busy machine reads every candidate slow: it may have passed over a larger
     one that the machine, once quiet, trains enough epochs of, or, finding none that fit, fallen back on the one with
-    the most epochs. When the first epoch shows RECHECK_SPEEDUP times the planned epochs fit, the run makes way and
-    Auto measures the candidates again, best first (once)."""
+    the most epochs. When the first epoch shows that many epochs fit, the run makes way and Auto measures the
+    candidates again, best first (once): at least RECHECK_SPEEDUP times the planned epochs, and as many as show that
+    the best candidate passed over would now train `need` (a speed-up short of that would only measure again and
+    choose the same: on a busy laptop that cost 13 s of a 2-minute budget)."""
     larger = probes[:probes.index(chosen)]
-    on = busy and not again and candidates > 1
-    cfg.train.recheck_epochs = math.ceil(cfg.train.epochs * RECHECK_SPEEDUP) if on else 0
+    on = busy and not again and bool(larger)
+    if on:
+        enough = need * larger[-1].epoch_s / max(chosen.epoch_s, 1e-9)  # the chosen's epochs at that speed-up
+        cfg.train.recheck_epochs = max(math.ceil(cfg.train.epochs * RECHECK_SPEEDUP), math.ceil(enough))
+    else:
+        cfg.train.recheck_epochs = 0
     passed = f" ({'..., ' if len(larger) > 4 else ''}{', '.join(f'{p.model} at {p.size} px' for p in larger[-4:])} " \
              f"passed over)" if larger else ""
     choose("train.recheck_epochs", cfg.train.recheck_epochs,
            "off: Auto has measured again once already" if again else
            "off: the machine was quiet while Auto measured" if not busy else
-           "off: there is no other candidate" if not on else
+           "off: no larger candidate was passed over" if not on else
            f"the machine was busy while Auto measured: if the first epoch shows at least {cfg.train.recheck_epochs} "
-           f"epochs fit ({RECHECK_SPEEDUP:g}x the plan), the run ends there and Auto measures the candidates again, "
-           f"best first, for the time left{passed}")
+           f"epochs fit (at least {RECHECK_SPEEDUP:g}x the plan, and enough for {larger[-1].model} at "
+           f"{larger[-1].size} px to train {need}), the run ends there and Auto measures the candidates again, best "
+           f"first, for the time left{passed}")
 
 
 def _how_busy(others: float) -> str:
