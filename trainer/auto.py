@@ -222,9 +222,9 @@ def finish_images(test_images: int, tta: bool) -> int:
     minimum timed runs, at batch 1 and at its throughput batch, for both), and FINISH_FIXED_S of conversion and start
     at the probe's speed. The trainer keeps its time inside the budget (train.finish_images) at the speed it
     measures."""
-    from trainer.deploy.export_measure import LARGE_BATCH, MIN_TIMED_RUNS
+    from trainer.deploy.export_measure import LARGE_BATCH, MIN_BATCH_RUNS, MIN_TIMED_RUNS
 
-    timing = 2 * ((3 + MIN_TIMED_RUNS) + (1 + MIN_TIMED_RUNS) * LARGE_BATCH)
+    timing = 2 * ((3 + MIN_TIMED_RUNS) + (1 + MIN_BATCH_RUNS) * LARGE_BATCH)
     return test_images * (2 if tta else 1) + 2 * test_images + timing
 
 
@@ -289,6 +289,9 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     is now (a larger one may fit now, or, where the busy probe fell back on the one with the most epochs, a smaller).
     With `labels` (a labels file), a multi-label run of the images it lists."""
     started = started or clock.now()
+    # a trainer's own start (the interpreter, its imports) comes before its budget's clock: as long as this
+    # command's took on this machine now (0 when planning is called inside a running process)
+    trainer_start_s = clock.now() - started
     say = progress or (lambda text: None)
     if not math.isfinite(minutes) or not MIN_MINUTES <= minutes <= MAX_MINUTES:
         raise AutoError(f"--minutes: give a number of minutes from {MIN_MINUTES:g} to {MAX_MINUTES:g}, got {minutes:g}")
@@ -379,7 +382,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
                                    f"{val_images} validation images{' twice (flip)' if tta else ''})"
                                    + ("" if whole else ": no whole epoch fits, so one, cut short by the budget")
                                    + how_busy)
-    cfg.train.budget = round(left_s / 60, 2)
+    cfg.train.budget = round((left_s - trainer_start_s) / 60, 2)
     cfg.train.finish_images = round(chosen.finish_s * chosen.eval_images_per_s)
     choose("train.finish_images", cfg.train.finish_images,
            f"the test set ({test_images} images{', twice (flip)' if tta else ''}) and the ONNX export (its accuracy "
@@ -400,9 +403,10 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
            f"{faster.model} at {faster.size} px, {faster.train_images_per_s:.0f} images/s {faster.how})"
            if faster_left else "off: no faster candidate is left to go on with")
     _recheck_choice(cfg, probes, chosen, need, others >= BUSY_SHARE, bool(again), choose)
-    choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning: the trainer "
-                                             f"ends there whatever happens, the test set and the export included "
-                                             f"(train.finish_images)")
+    choose("train.budget", cfg.train.budget, f"{minutes:g} min in all, less {spent:.0f} s of planning and "
+                                             f"{trainer_start_s:.0f} s for the trainer's own start (as long as this "
+                                             f"command's): the trainer ends there whatever happens, the test set and "
+                                             f"the export included (train.finish_images)")
     steps_total = epochs * math.ceil(train_images / chosen.batch)
     if steps_total >= 100:
         cfg.train.ema = round(min(0.9998, max(0.9, 1 - 10 / steps_total)), 4)
