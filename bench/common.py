@@ -177,9 +177,10 @@ def photographs(names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> dict:
             for k, v in out.items()}  # grey photographs as RGB
 
 
-def photos(root: Path, per_class=(120, 30, 50), seed: int = 0, names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> Path:
-    """Crops of real photographs, one class per photograph, the splits (train, val, test folders) from separate
-    vertical bands of each photograph, so the test images are regions never trained on."""
+def _band_crops(root: Path, per_class: tuple[int, int, int], seed: int, names, cut) -> Path:
+    """One class per photograph, the splits (train, val, test folders) from separate vertical bands of each
+    photograph, so the test images are regions never trained on; `cut(photo, rng, x0, x1, path)` writes one image of
+    the band x0..x1 to `path`."""
     from PIL import Image
 
     if (root / ".done").exists():
@@ -187,45 +188,40 @@ def photos(root: Path, per_class=(120, 30, 50), seed: int = 0, names=SCIKIT_IMAG
     rng = random.Random(seed)
     bands = {"train": (0.0, 0.55), "val": (0.55, 0.72), "test": (0.72, 1.0)}
     for name, pixels in photographs(names).items():
-        h, w = pixels.shape[:2]
+        w = pixels.shape[1]
         photo = Image.fromarray(pixels)
         for (split, (lo, hi)), count in zip(bands.items(), per_class):
             folder = root / split / name
             folder.mkdir(parents=True, exist_ok=True)
-            x0, x1 = int(lo * w), int(hi * w)
             for i in range(count):
-                side = rng.randint(56, min(96, x1 - x0, h))
-                x = rng.randint(x0, x1 - side)
-                y = rng.randint(0, h - side)
-                crop = photo.crop((x, y, x + side, y + side)).resize((96, 96), Image.BILINEAR)
-                crop.save(folder / f"{i:04d}.jpg", quality=92)
+                cut(photo, rng, int(lo * w), int(hi * w), folder / f"{i:04d}.jpg")
     (root / ".done").write_text("")
     return root
+
+
+def photos(root: Path, per_class=(120, 30, 50), seed: int = 0, names=SCIKIT_IMAGE_PHOTOS + SCIKIT_LEARN_PHOTOS) -> Path:
+    """Crops (56-96 px, saved at 96 px) of real photographs, by band (`_band_crops`)."""
+    from PIL import Image
+
+    def cut(photo, rng, x0, x1, path):
+        side = rng.randint(56, min(96, x1 - x0, photo.height))
+        x = rng.randint(x0, x1 - side)
+        y = rng.randint(0, photo.height - side)
+        photo.crop((x, y, x + side, y + side)).resize((96, 96), Image.BILINEAR).save(path, quality=92)
+
+    return _band_crops(root, per_class, seed, names, cut)
 
 
 def photo_jpegs(root: Path, per_class=(300, 40, 40), seed: int = 0, names=SCIKIT_IMAGE_PHOTOS) -> Path:
-    """Colour JPEGs of mixed sizes (200x150 to 640x480, landscape and portrait) cut from real photographs, one class
-    per photograph, laid out train/ val/ test/ with each split from its own vertical band of the photograph (no pixel
-    in two splits): what a user's folder of camera pictures looks like to the trainer (issue #68)."""
+    """Colour JPEGs of mixed sizes (200x150 to 640x480, landscape and portrait, quality 80-95) cut from real
+    photographs, by band (`_band_crops`): what a user's folder of camera pictures looks like to the trainer (#68)."""
     from PIL import Image
 
-    if (root / ".done").exists():
-        return root
-    rng = random.Random(seed)
-    bands = {"train": (0.0, 0.55), "val": (0.55, 0.72), "test": (0.72, 1.0)}
-    for name, pixels in photographs(names).items():
-        h, w = pixels.shape[:2]
-        photo = Image.fromarray(pixels)
-        for (split, (lo, hi)), count in zip(bands.items(), per_class):
-            folder = root / split / name
-            folder.mkdir(parents=True, exist_ok=True)
-            x0, x1 = int(lo * w), int(hi * w)
-            for i in range(count):
-                side = rng.randint(min(64, x1 - x0), min(x1 - x0, h))
-                x, y = rng.randint(x0, x1 - side), rng.randint(0, h - side)
-                long = rng.randint(200, 640)
-                size = (long, long * 3 // 4) if rng.random() < 0.7 else (long * 3 // 4, long)
-                crop = photo.crop((x, y, x + side, y + side)).resize(size, Image.BILINEAR)
-                crop.save(folder / f"{i:04d}.jpg", quality=rng.randint(80, 95))
-    (root / ".done").write_text("")
-    return root
+    def cut(photo, rng, x0, x1, path):
+        side = rng.randint(min(64, x1 - x0), min(x1 - x0, photo.height))
+        x, y = rng.randint(x0, x1 - side), rng.randint(0, photo.height - side)
+        long = rng.randint(200, 640)
+        size = (long, long * 3 // 4) if rng.random() < 0.7 else (long * 3 // 4, long)
+        photo.crop((x, y, x + side, y + side)).resize(size, Image.BILINEAR).save(path, quality=rng.randint(80, 95))
+
+    return _band_crops(root, per_class, seed, names, cut)
