@@ -125,13 +125,13 @@ def cached_weights() -> list[str]:
     return [name for name in PRETRAINED if resolve(name, "DEFAULT").cached]
 
 
-def weights_offer(scan: ScanResult) -> dict | None:
+def weights_offer(scan: ScanResult, cached: list[str] | None = None) -> dict | None:
     """The ImageNet weights to offer for `scan`'s images when no pretrained weights are cached and the images look
     like photographs (median short side at least PHOTO_SIDE px): OFFERED's DEFAULT weights, with their file, address
     and size; None otherwise (small or grey-scale-sized images gain little from ImageNet's features)."""
     from trainer.model.weights import resolve
 
-    if cached_weights() or not scan.image_sizes or median_short_side(scan) < PHOTO_SIDE:
+    if (cached_weights() if cached is None else cached) or not scan.image_sizes or median_short_side(scan) < PHOTO_SIDE:
         return None
     named = resolve(OFFERED, "DEFAULT")
     return {"model": named.model, "weights": named.name, "file": str(named.file), "url": named.source,
@@ -335,7 +335,7 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     if again:
         reason += f"; measured again because {again[2]}"
     choose("model.name", chosen.model, reason)
-    offer = weights_offer(scan)
+    offer = weights_offer(scan, cached)
     if chosen.weights:
         choose("model.weights", chosen.weights, f"{chosen.model}'s ImageNet weights, found in the cache")
     elif offer:

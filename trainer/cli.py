@@ -148,6 +148,20 @@ def cmd_auto(args) -> int:
     return code
 
 
+def download_progress(name: str, say, every: int = 1):
+    """A download's progress callback: "NAME: DONE/TOTAL MB" through `say` at each `every` percent (the line the Auto
+    box's bar reads)."""
+    shown = {"step": -1}
+
+    def progress(done: int, total: int) -> None:
+        step = (done * 100 // total if total else 0) // every
+        if step != shown["step"]:
+            shown["step"] = step
+            say(f"{name}: {done / 1e6:.1f}/{total / 1e6:.1f} MB")
+
+    return progress
+
+
 def _download_offered(args, say) -> bool:
     """`auto --download-weights`: the ImageNet weights Auto offers for this folder (photographs, none cached),
     downloaded into the cache with progress, so that the plan fine-tunes them; offline, said, and the plan goes on
@@ -162,16 +176,8 @@ def _download_offered(args, say) -> bool:
         return False
     named = resolve(offer["model"], offer["weights"])
     say(f"downloading {offer['model']}'s ImageNet weights ({offer['megabytes'] or 0:.1f} MB) from {named.source}")
-    shown = {"percent": -1}
-
-    def progress(done: int, total: int) -> None:
-        percent = done * 100 // total if total else 0
-        if percent // 10 != shown["percent"] // 10:
-            shown["percent"] = percent
-            say(f"{named.file.name}: {done / 1e6:.1f}/{total / 1e6:.1f} MB")
-
     try:
-        fetch(named, progress)
+        fetch(named, download_progress(named.file.name, say, every=10))
     except WeightsUnavailable as e:
         say(f"{e}; planning from scratch")
         return True
@@ -722,13 +728,7 @@ def cmd_fetch_weights(args) -> int:
         print(f"{named.file} (already cached)")
         return 0
     print(f"downloading {named.source} into {named.file.parent}", file=sys.stderr, flush=True)
-    shown = {"percent": -1}
-
-    def progress(done: int, total: int) -> None:
-        percent = done * 100 // total if total else 0
-        if percent != shown["percent"]:
-            shown["percent"] = percent
-            print(f"{named.file.name}: {done / 1e6:.1f}/{total / 1e6:.1f} MB", file=sys.stderr, flush=True)
+    progress = download_progress(named.file.name, lambda text: print(text, file=sys.stderr, flush=True))
 
     def cancelled(signum, frame):  # Cancel (the app's) or Ctrl+C: the partial file goes, the cache stays as it was
         raise KeyboardInterrupt
