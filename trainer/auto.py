@@ -275,7 +275,7 @@ def predict(name: str, weights: str | None, size: int, batch: int, classes: int,
 
 def epochs_in(left_s: float, epoch_s: float) -> int:
     """The epochs a run started with `left_s` seconds left plans, at `epoch_s` each (its start and a margin off)."""
-    return min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // epoch_s))
+    return max(0, min(MAX_EPOCHS, int((left_s - STARTUP_S) * EPOCH_MARGIN // epoch_s)))
 
 
 def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str], None] | None = None,

@@ -106,6 +106,7 @@ class CpuThreads:
 
     def __init__(self, threads: int, every_s: float = CPU_THREADS_EVERY_S):
         self.full, self.every_s = threads, every_s
+        self.fitted = threads  # the count the last check chose
         self._load, self._since = OtherLoad(), time.monotonic()
 
     def check(self) -> tuple[int, int, float] | None:
@@ -120,4 +121,5 @@ class CpuThreads:
         if want == now:
             return None
         torch.set_num_threads(want)
+        self.fitted = want
         return now, want, others

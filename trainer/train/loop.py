@@ -8,6 +8,7 @@ every step in `on_nonfinite: skip`, inside the precision); each one is commented
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import statistics
@@ -90,6 +91,19 @@ class Loop:
         finally:
             if self.cpu_threads is not None:
                 torch.set_num_threads(self.cpu_threads.full)
+
+    @contextlib.contextmanager
+    def threads_as_trained(self):
+        """The end of the run (test set, exports) on the threads training last had: on a busy machine, torch's full
+        count there made the export's checks 7x slower (issue #68); given back after."""
+        if self.cpu_threads is None:
+            yield
+            return
+        torch.set_num_threads(self.cpu_threads.fitted)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(self.cpu_threads.full)
 
     def _fit(self) -> str:
         cfg, st = self.cfg, self.state

@@ -64,7 +64,10 @@ def _session(path: Path):
     import onnxruntime
     import torch
 
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()  # the threads the checkpoint is timed with (and, on a
+    # busy machine, what device.share_cpu left: ONNX Runtime's own default takes every core)
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda x: torch.from_numpy(session.run(None, {"images": x.contiguous().numpy()})[0])
 
 
