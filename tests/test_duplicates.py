@@ -123,3 +123,53 @@ def test_past_the_exact_limit_the_search_finds_nearly_every_neighbour_and_every_
     share = np.mean([len(set(a) & set(b)) / 11 for a, b in zip(exact[1], found[1])])
     assert share >= 0.9, share
     assert (found[0] >= exact[0] - 1e-5).all()  # never nearer than the true nearest
+
+
+def test_the_demo_folders_look_alike_shapes_are_not_copies_and_planted_copies_are_all_found(tmp_path):
+    """Issue #69: the demo's shapes of one class share their geometry (grey thumbnails correlate up to 0.9995), not
+    their colours; a copy resized or recompressed keeps both. On the whole demo folder with 9 planted copies, the
+    near copies found are exactly the planted ones, and the report shows paths relative to the folder given."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from trainer.data.duplicates import NEAR_PIXELS, find_near_duplicates, format_duplicates, shapes
+    from trainer.data.frame import Frame
+    from trainer.data.loader import decode_image
+    from trainer.data.scan import scan_image_folder
+    from trainer.deploy.audit import thumbnails
+
+    root = write_demo_dataset(tmp_path / "demo")  # as the app writes it: 4 classes of 250, 48 px, no train/
+    originals = sorted((root / "circle").glob("*.png"))[:3] + sorted((root / "cross").glob("*.png"))[:3] \
+        + sorted((root / "triangle").glob("*.png"))[:3]
+    planted = {}
+    for n, original in enumerate(originals):
+        with Image.open(original) as im:
+            im = im.convert("RGB")
+            if n % 3 == 0:
+                copy = original.with_name(f"resized-{original.stem}.png")
+                im.resize((im.width // 2, im.height // 2), Image.Resampling.BICUBIC).save(copy)
+            elif n % 3 == 1:
+                copy = original.with_name(f"enlarged-{original.stem}.png")
+                im.resize((im.width * 3 // 2, im.height * 3 // 2), Image.Resampling.BICUBIC).save(copy)
+            else:
+                copy = original.with_name(f"recompressed-{original.stem}.jpg")
+                im.save(copy, quality=60)
+        planted[str(copy)] = str(original)
+    scan = scan_image_folder(root, check=False)
+    images = [ImageRef("train", path, scan.classes[label]) for path, label in scan.samples]
+    colour = thumbnails(torch.stack([decode_image(i.path, Frame(48, 48)) for i in images]))
+    grey = shapes(colour)
+
+    labels = np.asarray([i.label for i in images])
+    alike = grey @ grey.T
+    np.fill_diagonal(alike, -1)
+    plain = [str(i.path) not in planted and str(i.path) not in planted.values() for i in images]
+    look_alikes = alike[np.ix_(plain, plain)][labels[plain][:, None] == labels[plain][None, :]]
+    assert (look_alikes >= NEAR_PIXELS).sum() >= 2, "the demo has look-alikes that grey alone calls copies"
+
+    found = find_near_duplicates(images, grey, colour)  # the grey shapes stand in for a network's embeddings
+    assert {frozenset(i.path for i in g.images) for g in found.groups} == \
+        {frozenset(pair) for pair in planted.items()}, "every planted copy, and nothing else"
+    lines = "\n".join(format_duplicates(found, str(root)))
+    assert "copy: circle/" in lines and "train/" not in lines and str(root) not in lines, lines

@@ -14,8 +14,9 @@ def test_the_most_uncertain_first_and_no_two_from_one_group():
     copies = np.tile(rng.normal(size=(1, 16)), (30, 1)) + 1e-3 * rng.normal(size=(30, 16))
     others = rng.normal(size=(30, 16)) * 5
     embeddings = np.concatenate([copies, others])
-    thumbnails = embeddings - embeddings.mean(axis=1, keepdims=True)  # the copies' thumbnails alike, the others not
-    thumbnails /= np.linalg.norm(thumbnails, axis=1, keepdims=True)
+    # colour thumbnails (3 x 4 x 4, 0-1): the copies' alike, the others not
+    thumbnails = np.concatenate([np.tile(rng.uniform(size=(1, 48)), (30, 1)) + 1e-3 * rng.normal(size=(30, 48)),
+                                 rng.uniform(size=(30, 48))])
     margins = np.concatenate([np.full(30, 0.01), np.linspace(0.02, 0.9, 30)])
     probs = np.stack([(1 + margins) / 2, (1 - margins) / 2], axis=1)
     assert np.allclose(label_next.margins(probs), margins)

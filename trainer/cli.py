@@ -312,7 +312,7 @@ def cmd_check_data(args) -> int:
     from trainer.data.duplicates import ImageRef, find_duplicates, format_duplicates, leak_worth
     from trainer.data.findings import read_findings
     from trainer.data.manifest import read_manifest
-    from trainer.data.scan import find_layout, format_report, scan_image_folder
+    from trainer.data.scan import data_root, find_layout, format_report, scan_image_folder
 
     if args.host:
         if args.json or args.exclude:
@@ -342,7 +342,7 @@ def cmd_check_data(args) -> int:
         print(format_report(result))
     found = find_duplicates(ImageRef(name, path, r.classes[label]) for name, r in splits.items()
                             for path, label in r.samples)
-    print("\n".join(format_duplicates(found)))
+    print("\n".join(format_duplicates(found, data_root(*(layout[f"{name}_dir"] for name in splits)))))
     if args.run:  # what the leaks were worth to that run's test score
         predictions = RunDir(args.run).evaluation("test") / "predictions.csv"
         if not predictions.is_file():

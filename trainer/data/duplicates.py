@@ -6,8 +6,9 @@ filed under two classes is a label error by construction.
 - Exact copies (`find_duplicates`): files are grouped by size first and only files that share a size are read
   (streamed, BLAKE2b), so a folder of unique images costs one `stat` per file.
 - Near copies (`find_near_duplicates`: resized or recompressed): from what the audit computes of each image, its
-  embedding (a run's network) and a 16 px grey thumbnail. Each image's nearest neighbours by either are the
-  candidates; a pair is a copy when its thumbnails correlate at NEAR_PIXELS or more. The embeddings alone cannot say
+  embedding (a run's network) and a 16 px colour thumbnail. Each image's nearest neighbours by either are the
+  candidates; a pair is a copy when its grey 8 px thumbnails correlate at NEAR_PIXELS or more and its colour
+  thumbnails differ by NEAR_COLOUR at most (`is_copy`). The embeddings alone cannot say
   it: a classifier puts two different images of one class as close as an image and its JPEG copy (measured in
   docs/data.md).
 """
@@ -19,6 +20,8 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from trainer.core.predictions import read_predictions
 from trainer.data.scan import printable_path
@@ -35,7 +38,44 @@ class ImageRef:
 
 
 NEAR_NEIGHBOURS = 5  # candidates: each image's nearest by embedding and by thumbnail
-NEAR_PIXELS = 0.995  # a copy: the thumbnails' correlation at least this (copies measured >= 0.9998, others <= 0.99)
+SHAPE_SIDE = 8  # px of the grey thumbnail whose correlation compares shapes: coarse enough that a copy resized
+# to half its size still correlates at 0.997 or more
+NEAR_PIXELS = 0.996  # a copy: its grey SHAPE_SIDE px thumbnails correlate at least this (the same shapes) ...
+NEAR_COLOUR = 0.03  # ... and its colour thumbnails differ by at most this on average (of 1: the same colours);
+# both measured on planted copies and look-alikes in bench/copies.py (docs/data.md)
+
+
+def shapes(colour: np.ndarray) -> np.ndarray:
+    """Colour thumbnails (rows of 3 x S x S, 0-1; S a multiple of SHAPE_SIDE) as SHAPE_SIDE px grey ones, zero-mean
+    and of unit length: what correlates for an image and its resized or recompressed copy whatever their brightness
+    (a flat image: all zeros, like no other)."""
+    side = round((colour.shape[1] / 3) ** 0.5)
+    cell = max(1, side // SHAPE_SIDE)
+    grey = colour.reshape(len(colour), 3, side // cell, cell, side // cell, cell).mean(axis=(1, 3, 5))
+    grey = grey.reshape(len(colour), -1)
+    grey = grey - grey.mean(axis=1, keepdims=True)
+    norm = np.linalg.norm(grey, axis=1, keepdims=True)
+    return np.where(norm > 1e-5, grey / np.maximum(norm, 1e-5), 0.0).astype(np.float32)
+
+
+def colour_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """The mean absolute difference of two colour thumbnails (0: the same colours everywhere, 1: black and white)."""
+    return float(np.abs(a - b).mean())
+
+
+def is_copy(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two images, by their colour thumbnails, are one image resized or recompressed: the same shapes (grey
+    correlation at least NEAR_PIXELS) in the same colours (a difference of at most NEAR_COLOUR). The demo's circles
+    of other background and fill colours have the same shapes; their colours differ by 0.06 or more."""
+    grey = shapes(np.stack([a, b]))
+    return float(grey[0] @ grey[1]) >= NEAR_PIXELS and colour_difference(a, b) <= NEAR_COLOUR
+
+
+def copy_among(colour: np.ndarray, grey: np.ndarray, rows: list[int], i: int) -> bool:
+    """Whether image `i` is a copy (`is_copy`) of one of `rows`, given every image's colour thumbnail and its
+    `shapes`."""
+    alike = grey[rows] @ grey[i] >= NEAR_PIXELS
+    return bool(alike.any() and (np.abs(colour[rows][alike] - colour[i]).mean(axis=1) <= NEAR_COLOUR).any())
 
 
 @dataclass
@@ -137,18 +177,17 @@ def find_duplicates(images: Iterable[ImageRef]) -> Duplicates:
 
 
 def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Duplicates:
-    """The groups of copies among `images` (row i of `embeddings` and of the unit, zero-mean `thumbnails` is image
-    i), most alike first; a group whose files are also byte-identical is not `near`."""
-    import numpy as np
-
+    """The groups of copies among `images` (row i of `embeddings` and of the colour `thumbnails` is image i), most
+    alike first; a group whose files are also byte-identical is not `near`."""
     from trainer.data.neighbours import nearest
 
     n = len(images)
     if n < 2:
         return Duplicates()
+    grey = shapes(thumbnails)
     centred = embeddings - embeddings.mean(axis=0)
     candidates: set[tuple[int, int]] = set()
-    for rows in (centred, thumbnails):
+    for rows in (centred, grey):
         k = min(NEAR_NEIGHBOURS + 1, n)
         _, found = nearest(rows, k, near_only=True)
         candidates |= {(min(i, int(j)), max(i, int(j))) for i in range(n) for j in found[i] if j != i}
@@ -162,8 +201,8 @@ def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Dupl
 
     lowest: dict[int, float] = {}
     for i, j in sorted(candidates):
-        alike = float(np.dot(thumbnails[i], thumbnails[j]))
-        if alike >= NEAR_PIXELS:
+        alike = float(np.dot(grey[i], grey[j]))
+        if alike >= NEAR_PIXELS and colour_difference(thumbnails[i], thumbnails[j]) <= NEAR_COLOUR:
             a, b = root(i), root(j)
             parent[b] = a
             lowest[a] = min(alike, lowest.pop(b, 1.0), lowest.get(a, 1.0))
@@ -181,8 +220,10 @@ def find_near_duplicates(images: list[ImageRef], embeddings, thumbnails) -> Dupl
     return out
 
 
-def format_duplicates(found: Duplicates, limit: int = 10, what: str = "exact duplicates") -> list[str]:
-    """The lines `check-data` prints: a summary, then the leaks and the conflicting copies first (at most `limit`)."""
+def format_duplicates(found: Duplicates, folder: str | os.PathLike, limit: int = 10,
+                      what: str = "exact duplicates") -> list[str]:
+    """The lines `check-data` prints: a summary, then the leaks and the conflicting copies first (at most `limit`),
+    each image's path relative to `folder`, the one the user gave."""
     if not found.groups:
         return [f"{what}: none"]
     lines = [f"{what}: {len(found.groups)} group(s), {found.copies} copy(ies); {len(found.leaks)} leak(s) "
@@ -190,7 +231,7 @@ def format_duplicates(found: Duplicates, limit: int = 10, what: str = "exact dup
     shown = sorted(found.groups, key=lambda g: (not g.leak, len(g.labels) < 2))[:limit]
     for g in shown:
         what = "leak" if g.leak else "different classes" if len(g.labels) > 1 else "copy"
-        members = " = ".join(printable_path(f"{i.split}/{i.label}/{os.path.basename(i.path)}") for i in g.images)
+        members = " = ".join(printable_path(i.path, folder) for i in g.images)
         lines.append(f"  {what}: {members}")
     if len(found.groups) > limit:
         lines.append(f"  ... and {len(found.groups) - limit} more group(s) (--json lists them all)")

@@ -110,8 +110,18 @@ def check_images(paths: list[str], full: bool, workers: int = 8) -> list[tuple[s
         return list(pool.map(lambda path: _check_image(path, full), paths))
 
 
-def printable_path(path: str) -> str:
-    """A path for a one-line report: quoted when it holds a newline or another control character."""
+def data_root(*folders: str | os.PathLike | None) -> str:
+    """The folder a user's split folders were given as: the one holding train/ val/ test/, or the one folder; the
+    reports show paths relative to it."""
+    return os.path.commonpath([os.path.abspath(f) for f in folders if f])
+
+
+def printable_path(path: str, folder: str | os.PathLike | None = None) -> str:
+    """A path for a one-line report: relative to `folder` (the one the user gave) when inside it, quoted when it
+    holds a newline or another control character."""
+    if folder is not None:
+        inside = os.path.relpath(path, folder)
+        path = path if inside.startswith(os.pardir) else inside
     return path if path.isprintable() else repr(path)
 
 

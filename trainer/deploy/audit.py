@@ -46,7 +46,7 @@ from trainer.data.duplicates import (
     leak_worth,
 )
 from trainer.data.loader import load_manifest
-from trainer.data.scan import DataError, printable_path, scan_image_folder
+from trainer.data.scan import DataError, data_root, printable_path, scan_image_folder
 from trainer.deploy.inference import BATCH, LoadedModel, load_run_model
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ MIN_PER_CLASS = 2  # a class needs this many images for a fold to hold one out
 OUTLIER_K = 10  # an image's typicality: its mean distance to this many nearest images
 OUTLIER_IQR = 3.0  # listed beyond Q3 + this many interquartile ranges of those distances (Tukey's far-out fence)
 UNSURE_TOP = 0.5  # unsure: the network gives no class of an image even odds (its top probability below this)
-THUMB = 16  # px of the grey thumbnail that tells a copy from a look-alike
+THUMB = 16  # px of the colour thumbnail that tells a copy from a look-alike
 INSTALL = "pip install cleanlab scikit-learn (or pip install -e '.[data]')"
 
 
@@ -111,7 +111,7 @@ class Embedded:
 
     rows: np.ndarray  # the index (in the audited images) of each image that could be read
     embeddings: np.ndarray
-    thumbnails: np.ndarray  # THUMB x THUMB grey, zero-mean, unit length
+    thumbnails: np.ndarray  # THUMB x THUMB colour, 0-1 (`thumbnails`)
     probs: np.ndarray  # out of sample, for the labelled ones among `rows` (they come first)
     net_probs: np.ndarray  # the run's network's own, for every one of `rows`
     fold: np.ndarray
@@ -150,10 +150,10 @@ def audited_images(run: RunDir) -> tuple[list[str], list[ImageRef], int]:
 @dataclass
 class Pass:
     """One pass of a run's network over images: for each one that could be read (`kept`: its index in the paths
-    given), the input of the last linear layer, a THUMB px grey thumbnail and the class probabilities."""
+    given), the input of the last linear layer, a THUMB px colour thumbnail and the class probabilities."""
 
     embeddings: np.ndarray
-    thumbnails: np.ndarray  # zero-mean, unit length
+    thumbnails: np.ndarray  # THUMB x THUMB colour, 0-1
     probs: np.ndarray
     kept: list[int]
     skipped: dict[str, str]  # unreadable path -> why
@@ -189,18 +189,15 @@ def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> Pass:
         hook.remove()
     if not rows:
         classes = len(model.classes)
-        return Pass(np.zeros((0, 0), np.float32), np.zeros((0, THUMB * THUMB), np.float32),
+        return Pass(np.zeros((0, 0), np.float32), np.zeros((0, 3 * THUMB * THUMB), np.float32),
                     np.zeros((0, classes), np.float32), kept, skipped)
     return Pass(np.concatenate(rows), np.concatenate(thumbs), np.concatenate(probs), kept, skipped)
 
 
 def thumbnails(images: torch.Tensor) -> np.ndarray:
-    """A uint8 (N, 3, S, S) batch as THUMB x THUMB grey thumbnails, zero-mean and of unit length (a flat image: all
-    zeros, like no other image)."""
-    grey = F.adaptive_avg_pool2d(images.float().mean(dim=1, keepdim=True), THUMB).flatten(1)
-    grey -= grey.mean(dim=1, keepdim=True)
-    norm = grey.norm(dim=1, keepdim=True)
-    return torch.where(norm > 1e-3, grey / norm.clamp_min(1e-3), torch.zeros_like(grey)).numpy()
+    """A uint8 (N, 3, S, S) batch as THUMB x THUMB colour thumbnails: each row the channels' mean over each cell,
+    0-1 (`trainer.data.duplicates` tells copies by them)."""
+    return (F.adaptive_avg_pool2d(images.float(), THUMB) / 255).flatten(1).numpy()
 
 
 def out_of_sample(embeddings: np.ndarray, labels: np.ndarray, classes: int, folds: int,
@@ -422,10 +419,11 @@ def kept_or_computed(run: RunDir, model: LoadedModel, images: list[ImageRef], la
     (`how` it made them): from RUN/audit/oof.npz while its fingerprint matches, else computed and kept there."""
     key = fingerprint(images, model.source, f"{folds} {how}")
     kept_file = run.path / "audit" / "oof.npz"
-    kept = read_kept(kept_file, key, ("rows", "embeddings", "thumbnails", "probs", "net_probs", "fold", "skipped"))
-    if kept:
-        return Embedded(kept["rows"], kept["embeddings"], kept["thumbnails"], kept["probs"], kept["net_probs"],
-                        kept["fold"], json.loads(str(kept["skipped"])), True, key)
+    kept = read_kept(kept_file, key, ("rows", "embeddings", "colour_thumbnails", "probs", "net_probs", "fold",
+                                      "skipped"))  # (an older audit's grey thumbnails: computed again)
+    if kept and kept["colour_thumbnails"].shape == (len(kept["rows"]), 3 * THUMB * THUMB):
+        return Embedded(kept["rows"], kept["embeddings"], kept["colour_thumbnails"], kept["probs"],
+                        kept["net_probs"], kept["fold"], json.loads(str(kept["skipped"])), True, key)
     paths = [i.path for i in images]
     done = embed(model, paths)
     embeddings, thumbs, skipped = done.embeddings, done.thumbnails, done.skipped
@@ -433,7 +431,7 @@ def kept_or_computed(run: RunDir, model: LoadedModel, images: list[ImageRef], la
     of_labelled = rows < labelled
     probs, fold_of = probe(embeddings[of_labelled], rows[of_labelled])
     keep(kept_file, key, probs=probs, net_probs=done.probs, fold=fold_of, rows=rows, embeddings=embeddings,
-         thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
+         colour_thumbnails=thumbs, paths=np.asarray([paths[i] for i in rows]), skipped=json.dumps(skipped))
     return Embedded(rows, embeddings, thumbs, probs, done.probs, fold_of, skipped, False, key)
 
 
@@ -486,34 +484,42 @@ def _oof_said(audit: Audit) -> str:
     return f"a {audit.folds}-fold linear probe on the run's embeddings"
 
 
+def data_folder(run: RunDir) -> str:
+    """The folder the run's images were given as: the one holding its data.train_dir, val_dir and test_dir (a folder
+    with train/ val/ test/), or data.train_dir itself. The audit's paths are shown relative to it."""
+    data = load_config(run.config).data
+    return data_root(data.train_dir, data.val_dir, data.test_dir)
+
+
 def format_audit(audit: Audit, run: RunDir, top: int) -> list[str]:
     """What `main.py audit` prints: the count, how it was found, and the `top` suspects."""
     share = len(audit.suspects) / max(1, audit.images)
+    folder = data_folder(run)
     lines = [f"label issues: {len(audit.suspects)} of {audit.images} images ({share:.1%}), most likely wrong first "
              f"(cleanlab's confident learning on out-of-sample probabilities of {_oof_said(audit)}"
              f"{'; kept from the last audit' if audit.reused else ''})"]
     for s in audit.suspects[:top]:
         change = " ".join([f"+{n}" for n in s.add.split(";") if n] + [f"-{n}" for n in s.remove.split(";") if n])
         lines.append(f"  {s.score:.3f}  {s.given or '(none)'} -> {s.suggested or '(none)'}"
-                     f"{f' ({change})' if change else ''}  {printable_path(s.path)}")
+                     f"{f' ({change})' if change else ''}  {printable_path(s.path, folder)}")
     if len(audit.suspects) > top:
         lines.append(f"  ... {len(audit.suspects) - top} more in {run.path / 'audit' / 'label_issues.csv'}")
     far = [o for o in audit.outliers if o.why == "far"]
     unsure = [o for o in audit.outliers if o.why == "unsure"]
     fence = f" (mean cosine distance to its {OUTLIER_K} nearest images over {far[0].fence:.3f})" if far else ""
     lines.append(f"outliers: {len(far)} images far from every other{fence}, farthest first")
-    lines += [f"  {o.distance:.3f}  {o.label}  {printable_path(o.path)}" for o in far[:top]]
+    lines += [f"  {o.distance:.3f}  {o.label}  {printable_path(o.path, folder)}" for o in far[:top]]
     if any(o.about for o in unsure):
         lines.append(f"unsure: {len(unsure)} images with a label whose probability sits near its threshold, nearest "
                      f"first")
     else:
         lines.append(f"unsure: {len(unsure)} images the network gives no class even odds (its top probability under "
                      f"{UNSURE_TOP:.0%}), least sure first")
-    lines += [f"  {o.top:.3f}  {o.about + ' of ' if o.about else ''}{o.label}  {printable_path(o.path)}"
+    lines += [f"  {o.top:.3f}  {o.about + ' of ' if o.about else ''}{o.label}  {printable_path(o.path, folder)}"
               for o in unsure[:top]]
-    lines += format_duplicates(audit.duplicates, top, "copies (exact, resized or recompressed)")
+    lines += format_duplicates(audit.duplicates, folder, top, "copies (exact, resized or recompressed)")
     if audit.leak_worth:
         lines.append(audit.leak_worth.line())
     for path, why in list(audit.skipped.items())[:5]:
-        lines.append(f"skipped {printable_path(path)}: {why}")
+        lines.append(f"skipped {printable_path(path, folder)}: {why}")
     return lines

@@ -24,7 +24,7 @@ import numpy as np
 from trainer.core.config import load_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir
-from trainer.data.duplicates import NEAR_PIXELS, ImageRef, find_duplicates
+from trainer.data.duplicates import ImageRef, copy_among, find_duplicates, shapes
 from trainer.data.loader import load_manifest
 from trainer.data.manifest import read_manifest
 from trainer.data.scan import image_paths, printable_path
@@ -106,14 +106,15 @@ def margins(probs: np.ndarray) -> np.ndarray:
 def diverse_uncertain(margin: np.ndarray, embeddings: np.ndarray, count: int, thumbnails: np.ndarray | None = None,
                       seed: int = 0) -> list[int]:
     """Row indices, most uncertain (smallest `margin`) first: walking down the margins, copies of an image already
-    taken are passed over (thumbnails that correlate at NEAR_PIXELS, as for the audit's copies), until
+    taken are passed over (by their colour thumbnails, the audit's rule for copies: `copy_among`), until
     CANDIDATES_PER_PICK x `count` are taken; those are clustered into `count` groups by their embeddings and the
     most uncertain of each is picked."""
     candidates: list[int] = []
+    grey = shapes(thumbnails) if thumbnails is not None else None
     for i in np.argsort(margin, kind="stable"):
         if len(candidates) == CANDIDATES_PER_PICK * count:
             break
-        if thumbnails is None or not candidates or (thumbnails[candidates] @ thumbnails[i]).max() < NEAR_PIXELS:
+        if thumbnails is None or not candidates or not copy_among(thumbnails, grey, candidates, int(i)):
             candidates.append(int(i))
     if len(candidates) <= count:
         return candidates
