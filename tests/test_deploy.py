@@ -170,7 +170,11 @@ def test_int8_onnx_keeps_top1_within_a_point_at_under_30_percent_of_the_size(pho
         m = card["metrics"]
         assert m["split"] == "test" and m["images"] == len(tested) == 4 * 40 and m["skipped"] == 0
         right = sum(r["true"] == r["predicted"] for r in tested) / len(tested)  # the run's own test evaluation
-        assert abs(m["checkpoint_top1"] - right) <= 2 / len(tested), "the same images, the same network"
+        results = json.loads((run.path / "eval" / "test" / "metrics.json").read_text())  # what Results shows
+        assert m["checkpoint_top1"] == right == pytest.approx(results["accuracy"]), "the Results tab's own figure"
+        assert m["checkpoint_from"] == str(run.path / "eval" / "test" / "predictions.csv")
+        assert card["speed"]["harness"] == card["speed"]["checkpoint"]["harness"], "one harness for both latencies"
+        assert card["speed"]["harness"]["alternated"] and card["speed"]["batch1_runs"] >= 3
         assert card["training"]["data"] == {"train_images": start["train_size"], "val_images": start["val_size"],
                                             "test_images": 160}
         assert card["training"]["config"] == state["config"] and card["training"]["epochs_trained"] == 6

@@ -125,21 +125,48 @@ def test_lr_finder_smoothing_starts_at_the_losses_not_above_them():
     assert [smoother.add(x) for x in (4.0, 2.0)] == pytest.approx([4.0, (0.25 * 4 + 0.5 * 2) / 0.75])
 
 
-def test_lr_finder_suggests_half_way_down_the_loss_s_longest_descent_even_when_it_still_falls_at_the_end():
+def test_lr_finder_suggests_nothing_when_the_range_holds_no_minimum_and_says_which_way_to_extend_it():
     """The curve of SGD with momentum on a CPU with bf16 (issue #66): flat, then falling to the end of the range, the
-    lowest loss at 10. A tenth of that (1) trained a 32% run; half-way down the descent is inside it, far below."""
+    lowest loss at 10. Any value suggested from it is a guess (a tenth of the lowest trained a 32% run): issue #69
+    asks for none, the reason, and a wider range; a curve that never falls asks for lower rates."""
     from trainer.train.lr_find import _result
 
     lrs = [1e-6 * (1e7) ** (i / 199) for i in range(200)]
     losses = [1.4 if lr < 1e-3 else 1.4 - 0.2 * math.log10(lr / 1e-3) for lr in lrs]  # falls from 1e-3 to 10
-    found = _result(lrs, losses, losses)
+    found = _result(lrs, losses, losses, 1e-6, 10)
     assert found["min_loss_lr"] == pytest.approx(10), "the lowest loss at the end of the range"
-    assert found["valley"][0] == pytest.approx(1e-3, rel=0.1) and found["valley"][1] == pytest.approx(10)
-    assert 0.02 < found["suggested_lr"] < 0.3, found["suggested_lr"]  # about 0.1: the descent's middle, in log rates
-    assert "longest descent" in found["why"]
-    bowl = [(math.log10(lr) + 1) ** 2 for lr in lrs]  # lowest at 0.1, rising after it
-    found = _result(lrs, bowl, bowl)
-    assert found["valley"][1] == pytest.approx(0.1, rel=0.1) and found["suggested_lr"] < found["min_loss_lr"]
+    assert found["suggested_lr"] is None and "still falling at 10" in found["why"], found["why"]
+    assert found["extend"] == pytest.approx([1e-6, 1000])
+    rising = [1.0 + 0.5 * i / 199 for i in range(200)]
+    found = _result(lrs, rising, rising, 1e-6, 10)
+    assert found["suggested_lr"] is None and "rose from the range's start" in found["why"]
+    assert found["extend"] == pytest.approx([1e-8, 10])
+    flat = [1.0 + 0.001 * math.sin(i) for i in range(200)]
+    found = _result(lrs, flat, flat, 1e-6, 10)
+    assert found["suggested_lr"] is None and "hardly moved" in found["why"]
+    assert found["extend"] == pytest.approx([1e-6, 1000])
+
+
+def test_lr_finder_suggests_a_rate_near_a_clear_minimum_inside_the_range():
+    """A curve as sweeps draw it: flat, a descent over a decade and a half to its lowest point at 0.1, then a blow-up
+    (the sweep stops when the loss passes 4x its lowest): a rate is suggested, inside the descent, below the minimum
+    by less than a factor of 10. (Not within 3x of it: in bench/lr_finder.py a third of the lowest loss's rate
+    trained small_cnn with SGD to 32.5%, half-way along the descent to 95.0%.)"""
+    from trainer.train.lr_find import _result
+
+    lrs = [1e-6 * (1e7) ** (i / 199) for i in range(200)]
+    lrs = [lr for lr in lrs if lr < 0.5]
+
+    def loss(lr):
+        x = math.log10(lr)
+        return 2.3 if x < -2.5 else 2.3 - 1.8 * (x + 2.5) / 1.5 if x < -1 else 0.5 + 6 * (x + 1) ** 2
+
+    curve = [loss(lr) for lr in lrs]
+    found = _result(lrs, curve, curve, 1e-6, 10, diverged=True)
+    assert found["min_loss_lr"] == pytest.approx(0.1, rel=0.1)
+    assert found["suggested_lr"] is not None and 10 ** -2.5 < found["suggested_lr"] < 0.1, found["suggested_lr"]
+    assert found["suggested_lr"] > found["min_loss_lr"] / 10
+    assert found["extend"] is None and "lowest loss at" in found["why"]
 
 
 @pytest.mark.slow  # an LR sweep, then a run at the rate it suggests
@@ -148,6 +175,10 @@ def test_lr_finder_suggestion_trains_well(tmp_path):
     cfg = write_config(tmp_path, data, data={"image_size": 24, "batch_size": 32}, train={"epochs": 8},
                        optimizer={"lr": 1e-5})
     result = run_here("lr-find", cfg, "--write")
+    if "try --start" in result.stdout:  # no minimum inside the range (bf16 on some CPUs): the wider range it offers
+        assert result.returncode == 2 and "nothing written" in result.stderr, result.stderr
+        start, end = result.stdout.split("try --start ")[1].split(" --end ")
+        result = run_here("lr-find", cfg, "--write", "--start", start, "--end", end.split()[0])
     assert result.returncode == 0, result.stderr
     suggested = float(result.stdout.split("suggested optimizer.lr: ")[1].split()[0])
     assert 1e-3 < suggested < 5

@@ -86,3 +86,35 @@ def test_the_export_dialog_lists_a_registered_format(npz_format, qtbot, tmp_path
     assert NAME in offered and offered[0] == "exported_program"
     dialog.format.setCurrentIndex(offered.index(NAME))
     assert dialog.out.text().endswith("model.npz") and "NumPy archive" in dialog.about.text()
+
+
+def test_the_checkpoint_and_an_export_are_timed_by_one_harness_alternately():
+    """Issue #69: a card's two latencies (the export's, the checkpoint's) come from one harness: the same images,
+    batch, warm-up and threads, their runs alternated, so a machine that gets busy part-way slows both alike. Timed
+    here with an injected clock: each call of one model takes 2 ms, of the other 6 ms, and the clock jumps by 50 ms
+    half-way (another program starting) during a single call of each."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from trainer.deploy import export_measure as measure
+
+    now, calls = [0.0], []
+
+    def model(name: str, ms: float):
+        def net(x):
+            calls.append((name, x.shape[0]))
+            now[0] += ms / 1000 + (0.05 if len(calls) == 40 else 0.0)
+            return x
+        return SimpleNamespace(net=net, preprocess=SimpleNamespace(to_input=lambda images: images.float()))
+
+    images = torch.zeros(measure.LARGE_BATCH, 3, 8, 8, dtype=torch.uint8)
+    timed = measure.speeds({"export": model("export", 2), "checkpoint": model("checkpoint", 6)}, images,
+                           clock=lambda: now[0])
+    assert timed["export"]["batch1_ms"] == pytest.approx(2) and timed["checkpoint"]["batch1_ms"] == pytest.approx(6)
+    assert timed["export"]["images_per_s"] == pytest.approx(32 / 0.002)
+    assert timed["export"]["harness"] == timed["checkpoint"]["harness"] == {
+        "batch": 32, "warm_up": [3, 1], "threads": torch.get_num_threads(), "alternated": True}
+    timed_calls = [c for c in calls[6:] if c[1] == 1]  # after each model's 3 warm-up calls
+    assert [n for n, _ in timed_calls[:6]] == ["export", "checkpoint"] * 3, "alternated, not one after the other"
+    assert timed["export"]["batch1_runs"] == timed["checkpoint"]["batch1_runs"] == measure.LATENCY_RUNS

@@ -869,8 +869,14 @@ def cmd_lr_find(args) -> int:
     from trainer.train.lr_find import LrFindError, find_lr
     from trainer.train.preflight import preflight
 
+    if not 0 < args.start < args.end:
+        raise CommandError(f"--start {args.start:g} --end {args.end:g}: the range must start above 0 and end above "
+                           f"its start")
+    if args.steps < 10:
+        raise CommandError(f"--steps {args.steps}: at least 10 steps make a curve")
     cfg = load_config(args.config, args.set)
     preflight(cfg)
+
     def point(lr: float, loss: float) -> None:  # the curve as it grows, for whoever follows stderr (the app)
         print(f"{LR_POINT} {lr:.6g} {loss:.6g}", file=sys.stderr, flush=True)
 
@@ -883,8 +889,13 @@ def cmd_lr_find(args) -> int:
     lr = result["suggested_lr"]
     if args.json:
         print(json.dumps(result))
+    elif lr is None:
+        low, high = result["extend"]
+        print(f"lr-find: {result['why']}: try --start {low:.3g} --end {high:.3g}")
     else:
         print(f"suggested optimizer.lr: {lr:.3g} ({result['why']})")
+    if args.write and lr is None:
+        raise CommandError(f"--write: nothing written to {args.config}: {result['why']}")
     if args.write:
         from trainer.train.lr_find import write_suggestion
 

@@ -1,6 +1,7 @@
 """The learning-rate finder's curve: the smoothed loss against the learning rate, drawn as the sweep measures it
-(the trainer streams each point); at its end the suggestion, marked, and a button to use it. Closing it gives the
-sweep up."""
+(the trainer streams each point); at its end the suggestion, marked, and a button to use it, or, where the curve has
+no minimum inside its range, the trainer's reason and a button to sweep the wider range it proposes. Closing it gives
+the sweep up."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QVBoxLayout, QW
 
 
 class LrFindDialog(QDialog):
-    def __init__(self, use: Callable[[float], None], parent: QWidget | None = None):
+    def __init__(self, use: Callable[[float], None], parent: QWidget | None = None,
+                 extend: Callable[[tuple[float, float]], None] | None = None):
         super().__init__(parent)
         self.setWindowTitle("Learning-rate finder")
         self.resize(640, 420)
-        self.use = use
+        self.use, self.extend = use, extend
         self.result: dict | None = None  # the whole sweep, once it has ended
         self.lrs: list[float] = []
         self.losses: list[float] = []
@@ -35,6 +37,10 @@ class LrFindDialog(QDialog):
         self.apply.setObjectName("useSuggestedLr")
         self.apply.setEnabled(False)
         self.apply.clicked.connect(self._use)
+        self.wider = buttons.addButton("Sweep a wider range", QDialogButtonBox.ButtonRole.ActionRole)
+        self.wider.setObjectName("extendLrRange")
+        self.wider.hide()
+        self.wider.clicked.connect(self._extend)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.plot)
@@ -52,6 +58,13 @@ class LrFindDialog(QDialog):
         self.result = result
         self.curve.setData(result["lrs"], result["losses"])
         lr = result["suggested_lr"]
+        if lr is None:  # no minimum inside the range: the trainer's reason, and the range it proposes instead
+            low, high = result["extend"]
+            self.apply.hide()
+            self.wider.setText(f"Sweep {low:.3g} to {high:.3g}")
+            self.wider.setVisible(self.extend is not None)
+            self.state.setText(f"{result['why'][0].upper()}{result['why'][1:]}, from {len(result['lrs'])} steps.")
+            return
         self.plot.addItem(pg.InfiniteLine(pos=np.log10(lr), angle=90,
                                           pen=pg.mkPen("#d62728", style=Qt.PenStyle.DashLine)))
         self.apply.setText(f"Use lr = {lr:.3g}")
@@ -65,3 +78,6 @@ class LrFindDialog(QDialog):
     def _use(self) -> None:
         self.use(self.result["suggested_lr"])
         self.accept()
+
+    def _extend(self) -> None:
+        self.extend(tuple(self.result["extend"]))

@@ -28,12 +28,13 @@ class LrFinder(QObject):
     def busy(self) -> bool:
         return self.job is not None
 
-    def start(self, cfg: RunConfig) -> None:
+    def start(self, cfg: RunConfig, lr_range: tuple[float, float] | None = None) -> None:
+        """Sweep on `cfg`, over the trainer's default range or `lr_range` (what a sweep without a minimum offered)."""
         if self.busy:
             return
         path = new_config_file(self.runs_dir, "lr-find")
         save_config(cfg, path)
-        self.job = CliJob(lr_find_args(path), self)
+        self.job = CliJob(lr_find_args(path, lr_range), self)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
         self.job.progress.connect(self._progress)

@@ -36,17 +36,21 @@ class Planning(QObject):
         self.lr_finder.point.connect(lambda lr, loss: self.lr_dialog and self.lr_dialog.add_point(lr, loss))
 
     # ---- the learning-rate finder --------------------------------------------------------------------
-    def find_lr(self) -> None:
-        """Sweep the learning rate on the current form (in a subprocess); show the curve, offer the suggestion."""
+    def find_lr(self, lr_range: tuple[float, float] | None = None) -> None:
+        """Sweep the learning rate on the current form (in a subprocess), over the trainer's range or `lr_range`;
+        show the curve, offer the suggestion (or, without one, the wider range the trainer proposes)."""
         cfg = self.form.config()
         if cfg is None or self.lr_finder.busy:
             return
-        self.lr_finder.start(cfg)
+        if self.lr_dialog is not None:
+            self.lr_dialog.done(0)  # an earlier sweep's window, replaced by this one
+        self.lr_finder.start(cfg, lr_range)
         self._lr_button(sweeping=True)
         lr_box = self.form.binder.widgets["optimizer.lr"]
         from app.dialogs.lr_find_dialog import LrFindDialog  # with pyqtgraph: not part of the start-up
 
-        self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(f"{lr:.3g}"), self.window)
+        self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(f"{lr:.3g}"), self.window,
+                                               extend=self.find_lr)
         dialog.rejected.connect(lambda: self._lr_given_up(dialog))
         dialog.open()
 

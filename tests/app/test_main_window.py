@@ -263,6 +263,20 @@ def test_lr_finder_button_suggests_and_fills_the_learning_rate(qtbot, make_windo
     assert window.binder.widgets["optimizer.lr"].text() == suggested and float(suggested) > 1e-4
     QApplication.processEvents()
 
+    # issue #69: a range where the loss hardly moves suggests nothing, says why, and sweeps the wider range it offers
+    window.planning.find_lr((1e-7, 1e-6))
+    narrow = window.planning.lr_dialog
+    qtbot.waitUntil(lambda: narrow.result is not None, timeout=120_000)
+    assert narrow.result["suggested_lr"] is None and not narrow.apply.isVisible()
+    assert "No suggestion: the loss hardly moved" in narrow.state.text(), narrow.state.text()
+    wider = narrow.findChild(QPushButton, "extendLrRange")
+    assert wider.isVisible() and wider.text() == "Sweep 1e-07 to 0.0001"
+    wider.click()
+    assert window.planning.lr_dialog is not narrow and window.optimizer_page.find_lr.text() == "Sweeping…"
+    qtbot.waitUntil(lambda: window.planning.lr_dialog.result is not None, timeout=120_000)
+    assert window.planning.lr_dialog.result["range"] == pytest.approx([1e-7, 1e-4])
+    assert window.planning.lr_dialog.result["lrs"][-1] == pytest.approx(1e-4)
+
 
 @pytest.mark.slow
 def test_histograms_and_layer_table_from_a_real_run(qtbot, make_window, shapes_dir, tmp_path):

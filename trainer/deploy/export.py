@@ -201,14 +201,14 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
             not_measured["accuracy"] = why
         else:
             try:
-                card["metrics"] = measure.accuracy(exported, reference, images)
+                card["metrics"] = measure.accuracy(exported, reference, images, images.recorded_for(state["epoch"]))
             except ValueError as e:
                 not_measured["accuracy"] = str(e)
         sample = measure.sample_images(images, frame, reference.preprocess.decode)
         one = EXPORT_REGISTRY[fmt].one_image
-        card["speed"] = {**measure.speed(exported, sample, one_at_a_time=one), "runtime": formats.runtime(fmt),
-                         "machine": measure.machine(),
-                         "checkpoint": measure.speed(reference, sample, one_at_a_time=one)}
+        timed = measure.speeds({"export": exported, "checkpoint": reference}, sample, one_at_a_time=one)
+        card["speed"] = {**timed["export"], "runtime": formats.runtime(fmt), "machine": measure.machine(),
+                         "checkpoint": timed["checkpoint"]}
     else:  # a file this machine cannot run: its format's own check of what was written
         try:
             card["checked"], why = formats.part(fmt, "check")(target, frame.shape, len(classes))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trainer.core.errors import InputError
 from trainer.core.predictions import read_predictions
-from trainer.core.rundir import RunDir
+from trainer.core.rundir import RunDir, read_run_json
 from trainer.data.scan import image_paths
 
 MEASURE_IMAGES = 2000  # at most this many images of the split are measured (a seeded sample beyond that)
@@ -33,6 +33,13 @@ class MeasureSet:
     samples: list[tuple[str, int]]  # (path, label; multi-label a 0/1 tuple), at most MEASURE_IMAGES
     of: int  # images in the split
     source: str  # the predictions file they come from
+    recorded: dict[str, int] | None = None  # single-label: each image's class as that file records the checkpoint's
+    epoch: int | None = None  # the checkpoint epoch that file was written with (its metrics.json)
+
+    def recorded_for(self, epoch: int) -> dict[str, int] | None:
+        """The checkpoint's recorded classes when the file was written with the checkpoint of `epoch`: what the
+        Results tab shows, so the card's checkpoint figures are the same numbers (issue #69)."""
+        return self.recorded if self.recorded is not None and self.epoch == epoch else None
 
     def describe(self) -> str:
         part = f"{len(self.samples)} of {self.of}" if len(self.samples) < self.of else str(self.of)
@@ -46,19 +53,31 @@ def measure_set(run: RunDir, classes: list[str], seed: int = 0) -> tuple[Measure
         path = run.evaluation(split) / "predictions.csv"
         if not path.exists():
             continue
+        recorded = None
         try:
             rows = read_predictions(path)
             if rows and rows[0].probabilities:  # multi-label: the image's labels as a 0/1 tuple
                 samples = [(r.path, tuple(float(n in r.true) for n in classes)) for r in rows]
             else:
                 samples = [(r.path, label[r.true[0]]) for r in rows]
-        except (OSError, KeyError, ValueError) as e:
+                recorded = {r.path: label[r.predicted[0]] for r in rows}
+        except (OSError, KeyError, ValueError, IndexError) as e:
             return None, f"{path}: unreadable ({e})"
         chosen = sorted(random.Random(seed).sample(samples, MEASURE_IMAGES)) if len(samples) > MEASURE_IMAGES \
             else samples
-        return MeasureSet(split, chosen, len(samples), str(path)), ""
+        return MeasureSet(split, chosen, len(samples), str(path), recorded, _written_at(path.parent)), ""
     return None, (f"{run.path / 'eval'}: the run has no evaluated split (val/predictions.csv is written by the trainer "
                   "at its best epoch)")
+
+
+def _written_at(folder: Path) -> int | None:
+    """The checkpoint epoch an evaluation folder's metrics.json says it was written with (None: not said, or the
+    file unreadable, in which case the card computes the checkpoint's figures itself)."""
+    try:
+        epoch = read_run_json(folder / "metrics.json", "an evaluation's metrics.json").get("epoch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 def calibration_images(run: RunDir, config: dict, folder: Path | None, count: int, seed: int) -> tuple[list[str], str]:

@@ -31,25 +31,31 @@ MIN_TIMED_RUNS = 3  # batch-1 runs at least, past the time limit: the measuremen
 MIN_BATCH_RUNS = 1  # predicts its cost; on a busy machine three batches of 32 were most of an export's 18 s)
 
 
-def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
-    """Top-1 of the export and of the reference on `images`, and how often they agree; unreadable files skipped.
-    Multi-label: their mAP, and how often they take the same decision for an image's label at its threshold."""
+def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet,
+             recorded: dict[str, int] | None = None) -> dict:
+    """Top-1 of the export and of the checkpoint on `images`, and how often they agree; unreadable files skipped.
+    The checkpoint's classes are `recorded` (the run's own evaluation, the file the Results tab reads) when given,
+    else the reference's. Multi-label: their mAP, and how often they take the same decision for an image's label at
+    its threshold."""
     if reference.multilabel:
         return _multilabel_accuracy(export, reference, images)
     right = reference_right = agree = seen = skipped = 0
     paths = images.samples
     for start in range(0, len(paths), BATCH):
-        batch, labels = [], []
+        batch, labels, kept = [], [], []
         for path, label in paths[start:start + BATCH]:
             try:
                 batch.append(export.preprocess.decode(path))
                 labels.append(label)
+                kept.append(path)
             except Exception:  # noqa: BLE001 - a file gone or damaged since training: not counted
                 skipped += 1
         if not batch:
             continue
         x, y = torch.stack(batch), torch.tensor(labels)
-        got, expected = top_classes(export.logits(x), 1)[:, 0], top_classes(reference.logits(x), 1)[:, 0]
+        got = top_classes(export.logits(x), 1)[:, 0]
+        expected = torch.tensor([recorded[p] for p in kept]) if recorded is not None else \
+            top_classes(reference.logits(x), 1)[:, 0]
         right += int((got == y).sum())
         reference_right += int((expected == y).sum())
         agree += int((got == expected).sum())
@@ -58,7 +64,8 @@ def accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) ->
         raise ValueError(f"none of the {len(paths)} images of the {images.split} split could be read "
                          f"(listed in {images.source})")
     return {"split": images.split, "images": seen, "of": images.of, "skipped": skipped, "source": images.source,
-            "top1": right / seen, "checkpoint_top1": reference_right / seen, "agreement": agree / seen}
+            "top1": right / seen, "checkpoint_top1": reference_right / seen, "agreement": agree / seen,
+            "checkpoint_from": images.source if recorded is not None else "computed for this card (fp32)"}
 
 
 def _multilabel_accuracy(export: LoadedModel, reference: LoadedModel, images: MeasureSet) -> dict:
@@ -112,29 +119,46 @@ def sample_images(images: MeasureSet | None, frame: Frame, decode: Callable[[str
     return torch.stack(found)
 
 
-def _timings(fn: Callable[[], object], runs: int, seconds: float, warm_up: int, least: int) -> list[float]:
-    for _ in range(warm_up):
-        fn()
-    out, deadline = [], time.perf_counter() + seconds
-    while len(out) < runs and (len(out) < least or time.perf_counter() < deadline):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
+WARM_UP = 3, 1  # untimed runs of each model before its timings: at batch 1, at the throughput batch
 
 
-def speed(model: LoadedModel, images: torch.Tensor, one_at_a_time: bool = False) -> dict:
-    """Median latency of one image and images per second at LARGE_BATCH (one image at a time for the formats that
-    take one), timing the network alone on already normalised input."""
-    x = model.preprocess.to_input(images)
+def speeds(models: dict[str, LoadedModel], images: torch.Tensor, one_at_a_time: bool = False,
+           clock: Callable[[], float] = time.perf_counter) -> dict[str, dict]:
+    """Each model's median latency of one image and images per second at LARGE_BATCH (one image at a time for the
+    formats that take one), timing the network alone on already normalised input, by one harness: the same images,
+    batch, warm-up and torch threads for every model, and the models' runs alternated (A B A B ...), so a machine
+    that gets busier part-way slows them alike and their ratio holds. Bounded: LATENCY_RUNS (or LATENCY_SECONDS, and
+    MIN_TIMED_RUNS at least) rounds at batch 1, THROUGHPUT_RUNS (THROUGHPUT_SECONDS, MIN_BATCH_RUNS) at the batch."""
+    batch = 1 if one_at_a_time else LARGE_BATCH
+    inputs = {name: m.preprocess.to_input(images) for name, m in models.items()}
     with torch.inference_mode():
-        one = _timings(lambda: model.net(x[:1]), LATENCY_RUNS, LATENCY_SECONDS, warm_up=3, least=MIN_TIMED_RUNS)
-        batch = 1 if one_at_a_time else LARGE_BATCH
-        many = _timings(lambda: model.net(x[:batch]), THROUGHPUT_RUNS, THROUGHPUT_SECONDS, warm_up=1,
-                        least=MIN_BATCH_RUNS) \
-            if batch > 1 else one
-    return {"batch1_ms": 1000 * statistics.median(one), "batch1_runs": len(one), "batch": batch,
-            "batch_ms": 1000 * statistics.median(many), "images_per_s": batch / statistics.median(many)}
+        one = _alternated({n: (lambda m=m, x=inputs[n]: m.net(x[:1])) for n, m in models.items()}, WARM_UP[0],
+                          LATENCY_RUNS, LATENCY_SECONDS, MIN_TIMED_RUNS, clock)
+        many = _alternated({n: (lambda m=m, x=inputs[n]: m.net(x[:batch])) for n, m in models.items()}, WARM_UP[1],
+                           THROUGHPUT_RUNS, THROUGHPUT_SECONDS, MIN_BATCH_RUNS, clock) if batch > 1 else one
+    harness = {"batch": batch, "warm_up": list(WARM_UP), "threads": torch.get_num_threads(), "alternated": len(models) > 1}
+    return {name: {"batch1_ms": 1000 * statistics.median(one[name]), "batch1_runs": len(one[name]), "batch": batch,
+                   "batch_ms": 1000 * statistics.median(many[name]),
+                   "images_per_s": batch / statistics.median(many[name]), "harness": harness} for name in models}
+
+
+def _alternated(runs: dict[str, Callable[[], object]], warm_up: int, rounds: int, seconds: float, least: int,
+                clock: Callable[[], float]) -> dict[str, list[float]]:
+    """Each callable's timings: `warm_up` untimed calls each, then rounds of one timed call each in turn, until
+    `rounds`, or past `seconds` once `least` rounds are done."""
+    for fn in runs.values():
+        for _ in range(warm_up):
+            fn()
+    out: dict[str, list[float]] = {name: [] for name in runs}
+    deadline = clock() + seconds
+    done = 0
+    while done < rounds and (done < least or clock() < deadline):
+        for name, fn in runs.items():
+            start = clock()
+            fn()
+            out[name].append(clock() - start)
+        done += 1
+    return out
 
 
 def machine() -> str:

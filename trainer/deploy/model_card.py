@@ -154,16 +154,22 @@ def markdown(card: dict) -> str:
     if m:
         lines += [f"{what} on the run's {m['split']} split ({m['images']} images"
                   + (f" of {m['of']}" if m["of"] > m["images"] else "") + f", listed in {md_code(m['source'])}); "
-                  f"the checkpoint is the exported network in fp32, agreement is {agreement}.", ""]
+                  + ("the checkpoint's classes are the run's own evaluation in that file (what the Results tab "
+                     "shows)" if m.get("checkpoint_from") == m["source"] else
+                     "the checkpoint is the exported network in fp32") + f", agreement is {agreement}.", ""]
     if card.get("thresholds"):
         lines += ["Multi-label: the outputs are logits, one per label; a label's probability is its sigmoid, and the "
                   "label is on at its threshold (chosen on the validation split for the best F1): "
                   + ", ".join(f"{md(n)} {t:.3f}" for n, t in zip(card["classes"], card["thresholds"])) + ".", ""]
     if s:
         ref = s.get("checkpoint")
+        harness = s.get("harness")
         lines += [f"Speed: {s['runtime']}, on {s['machine']}"
                   + (f"; the checkpoint in PyTorch fp32: {ref['batch1_ms']:.2f} ms, {ref['images_per_s']:.0f} images/s"
-                     if ref else "") + ".", ""]
+                     if ref else "")
+                  + (f" (one harness for both: the same {s['batch']} images, {harness['threads']} threads, "
+                     f"{harness['warm_up'][0]} warm-up runs, their runs alternated)" if harness and ref else "")
+                  + ".", ""]
     for what, why in card.get("not_measured", {}).items():
         lines += [f"Not measured: {what}: {why}.", ""]
     if card.get("checked"):

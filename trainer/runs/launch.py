@@ -55,8 +55,10 @@ def predict_args(source: str | Path, paths: list[str], top: int) -> list[str]:
     return ["predict", str(source), *paths, "--top", str(top), "--json"]
 
 
-def lr_find_args(config: str | Path) -> list[str]:
-    return ["lr-find", str(config), "--json"]
+def lr_find_args(config: str | Path, lr_range: tuple[float, float] | None = None) -> list[str]:
+    """`main.py lr-find` on `config`, over `lr_range` (start, end) when given (the sweep's `extend` answer)."""
+    span = ["--start", f"{lr_range[0]:.6g}", "--end", f"{lr_range[1]:.6g}"] if lr_range else []
+    return ["lr-find", str(config), "--json", *span]
 
 
 def augment_preview_args(config: str | Path, out: str | Path, seed: int = 0) -> list[str]:

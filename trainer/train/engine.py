@@ -148,7 +148,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         strategy.leave_together()
         # the run's end is the deploy package's: test set, exports (not for a run that made way for another network)
         if state == "completed" and strategy.is_main and not loop.made_way:
-            with loop.threads_as_trained():
+            with loop.threads_fitted():
                 finish_run(run, reporter, parts.data.test, cfg)
         code, message = EXIT_OK, ending_message(state, loop, cfg)
     except Interrupted:

@@ -93,9 +93,10 @@ class Loop:
                 torch.set_num_threads(self.cpu_threads.full)
 
     @contextlib.contextmanager
-    def threads_as_trained(self):
-        """The end of the run (test set, exports) on the threads training last had: on a busy machine, torch's full
-        count there made the export's checks 7x slower (issue #68); given back after."""
+    def threads_fitted(self):
+        """torch's threads as device.share_cpu last fitted them (`fit_threads`) inside the block, given back as they
+        were after it: the end of a run (test set, exports) goes on with the threads training last had, and the LR
+        finder fits them as it sweeps (issue #69)."""
         if self.cpu_threads is None:
             yield
             return

@@ -1,10 +1,13 @@
 """Learning-rate finder: sweep the lr exponentially over a few hundred steps, suggest a value.
 
-The sweep uses the run's own data, model, optimizer and parameter groups (every group's lr scaled
-together), on a throw-away copy: nothing is checkpointed. The suggestion is a tenth of the lr at the
-smoothed loss's minimum (the common rule; the steepest descent, noisier on small data, is reported too). The
-smoothing is fastai's `lr_find`'s: an exponential average started from zero and bias-corrected, so its first points
-are the raw losses, not a drop that never happened.
+The sweep uses the run's own data, model, optimizer and parameter groups (every group's lr scaled together), its
+loader, cache and training step, on a throw-away copy: nothing is checkpointed. On a busy machine its threads are
+fitted to the cores left as a run's are (device.share_cpu). The suggestion is half-way along the smoothed loss's
+longest descent (fastai's `valley`), made only when the curve has a minimum inside the range: after its lowest point
+the loss rose again (or diverged). A curve still falling at the range's end, or one that hardly moved, suggests
+nothing; the answer says why and which wider range to sweep (`extend`). The smoothing is fastai's `lr_find`'s: an
+exponential average started from zero and bias-corrected, so its first points are the raw losses, not a drop that
+never happened.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ class LrFindError(InputError, ValueError):
 
 def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, end: float = 10.0,
             on_point: Callable[[float, float], None] | None = None) -> dict:
-    """{'lrs': [...], 'losses': [...], 'suggested_lr': x} for the config's base lr; `on_point(lr, smoothed loss)` is
-    told each point as it is measured (the app draws the curve as it grows)."""
+    """{'lrs': [...], 'losses': [...], 'suggested_lr': x or None, 'why': ..., 'extend': [start, end] or None} for the
+    config's base lr (`_result`); `on_point(lr, smoothed loss)` is told each point as it is measured (the app draws
+    the curve as it grows)."""
     cfg.device.parallel = "none"
     cfg.train.ema = 0.0  # a throw-away sweep: no average to keep
     strategy = Strategy(cfg.device)
@@ -44,6 +48,13 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
     parts = build(cfg, strategy, Reporter(NullEventWriter(), is_main=False))
     loop = Loop(run, cfg, strategy, parts, Reporter(NullEventWriter(), is_main=False), StopRequest())
     seed_everything(cfg.train.seed)
+    with loop.threads_fitted():  # device.share_cpu: a busy machine's cores fitted as a run fits them
+        return _sweep(cfg, strategy, parts, loop, steps, start, end, on_point)
+
+
+def _sweep(cfg: RunConfig, strategy: Strategy, parts, loop: Loop, steps: int, start: float, end: float,
+           on_point: Callable[[float, float], None] | None) -> dict:
+    """The sweep itself: the run's own batches, augmentation and training step, at an exponentially growing lr."""
     base = [g["lr"] for g in parts.optimizer.param_groups]
     ratio = [b / cfg.optimizer.lr for b in base]
     factor = (end / start) ** (1 / max(1, steps - 1))
@@ -60,6 +71,7 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
                 g["lr"] = lr * r
             loss, _, _ = loop.train_step(parts.augment(images, parts.aug_generator), labels.to(strategy.device))
             clock.charge_images(cfg.model.name, images.shape[0], images.shape[-2], images.shape[-1])
+            loop.fit_threads()  # (every few seconds: the other programs' load)
             value = loss.item()  # host sync per step: acceptable in a short sweep
             corrected = smoother.add(value)
             lrs.append(lr)
@@ -68,10 +80,12 @@ def find_lr(cfg: RunConfig, run: RunDir, steps: int = 200, start: float = 1e-6, 
             best = min(best, corrected)
             if on_point is not None:
                 on_point(lr, corrected)
-            if not math.isfinite(value) or corrected > 4 * best or len(lrs) >= steps:
-                return _result(lrs, losses, raw)
+            if not math.isfinite(value) or corrected > 4 * best:
+                return _result(lrs, losses, raw, start, end, diverged=True)
+            if len(lrs) >= steps:
+                break
         epoch += 1
-    return _result(lrs, losses, raw)
+    return _result(lrs, losses, raw, start, end)
 
 
 class SmoothedLoss:
@@ -87,7 +101,18 @@ class SmoothedLoss:
         return self.average / (1 - self.beta ** self.count)
 
 
-def _result(lrs: list[float], losses: list[float], raw: list[float]) -> dict:
+RISE_SHARE = 0.25  # a minimum inside the range: after it the loss climbed back this share of its descent (or diverged)
+FLAT = 0.02  # a loss that fell less than this share of itself did not fall (rising: RISE_SHARE of itself, or diverging)
+EXTEND = 100.0  # a sweep without a minimum inside its range offers one this many times wider on the side it lacks
+
+
+def _result(lrs: list[float], losses: list[float], raw: list[float], start: float | None = None,
+            end: float | None = None, diverged: bool = False) -> dict:
+    """The sweep's analysis: its valley, steepest descent and lowest loss, and a suggestion only when the smoothed
+    loss has a minimum inside the range: it fell, and after its lowest point rose again by RISE_SHARE of its fall
+    (or diverged, which ends the sweep). Otherwise `suggested_lr` is None, `why` says what the curve did, and
+    `extend` is the range to sweep instead."""
+    start, end = start or lrs[0], end or lrs[-1]
     finite = [(lr, loss) for lr, loss in zip(lrs, losses) if math.isfinite(loss)]
     if len(finite) < 10:
         raise LrFindError("lr-find: too few steps before the loss diverged; lower --start")
@@ -97,14 +122,32 @@ def _result(lrs: list[float], losses: list[float], raw: list[float]) -> dict:
     minimum = int(torch.argmin(ys))
     skip = len(slope) // 10  # the first steps barely move; their noise makes false slopes
     upto = max(skip + 1, minimum - 1)  # descent before the lowest loss, not the blow-up after it
-    steepest = int(torch.argmin(slope[skip:upto])) + skip + 1
-    first, last, suggested = valley([loss for _, loss in finite])
-    lr = {name: finite[i][0] for name, i in (("suggested", suggested), ("first", first), ("last", last),
+    steepest = int(torch.argmin(slope[skip:upto])) + skip + 1 if upto > skip else minimum
+    first, last, middle = valley([loss for _, loss in finite])
+    lr = {name: finite[i][0] for name, i in (("middle", middle), ("first", first), ("last", last),
                                              ("steepest", steepest), ("minimum", minimum))}
-    why = (f"half-way along the loss's longest descent, {lr['first']:.3g} to {lr['last']:.3g}; steepest descent at "
-           f"{lr['steepest']:.3g}, lowest loss at {lr['minimum']:.3g}")
-    return {"lrs": lrs, "losses": losses, "raw_losses": raw, "suggested_lr": lr["suggested"],
-            "valley": [lr["first"], lr["last"]], "steepest_lr": lr["steepest"], "min_loss_lr": lr["minimum"], "why": why}
+    low, top, after = float(ys[minimum]), float(ys[:minimum + 1].max()), float(ys[minimum:].max())
+    fell, rose = top - low, after - low
+    found = {"lrs": lrs, "losses": losses, "raw_losses": raw, "valley": [lr["first"], lr["last"]],
+             "valley_lr": lr["middle"], "steepest_lr": lr["steepest"], "min_loss_lr": lr["minimum"],
+             "range": [start, end], "suggested_lr": None, "extend": None}
+    curve = (f"half-way along the loss's longest descent, {lr['first']:.3g} to {lr['last']:.3g}; steepest descent at "
+             f"{lr['steepest']:.3g}, lowest loss at {lr['minimum']:.3g}")
+    if (fell <= FLAT * abs(top) or minimum <= skip) and (diverged or rose > RISE_SHARE * abs(low)):
+        found["why"] = (f"no suggestion: the loss rose from the range's start, {start:.3g} (lowest at "
+                        f"{lr['minimum']:.3g}); sweep from lower rates")
+        found["extend"] = [start / EXTEND, end]
+    elif fell <= FLAT * abs(top) or minimum <= skip:
+        found["why"] = f"no suggestion: the loss hardly moved between {start:.3g} and {end:.3g}; sweep to higher rates"
+        found["extend"] = [start, end * EXTEND]
+    elif not diverged and rose < RISE_SHARE * fell:
+        found["why"] = (f"no suggestion: the loss was still falling at {end:.3g}, the range's end (lowest at "
+                        f"{lr['minimum']:.3g}), so the range holds no minimum; sweep to higher rates")
+        found["extend"] = [start, end * EXTEND]
+    else:
+        found["suggested_lr"] = lr["middle"]
+        found["why"] = curve
+    return found
 
 
 def valley(losses: list[float]) -> tuple[int, int, int]:

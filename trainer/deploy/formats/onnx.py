@@ -67,6 +67,8 @@ def _session(path: Path):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()  # the threads the checkpoint is timed with (and, on a
     # busy machine, what device.share_cpu left: ONNX Runtime's own default takes every core)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # its threads sleep between runs:
+    # spinning, they took the cores from the PyTorch runs timed beside them (the checkpoint 4x slower, issue #69)
     session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda x: torch.from_numpy(session.run(None, {"images": x.contiguous().numpy()})[0])
 
