@@ -86,7 +86,7 @@ def main():
     print("| precision | rule | suggested lr | best val acc |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['amp']} | {r['rule']} | {r['lr']:.3g} | {100 * r['best_acc']:.1f}% |")
-    save_result(f"lr_finder_{args.optimizer}", {"machine": machine(), "epochs": args.epochs, "rows": rows})
+    save_result(f"lr_finder_{args.optimizer}_{'_'.join(args.amp)}", {"machine": machine(), "epochs": args.epochs, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -218,14 +218,14 @@ def epoch_seconds(m: Measured, train_images: int, val_images: int, tta: bool) ->
 
 def finish_images(test_images: int, tta: bool) -> int:
     """What comes after training, in validation images: the test set (twice with flip TTA), the export's accuracy
-    check (the export and the checkpoint on the test set) and its speed measurement (export_measure's warm-up and
-    minimum timed runs, at batch 1 and at its throughput batch, for both), and FINISH_FIXED_S of conversion and start
-    at the probe's speed. The trainer keeps its time inside the budget (train.finish_images) at the speed it
-    measures."""
-    from trainer.deploy.export_measure import LARGE_BATCH, MIN_BATCH_RUNS, MIN_TIMED_RUNS
+    check (the export on the test set; the checkpoint's classes are the test set's own predictions.csv) and its speed
+    measurement (export_measure's warm-up and minimum timed runs, at batch 1 and at its throughput batch, for both),
+    and FINISH_FIXED_S of conversion and start at the probe's speed. The trainer keeps its time inside the budget
+    (train.finish_images) at the speed it measures."""
+    from trainer.deploy.export_measure import LARGE_BATCH, MIN_BATCH_RUNS, MIN_TIMED_RUNS, WARM_UP
 
-    timing = 2 * ((3 + MIN_TIMED_RUNS) + (1 + MIN_BATCH_RUNS) * LARGE_BATCH)
-    return test_images * (2 if tta else 1) + 2 * test_images + timing
+    timing = 2 * ((WARM_UP[0] + MIN_TIMED_RUNS) + (WARM_UP[1] + MIN_BATCH_RUNS) * LARGE_BATCH)
+    return test_images * (2 if tta else 1) + test_images + timing
 
 
 def finish_seconds(m: Measured, test_images: int, tta: bool) -> float:

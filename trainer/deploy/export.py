@@ -41,6 +41,7 @@ from trainer.deploy import formats
 from trainer.deploy.evaluation import top_classes
 from trainer.deploy.inference import FlipAveraged, LoadedModel, Preprocess, classify, load_model, load_run_model
 from trainer.deploy.model_card import markdown, out_problem
+from trainer.device.machine import OtherLoad, threads_for
 from trainer.model.checkpoint import describe_write_failure, is_write_failure
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def check_out(fmt: str, out: Path) -> None:
 def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: ExportOptions | None = None) -> Path:
     """Export a run's checkpoint as `fmt` to `out`, load it back, measure it, and write its model card beside it."""
     options = options or ExportOptions()
+    load = OtherLoad()  # the other programs' load while this converts: the timings' threads are fitted to it
     check_format(fmt, out, options)
     loaded = load_run_model(run, which)
     state, pre = loaded.state, loaded.state["preprocess"]
@@ -116,7 +118,8 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
         if pre.get("tta"):  # eval.tta: in the graph, or the caller averages the mirror image's logits
             sidecar["tta"] = "graph" if in_graph else "caller"
         atomic_write_text(Path(f"{target}.json"), json.dumps(sidecar))
-        card = _card(run, fmt, target, out.name, sidecar, reference, conversion)
+        with threads_for(load) as (threads, others):  # the export loaded, checked and timed on them
+            card = _card(run, fmt, target, out.name, sidecar, reference, conversion, others)
         atomic_write_text(Path(f"{target}.json"), json.dumps(card, indent=1))
         atomic_write_text(Path(f"{target}.md"), markdown(card))
         _move_into_place(target, out, work)
@@ -176,7 +179,7 @@ def check_writable(folder: Path) -> None:
 
 
 def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, reference: LoadedModel,
-          conversion: dict | None) -> dict:
+          conversion: dict | None, others: float = 0.0) -> dict:
     """The model card's content: the sidecar, the file, what was measured (or why not), the training, the snippets."""
     from trainer.deploy import export_measure as measure
     from trainer.deploy.export_data import measure_set
@@ -207,6 +210,8 @@ def _card(run: RunDir, fmt: str, target: Path, name: str, sidecar: dict, referen
         sample = measure.sample_images(images, frame, reference.preprocess.decode)
         one = EXPORT_REGISTRY[fmt].one_image
         timed = measure.speeds({"export": exported, "checkpoint": reference}, sample, one_at_a_time=one)
+        for speed in timed.values():
+            speed["harness"]["other_programs_cores"] = round(others, 2)
         card["speed"] = {**timed["export"], "runtime": formats.runtime(fmt), "machine": measure.machine(),
                          "checkpoint": timed["checkpoint"]}
     else:  # a file this machine cannot run: its format's own check of what was written

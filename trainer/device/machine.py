@@ -5,6 +5,7 @@ The rules that turn facts into verdicts are `trainer.device.devices`' (torch-fre
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import time
@@ -94,6 +95,25 @@ class OtherLoad:
         return max(0.0, min(1.0, others / max(wall * (psutil.cpu_count() or 1), 1e-6)))
 
 
+def threads_left(full: int, others: float) -> int:
+    """torch threads for a process that may use `full`: as many as the cores less those other programs keep busy
+    (`others`, in cores, rounded), at least one."""
+    return max(1, min(full, (psutil.cpu_count() or 1) - math.floor(others + 0.5)))
+
+
+@contextlib.contextmanager
+def threads_for(load: OtherLoad):
+    """torch's threads fitted (`threads_left`) to the other programs' load measured by `load` since it was made,
+    inside the block; as they were after it. Yields (threads, the others' cores)."""
+    full = torch.get_num_threads()
+    others = load.share() * (psutil.cpu_count() or 1)
+    torch.set_num_threads(threads_left(full, others))
+    try:
+        yield torch.get_num_threads(), others
+    finally:
+        torch.set_num_threads(full)
+
+
 CPU_THREADS_EVERY_S = 5.0  # how often CpuThreads looks at the other programs' load
 
 
@@ -113,10 +133,9 @@ class CpuThreads:
         """(threads before, threads now, cores the other programs used) when it changed the thread count."""
         if time.monotonic() - self._since < self.every_s:
             return None
-        cores = psutil.cpu_count() or 1
-        others = self._load.share() * cores
+        others = self._load.share() * (psutil.cpu_count() or 1)
         self._load, self._since = OtherLoad(), time.monotonic()
-        want = max(1, min(self.full, cores - math.floor(others + 0.5)))
+        want = threads_left(self.full, others)
         now = torch.get_num_threads()
         if want == now:
             return None
