@@ -751,3 +751,18 @@ def test_a_machine_that_slows_down_before_the_last_epoch_still_gets_an_annealed_
     # noise is for plans with epochs left: a run with a CPU hog ended at 86% of its budget on it, bench/auto.py)
     done = loop_after_epoch_3((time.time() - 100, time.time() + 20), planned=3)
     assert done.cfg.train.epochs == 4 and not done.out_of_budget
+
+
+def test_auto_keeps_adamw_s_usual_rate_when_its_sweep_finds_no_minimum(monkeypatch):
+    """Issue #69's finder suggests nothing for a curve without a minimum inside its range; Auto's plan then takes
+    AdamW's usual 1e-3 and says why (it failed with a TypeError on the missing suggestion)."""
+    from trainer import auto
+    from trainer.train import lr_find
+
+    curve = {"lrs": [1e-6, 1.0], "losses": [1.0, 0.5], "suggested_lr": None, "extend": [1e-6, 100.0],
+             "why": "no suggestion: the loss was still falling at 1, the range's end"}
+    monkeypatch.setattr(lr_find, "find_lr", lambda *args, **kwargs: curve)
+    lr, why = auto.sweep_lr(RunConfig(), 50)
+    assert lr == 1e-3 and "suggested none: the loss was still falling at 1" in why, why
+    monkeypatch.setattr(lr_find, "find_lr", lambda *args, **kwargs: {**curve, "suggested_lr": 0.02, "why": "valley"})
+    assert auto.sweep_lr(RunConfig(), 50)[0] == 3e-3, "a suggestion is still kept within what AdamW tolerates"

@@ -795,6 +795,9 @@ def sweep_lr(cfg: RunConfig, steps: int) -> tuple[float, str]:
             found = find_lr(probe, RunDir(tmp), steps=steps, start=1e-6, end=1.0)
         except LrFindError as e:
             return 1e-3, f"AdamW's usual 1e-3 (the sweep could not suggest one: {e})"
+    if found["suggested_lr"] is None:  # no minimum inside the swept range
+        return 1e-3, f"AdamW's usual 1e-3 (the learning-rate sweep of {len(found['lrs'])} steps suggested none: " \
+                     f"{found['why'].removeprefix('no suggestion: ')})"
     lr = min(3e-3, max(1e-5, found["suggested_lr"]))
     clamp = "" if lr == found["suggested_lr"] else f", kept within 1e-5..3e-3 (suggested {found['suggested_lr']:.3g})"
     return lr, f"learning-rate sweep of {len(found['lrs'])} steps: {found['suggested_lr']:.3g}, {found['why']}{clamp}"
