@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.pages.model_page import human
-from app.widgets.forms import ERROR_STYLE, Binder, parse_number, scrolling
+from app.widgets.forms import ERROR_STYLE, Binder, format_number, parse_number, scrolling
 from trainer.core.config import key_choices, parse_float
 from trainer.core.groups import assign_groups, group_problems, next_pattern
 from trainer.core.recipes import RECIPES, RecipeError, apply_recipe
@@ -72,7 +72,7 @@ class GroupsEditor(QWidget):
         self.table.setItem(row, 0, QTableWidgetItem(group.get("pattern", "")))
         for col, key in ((1, "lr"), (2, "weight_decay"), (3, "momentum")):
             value = group.get(key)
-            self.table.setItem(row, col, QTableWidgetItem("" if value is None else f"{value:g}"))
+            self.table.setItem(row, col, QTableWidgetItem("" if value is None else format_number(value)))
         freeze = QCheckBox()
         freeze.setChecked(bool(group.get("freeze")))
         freeze.toggled.connect(self._edited)
@@ -278,7 +278,7 @@ class OptimizerPage(QWidget):
         if out["optimizer"]["groups"] != raw["optimizer"]["groups"]:
             self.groups.set_groups(out["optimizer"]["groups"])
         if out["optimizer"]["lr"] != lr:
-            w["optimizer.lr"].setText(f"{out['optimizer']['lr']:.3g}")
+            w["optimizer.lr"].setText(format_number(out["optimizer"]["lr"]))
         self.recipe_note.setText(f"{RECIPES[key][0]}: {RECIPES[key][1]}.")
 
     def load(self, raw: dict) -> None:

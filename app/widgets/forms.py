@@ -40,6 +40,12 @@ def parse_number(text: str) -> Any:
         return text
 
 
+def format_number(value: Any) -> str:
+    """A number as a form shows it and reads it back unchanged: the shortest text that is exactly the value
+    (0.00123456789, not :g's 0.00123457; 3e-4 as 0.0003); anything else as its text."""
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
 def scrolling(page: QWidget, content: QWidget) -> None:
     """Show `content` in `page` inside a scroll area: on a small screen the page scrolls instead of pushing the
     window taller than the screen."""
@@ -102,11 +108,13 @@ class WrappedLabel(QLabel):
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 FLOAT_MAX = 1e9
-EXACT_DECIMALS = 6  # a decimal key's resolution in a form
+EXACT_DECIMALS = 15  # a decimal key's resolution in a form: what a double holds of a value typed in decimals
+BOUND_STEP = 1e-6  # an open bound (0 < val_split) as the closest value a spin box offers inside it
 
 
 class ExactDoubleSpinBox(QDoubleSpinBox):
-    """A QDoubleSpinBox that keeps EXACT_DECIMALS digits and shows a value as written (0.125, not 0.125000)."""
+    """A QDoubleSpinBox that keeps EXACT_DECIMALS digits and shows a value as written (0.125, not 0.125000;
+    0.00123456789, not 0.001235)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -157,9 +165,10 @@ class Binder(QObject):
         not 0.13; 0.02 is not raised to a widget's own 0.05); `special` names the box's lowest value (auto)."""
         meta = key_meta(key)
         w = ExactDoubleSpinBox()
-        tiny = 10.0 ** -EXACT_DECIMALS
-        low = meta["ge"] if meta["ge"] is not None else meta["gt"] + tiny if meta["gt"] is not None else -FLOAT_MAX
-        high = meta["le"] if meta["le"] is not None else meta["lt"] - tiny if meta["lt"] is not None else FLOAT_MAX
+        low = meta["ge"] if meta["ge"] is not None else meta["gt"] + BOUND_STEP if meta["gt"] is not None \
+            else -FLOAT_MAX
+        high = meta["le"] if meta["le"] is not None else meta["lt"] - BOUND_STEP if meta["lt"] is not None \
+            else FLOAT_MAX
         w.setRange(low, high)
         w.setSingleStep(step)
         if special:
@@ -225,9 +234,9 @@ class Binder(QObject):
             w.setCurrentText(text)
         elif isinstance(w, QLineEdit):
             if isinstance(value, list):
-                w.setText(", ".join(str(v) for v in value))
+                w.setText(", ".join(format_number(v) for v in value))
             else:
-                w.setText("" if value is None else f"{value:g}" if isinstance(value, float) else str(value))
+                w.setText("" if value is None else format_number(value))
 
     def dump(self, raw: dict) -> None:
         for key, w in self.widgets.items():

@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.jobs.background import CliJob
 from app.jobs.lr_finder import LrFinder
+from app.widgets.forms import format_number
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.rundir import read_run_json
 from trainer.runs.launch import auto_plan_args, fetch_weights_args
@@ -49,7 +50,7 @@ class Planning(QObject):
         lr_box = self.form.binder.widgets["optimizer.lr"]
         from app.dialogs.lr_find_dialog import LrFindDialog  # with pyqtgraph: not part of the start-up
 
-        self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(f"{lr:.3g}"), self.window,
+        self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(format_number(float(f"{lr:.3g}"))), self.window,
                                                extend=self.find_lr)
         dialog.rejected.connect(lambda: self._lr_given_up(dialog))
         dialog.open()

@@ -44,6 +44,53 @@ def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shap
     assert spins["data.augment.crop_scale_min"].text() == "auto"
 
 
+def test_every_numeric_key_survives_form_save_load_form_unchanged(qtbot, make_window, shapes_dir, tmp_path,
+                                                                   monkeypatch):
+    """Issue #70: 0.00123456789, 0.125 and 3e-4 (wherever a key allows them) and every key's default go form -> Save
+    (the YAML file) -> load -> form unchanged, for every numeric key the forms hold, the learning rate included
+    (0.00123456789 was shown and saved as 0.00123457)."""
+    from PySide6.QtWidgets import QLineEdit
+
+    from trainer.core.config import load_config, save_config
+
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    window = make_window(write_config(tmp_path, shapes_dir))
+    binder = window.binder
+    numeric = {k for k, w in binder.widgets.items() if isinstance(w, (QSpinBox, QDoubleSpinBox))
+               or isinstance(w, QLineEdit) and w.property("kind") in ("number", "int")}
+    assert {"optimizer.lr", "optimizer.weight_decay", "data.val_split", "train.epochs"} <= numeric
+
+    def allows(meta: dict, value) -> bool:
+        return ((meta["ge"] is None or value >= meta["ge"]) and (meta["gt"] is None or value > meta["gt"])
+                and (meta["le"] is None or value <= meta["le"]) and (meta["lt"] is None or value < meta["lt"]))
+
+    base = RunConfig().to_dict()
+    base["data"]["train_dir"] = str(shapes_dir)
+    for value in (0.00123456789, 0.125, 3e-4, None):  # None: each key's default
+        raw = RunConfig.from_dict(base).to_dict()
+        chosen = {}
+        for key in sorted(numeric):
+            meta = key_meta(key)
+            if value is None:
+                chosen[key] = get_path(raw, key)
+            elif isinstance(meta["default"], float) and allows(meta, value):
+                chosen[key] = value
+                set_path(raw, key, value)
+        binder.load(raw)
+        saved = RunConfig().to_dict()
+        binder.dump(saved)
+        path = tmp_path / f"saved-{value}.yaml"
+        save_config(RunConfig.from_dict(saved), path)
+        binder.load(load_config(str(path)).to_dict())
+        back = RunConfig().to_dict()
+        binder.dump(back)
+        changed = {k: (v, get_path(back, k)) for k, v in chosen.items() if get_path(back, k) != v}
+        assert not changed, f"form -> Save -> load -> form changed: {changed}"
+        if value == 0.00123456789:
+            assert binder.widgets["optimizer.lr"].text() == "0.00123456789", "shown as it is"
+            assert len(chosen) >= 8, chosen
+
+
 def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_window, tmp_path, monkeypatch):
     """Training images set to a folder holding train/ val/ test/, then to a flat folder with other classes: its
     validation and test folders went on being used (the run validated and tested on the first dataset)."""
