@@ -24,7 +24,7 @@ import yaml
 from common import REPO, machine, save_result
 
 sys.path.insert(0, str(REPO / "tests"))
-from helpers import digits_with_flipped_labels  # noqa: E402 - the test's own folder builder
+from helpers import OtherPrograms, digits_with_flipped_labels  # noqa: E402 - the test's own folder builder
 
 
 def main_py(*args) -> float:
@@ -34,23 +34,48 @@ def main_py(*args) -> float:
     return time.perf_counter() - start
 
 
-def one(share: float, epochs: int, seed: int, oof: str = "probe") -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+def demo_with_flipped_labels(root: Path, share: float, seed: int) -> dict[str, str]:
+    """The app's demo shapes (4 classes of 250, 48 px), `share` of them moved under another class; the path of each
+    of those -> the class it shows."""
+    import random
+
+    from trainer.data.demo_data import CLASSES, write_demo_dataset
+
+    write_demo_dataset(root, seed=seed)
+    rng = random.Random(seed)
+    images = sorted(root.glob("*/*.png"))
+    flipped = {}
+    for path in rng.sample(images, round(share * len(images))):
+        shown = path.parent.name
+        moved = root / rng.choice([c for c in CLASSES if c != shown]) / f"flipped-{path.name}"
+        path.rename(moved)
+        flipped[str(moved)] = shown
+    return flipped
+
+
+FOLDERS = {"digits": (digits_with_flipped_labels, 32), "demo": (demo_with_flipped_labels, 48)}
+
+
+def one(share: float, epochs: int, seed: int, oof: str = "probe", data: str = "digits", busy: int = 0) -> dict:
+    make, size = FOLDERS[data]
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp, OtherPrograms(busy):
         tmp = Path(tmp)
-        flipped = digits_with_flipped_labels(tmp / "digits", share, seed)
+        flipped = make(tmp / data, share, seed)
         config = tmp / "config.yaml"
         config.write_text(yaml.safe_dump({
-            "data": {"train_dir": str(tmp / "digits"), "image_size": 32, "batch_size": 64, "num_workers": 0},
+            "data": {"train_dir": str(tmp / data), "image_size": size, "batch_size": 64, "num_workers": 0},
             "model": {"name": "small_cnn"}, "optimizer": {"name": "adamw", "lr": 0.003},
             "train": {"epochs": epochs, "seed": seed}}))
         train_s = main_py("train", config, "--run-dir", tmp / "run")
         audit_s = main_py("audit", tmp / "run", "--oof", oof)
         again_s = main_py("audit", tmp / "run", "--oof", oof)
         rows = list(csv.DictReader((tmp / "run" / "audit" / "label_issues.csv").open()))
-    listed = {r["path"] for r in rows}
+    flagged = [r for r in rows if r.get("flagged", "yes") == "yes"]  # cleanlab's list; then below the line
+    listed = {r["path"] for r in flagged}
     top = {r["path"] for r in rows[:len(flipped)]}
     found = [r for r in rows if r["path"] in flipped]
-    return {"share": share, "epochs": epochs, "seed": seed, "oof": oof, "flipped": len(flipped), "listed": len(rows),
+    return {"data": data, "busy": busy, "share": share, "epochs": epochs, "seed": seed, "oof": oof,
+            "flipped": len(flipped), "listed": len(flagged), "below_the_line": len(rows) - len(flagged),
             "precision_at_flipped": len(top & set(flipped)) / len(flipped),
             "list_precision": len(listed & set(flipped)) / max(1, len(listed)),
             "list_recall": len(listed & set(flipped)) / len(flipped),
@@ -66,29 +91,36 @@ def main() -> None:
     parser.add_argument("--oof", nargs="+", default=["probe"], choices=("probe", "runs"),
                         help="where the out-of-sample probabilities come from (main.py audit --oof), side by side")
     parser.add_argument("--name", default="audit", help="the results file: bench/results/NAME.json")
+    parser.add_argument("--data", nargs="+", default=["digits"], choices=sorted(FOLDERS))
+    parser.add_argument("--busy", type=int, nargs="+", default=[0], help="spinning programs beside each run and audit")
     args = parser.parse_args()
     results = []
     for seed in args.seeds:
-        for share in args.shares:
-            for epochs in args.epochs:
-                for oof in args.oof:
-                    r = one(share, epochs, seed, oof)
-                    print(r, flush=True)
-                    results.append(r)
-                    save_result(args.name, {"machine": machine(), "results": results})
+        for data in args.data:
+            for busy in args.busy:
+                for share in args.shares:
+                    for epochs in args.epochs:
+                        for oof in args.oof:
+                            r = one(share, epochs, seed, oof, data, busy)
+                            print(r, flush=True)
+                            results.append(r)
+                            save_result(args.name, {"machine": machine(), "results": results})
     print(f"\n{machine()}")
-    print("| flipped | run epochs | out of sample | precision at the number flipped | cleanlab's list: precision / "
-          "recall | suggestion right | audit s (again) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| folder | busy | flipped | run epochs | out of sample | precision at the number flipped | cleanlab's list: "
+          "precision / recall | suggestion right | audit s (again) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     import statistics as st
 
-    for share in args.shares:
-        for epochs, oof in ((e, o) for e in args.epochs for o in args.oof):
-            rs = [r for r in results if r["share"] == share and r["epochs"] == epochs and r["oof"] == oof]
+    for data, busy, share, epochs, oof in ((d, b, sh, e, o) for d in args.data for b in args.busy
+                                           for sh in args.shares for e in args.epochs for o in args.oof):
+        rs = [r for r in results if (r["data"], r["busy"], r["share"], r["epochs"], r["oof"]) ==
+              (data, busy, share, epochs, oof)]
+        if rs:
             def med(key: str, rs=rs) -> float:
                 return st.median(r[key] for r in rs)
 
-            print(f"| {share:.0%} ({rs[0]['flipped']}) | {epochs} | {oof} | {med('precision_at_flipped'):.2f} "
+            print(f"| {data} | {busy} | {share:.0%} ({rs[0]['flipped']}) | {epochs} | {oof} | "
+                  f"{med('precision_at_flipped'):.2f} "
                   f"({min(r['precision_at_flipped'] for r in rs):.2f}-{max(r['precision_at_flipped'] for r in rs):.2f})"
                   f" | {med('list_precision'):.2f} / {med('list_recall'):.2f} | {med('suggestion_right'):.2f} | "
                   f"{med('audit_s'):.1f} ({med('audit_again_s'):.1f}) |")

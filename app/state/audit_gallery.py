@@ -29,7 +29,11 @@ def audit_gallery(report: dict, kind: str) -> tuple[list[Prediction], str]:
                        f"alike first; left the copy, right the image it copies (E exclude the copy · K keep){worth}")
     found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, audit="issue")
              for s in report["suspects"]]
-    return found, f"{len(found)} of {report['images']} images probably labelled wrong, most likely first ({KEYS})"
+    flagged = sum(s.get("flagged", True) for s in report["suspects"])
+    below = f"; then {len(found) - flagged} below the line, the least confident of the rest" if len(found) > flagged \
+        else ""
+    return found, (f"{flagged} of {report['images']} images probably labelled wrong, most likely first{below} "
+                   f"({KEYS})")
 
 
 def copies(groups: list[dict]) -> list[Prediction]:

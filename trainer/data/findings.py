@@ -40,7 +40,8 @@ def read_findings(run: str | os.PathLike) -> Findings | None:
     for row in rows["duplicates.csv"]:
         groups.setdefault(row.get("group", ""), []).append(row)
     unsure = sum(row.get("why") == "unsure" for row in rows["outliers.csv"])
-    return Findings(Path(run), len(rows["label_issues.csv"]), sum(len(g) - 1 for g in groups.values()),
+    issues = sum(row.get("flagged") != "no" for row in rows["label_issues.csv"])  # (below the line: not counted)
+    return Findings(Path(run), issues, sum(len(g) - 1 for g in groups.values()),
                     sum(g[0].get("leak") == "yes" for g in groups.values()), len(rows["outliers.csv"]) - unsure, unsure)
 
 
