@@ -205,3 +205,18 @@ def test_a_map_of_more_images_than_t_sne_fits_places_the_others_beside_their_own
         centre = xy[(labels == c) & fitted].mean(axis=0)
         spread = [np.linalg.norm(xy[(labels == c) & (fitted == f)] - centre, axis=1).mean() for f in (True, False)]
         assert 0.7 * spread[0] <= spread[1] <= 1.3 * spread[0], spread
+
+
+def test_the_gallery_says_which_suspects_are_below_the_line():
+    """Issue #69: the audit lists confident learning's flags, then as many of the least confident; the Results
+    gallery counts the flags in its title and says of each one below the line that it was not flagged."""
+    from app.state.audit_gallery import audit_gallery, audit_measure
+
+    report = {"images": 10, "suspects": [
+        {"path": "a.png", "given": "1", "suggested": "7", "score": 0.01, "flagged": True},
+        {"path": "b.png", "given": "2", "suggested": "3", "score": 0.2, "flagged": False}]}
+    found, title = audit_gallery(report, "suspects")
+    assert title.startswith("1 of 10 images probably labelled wrong") and "then 1 below the line" in title
+    assert "below the line" not in audit_measure(found[0]) and "below the line" in audit_measure(found[1])
+    older = {"images": 10, "suspects": [{k: v for k, v in s.items() if k != "flagged"} for s in report["suspects"]]}
+    assert audit_gallery(older, "suspects")[1].startswith("2 of 10"), "an older audit's list: every one flagged"

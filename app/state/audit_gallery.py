@@ -11,6 +11,9 @@ from app.state.eval_results import Prediction
 KEYS = "E exclude · R relabel as suggested · K keep"
 
 
+BELOW_THE_LINE = "below the line"  # an audit's suspect past the flagged ones: among the least confident of the rest
+
+
 def audit_gallery(report: dict, kind: str) -> tuple[list[Prediction], str]:
     """(the images, the gallery's title) of the audit's `kind`: "suspects", "copies" or "outliers"."""
     if kind == "outliers":
@@ -27,8 +30,8 @@ def audit_gallery(report: dict, kind: str) -> tuple[list[Prediction], str]:
         worth = f"<br>{report['leak_worth'][0].upper()}{report['leak_worth'][1:]}." if report.get("leak_worth") else ""
         return found, (f"{len(found)} copies of another image ({leaks} of a test or validation image: a leak), most "
                        f"alike first; left the copy, right the image it copies (E exclude the copy · K keep){worth}")
-    found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0, audit="issue")
-             for s in report["suspects"]]
+    found = [Prediction(s["path"], s["given"], s["suggested"], s["score"], 0.0,
+                        audit="issue" if s.get("flagged", True) else BELOW_THE_LINE) for s in report["suspects"]]
     flagged = sum(s.get("flagged", True) for s in report["suspects"])
     below = f"; then {len(found) - flagged} below the line, the least confident of the rest" if len(found) > flagged \
         else ""
@@ -66,7 +69,8 @@ def audit_measure(p: Prediction) -> str:
         what = "a resized or recompressed copy" if p.audit == "near copy" else "a byte-identical copy"
         split, path = p.copy_of
         return f"{what} of the {split} image {path} (thumbnails' correlation {p.confidence:.4f})"
-    return f"the given label's probability, out of sample: {100 * p.confidence:.2g}%"
+    below = " (below the line: confident learning did not flag it)" if p.audit == BELOW_THE_LINE else ""
+    return f"the given label's probability, out of sample: {100 * p.confidence:.2g}%{below}"
 
 
 def score_text(p: Prediction) -> str:
