@@ -145,6 +145,10 @@ class MainWindow(QMainWindow):
         self.resume_action = action("Resume", sp.SP_MediaSeekForward, lambda: self.run_actions.resume(None))
         bar.addSeparator()
         self.try_action = action("Try it…", sp.SP_FileDialogContentsView, self.run_actions.try_it, "Ctrl+T")
+        self.quit_action = QAction("Quit", self)  # not on the toolbar: the platform's shortcut (Ctrl+Q), as closing
+        self.quit_action.setShortcut(QKeySequence(QKeySequence.StandardKey.Quit))  # the window does (a run asks)
+        self.quit_action.triggered.connect(self.close)
+        self.addAction(self.quit_action)
 
     def _connect_pages(self) -> None:
         """Who tells whom on the set-up pages: validation on every edit, the pages to each other."""
@@ -308,8 +312,10 @@ class MainWindow(QMainWindow):
                           "A run left running can be re-opened from the Runs page.", parent=self)
         stop = box.addButton("Stop run", QMessageBox.ButtonRole.DestructiveRole)
         leave = box.addButton("Leave running", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
+        cancel = box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(cancel)  # Enter changes nothing (it left the trainer running, issue #71)
         box.setObjectName("closeBox")
+        self.close_box = box
 
         def answered():
             if box.clickedButton() is stop:

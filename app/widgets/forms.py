@@ -10,7 +10,7 @@ import html
 import re
 from typing import Any
 
-from PySide6.QtCore import QObject, QSize, Signal
+from PySide6.QtCore import QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -112,7 +112,31 @@ EXACT_DECIMALS = 15  # a decimal key's resolution in a form: what a double holds
 BOUND_STEP = 1e-6  # an open bound (0 < val_split) as the closest value a spin box offers inside it
 
 
-class ExactDoubleSpinBox(QDoubleSpinBox):
+class _WheelOnlyWhenFocused:
+    """A value the mouse wheel changes only once the user has clicked or tabbed into it: scrolling a page across it
+    scrolls the page (the wheel over Batch size changed it from 32 to 24 on its way down the Dataset page)."""
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if self.hasFocus():
+            super().wheelEvent(event)
+        else:
+            event.ignore()  # to the scroll area around it
+
+
+def _strong_focus(widget: QWidget) -> QWidget:
+    widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # the wheel does not focus it (Qt's default for spin boxes)
+    return widget
+
+
+class SpinBox(_WheelOnlyWhenFocused, QSpinBox):
+    pass
+
+
+class ComboBox(_WheelOnlyWhenFocused, QComboBox):
+    pass
+
+
+class ExactDoubleSpinBox(_WheelOnlyWhenFocused, QDoubleSpinBox):
     """A QDoubleSpinBox that keeps EXACT_DECIMALS digits and shows a value as written (0.125, not 0.125000;
     0.00123456789, not 0.001235)."""
 
@@ -153,7 +177,7 @@ class Binder(QObject):
             w = QLineEdit()
             w.setProperty("kind", "int")
             return self._register(key, w, w.textChanged)
-        w = QSpinBox()
+        w = _strong_focus(SpinBox())
         w.setRange(int(low), int(high))
         w.setSuffix(suffix)
         if special:
@@ -164,7 +188,7 @@ class Binder(QObject):
         """A decimal key, its range the config's (`key_meta`), holding any valid value as typed (0.125 stays 0.125,
         not 0.13; 0.02 is not raised to a widget's own 0.05); `special` names the box's lowest value (auto)."""
         meta = key_meta(key)
-        w = ExactDoubleSpinBox()
+        w = _strong_focus(ExactDoubleSpinBox())
         low = meta["ge"] if meta["ge"] is not None else meta["gt"] + BOUND_STEP if meta["gt"] is not None \
             else -FLOAT_MAX
         high = meta["le"] if meta["le"] is not None else meta["lt"] - BOUND_STEP if meta["lt"] is not None \
@@ -178,7 +202,7 @@ class Binder(QObject):
 
     def choice(self, key: str, options: list[tuple[str, Any]]) -> QComboBox:
         """A key whose values are not all text (true, false, auto): each option shown by its label."""
-        w = QComboBox()
+        w = _strong_focus(ComboBox())
         for label, value in options:
             w.addItem(label, value)
         w.setProperty("kind", "choice")
@@ -197,7 +221,7 @@ class Binder(QObject):
         return self._register(key, w, w.textChanged)
 
     def combo(self, key: str, choices: list[str] | tuple[str, ...], editable: bool = False) -> QComboBox:
-        w = QComboBox()
+        w = _strong_focus(ComboBox())
         w.addItems(list(choices))
         w.setEditable(editable)
         return self._register(key, w, w.currentTextChanged)

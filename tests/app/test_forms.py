@@ -219,3 +219,40 @@ def test_the_augmentation_preview_follows_the_settings_as_the_trainer_draws_them
     qtbot.waitUntil(lambda: preview.result is not jittered, timeout=60_000)
     assert preview.result["seed"] == 1
     assert [r["path"] for r in preview.result["images"]] != [r["path"] for r in jittered["images"]], "other images"
+
+
+def test_the_wheel_scrolls_past_values_it_has_not_been_given_and_ctrl_q_quits(qtbot, make_window, shapes_dir, tmp_path,
+                                                                                monkeypatch):
+    """Issue #71: scrolling the Dataset page across Batch size changed it (32 to 24); a value takes the wheel only
+    once clicked or tabbed into. Ctrl+Q closes the window as closing it does; the question asked when a run is in
+    progress defaults to Cancel (Enter left the trainer running)."""
+    from PySide6.QtCore import QPoint, QPointF, Qt
+    from PySide6.QtGui import QKeySequence, QWheelEvent
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    window = make_window(write_config(tmp_path, shapes_dir, data={"batch_size": 32}))
+    batch = window.binder.widgets["data.batch_size"]
+    assert batch.focusPolicy() == Qt.FocusPolicy.StrongFocus
+
+    def wheel(widget, notches: int) -> None:
+        centre = QPointF(widget.rect().center())
+        event = QWheelEvent(centre, QPointF(widget.mapToGlobal(centre.toPoint())), QPoint(0, 0),
+                            QPoint(0, 120 * notches), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                            Qt.ScrollPhase.NoScrollPhase, False)
+        QApplication.sendEvent(widget, event)
+
+    window.binder.widgets["train.epochs"].setFocus()
+    wheel(batch, -3)
+    assert batch.value() == 32, "not given the wheel: the page scrolls past it"
+    batch.setFocus()
+    qtbot.waitUntil(batch.hasFocus, timeout=5_000)
+    wheel(batch, 1)
+    assert batch.value() != 32, "clicked into, the wheel changes it"
+
+    assert window.quit_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Quit)
+    window._ask_how_to_close()
+    assert window.close_box.defaultButton() is window.close_box.button(QMessageBox.StandardButton.Cancel)
+    window.close_box.done(0)
+    window.quit_action.trigger()
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5_000)
