@@ -118,7 +118,7 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
         if pre.get("tta"):  # eval.tta: in the graph, or the caller averages the mirror image's logits
             sidecar["tta"] = "graph" if in_graph else "caller"
         atomic_write_text(Path(f"{target}.json"), json.dumps(sidecar))
-        with threads_for(load) as (threads, others):  # the export loaded, checked and timed on them
+        with threads_for(load) as others:  # the export loaded, checked and timed on them
             card = _card(run, fmt, target, out.name, sidecar, reference, conversion, others)
         atomic_write_text(Path(f"{target}.json"), json.dumps(card, indent=1))
         atomic_write_text(Path(f"{target}.md"), markdown(card))

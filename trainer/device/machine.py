@@ -104,12 +104,12 @@ def threads_left(full: int, others: float) -> int:
 @contextlib.contextmanager
 def threads_for(load: OtherLoad):
     """torch's threads fitted (`threads_left`) to the other programs' load measured by `load` since it was made,
-    inside the block; as they were after it. Yields (threads, the others' cores)."""
+    inside the block; as they were after it. Yields the others' cores."""
     full = torch.get_num_threads()
     others = load.share() * (psutil.cpu_count() or 1)
     torch.set_num_threads(threads_left(full, others))
     try:
-        yield torch.get_num_threads(), others
+        yield others
     finally:
         torch.set_num_threads(full)
 

@@ -133,11 +133,12 @@ def _result(lrs: list[float], losses: list[float], raw: list[float], start: floa
              "range": [start, end], "suggested_lr": None, "extend": None}
     curve = (f"half-way along the loss's longest descent, {lr['first']:.3g} to {lr['last']:.3g}; steepest descent at "
              f"{lr['steepest']:.3g}, lowest loss at {lr['minimum']:.3g}")
-    if (fell <= FLAT * abs(top) or minimum <= skip) and (diverged or rose > RISE_SHARE * abs(low)):
+    did_not_fall = fell <= FLAT * abs(top) or minimum <= skip
+    if did_not_fall and (diverged or rose > RISE_SHARE * abs(low)):
         found["why"] = (f"no suggestion: the loss rose from the range's start, {start:.3g} (lowest at "
                         f"{lr['minimum']:.3g}); sweep from lower rates")
         found["extend"] = [start / EXTEND, end]
-    elif fell <= FLAT * abs(top) or minimum <= skip:
+    elif did_not_fall:
         found["why"] = f"no suggestion: the loss hardly moved between {start:.3g} and {end:.3g}; sweep to higher rates"
         found["extend"] = [start, end * EXTEND]
     elif not diverged and rose < RISE_SHARE * fell:
