@@ -13,15 +13,14 @@ import os
 import sys
 from pathlib import Path
 
-from trainer.core.rundir import default_runs_dir
-
 STANDBY_DELAY_MS = 3000  # after the window shows: its own start-up jobs first (measured in bench/startup.py)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python main.py", description="TrainDeck desktop app")
     parser.add_argument("--config", type=Path, help="open with this YAML config loaded")
-    parser.add_argument("--runs-dir", type=Path, help="where runs are written and listed (default ./runs)")
+    parser.add_argument("--runs-dir", type=Path, help="where runs are written and listed (default: the folder "
+                        "chosen on the Runs page last time, else runs/ in TrainDeck's data folder)")
     parser.add_argument("--autostart", action="store_true", help="start training right away")
     return parser.parse_args(argv)
 
@@ -71,6 +70,7 @@ def run_app(argv: list[str]) -> int:
 
     from app.jobs.background import run_in_thread
     from app.main_window import MainWindow, app_icon, load_style
+    from app.state.runs_folder import SETTING, RunsFolder
     from trainer.data.demo_data import demo_dataset_dir, ensure_demo_dataset
     from trainer.runs.launch import REPO_ROOT
 
@@ -81,7 +81,8 @@ def run_app(argv: list[str]) -> int:
     app.setStyleSheet(load_style())
     demo = demo_dataset_dir()
     writing_demo = not (demo / ".complete").exists()
-    window = MainWindow(QSettings(), args.runs_dir or default_runs_dir(), args.config,
+    settings = QSettings()
+    window = MainWindow(settings, RunsFolder.at_start(args.runs_dir, settings.value(SETTING)).path, args.config,
                         hold_scan="Writing the demo dataset…" if writing_demo else None)
     window.show()
     quiet_garbage_collector()

@@ -32,6 +32,8 @@ from app.pages.model_page import ModelPage
 from app.pages.optimizer_page import OptimizerPage
 from app.pages.queue_page import QueuePage
 from app.pages.runs_page import RunsPage
+from app.state.runs_folder import SETTING as RUNS_SETTING
+from app.state.runs_folder import RunsFolder
 from app.widgets.forms import Binder
 from app.window.config_files import ConfigFiles
 from app.window.form import DEMO_CONFIG, Form
@@ -56,14 +58,14 @@ class MainWindow(QMainWindow):
                  hold_scan: str | None = None):
         super().__init__()
         self.settings = settings
-        self.runs_dir = Path(runs_dir)
-        self.runs = RunController(self.runs_dir, self)
+        self.runs_folder = RunsFolder(runs_dir)
+        self.runs = RunController(self.runs_folder, self)
         self._close_after_stop = False
         self._leave_running = False
         self.setWindowTitle("TrainDeck")
         self._fit_to_screen()
         self._build_pages()
-        self.form = Form(self, self.runs_dir)
+        self.form = Form(self, self.runs_folder)
         self.files = ConfigFiles(self, self.form, settings)
         self.planning = Planning(self, self.form, self.runs)
         self.run_actions = RunActions(self, self.form, self.runs)
@@ -169,7 +171,7 @@ class MainWindow(QMainWindow):
         self.dataset_page.auto.requested.connect(self.planning.auto_plan)
         self.device_page.slurmRequested.connect(self.files.save_slurm_dialog)
         self.dataset_page.default_manifest = lambda: self.form.manifest_path
-        self.dataset_page.runs_dir = self.runs_dir
+        self.dataset_page.runs_folder = self.runs_folder
         self.dataset_page.findingsRequested.connect(self.run_actions.show_findings)
         self.binder.widgets["data.train_dir"].textChanged.connect(lambda _: self.form.follow_dataset())
         self.dataset_page.folderSettled.connect(self.form.use_folder_splits)
@@ -187,6 +189,7 @@ class MainWindow(QMainWindow):
         self.queue_page.openRequested.connect(self.run_actions.open)
         self.runs_page.resumeRequested.connect(self.run_actions.resume)
         self.runs_page.extendRequested.connect(self.run_actions.extend)
+        self.runs_page.runsDirChosen.connect(self.change_runs_dir)
         self.queue_page.changed.connect(self._update_buttons)
         for source in (self.run_actions, self.planning):
             source.showTraining.connect(lambda: self.nav.setCurrentRow(PAGES.index("Training")))
@@ -259,6 +262,33 @@ class MainWindow(QMainWindow):
         self._marks = marks
         if self._dashboard is not None:
             self._dashboard.results.set_marked(marks)
+
+    # ---- where runs go ---------------------------------------------------------------------------
+    @property
+    def runs_dir(self) -> Path:
+        return self.runs_folder.path
+
+    def change_runs_dir(self, chosen: str) -> None:
+        """The Runs page's choice: every part of the window writes and lists runs there from now on, and the next
+        start opens there (unless --runs-dir says otherwise). Not while a run is going: it writes where it began."""
+        path = Path(chosen).expanduser()
+        if path == self.runs_dir:
+            return
+        if self.runs.running:
+            self.statusBar().showMessage(f"The runs folder stays {self.runs_dir} while a run is going: stop it first",
+                                         8000)
+            self.runs_page.set_runs_dir(self.runs_dir)
+            return
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self.statusBar().showMessage(f"Runs folder {path}: cannot be made ({e.strerror or e})", 8000)
+            return
+        self.runs_folder.path = path
+        self.settings.setValue(RUNS_SETTING, str(path))
+        self.runs_page.set_runs_dir(path)
+        self.queue_page.set_runs_dir(path)
+        self.statusBar().showMessage(f"Runs are written and listed in {path}", 5000)
 
     # ---- what the parts say --------------------------------------------------------------------
     @property

@@ -8,12 +8,13 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO, process_tree_gone, run_here, run_main, wait_for_event, write_config
+from helpers import REPO, process_tree_gone, run_here, run_main, train_here, wait_for_event, write_config
 
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
 from trainer.device.precision import choose_precision
 from trainer.model.checkpoint import load_weights_only
+from trainer.train.loop import Loop
 
 
 def start_train(cfg_path, run_dir, *extra):
@@ -73,7 +74,41 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, t
     events = read_events(interrupted / "events.jsonl")
     epochs = [e["epoch"] for e in events if e["event"] == "epoch"]
     assert epochs[-1] == 3 and sorted(set(epochs)) == [1, 2, 3], "curves continue in the same events file"
+    # the epoch cut by the kill is the whole epoch's loss, the part trained before it included
+    assert epoch_losses(interrupted) == pytest.approx(epoch_losses(straight), rel=1e-5)
     assert [e["checkpoint_writer"] for e in events if e["event"] == "run_start"] == ["background", "background"]
+
+
+def epoch_losses(run_dir) -> dict[int, float]:
+    """Each epoch's train loss as the run's last epoch event for it says (a resumed run may log one again)."""
+    return {e["epoch"]: e["train_loss"] for e in read_events(run_dir / "events.jsonl") if e["event"] == "epoch"}
+
+
+def test_a_stop_on_an_epochs_last_step_then_resume_logs_that_epochs_real_loss(shapes_dir, tmp_path, monkeypatch):
+    # issue #71: stopped with ckpt-e0002-s00000075 (step 75 ends epoch 3), Resume logged epoch 3 with train_loss 0.0
+    cfg = slow_config(tmp_path, shapes_dir, train={"epochs": 2}, device={"share_cpu": False})
+    straight, code = train_here(cfg, tmp_path / "straight")
+    assert code == 0
+    log_step = Loop.log_step
+
+    def stop_on_the_first_epochs_last_step(self, window, result, batches, *rest):
+        if self.state.epoch == 0 and self.state.batch_in_epoch == batches:
+            self.stop.requested = True  # as the Stop button's file or a SIGTERM would, read at this log step
+        return log_step(self, window, result, batches, *rest)
+
+    monkeypatch.setattr(Loop, "log_step", stop_on_the_first_epochs_last_step)
+    run, code = train_here(cfg, tmp_path / "stopped")
+    monkeypatch.setattr(Loop, "log_step", log_step)
+    assert run.read_status()["state"] == "stopped"
+    saved = [e for e in read_events(run.events) if e["event"] == "checkpoint"]
+    assert saved[-1]["mid_epoch"] and saved[-1]["epoch"] == 0, "stopped after the epoch's last step, before its end"
+    assert not [e for e in read_events(run.events) if e["event"] == "epoch"]
+
+    run, code = train_here(cfg, None, run=run, resume=True)
+    assert code == 0
+    losses = epoch_losses(run.path)
+    assert sorted(losses) == [1, 2] and all(loss > 0 for loss in losses.values())
+    assert losses == pytest.approx(epoch_losses(straight.path), rel=1e-5)
 
 
 def test_resume_refuses_a_completed_run_and_a_missing_dir(shapes_dir, tmp_path):

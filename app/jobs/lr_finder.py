@@ -3,11 +3,10 @@ it is up), its points as they are measured, then the whole sweep."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import QObject, Signal
 
 from app.jobs.background import CliJob
+from app.state.runs_folder import RunsFolder
 from trainer.core.config import RunConfig, save_config
 from trainer.core.events import LR_POINT
 from trainer.core.rundir import new_config_file
@@ -19,9 +18,9 @@ class LrFinder(QObject):
     failed = Signal(str)
     point = Signal(float, float)  # a step measured: learning rate, smoothed loss
 
-    def __init__(self, runs_dir: Path, parent: QObject | None = None):
+    def __init__(self, runs_folder: RunsFolder, parent: QObject | None = None):
         super().__init__(parent)
-        self.runs_dir = Path(runs_dir)
+        self.runs_folder = runs_folder
         self.job: CliJob | None = None
 
     @property
@@ -32,7 +31,7 @@ class LrFinder(QObject):
         """Sweep on `cfg`, over the trainer's default range or `lr_range` (what a sweep without a minimum offered)."""
         if self.busy:
             return
-        path = new_config_file(self.runs_dir, "lr-find")
+        path = new_config_file(self.runs_folder.path, "lr-find")
         save_config(cfg, path)
         self.job = CliJob(lr_find_args(path, lr_range), self)
         self.job.done.connect(self._done)

@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.jobs.run_model import RunModel
 from app.jobs.trainer_process import TrainerProcess
+from app.state.runs_folder import RunsFolder
 from trainer.core.config import RunConfig, save_config
 from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_text
@@ -50,9 +51,9 @@ class RunController(QObject):
     runFinished = Signal(str, str)  # final state, message
     changed = Signal()  # what can be done (start, stop, resume) may have changed
 
-    def __init__(self, runs_dir: Path, parent: QObject | None = None):
+    def __init__(self, runs_folder: RunsFolder, parent: QObject | None = None):
         super().__init__(parent)
-        self.runs_dir = Path(runs_dir)
+        self.runs_folder = runs_folder
         self.model: RunModel | None = None
         self.process = TrainerProcess(self)
         # a started run's config, output (and Auto's choices) until the trainer takes them
@@ -63,6 +64,10 @@ class RunController(QObject):
         self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
         self._remote_status.setInterval(500)
         self._remote_status.timeout.connect(self._show_remote_status)
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.runs_folder.path
 
     @property
     def running(self) -> bool:

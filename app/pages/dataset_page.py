@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import run_in_thread, without_collection_pauses
 from app.pages.auto_panel import AutoPanel
+from app.state.runs_folder import RunsFolder
 from app.widgets.augment_preview import AugmentPreview
 from app.widgets.class_bars import ClassBars
 from app.widgets.forms import Binder, FullHeight, WrappedLabel, breakable
@@ -195,7 +196,7 @@ class DatasetPage(QWidget):
         # where a new manifest goes when data.exclude is not set yet (the window decides: beside the config)
         self.default_manifest = lambda: Path.home() / "traindeck-exclude.yaml"
         self.host = ""  # device.host: the folders are on that host (browsed and scanned there)
-        self.runs_dir: Path | None = None  # where the last audit of a run on the folder is looked for (the window's)
+        self.runs_folder: RunsFolder | None = None  # where the last audit of a run on the folder is looked for
 
         left = self._build_settings(binder)
         right = self._build_overview(binder)
@@ -420,7 +421,7 @@ class DatasetPage(QWidget):
         host = self.host
         self.summary.setText(f"Scanning {breakable(folder)} on {html.escape(host)} …" if host
                              else f"Scanning {breakable(folder)} …")
-        runs_dir = self.runs_dir
+        runs_dir = self.runs_folder.path if self.runs_folder else None
         scan = (lambda: remote_scan(host, folder, labels)) if host else (
             lambda: _scan_with_thumbnails(folder, manifest_path, runs_dir, labels))
         if self._scan_running:  # one scan at a time: the newest state is scanned once the one under way ends

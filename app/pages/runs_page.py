@@ -11,8 +11,10 @@ from pathlib import Path
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QLineEdit,
     QMessageBox,
     QPushButton,
@@ -190,10 +192,18 @@ class RunsPage(QWidget):
     openRequested = Signal(str)
     resumeRequested = Signal(str)
     extendRequested = Signal(str)
+    runsDirChosen = Signal(str)  # the user chose another runs folder (the window moves to it and remembers it)
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.runs_dir: Path | None = None
+        self.folder = QLineEdit()  # the whole path, scrollable and selectable; the window decides what it is
+        self.folder.setObjectName("runsFolder")
+        self.folder.setReadOnly(True)
+        change = QPushButton("Change…")
+        change.setObjectName("runs:Change folder")
+        change.setToolTip("Write and list runs in another folder (remembered for the next start; --runs-dir wins)")
+        change.clicked.connect(self._choose_folder)
         self._row_cache = RowCache()
         self._reading = self._read_again = False  # a read_table under way; another asked for meanwhile
         self._showing_rest = False  # a table's rows still going in, a chunk a turn
@@ -248,6 +258,11 @@ class RunsPage(QWidget):
         top = QWidget()
         tl = QVBoxLayout(top)
         tl.setContentsMargins(0, 0, 0, 0)
+        where = QHBoxLayout()
+        where.addWidget(QLabel("Runs folder:"))
+        where.addWidget(self.folder, 1)
+        where.addWidget(change)
+        tl.addLayout(where)
         tl.addWidget(self.filter)
         tl.addLayout(buttons)
         tl.addWidget(self.table)
@@ -275,7 +290,15 @@ class RunsPage(QWidget):
 
     def set_runs_dir(self, runs_dir: Path) -> None:
         self.runs_dir = Path(runs_dir)
+        self.folder.setText(str(self.runs_dir))
+        self.folder.setToolTip(str(self.runs_dir))
+        self.folder.setCursorPosition(0)
         self.refresh()
+
+    def _choose_folder(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Runs folder", str(self.runs_dir or Path.home()))
+        if chosen:
+            self.runsDirChosen.emit(chosen)
 
     def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
         self.views  # noqa: B018 - built on the first show

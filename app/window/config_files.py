@@ -68,11 +68,11 @@ class ConfigFiles(QObject):
             return ""
         path = self.form.config_path
         if path is None or load_config(path).to_dict() != cfg.to_dict():
-            path = new_config_file(self.form.runs_dir)
+            path = new_config_file(self.form.runs_folder.path)
             save_config(cfg, path)
         if cfg.device.nnodes > 1:
             return "\n".join(f"# node {i}\n{c}" for i, c in enumerate(node_commands(path, cfg)))
-        return shlex.join(headless_command(path, self.form.runs_dir))
+        return shlex.join(headless_command(path, self.form.runs_folder.path))
 
     def copy_command(self) -> None:
         text = self.command_text()
@@ -90,7 +90,7 @@ class ConfigFiles(QObject):
 
     def save_slurm_script(self, path: Path) -> Path:
         """The SLURM batch script for the current form and, beside it, the config it trains (as `main.py slurm`)."""
-        config_path = write_slurm_files(self.form.config(), path, self.form.runs_dir)
+        config_path = write_slurm_files(self.form.config(), path, self.form.runs_folder.path)
         self.said.emit(f"Saved {path} and {config_path.name}; submit with: sbatch {path}", 8000)
         return config_path
 

@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
 from app.state.form_state import DATASET_KEYS, SPLIT_NAMES, FormState, get_path, manifest_path_for, new_config_raw
+from app.state.runs_folder import RunsFolder
 from trainer.core.config import ConfigError, RunConfig, load_config
 from trainer.core.rundir import RunDir
 from trainer.data.demo_data import demo_dataset_dir
@@ -29,13 +30,13 @@ class Form(QObject):
     validated = Signal(list)  # the form's problems (none: it can start)
     said = Signal(str, int)  # a line for the status bar, and for how many ms
 
-    def __init__(self, window, runs_dir: Path):
+    def __init__(self, window, runs_folder: RunsFolder):
         super().__init__(window)
         self.window = window  # the dialogs' parent
         self.binder = window.binder
         self.pages = window.dataset_page, window.model_page, window.optimizer_page, window.device_page
         self.advanced = window.advanced_page
-        self.runs_dir = runs_dir
+        self.runs_folder = runs_folder
         self.state = FormState()
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
@@ -168,7 +169,7 @@ class Form(QObject):
     # ---- the dataset -----------------------------------------------------------------------------
     @property
     def manifest_path(self) -> Path:
-        return manifest_path_for(self.pages[0].train_dir, self.runs_dir, self.state.config_path)
+        return manifest_path_for(self.pages[0].train_dir, self.runs_folder.path, self.state.config_path)
 
     def use_folder_splits(self, folder: str) -> None:
         """A folder laid out as train/ val/ test/ is used as those splits (the scan's rule, as Auto does), and what it
@@ -204,7 +205,7 @@ class Form(QObject):
         """A manifest TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
         exclude = self.binder.widgets["data.exclude"]
         current = exclude.text().strip()
-        made_here = not current or Path(current).parent == self.runs_dir / "configs"
+        made_here = not current or Path(current).parent == self.runs_folder.path / "configs"
         if made_here and self.state.config_path is None:  # this dataset's own manifest, when it has one
             mine = self.manifest_path
             exclude.setText(str(mine) if mine.exists() else "")

@@ -31,7 +31,7 @@ class Planning(QObject):
         self.panel.downloadCancelled.connect(self.cancel_download)
         self.lr_dialog: LrFindDialog | None = None
         self._asked: tuple | None = None  # what the last Auto plan was asked for (folder, minutes, overrides, labels)
-        self.lr_finder = LrFinder(form.runs_dir, self)
+        self.lr_finder = LrFinder(form.runs_folder, self)
         self.lr_finder.done.connect(self._lr_found)
         self.lr_finder.failed.connect(self._lr_failed)
         self.lr_finder.point.connect(lambda lr, loss: self.lr_dialog and self.lr_dialog.add_point(lr, loss))

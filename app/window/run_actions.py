@@ -82,7 +82,7 @@ class RunActions(QObject):
             QMessageBox.warning(self.window, "Cannot queue",
                                 "Fix the marked settings first:\n" + "\n".join(self.form.problems))
             return None
-        path = new_config_file(self.form.runs_dir)
+        path = new_config_file(self.form.runs_folder.path)
         save_config(cfg, path)
         return path
 
@@ -94,7 +94,7 @@ class RunActions(QObject):
         path = self._form_config_file()
         if path is None:
             return None
-        job = CliJob(queue_add_args(path, self.form.runs_dir), self, parse_json=False)
+        job = CliJob(queue_add_args(path, self.form.runs_folder.path), self, parse_json=False)
         button.setEnabled(False)
         queue = self.window.queue_page
 
@@ -117,7 +117,7 @@ class RunActions(QObject):
         if path is None:
             return None
         queue = self.window.queue_page
-        dialog = SweepDialog(path, self.form.runs_dir, self.window)
+        dialog = SweepDialog(path, self.form.runs_folder.path, self.window)
         dialog.add_grid_row("optimizer.lr", "1e-3, 3e-3, 1e-2")
         dialog.queued.connect(lambda _: (queue.ensure_scheduler(), queue.refresh()))
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -152,7 +152,7 @@ class RunActions(QObject):
 
     def try_it(self) -> TryItDialog:
         """The Try it dialog, offering the shown run first, then every other run with a best checkpoint."""
-        runs = [r.path for r in list_runs(self.form.runs_dir) if (r.checkpoints / "best.pt").exists()]
+        runs = [r.path for r in list_runs(self.form.runs_folder.path) if (r.checkpoints / "best.pt").exists()]
         current = self.runs.model.run.path if self.runs.model is not None else None
         if current is not None and (current / "checkpoints" / "best.pt").exists():
             runs = [current] + [r for r in runs if r != current]

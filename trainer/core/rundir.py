@@ -467,4 +467,11 @@ def user_log_dir() -> Path:
 
 
 def default_runs_dir() -> Path:
+    """The command line's runs folder without --runs-dir: $TRAINDECK_RUNS, else ./runs where the command is run."""
     return Path(os.environ.get("TRAINDECK_RUNS", Path.cwd() / "runs"))
+
+
+def user_runs_dir() -> Path:
+    """The window's runs folder until the user chooses one: $TRAINDECK_RUNS, else runs/ in TrainDeck's data folder
+    (beside the demo dataset; on Linux ~/.local/share/traindeck/runs), never the folder the app was started from."""
+    return Path(os.environ.get("TRAINDECK_RUNS") or user_dir("data") / "runs")

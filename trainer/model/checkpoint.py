@@ -85,6 +85,9 @@ class TrainState:
     early_stop_wait: int = 0  # epochs since it last improved
     early_stopped: bool = False  # the run ended by early stopping (an extension gets its full patience again)
     budget: dict | None = None  # train.budget: its seconds spent, the epochs re-planned and the schedule's clock
+    # the part of `epoch` trained before a mid-epoch checkpoint, every rank's summed: [loss x images, right, images],
+    # so that a resumed epoch's train loss is the whole epoch's (none for a checkpoint at an epoch's end)
+    epoch_so_far: list[float] | None = None
 
     def to_checkpoint(self, *, model, optimizer, scheduler, precision, aug_generator, config: dict,
                       classes: list[str], mean: list[float], std: list[float],
@@ -100,6 +103,7 @@ class TrainState:
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "step": self.step, "best_acc": self.best_acc,
             "early_stop": {"best": self.early_stop_best, "wait": self.early_stop_wait, "stopped": self.early_stopped},
             "rng": rng_state(), "aug_rng": aug_generator.get_state(), **({"budget": self.budget} if self.budget else {}),
+            **({"epoch_so_far": self.epoch_so_far} if self.batch_in_epoch and self.epoch_so_far else {}),
             "config": config, "classes": classes, "model_name": config["model"]["name"],
             "preprocess": {**Frame.of(data).to_record(), "mean": mean, "std": std,
                            # what inference runs as (trainer.deploy.inference), so it predicts as validation did
@@ -122,6 +126,9 @@ class TrainState:
         self.early_stop_best = early.get("best")
         self.early_stop_wait = 0 if early.get("stopped") else early.get("wait", 0)  # extended: full patience again
         self.budget = state.get("budget")
+        so_far = state.get("epoch_so_far")
+        self.epoch_so_far = ([float(v) for v in so_far] if self.batch_in_epoch and isinstance(so_far, list)
+                             and len(so_far) == 3 and all(isinstance(v, (int, float)) for v in so_far) else None)
         set_rng_state(state["rng"])
         if state.get("aug_rng") is not None:
             aug_generator.set_state(state["aug_rng"])

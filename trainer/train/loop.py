@@ -297,8 +297,9 @@ class Loop:
                     "fit_epochs": self.made_way["fit_epochs"]}
         return {}
 
-    def train_one_epoch(self) -> tuple[float, float, int] | None:
-        """(mean loss, accuracy, images) of the epoch; None when stopped part-way (after checkpointing)."""
+    def train_one_epoch(self) -> tuple[float | None, float | None, int] | None:
+        """(mean loss, accuracy, images) of the epoch (loss and accuracy None when none of its images are known);
+        None when stopped part-way (after checkpointing)."""
         cfg, st, s, parts = self.cfg, self.state, self.strategy, self.parts
         batches = parts.epoch_batches(cfg, s, st.epoch)
         size = self.image_size(st.epoch)
@@ -307,6 +308,9 @@ class Loop:
         parts.train_mode(st.epoch)
         skip_mode = cfg.train.on_nonfinite == "skip"
         epoch_totals = torch.zeros(3, device=s.device)  # loss * images, correct, images
+        if st.batch_in_epoch and st.epoch_so_far and s.is_main:  # resumed mid-epoch: the part trained before counts
+            epoch_totals += torch.tensor(st.epoch_so_far, device=s.device)
+        st.epoch_so_far, self.epoch_totals = None, epoch_totals
         window = torch.zeros(3, device=s.device)  # loss sum, count, non-finite losses: since the last log step
         images_done, last_log = 0, (clock.now(), 0)
         epoch_started = last_log[0]
@@ -359,10 +363,12 @@ class Loop:
             if cfg.checkpoint.every_steps and st.step % cfg.checkpoint.every_steps == 0:
                 self.save(is_best=False)
         totals = s.all_reduce_sum(torch.cat([epoch_totals, window[2:]])).tolist()  # host sync at epoch end
+        self.epoch_totals = None
         if totals[3] > 0:
             raise Diverged(self.divergence_message(st.step, float("nan")))
-        seen = max(totals[2], 1.0)
-        return totals[0] / seen, totals[1] / seen, images_done * s.world_size
+        if not totals[2]:  # resumed at its end from a checkpoint without the epoch's totals (an older one)
+            return None, None, 0
+        return totals[0] / totals[2], totals[1] / totals[2], images_done * s.world_size
 
     def fit_threads(self) -> None:
         """device.share_cpu: torch's threads fitted to the cores other programs leave (a warning says so)."""
@@ -633,8 +639,11 @@ class Loop:
 
     def save(self, is_best: bool) -> None:
         """Rank 0 writes the checkpoint; every rank waits so none runs ahead into the next collective."""
+        st = self.state
+        if st.batch_in_epoch and self.epoch_totals is not None:  # mid-epoch: the epoch's totals so far, every rank's
+            st.epoch_so_far = self.strategy.all_reduce_sum(self.epoch_totals.clone()).tolist()
         if self.strategy.is_main:
-            st, parts = self.state, self.parts
+            parts = self.parts
             st.budget = self.budget_state()
             state = st.to_checkpoint(model=parts.eval_net, trained=parts.net if parts.average else None,
                                      optimizer=parts.optimizer, scheduler=parts.scheduler,

@@ -95,13 +95,14 @@ class Reporter:
         sys.stdout.write(f"\repoch {epoch}/{self.epochs} [{'#' * done}{'.' * (30 - done)}] loss {loss:.4f}")
         sys.stdout.flush()
 
-    def epoch_line(self, epoch: int, train_loss: float, metrics: dict, seconds: float) -> None:
+    def epoch_line(self, epoch: int, train_loss: float | None, metrics: dict, seconds: float) -> None:
         if not self.is_main:
             return
         end = "\r" if sys.stdout.isatty() else ""
         score = f"val_map {100 * metrics['val_map']:.1f}%" if "val_map" in metrics else \
             f"val_acc {100 * metrics['val_acc']:.1f}%"
-        print(f"{end}epoch {epoch}/{self.epochs}  train_loss {train_loss:.4f}  val_loss {metrics['val_loss']:.4f}  "
+        loss = "—" if train_loss is None else f"{train_loss:.4f}"
+        print(f"{end}epoch {epoch}/{self.epochs}  train_loss {loss}  val_loss {metrics['val_loss']:.4f}  "
               f"{score}  ({seconds:.1f}s)" + " " * 20, flush=True)
 
     def maybe_system(self) -> None:
