@@ -64,6 +64,7 @@ def main() -> int:
         nonlocal steps
         steps = iter([("dataset", "Dataset"), ("model", "Model"), ("optimizer", "Optimizer"), ("device", "Device"),
                       ("advanced", "Advanced"), ("dashboard", "Training"), ("gradients", "Training"), ("results", "Training"),
+                      ("lr_finder", "Optimizer"), ("resumed", "Training"),
                       ("store", "Model"), ("recipes", "Optimizer"), ("try_it", "Training"), ("export", "Runs"),
                       ("sweep", "Runs"),
                       ("queue", "Queue"), ("runs", "Runs"), ("auto", "Dataset")])
@@ -124,7 +125,7 @@ def main() -> int:
             when(lambda: not window.runs.running,
                  lambda: window.planning.auto_plan(0.5))
             when(lambda: not window.dataset_page.auto.choices.isHidden(),
-                 lambda: (shoot(name, page), QTimer.singleShot(800, window.stop_run),
+                 lambda: (shoot(name, page), QTimer.singleShot(800, window.runs.stop),
                           QTimer.singleShot(1500, next_shot)))
             return
         if name in tabs:
@@ -138,6 +139,26 @@ def main() -> int:
             when(lambda: window.model_page.store is not None, choose_resnet18)
             when(lambda: window.model_page.parameters[:1] == [("conv1.weight", 9408)],
                  lambda: (shoot(name, page), QTimer.singleShot(700, next_shot)))
+            return
+        if name == "lr_finder":  # the sweep's curve on the demo run's settings, its suggestion marked
+            window.nav.setCurrentRow(PAGES.index(page))
+            window.planning.find_lr()
+            when(lambda: window.planning.lr_dialog is not None and window.planning.lr_dialog.result is not None,
+                 lambda: QTimer.singleShot(300, lambda: (window.planning.lr_dialog.grab().save(str(out / "lr_finder.png")),
+                                                         window.planning.lr_dialog.done(0),
+                                                         QTimer.singleShot(300, next_shot))))
+            return
+        if name == "resumed":  # a run stopped after its third epoch and resumed: one set of curves, to its end
+            window.run_actions.start()
+            when(lambda: window.run_model is not None and len(window.run_model.val_loss) >= 3 and window.runs.running,
+                 window.runs.stop)
+            when(lambda: window.run_model is not None and window.run_model.state == "stopped"
+                 and not window.runs.running and window.resume_action.isEnabled(),
+                 window.resume_action.trigger)
+            when(lambda: window.run_model is not None and window.run_model.state == "completed"
+                 and window.run_model.segments > 1,
+                 lambda: (window.dashboard.tabs.setCurrentIndex(0), shoot(name, page),
+                          QTimer.singleShot(700, next_shot)))
             return
         if name == "results":  # the errors, one selected, with its Grad-CAM overlay
             results = window.dashboard.results

@@ -46,3 +46,25 @@ def test_group_labels_too_close_to_the_previous_one_are_left_out():
     assert every == ["conv1 ▸ weight", "bn1 ▸ weight", "layer1 ▸ 0.conv1.weight", "fc ▸ weight"]
     spaced = [pos for pos, _ in layer_ticks(names, min_gap=3)[0]]
     assert spaced == [0.5, 3.5, 6.5], "bn1 one row under conv1 would overlap it"
+
+
+def test_step_ticks_name_the_steps_of_the_columns():
+    from app.state.grad_views import step_ticks
+
+    assert step_ticks([10, 20, 30]) == [[(0.5, "10"), (1.5, "20"), (2.5, "30")]]
+    assert [label for _, label in step_ticks(list(range(100, 1300, 100)))[0]] == ["100", "300", "500", "700", "900",
+                                                                                 "1100"]
+
+
+def test_a_loss_axis_leaves_out_only_what_would_flatten_the_rest():
+    import numpy as np
+
+    from app.state.loss_axis import robust_range
+
+    epochs = np.arange(1.0, 7.0)
+    cut = robust_range(epochs, np.array([966.0, 2.0, 1.0, 0.7, 0.5, 0.3]))
+    assert cut is not None and cut.left_out == [(1.0, 966.0)] and cut.low < 0.3 and 2.0 < cut.high < 2.5
+    assert "966 at epoch 1" in cut.said()
+    assert robust_range(epochs, np.array([9.0, 5.0, 2.0, 1.0, 0.7, 0.5])) is None, "a steep fall is not an outlier"
+    assert robust_range(epochs[:2], np.array([966.0, 1.0])) is None, "two points: both shown"
+    assert robust_range(epochs, np.array([np.nan, 2.0, 1.0, 0.7, 0.5, 0.3])) is None

@@ -163,3 +163,23 @@ def test_nvml_figures_include_other_users_memory_and_mark_busy_gpus(monkeypatch)
     assert queue.place(cfg, [], usage, 1) == [1]  # GPU 0 is someone else's job
     line = gpu_line({"index": 0, "name": "NVIDIA H200", "memory_gb": 80.0}, usage[0], True)
     assert "97% busy, 60.0/80.0 GB in use" in line and "busy with another job" in line
+
+
+def test_the_scheduler_waits_while_a_run_started_elsewhere_is_still_going(tmp_path, shapes_dir, monkeypatch):
+    """Issue #71: the scheduler started a queued run while the window's Auto run was still exporting (two jobs on two
+    cores). A run started from the window or a command line holds its place until its process ends."""
+    from trainer.core.config import save_config
+    from trainer.core.rundir import new_run_dir
+
+    cfg = load_config(write_config(tmp_path, shapes_dir))
+    runs_dir = tmp_path / "runs"
+    windows_run = new_run_dir(runs_dir, "from-the-window")
+    save_config(cfg, windows_run.config)
+    windows_run.write_status(state="running", pid=os.getpid(), message="exporting")  # alive: this process
+    waiting = queue.add(runs_dir, cfg)
+    started = []
+    scheduler = queue.Scheduler(runs_dir, cpu_slots=1, usage=lambda: [], log=lambda *_: None)
+    monkeypatch.setattr(scheduler, "_launch", lambda run, cfg, gpus: started.append(run.path))
+    assert scheduler.start_what_fits() == 0 and started == []
+    windows_run.write_status(state="completed")  # its test set and exports done
+    assert scheduler.start_what_fits() == 1 and started == [waiting.path]

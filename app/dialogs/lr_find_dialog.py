@@ -5,6 +5,7 @@ the sweep up."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -28,6 +29,13 @@ class LrFindDialog(QDialog):
         self.plot.setLogMode(x=True, y=False)
         self.plot.setLabel("bottom", "learning rate")
         self.plot.setLabel("left", "loss")
+        # ticks that stay put and read as learning rates: one label a decade (1e-05, 0.0001, ...), the view a whole
+        # number of decades that grows with the sweep, no "(x0.001)" prefix on either axis
+        for side in ("bottom", "left"):
+            self.plot.getAxis(side).enableAutoSIPrefix(False)
+        self.plot.getAxis("bottom").setTickSpacing(1, 1)
+        self.plot.getViewBox().enableAutoRange(axis="x", enable=False)
+        self.decades: tuple[int, int] | None = None
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#1f77b4", width=2), symbol="o", symbolSize=4)
         self.state = QLabel("Sweeping: building the data and the model, then one point per step…")
         self.state.setObjectName("lrFindState")
@@ -51,12 +59,14 @@ class LrFindDialog(QDialog):
         self.lrs.append(lr)
         self.losses.append(loss)
         self.curve.setData(self.lrs, self.losses)
+        self._fit_decades(self.lrs)
         self.state.setText(f"Sweeping: {len(self.lrs)} steps, lr {lr:.3g}, smoothed loss {loss:.4g}")
 
     def finish(self, result: dict) -> None:
         """The whole sweep (the trainer's answer): its curve, the suggestion marked, the button to use it."""
         self.result = result
         self.curve.setData(result["lrs"], result["losses"])
+        self._fit_decades(result["lrs"])
         lr = result["suggested_lr"]
         if lr is None:  # no minimum inside the range: the trainer's reason, and the range it proposes instead
             low, high = result["extend"]
@@ -70,6 +80,17 @@ class LrFindDialog(QDialog):
         self.apply.setText(f"Use lr = {lr:.3g}")
         self.apply.setEnabled(True)
         self.state.setText(f"Suggested: {lr:.3g} ({result['why']}), from {len(result['lrs'])} steps")
+
+    def _fit_decades(self, lrs: list[float]) -> None:
+        """The x view: the whole decades the learning rates lie in (changed only when the sweep enters another)."""
+        positive = [lr for lr in lrs if lr > 0]
+        if not positive:
+            return
+        decades = math.floor(math.log10(min(positive))), max(math.ceil(math.log10(max(positive))),
+                                                             math.floor(math.log10(min(positive))) + 1)
+        if decades != self.decades:
+            self.decades = decades
+            self.plot.setXRange(*decades, padding=0)
 
     def fail(self, error: str) -> None:
         self.state.setText(f"The sweep failed: {error}")

@@ -22,6 +22,7 @@ from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
 
 log = logging.getLogger(__name__)
 GENTLE_CANCEL_MS = 3000  # a command cancelled gently (CliJob gentle_cancel) has this long to clean up
+STOP_WAIT_MS = 2000  # the resident worker, killed at quit: at most this long for the OS to say it has gone
 
 
 class _Signals(QObject):
@@ -312,6 +313,9 @@ class ResidentWorker(QObject):
         self._waiting.clear()
         if self.process is not None:
             self.process.finished.disconnect(self._died)
-            self.process.kill()  # reaped by Qt when it has gone; nothing here waits
+            self.process.kill()
+            # reaped now (a killed process goes at once): at the app's quit, Qt destroying a QProcess whose end it
+            # had not yet seen printed "QProcess: Destroyed while process ... is still running"
+            self.process.waitForFinished(STOP_WAIT_MS)
             self.process = None
             self.pid = None

@@ -102,7 +102,7 @@ class RunController(QObject):
         self.process.grace_ms = REMOTE_GRACE_MS if cfg.device.host else self.process.default_grace_ms
         self._stop_requested = False
         self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
-        self.watch(run)
+        self.watch(run, planned_epochs=cfg.train.epochs)
         return run
 
     def start_auto(self, folder: str, minutes: float, host: str, overrides: list[str],
@@ -217,8 +217,9 @@ class RunController(QObject):
         if message:
             self.stateText.emit(f"{m.run.name}: {message}")
 
-    def watch(self, run: RunDir, segment_since: float | None = None) -> None:
-        """Show `run` on the dashboard and follow it; `segment_since`: a new segment of it was launched then."""
+    def watch(self, run: RunDir, segment_since: float | None = None, planned_epochs: int = 0) -> None:
+        """Show `run` on the dashboard and follow it; `segment_since`: a new segment of it was launched then;
+        `planned_epochs`: what the status bar says a new run prepares for, until the trainer says more."""
         if self.model is not None:
             self.model.close()
             self.model.deleteLater()
@@ -235,7 +236,7 @@ class RunController(QObject):
         self.stateText.emit(f"Preparing {run.name}: scanning data, building the model…")
         if run.is_remote or run.path.parent.parent.name == "remote":
             self._remote_status.start()
-        self.progressed.emit(0.0, 0, None)
+        self.progressed.emit(0.0, planned_epochs, None)
         model.watch()
         self.changed.emit()
 
@@ -244,6 +245,7 @@ class RunController(QObject):
         name = self.model.run.name
         if self.model.awaiting_start:  # an earlier segment's start, replayed
             return
+        self.progressed.emit(float(e.get("start_epoch") or 0), self.model.epochs or 1, None)  # no longer preparing
         if self.model.segments <= 1 and not e.get("start_step"):
             self.stateText.emit(f"Running {name}")
         elif e.get("resumed_from"):

@@ -127,6 +127,8 @@ def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: Q
     """A path field bound to `key` with a Browse… button: a folder dialog, or a file dialog with `file_filter`;
     a folder (a CSV file, with `file_filter`) on the host `host_of()` names, when it names one."""
     edit = binder.line(key, placeholder)
+    edit.setToolTip(edit.text())
+    edit.textChanged.connect(edit.setToolTip)  # the whole path, whatever the field's width shows
     button = QPushButton("Browse…")
     button.setObjectName(f"browse:{key}")
 
@@ -220,6 +222,9 @@ class DatasetPage(QWidget):
         """The left column: Auto, the folders, loading and augmentation."""
         folders = QGroupBox("Folders")
         form = QFormLayout(folders)
+        # each name above its field: a path gets the column's whole width (issue #71: beside their names, the fields
+        # were 35-85 px wide at 1024x700, and a path read "/train")
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
         form.addRow("Training images", folder_row(binder, "data.train_dir", "ImageFolder: one sub-folder per class",
                                                   "Training images", self, host_of=lambda: self.host))
         form.addRow("Labels file", folder_row(binder, "data.labels", "optional: multi-label, a CSV of each image's "

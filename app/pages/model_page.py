@@ -68,6 +68,7 @@ def store_item(key: str, value) -> QStandardItem:
     else:
         text = "—" if value is None else str(value)
     item = QStandardItem(text)
+    item.setToolTip(text)
     item.setData(value if value is not None else -1, Qt.ItemDataRole.UserRole)
     item.setEditable(False)
     return item
@@ -129,6 +130,9 @@ class ModelPage(QWidget):
         self.table_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table_view.verticalHeader().hide()
+        # a name too long for its column keeps its start and its end (convnext_base and convnext_large, efficientnet_b0
+        # and _b5 were all "conv…", "effici…" at 1024 px), whole in its tooltip
+        self.table_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         header = self.table_view.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)

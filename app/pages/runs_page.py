@@ -8,7 +8,16 @@ import os
 import shutil
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QFileSystemWatcher,
+    QModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
 from PySide6.QtGui import QColor, QDesktopServices
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -31,7 +40,7 @@ from app.state.buffers import Series
 from app.state.experiments import METRICS, RowCache, column_title, format_duration, varying_keys
 from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
-from trainer.core.rundir import RunDir, list_runs, state_text
+from trainer.core.rundir import RunDir, is_run_folder, list_runs, state_text
 
 COMPARE_POINTS = 1200  # of each compared run's loss curve: each bucket's lowest and highest (a one-step spike stays);
 # two a pixel column of the plot at its widest on a laptop screen: 10 runs of 4,000 took 0.15 s to draw and paint
@@ -62,6 +71,7 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
 BASE_COLUMNS = ["run", "status", "test acc", "best val acc", "last val acc", "model", "dataset"]
 METRIC_COLUMNS = ["trained", "duration", "started", "tags"]
 FOLLOW_MS = 2000  # while the Runs page is shown, how often it looks for status changes
+SETTLE_MS = 150  # after the file system says a folder changed: the table looks once the writes settle
 SHOW_CHUNK = 100  # new rows put in the table per event-loop turn
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
@@ -213,6 +223,14 @@ class RunsPage(QWidget):
         self._follow = QTimer(self)
         self._follow.setInterval(FOLLOW_MS)
         self._follow.timeout.connect(self._check_changes)
+        # shown or not, a run folder that appears (from the window, the command line, the queue) is in the table as
+        # soon as it is a run: the runs folder is watched, and each new folder until it holds its config
+        self._watch = QFileSystemWatcher(self)
+        self._soon = QTimer(self)
+        self._soon.setSingleShot(True)
+        self._soon.setInterval(SETTLE_MS)
+        self._soon.timeout.connect(self._check_changes)
+        self._watch.directoryChanged.connect(lambda _: self._soon.start())
         self.model = ExperimentModel()
         self.proxy = RunFilter()
         self.proxy.setSourceModel(self.model)
@@ -290,6 +308,9 @@ class RunsPage(QWidget):
 
     def set_runs_dir(self, runs_dir: Path) -> None:
         self.runs_dir = Path(runs_dir)
+        if self._watch.directories():
+            self._watch.removePaths(self._watch.directories())
+        self._watch_folders(())
         self.folder.setText(str(self.runs_dir))
         self.folder.setToolTip(str(self.runs_dir))
         self.folder.setCursorPosition(0)
@@ -312,13 +333,19 @@ class RunsPage(QWidget):
     def _check_changes(self) -> None:
         """Refresh when any run's status.json changed (a cheap stat of each, off the GUI thread); not while a read or
         the showing of one is under way (its thread held the interpreter lock against the table's painting)."""
-        if self.runs_dir is None or self._checking or self._reading or self._showing_rest:
+        if self.runs_dir is None:
+            return
+        if self._checking or self._reading or self._showing_rest:
+            if self._watch.directories():
+                self._soon.start()  # a change the file system reported is looked at once this is done
             return
         self._checking = True
         runs_dir = self.runs_dir
 
         def changed(signature) -> None:
             self._checking = False
+            if runs_dir == self.runs_dir:
+                self._watch_folders(signature)
             if signature != self._signature:
                 self._signature = signature
                 self.refresh()
@@ -327,6 +354,20 @@ class RunsPage(QWidget):
             self._checking = False
 
         run_in_thread(lambda: status_signature(runs_dir), changed, failed, owner=self)
+
+    def _watch_folders(self, signature: tuple) -> None:
+        """Watch the runs folder (and its mirrors' host folders) for new folders, and each folder that is not a run
+        yet (made, its config not yet written) for its files."""
+        wanted = {str(self.runs_dir), *(p for p, _, is_run in signature if not is_run)}
+        remote = self.runs_dir / "remote"
+        if remote.is_dir():
+            wanted |= {str(remote), *(str(p) for p in remote.iterdir() if p.is_dir())}
+        watched = set(self._watch.directories())
+        if watched - wanted:
+            self._watch.removePaths(sorted(watched - wanted))
+        for path in sorted(wanted - watched):
+            if os.path.isdir(path):
+                self._watch.addPath(path)
 
     def refresh(self) -> None:
         """Read the table again on the thread pool; asked while a read is under way, once more after it (two reads
@@ -344,6 +385,7 @@ class RunsPage(QWidget):
             signature, table = read
             if runs_dir == self.runs_dir:
                 self._signature = signature  # what the follow timer compares with: no second read of the same
+                self._watch_folders(signature)
                 self._show(*table)
             if self._read_again:
                 self.refresh()
@@ -441,7 +483,8 @@ class RunsPage(QWidget):
 
 
 def status_signature(runs_dir: Path) -> tuple:
-    """(run, status.json mtime) of every run directory: what changes when any run changes state or progresses."""
+    """(folder, status.json mtime or None, whether it is a run yet) of every folder in the runs folder (and the
+    mirrors'): what changes when a run appears, changes state or progresses."""
     out = []
     try:
         entries = sorted(os.scandir(runs_dir), key=lambda e: e.name)
@@ -452,10 +495,13 @@ def status_signature(runs_dir: Path) -> tuple:
     except OSError:
         return ()
     for entry in entries:
-        try:
-            out.append((entry.path, os.stat(os.path.join(entry.path, "status.json")).st_mtime_ns))
-        except OSError:
+        if entry.name.startswith(".") or entry.path == remote or not entry.is_dir():
             continue
+        try:
+            status = os.stat(os.path.join(entry.path, "status.json")).st_mtime_ns
+        except OSError:
+            status = None
+        out.append((entry.path, status, is_run_folder(Path(entry.path))))
     return tuple(out)
 
 

@@ -8,6 +8,7 @@ split the user set since); a manifest TrainDeck makes is named after its dataset
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -38,9 +39,10 @@ def set_path(raw: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def new_config_raw(current: dict) -> dict:
-    """Every setting at its default on `current`'s dataset; a labels file means its loss, as the config's rule says."""
-    raw = RunConfig().to_dict()
+def new_config_raw(current: dict, start: dict) -> dict:
+    """Every setting as a first start has it (`start`: the config the window first opens with) on `current`'s
+    dataset; a labels file means its loss, as the config's rule says."""
+    raw = copy.deepcopy(start)
     for key in DATASET_KEYS:
         set_path(raw, key, get_path(current, key))
     if get_path(raw, "data.labels"):

@@ -37,6 +37,13 @@ def layer_ticks(names: list[str], width: int = 30, min_gap: float = 1.0) -> list
     return [major, minor]
 
 
+def step_ticks(steps, labels: int = 6) -> list[list[tuple[float, str]]]:
+    """Ticks for an image whose columns are logged steps: about `labels` of them, each the step it shows (the
+    heatmap and the histograms read alike: steps, not the column index)."""
+    every = max(1, len(steps) // labels)
+    return [[(i + 0.5, str(int(step))) for i, step in enumerate(steps) if i % every == 0]]
+
+
 def symlog(v: np.ndarray, linthresh: float) -> np.ndarray:
     """Linear within ±linthresh, logarithmic beyond: small and large values, of either sign, on one axis."""
     return np.sign(v) * np.log10(1 + np.abs(v) / linthresh)

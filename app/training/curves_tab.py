@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
@@ -13,7 +14,8 @@ from app.jobs.background import run_in_thread
 from app.jobs.run_model import RunModel
 from app.state.buffers import Series, Smoothed
 from app.state.csv_export import export_run_csv
-from app.widgets.plots import COLORS, curve, draw, make_plot, show, with_log_toggle
+from app.state.loss_axis import robust_range
+from app.widgets.plots import COLORS, curve, draw, empty, make_plot, retitle, show, with_log_toggle
 
 
 class CurvesTab(QWidget):
@@ -35,9 +37,6 @@ class CurvesTab(QWidget):
         self.acc_plot.setYRange(0, 1, padding=0.02)  # an accuracy is a fraction: the axis never runs past 1
         self.acc_plot.getViewBox().setLimits(yMin=-0.02, yMax=1.02)
         self.acc_plot.enableAutoRange(axis="y", enable=False)
-        legend = self.acc_plot.getPlotItem().legend
-        if legend is not None:  # bottom right: accuracy and mAP climb to the top, where the legend would cover them
-            legend.anchor((1, 1), (1, 1), offset=(-10, -10))
         self.lr_plot = make_plot("Learning rates", "lr per group")
         self.lr_curves: list = []
         self.speed_plot = make_plot("Throughput", "images/s")
@@ -56,6 +55,7 @@ class CurvesTab(QWidget):
         for i, plot in enumerate([self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot,
                                   self.norm_plot]):
             grid.addWidget(with_log_toggle(plot), i // 3, i % 3)
+        self.epoch_plot.log_toggle.toggled.connect(lambda _: (self._versions.pop("epoch_axis", None), self.redraw()))
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addWidget(self.plots, 1)
@@ -98,6 +98,9 @@ class CurvesTab(QWidget):
         for c in self.lr_curves:
             self.lr_plot.removeItem(c)
         self.lr_curves.clear()
+        retitle(self.lr_plot)
+        for plot in (self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot, self.norm_plot):
+            empty(plot)
 
     def add_group_curves(self) -> None:
         """One learning-rate curve per parameter group of the run."""
@@ -154,15 +157,30 @@ class CurvesTab(QWidget):
             if key == "acc" and self._score_key != m.score_key:  # a multi-label run's curve is its mAP
                 self._score_key = m.score_key
                 multilabel = m.score_key == "val_map"
-                self.acc_plot.setTitle("Val mAP" if multilabel else "Val accuracy")
+                self.acc_plot.base_title = "Val mAP" if multilabel else "Val accuracy"
                 self.acc_plot.setLabel("left", "mAP" if multilabel else "accuracy")
-                legend = self.acc_plot.getPlotItem().legend
-                if legend is not None:  # the curve's name in the legend too
-                    legend.removeItem(self.acc_curve)
-                    legend.addItem(self.acc_curve, "val mAP" if multilabel else "val acc")
+                self.acc_curve.opts["name"] = "val mAP" if multilabel else "val acc"
+                retitle(self.acc_plot)
             if self._versions.get(key) != series.version:
                 self._versions[key] = series.version
                 show(item, series)
+                if key != "acc":
+                    self._versions.pop("epoch_axis", None)
+        if self._versions.get("epoch_axis") is None:
+            self._versions["epoch_axis"] = 1
+            self._fit_epoch_axis()
+
+    def _fit_epoch_axis(self) -> None:
+        """Loss per epoch without its outliers on a linear axis (said in its title), else following the data."""
+        m, view = self.model, self.epoch_plot.getViewBox()
+        cut = None if self.epoch_plot.log_toggle.isChecked() else robust_range(np.concatenate([m.train_loss.x, m.val_loss.x]),
+                                            np.concatenate([m.train_loss.y, m.val_loss.y]))
+        if cut is None:
+            retitle(self.epoch_plot, "")
+            view.enableAutoRange(axis="y")
+        else:
+            retitle(self.epoch_plot, cut.said())
+            view.setYRange(cut.low, cut.high, padding=0)
 
     def _smoothing_changed(self, value: int) -> None:
         self.smoothing_label.setText(f"{value / 100:.2f}")

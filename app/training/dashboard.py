@@ -235,8 +235,11 @@ class Dashboard(QWidget):
         self.warnings.item(self.warnings.count() - 1).setForeground(Qt.GlobalColor.red)
 
     def _system(self, e: dict) -> None:
-        text = f"CPU {e.get('cpu_percent', 0):.0f}%  ·  memory {e.get('rss_mb', 0):.0f} MB  ·  " \
-               f"{e.get('processes', 1)} process(es)"
+        ranks = self.model.start_event.get("world_size") or 1 if self.model is not None else 1
+        processes = e.get("processes", 1)
+        text = f"CPU {e.get('cpu_percent', 0):.0f}%  ·  memory {e.get('rss_mb', 0):.0f} MB  ·  " + \
+            (f"{ranks} ranks, {processes} processes" if ranks > 1 else
+             f"{processes} process{'es' if processes != 1 else ''}")
         for g in e.get("gpus", []):
             util = f"{g['utilization']}%" if g.get("utilization") is not None else "n/a"
             text += f"<br>GPU {g['index']}: {util} busy, {g['memory_used_mb']:.0f}/{g['memory_total_mb']:.0f} MB"

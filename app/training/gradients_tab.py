@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs.run_model import RunModel
-from app.state.grad_views import layer_ticks, shared_histograms, value_ticks
+from app.state.grad_views import layer_ticks, shared_histograms, step_ticks, value_ticks
 from app.widgets.plots import NumericItem, image_plot
 
 HEAT_AXIS_WIDTH = 210  # room for the layer names beside the heatmap
@@ -33,7 +33,7 @@ class GradientsTab(QSplitter):
         self.model: RunModel | None = None
         self._versions: dict = {}
         self.heat_plot, self.heat_image = image_plot("Per-layer gradient norm (log10), layers × logged steps",
-                                                     "viridis", "logged step", "layer")
+                                                     "viridis", "step", "layer")
         self.heat_plot.getViewBox().invertY(True)
         self.heat_plot.getAxis("left").setWidth(HEAT_AXIS_WIDTH)
         # every layer's name where the rows leave room for it (pyqtgraph's default drops the second tick level early)
@@ -44,12 +44,19 @@ class GradientsTab(QSplitter):
         self.heat_plot.scene().sigMouseMoved.connect(self._heat_hover)
         self.layer_table = QTableWidget(0, 5)
         self.layer_table.setObjectName("layerTable")
-        self.layer_table.setHorizontalHeaderLabels(["layer", "grad norm", "weight norm", "update/weight", "zero grads"])
+        # short headings, so that the figures fit beside the names on a laptop screen; what each is, on hover
+        self.layer_table.setHorizontalHeaderLabels(["layer", "grad", "weight", "update", "zeros"])
+        for column, tip in enumerate(("parameter tensor", "gradient norm (L2)", "weight norm (L2)",
+                                      "update / weight: the step's size against the weights'",
+                                      "share of the gradient's entries that are exactly zero")):
+            self.layer_table.horizontalHeaderItem(column).setToolTip(tip)
         header = self.layer_table.horizontalHeader()
-        # every column as wide as its contents, layer names whole ("fe...ht" told nothing); the table scrolls sideways
-        # when the splitter leaves it less, and the last column takes any room left
+        # the figures as wide as their contents, always in view; the names take the rest, whole where it is enough,
+        # else cut in the middle ("features.6.1.weight" as "featur…1.weight", whole in its tooltip): at 1024 px the
+        # table showed the name column alone (issue #71)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(False)
         self.layer_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.layer_table.setWordWrap(False)
         self.layer_table.setSortingEnabled(True)
@@ -57,10 +64,13 @@ class GradientsTab(QSplitter):
         self.layer_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.hist_choice = QComboBox()
         self.hist_choice.setObjectName("histogramLayer")
+        # as wide as the splitter gives it, not as its longest layer name: that pushed the table to its name column
+        self.hist_choice.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.hist_choice.setMinimumContentsLength(12)
         self.hist_choice.setPlaceholderText("no histograms yet (monitor.histogram_every)")
         self.hist_choice.currentIndexChanged.connect(lambda _: self._versions.pop("hist", None))
         self.hist_plot, self.hist_image = image_plot("Histogram over time (value axis shared, symlog)", "magma",
-                                                     "logged step", "value")
+                                                     "step", "value")
         self.hist_range = QLabel("")
         hist_box = QWidget()
         hl = QVBoxLayout(hist_box)
@@ -80,6 +90,8 @@ class GradientsTab(QSplitter):
         bottom.addWidget(self.layer_table)
         bottom.addWidget(hist_box)
         bottom.setSizes([560, 420])
+        bottom.setStretchFactor(0, 4)
+        bottom.setStretchFactor(1, 3)
         self.addWidget(top)
         self.addWidget(bottom)
 
@@ -102,6 +114,7 @@ class GradientsTab(QSplitter):
             finite = image[np.isfinite(image)]
             levels = (float(finite.min()), float(finite.max()) + 1e-6) if finite.size else (0, 1)
             self.heat_image.setImage(image.T, levels=levels, autoLevels=False)
+            self.heat_plot.getAxis("bottom").setTicks(step_ticks(m.layer_grad.steps))
             rows_per_label = math.ceil(LABEL_PX * len(m.layers) / max(self.heat_plot.height() - 60, 1))
             if self._versions.get("names") != (len(m.layers), rows_per_label):
                 self._versions["names"] = (len(m.layers), rows_per_label)
@@ -133,9 +146,7 @@ class GradientsTab(QSplitter):
         image, low, high, linthresh = shared_histograms(series)
         self.hist_image.setImage(image, levels=(0, 1), autoLevels=False)
         self.hist_plot.getAxis("left").setTicks([value_ticks(low, high, linthresh)])
-        every = max(1, len(series) // 6)
-        self.hist_plot.getAxis("bottom").setTicks([[(i + 0.5, str(h["step"])) for i, h in enumerate(series)
-                                                    if i % every == 0]])
+        self.hist_plot.getAxis("bottom").setTicks(step_ticks([h["step"] for h in series]))
         last = series[-1]
         self.hist_range.setText(f"step {last['step']}: {last['min']:.3g} … {last['max']:.3g}")
 

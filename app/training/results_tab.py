@@ -210,6 +210,7 @@ class ResultsTab(QWidget):
         self.gallery.clear()
         self.gallery_title.setText("")
         self.headline.setText("")
+        self.image.set_classes([])  # "Relabel as" offers this run's classes once its evaluation is read
         self.image.run_path = str(model.run.path)
         self.multilabel.set_run(str(model.run.path))
         self.image.train_dir_of = lambda: model.start_event.get("config", {}).get("data", {}).get("train_dir")

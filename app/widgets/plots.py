@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QTableWidgetItem, QVBoxLayout, QWidget
@@ -12,7 +14,11 @@ COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 
 
 def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
-    plot = pg.PlotWidget(title=title)
+    """A plot whose named curves are listed in its title, in their colours (issue #71: a legend inside the plot
+    covered the curves); a plot that needs a legend of many entries (Compare) adds pyqtgraph's own."""
+    plot = pg.PlotWidget()
+    plot.base_title, plot.note = title, ""
+    retitle(plot)
     plot.setBackground("w")
     plot.showGrid(x=True, y=True, alpha=0.25)
     plot.setLabel("left", y_label)
@@ -22,15 +28,28 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
     for side in ("bottom", "left"):
         plot.getAxis(side).enableAutoSIPrefix(False)
     plot.getAxis("left").setWidth(64)
-    plot.addLegend(offset=(-10, 10))
     return plot
+
+
+def retitle(plot: pg.PlotWidget, note: str | None = None) -> None:
+    """The title: the plot's name, its `note` (kept until another is given; "" for none), then each named curve
+    as a coloured line and its name."""
+    if note is not None:
+        plot.note = note
+    if plot.getPlotItem().legend is not None:  # its own legend lists the curves
+        names = []
+    else:
+        names = [f"<span style='color:{item.opts['pen'].color().name()}'>━ {html.escape(item.name())}</span>"
+                 for item in plot.getPlotItem().listDataItems() if item.name()]
+    plot.setTitle("&nbsp;&nbsp;".join([html.escape(plot.base_title + (f" · {plot.note}" if plot.note else "")),
+                                       *names]))
 
 
 def with_log_toggle(plot: pg.PlotWidget) -> QWidget:
     """The plot with its own "log y" check box above its top-right corner (kept as `plot.log_toggle`): one huge
     early value (a first-epoch loss of several hundred) no longer flattens the rest of a curve."""
     box = QCheckBox("log y")
-    box.setObjectName(f"logY:{plot.plotItem.titleLabel.text}")
+    box.setObjectName(f"logY:{getattr(plot, 'base_title', '') or plot.plotItem.titleLabel.text}")
     box.setToolTip("logarithmic value axis for this plot")
     box.toggled.connect(lambda on: plot.setLogMode(x=False, y=on))
     plot.log_toggle = box
@@ -61,6 +80,8 @@ def curve(plot: pg.PlotWidget, color: str, name: str | None = None, width: float
     item = plot.plot([], [], pen=pg.mkPen(color, width=width), name=name, symbol=symbol, symbolSize=6,
                      symbolBrush=color)
     item.own_symbol = symbol  # a line's own marker (None: none); a lone point gets one until the second comes
+    if name and hasattr(plot, "base_title"):
+        retitle(plot)
     return item
 
 
@@ -90,6 +111,18 @@ def draw(item, x, y) -> None:
     if lone != getattr(item, "lone", False):
         item.lone = lone
         item.setSymbol("o" if lone else getattr(item, "own_symbol", None))
+
+
+def empty(plot: pg.PlotWidget) -> None:
+    """Every curve of `plot` emptied and its axes back to 0-1, following the data again (the axes that follow):
+    another run's plot does not start with the last run's ranges."""
+    view = plot.getViewBox()
+    for item in plot.getPlotItem().listDataItems():
+        draw(item, [], [])
+    for axis, following in zip(("x", "y"), view.autoRangeEnabled()):
+        if following is not False:  # (an accuracy's fixed 0-1 stays as it is)
+            (view.setXRange if axis == "x" else view.setYRange)(0, 1, padding=0)  # this turns following off
+            view.enableAutoRange(axis=axis)
 
 
 class NumericItem(QTableWidgetItem):

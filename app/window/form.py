@@ -123,14 +123,15 @@ class Form(QObject):
         return problems
 
     def new(self) -> None:
-        """The defaults on the form's dataset: a fresh start, whatever a plan or an opened run had set. The dataset's
-        fields stay even when they do not make a valid config yet (they were cleared, while the status bar said
-        'on the same dataset'): the forms then mark what to fix."""
-        raw = new_config_raw(self.raw())
+        """The settings of a first start (the demo's config) on the form's dataset: a fresh start, whatever a plan
+        or an opened run had set. The dataset's fields stay even when they do not make a valid config yet (they
+        were cleared, while the status bar said 'on the same dataset'): the forms then mark what to fix."""
+        first_start = load_config(DEMO_CONFIG)
+        raw = new_config_raw(self.raw(), first_start.to_dict())
         try:
             cfg = RunConfig.from_dict(raw)
         except ConfigError:
-            cfg = RunConfig()
+            cfg = first_start
         self.state.config_path = None
         self.load(cfg)
         for key in DATASET_KEYS:  # what the defaults could not take is set as it was, to be marked

@@ -68,10 +68,13 @@ class StatusLine(QObject):
                                           self.progress.fontMetrics().horizontalAdvance(self.progress.text()) + 40))
 
     def show_progress(self, done: float, epochs: int, eta_s: float | None) -> None:
-        self.progress.setFormat("epoch %v/%m")
+        model = self.runs.model
+        preparing = model is not None and not model.start_event and not model.ended  # before the trainer's run_start
+        self.progress.setFormat(("preparing" + (f" · {epochs} epochs planned" if epochs else "")) if preparing
+                                else "epoch %v/%m")
         self.progress.setMaximum(max(epochs, 1))
         self.progress.setValue(int(done))
-        model = self.runs.model
+        self._fit_progress()
         budget = model.start_event.get("config", {}).get("train", {}).get("budget") or 0 if model is not None else 0
         text = "" if eta_s is None else f"ETA {int(eta_s // 60)}:{int(eta_s % 60):02d}"
         if budget:  # the trainer ends the run when its budget is spent, whatever the pace says
@@ -86,6 +89,9 @@ class StatusLine(QObject):
             self.progress.setMaximum(max(epochs, 1))
             self.progress.setValue(done)
             self.progress.setFormat(f"epoch %v/%m · {reason}" if reason else "epoch %v/%m")
+            self._fit_progress()
+        elif self.progress.format().startswith("preparing"):  # ended before its first step: no longer preparing
+            self.progress.setFormat(state)
             self._fit_progress()
         if state in ("failed", "diverged") and message and window.isVisible() and window.isActiveWindow():
             box = QMessageBox(QMessageBox.Icon.Warning, f"Run {state}", message, parent=window)

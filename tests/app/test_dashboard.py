@@ -1,6 +1,7 @@
 """The dashboard's side panel: what a run says of itself while it goes."""
 
 from helpers import read_all
+from PySide6.QtCore import Qt
 
 
 def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot, tmp_path):
@@ -82,7 +83,12 @@ def test_an_early_stop_reads_the_epochs_it_trained_and_one_step_draws_a_point(qt
     gradients = window.dashboard.gradients
     qtbot.waitUntil(lambda: gradients.layer_table.rowCount() == 2, timeout=5_000)
     longest = "features.denseblock4.denselayer16.conv2.weight"
-    assert gradients.layer_table.columnWidth(0) >= gradients.layer_table.fontMetrics().horizontalAdvance(longest)
+    table = gradients.layer_table  # a name longer than its column is cut in its middle, whole on hover
+    assert longest in [table.item(r, 0).toolTip() for r in range(2)]
+    assert table.textElideMode() == Qt.TextElideMode.ElideMiddle
+    header = table.horizontalHeader()
+    assert all(header.sectionViewportPosition(c) + header.sectionSize(c) <= table.viewport().width()
+               for c in range(1, header.count())), "every figure in view"
     assert "off for this run" in gradients.hist_choice.placeholderText(), "not 'no histograms yet' when they are off"
 
     draw(curves.raw_loss, [1.0, 200.0], [2.2, 0.4])  # the second point: a line, and the view follows the data again
@@ -111,5 +117,84 @@ def test_what_augment_auto_became_is_on_the_summary_with_its_reason(qtbot, tmp_p
     text = dashboard.summary.text()
     assert "augmentation (auto): " in text and "flips off</span>" in text and "crops from 60%" in text
     assert f"title='{why}'" in text, "the trainer's reason on hover"
+    model.close()
+    dashboard.stop_updates()
+
+
+def test_a_new_run_starts_with_empty_charts_and_says_it_is_preparing(qtbot, make_window, shapes_dir, tmp_path,
+                                                                      monkeypatch):
+    """Issue #71: a new run's empty charts kept the last run's axis ranges, and while a 10-epoch run prepared the
+    status bar said "epoch 0/1"."""
+    from helpers import write_config
+    from test_main_window import wait_ready
+
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")  # a trainer of its own, so that its preparing is seen
+    old = finished_run_events(tmp_path, steps=30, epochs_done=3, epochs=3, reason=None)
+    window = make_window(write_config(tmp_path, shapes_dir, train={"epochs": 7}), runs_dir=tmp_path / "runs")
+    window.run_actions.open(str(old.path))
+    curves = window.dashboard.curves
+    window.dashboard.tabs.setCurrentWidget(curves)
+    plots = ((curves.loss_plot, curves.raw_loss), (curves.speed_plot, curves.speed_curve),
+             (curves.norm_plot, curves.norm_curve))
+
+    def points(item) -> int:
+        x, _ = item.getData()
+        return 0 if x is None else len(x)
+
+    qtbot.waitUntil(lambda: all(points(item) == 30 for _, item in plots), timeout=10_000)
+    qtbot.waitUntil(lambda: all(plot.getViewBox().viewRange()[0][1] > 20 for plot, _ in plots), timeout=5_000)
+    for plot in (curves.loss_plot, curves.epoch_plot, curves.lr_plot):  # the curves' names above them, not over them
+        assert plot.getPlotItem().legend is None
+    assert "━ raw" in curves.loss_plot.plotItem.titleLabel.text and "━ default" in curves.lr_plot.plotItem.titleLabel.text
+    window.dashboard.tabs.setCurrentWidget(window.dashboard.gradients)  # the heatmap's axis: steps, as the histogram's
+    heat_axis = window.dashboard.gradients.heat_plot.getAxis("bottom")
+    qtbot.waitUntil(lambda: heat_axis._tickLevels is not None, timeout=5_000)
+    assert [label for _, label in heat_axis._tickLevels[0]] == ["1", "6", "11", "16", "21", "26"], "not 0-29"
+    window.dashboard.tabs.setCurrentWidget(curves)
+    if window.form.restore_button.isVisible():
+        window.form.restore_button.click()  # the form as it was before the old run's settings came in
+    wait_ready(qtbot, window)
+
+    window.run_actions.start()
+    assert window.status.progress.text() == "preparing · 7 epochs planned"
+    for plot, item in plots:
+        assert points(item) == 0
+        assert plot.getViewBox().viewRange() == [[0, 1], [0, 1]], plot.plotItem.titleLabel.text
+    assert window.dashboard.results.image.relabel_choice.count() == 0, "no class of the last run to relabel as"
+    qtbot.waitUntil(lambda: bool(window.run_model.start_event), timeout=60_000)
+    assert window.status.progress.text().startswith("epoch 0/7")
+    qtbot.waitUntil(lambda: points(curves.raw_loss) > 0, timeout=60_000)
+    assert curves.loss_plot.getViewBox().viewRange()[0][1] < 30, "the new run's steps, not the old run's range"
+    window.runs.stop()
+    qtbot.waitUntil(lambda: not window.runs.running, timeout=60_000)
+
+
+def test_one_huge_epoch_loss_does_not_flatten_the_others_and_the_chart_says_so(qtbot, tmp_path):
+    """Issue #71: epoch 1's validation loss of 966 flattened Loss per epoch."""
+    import json
+
+    from app.jobs.run_model import RunModel
+    from app.training.dashboard import Dashboard
+
+    run = finished_run_events(tmp_path, steps=3, epochs_done=6, epochs=6, reason=None)
+    events = [json.loads(line) for line in run.events.read_text().splitlines()]
+    for e in events:
+        if e["event"] == "epoch":
+            e["train_loss"], e["val_loss"] = 2.0 / e["epoch"], (966.0 if e["epoch"] == 1 else 1.5 / e["epoch"])
+    run.events.write_text("".join(json.dumps(e) + "\n" for e in events))
+    dashboard = Dashboard()
+    qtbot.addWidget(dashboard)
+    model = RunModel(run)
+    dashboard.set_model(model)
+    read_all(model)
+    curves = dashboard.curves
+    curves.redraw()
+    (_, _), (low, high) = curves.epoch_plot.getViewBox().viewRange()
+    assert low <= 0.25 and 2.0 <= high < 5, "the other epochs' 0.25-2 fill the chart"
+    assert "966 at epoch 1" in curves.epoch_plot.plotItem.titleLabel.text
+    dashboard.show()
+    curves.epoch_plot.log_toggle.setChecked(True)  # a log axis shows every point: nothing is left out
+    qtbot.waitUntil(lambda: curves.epoch_plot.getViewBox().viewRange()[1][1] >= 2.98, timeout=5_000)  # log10(966)
+    assert "off the scale" not in curves.epoch_plot.plotItem.titleLabel.text
     model.close()
     dashboard.stop_updates()

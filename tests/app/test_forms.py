@@ -7,7 +7,8 @@ from helpers import train_here, write_config
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 
 from app.state.form_state import get_path, set_path
-from trainer.core.config import RunConfig, key_meta
+from app.window.form import DEMO_CONFIG
+from trainer.core.config import RunConfig, key_meta, load_config
 
 
 def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shapes_dir, tmp_path, monkeypatch):
@@ -139,7 +140,9 @@ def test_new_keeps_the_dataset_even_when_it_does_not_make_a_valid_config_yet(qtb
     window.form.new()
     assert window.binder.widgets["data.train_dir"].text() == str(shapes_dir)
     assert (window.binder.widgets["data.labels"].text(), window.binder.widgets["data.val_dir"].text()) == (labels, val)
-    assert window.binder.widgets["train.epochs"].value() == RunConfig().train.epochs, "every other setting: default"
+    first_start = load_config(DEMO_CONFIG)  # issue #71: New gave batch 64 where the first start gave 32
+    assert window.binder.widgets["train.epochs"].value() == first_start.train.epochs, "every other setting: a first start's"
+    assert window.binder.widgets["data.batch_size"].value() == first_start.data.batch_size
     qtbot.waitUntil(lambda: any(p.startswith("data.val_dir") for p in window.form.problems), timeout=10_000)
 
 
@@ -179,9 +182,12 @@ def test_the_form_s_rules_hold_without_a_window(tmp_path):
     current = RunConfig().to_dict()
     current["data"].update(train_dir="/d/train", val_dir="/d/val", labels="/d/labels.csv")
     current["optimizer"]["lr"] = 0.5
-    raw = new_config_raw(current)
+    start = RunConfig().to_dict()
+    start["data"]["batch_size"] = 32
+    raw = new_config_raw(current, start)
     assert raw["data"]["train_dir"] == "/d/train" and raw["data"]["labels"] == "/d/labels.csv"
     assert raw["optimizer"]["lr"] == RunConfig().optimizer.lr and raw["loss"]["name"] != RunConfig().loss.name
+    assert raw["data"]["batch_size"] == 32 and start["data"]["train_dir"] != "/d/train"
 
     state = FormState()
     state.splits_given({"train_dir": "/d/train", "val_dir": "/d/val", "test_dir": "/d/test"})

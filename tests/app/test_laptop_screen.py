@@ -19,6 +19,13 @@ def on_screen(window, widget) -> bool:
     return QRect(QPoint(0, 0), window.size()).contains(QRect(top_left, widget.size()))
 
 
+def columns_out_of_view(table) -> list[str]:
+    """The columns of a table that are not wholly in view without scrolling sideways."""
+    header = table.horizontalHeader()
+    return [str(table.model().headerData(c, header.orientation())) for c in range(header.count())
+            if header.sectionViewportPosition(c) + header.sectionSize(c) > table.viewport().width()]
+
+
 def cut_short(page) -> list[str]:
     """The word-wrapped labels on show without the lines their text needs at their width."""
     return [label.text()[:60] for label in page.findChildren(QLabel)
@@ -60,6 +67,15 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
         scroll = window.stack.currentWidget()
         assert scroll.horizontalScrollBar().maximum() == 0, f"{name} needs {scroll.widget().minimumSizeHint()}"
         assert_no_label_cut_short(qtbot, scroll.widget(), name)
+    window.nav.setCurrentRow(PAGES.index("Dataset"))
+    qtbot.wait(50)
+    for key in ("data.train_dir", "data.labels", "data.val_dir", "data.exclude"):  # issue #71: 35-85 px at 1024x700
+        field = window.binder.widgets[key]
+        shown = field.width() / field.fontMetrics().averageCharWidth()
+        assert shown >= 30, f"{key}: {field.width()} px, {shown:.0f} characters of its path"
+    window.nav.setCurrentRow(PAGES.index("Model"))
+    qtbot.wait(50)
+    assert not columns_out_of_view(window.model_page.table_view), "the model store's figures, in view"
     window.nav.setCurrentRow(PAGES.index("Training"))
     qtbot.wait(50)
     dash = window.dashboard
@@ -70,6 +86,9 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
         qtbot.wait(30)
         assert dash.tabs.currentWidget().width() >= dash.tabs.currentWidget().minimumSizeHint().width()
         assert_no_label_cut_short(qtbot, dash.tabs.currentWidget(), dash.tabs.tabText(tab))
+    dash.tabs.setCurrentWidget(dash.gradients)
+    qtbot.wait(30)
+    assert not columns_out_of_view(dash.gradients.layer_table), "the layers' figures, in view (issue #71: names only)"
     dash.tabs.setCurrentIndex(2)
     qtbot.wait(30)
     results = dash.results

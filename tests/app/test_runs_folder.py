@@ -42,3 +42,23 @@ def test_runs_go_to_the_data_folder_then_to_the_one_chosen_which_the_next_start_
                                settings.value(SETTING)).path == given, "--runs-dir wins"
     chosen.rename(tmp_path / "moved away")
     assert RunsFolder.at_start(None, settings.value(SETTING)).path == first.path, "a folder gone: the default again"
+
+
+def test_a_run_made_elsewhere_is_in_the_table_by_the_apps_own_watch(qtbot, make_window, tmp_path, monkeypatch):
+    """Issue #71: a run started from the window appeared in the Runs table only after Refresh. The page is not shown
+    here and its follow timer is off: only the watch of the runs folder can bring the run in."""
+    from app.pages import runs_page
+    from trainer.core.config import RunConfig, save_config
+    from trainer.core.rundir import RunDir
+
+    monkeypatch.setattr(runs_page, "FOLLOW_MS", 10**8)
+    window = make_window(runs_dir=tmp_path / "runs")
+    page = window.runs_page
+    assert not page.isVisible()
+    qtbot.waitUntil(lambda: str(tmp_path / "runs") in page._watch.directories(), timeout=5_000)
+    # as the trainer makes a run: the folder, then its config (the run is listed from then on)
+    run = RunDir(tmp_path / "runs" / "from-the-command-line").create()
+    qtbot.waitUntil(lambda: str(run.path) in page._watch.directories(), timeout=5_000)  # not a run yet: watched
+    save_config(RunConfig(), run.config)
+    qtbot.waitUntil(lambda: [r["run"] for r in page.rows] == [run.name], timeout=5_000)
+    assert str(run.path) not in page._watch.directories(), "a run: its own folder is no longer watched"

@@ -456,9 +456,13 @@ def list_runs(runs_dir: str | os.PathLike, remote: bool = False) -> list[RunDir]
     folders = [runs_dir]
     if remote and (runs_dir / "remote").is_dir():
         folders += [p for p in (runs_dir / "remote").iterdir() if p.is_dir()]
-    runs = [RunDir(p) for folder in folders for p in folder.iterdir()
-            if p.is_dir() and ((p / "config.yaml").exists() or (p / "remote.json").exists())]
+    runs = [RunDir(p) for folder in folders for p in folder.iterdir() if is_run_folder(p)]
     return sorted(runs, key=lambda r: r.path.stat().st_mtime, reverse=True)
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether a folder of a runs folder is a run (its config written, or a mirror's remote.json), as the lists say."""
+    return path.is_dir() and ((path / "config.yaml").exists() or (path / "remote.json").exists())
 
 
 def user_log_dir() -> Path:

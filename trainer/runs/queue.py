@@ -264,13 +264,22 @@ class Scheduler:
         return started
 
     def _running(self) -> list[dict]:
-        """The runs this runs directory's schedulers have going now, with their GPUs."""
+        """The runs going in this runs directory now, with their GPUs: those its schedulers started, and those started
+        from the window or a command line (issue #71: a queued run started while the window's run was still
+        exporting, two jobs on two cores); a run holds its place until its test set and exports are done."""
         out = []
         for r in list_runs(self.runs_dir):
             status = r.read_status()
             q = status.get("queue") or {}
             if status.get("state") in ("queued", "starting", "running") and pid_alive(q.get("scheduler")):
                 out.append({"gpus": q.get("gpus") or []})
+            elif not q and r.is_live() and not r.is_remote:
+                try:
+                    device = load_config(r.config).device
+                except (ConfigError, OSError):
+                    out.append({"gpus": []})  # unreadable: it still takes a place
+                    continue
+                out.append({"gpus": list(device.gpus) if device.type == "cuda" else []})
         return out
 
     def _launch(self, run: RunDir, cfg: RunConfig, gpus: list[int]) -> None:

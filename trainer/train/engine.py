@@ -127,7 +127,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     setup_logging(run, strategy.rank)
     reporter = reporter_for(run.events, strategy.is_main, cfg.monitor.system_every_s, strategy.sample_gpus,
                             tensorboard=cfg.monitor.tensorboard, mlflow=cfg.monitor.mlflow,
-                            mlflow_experiment=cfg.monitor.mlflow_experiment)
+                            mlflow_experiment=cfg.monitor.mlflow_experiment,
+                            launcher_pid=run.read_status().get("pid") if strategy.is_main else None)
     loop: Loop | None = None
     state, message, code = "failed", "", EXIT_FAILED
     try:

@@ -22,7 +22,8 @@ log = logging.getLogger("trainer")
 
 class Reporter:
     def __init__(self, events: EventWriter | NullEventWriter, is_main: bool, system_every_s: float = 2.0,
-                 gpu_sampler: Callable[[], list[dict]] | None = None, sinks: list[Callable[[dict], None]] | None = None):
+                 gpu_sampler: Callable[[], list[dict]] | None = None, sinks: list[Callable[[dict], None]] | None = None,
+                 launcher_pid: int | None = None):
         self.events = events
         self.sinks = sinks or []  # more consumers of the written events (TensorBoard, MLflow)
         self.is_main = is_main
@@ -30,7 +31,8 @@ class Reporter:
         self.gpu_sampler = gpu_sampler
         self.epochs = 0
         self._last_system = 0.0
-        self._process = psutil.Process()
+        self._root = run_root(launcher_pid)
+        self._seen: dict[int, psutil.Process] = {}  # the same objects each sample: their CPU is measured between
 
     def emit(self, event: str, **fields) -> None:
         record = self.events.emit(event, **fields)
@@ -111,9 +113,14 @@ class Reporter:
         if not self.is_main or now - self._last_system < self.system_every_s:
             return
         self._last_system = now
-        procs = [self._process] + self._process.children(recursive=True)
+        try:
+            procs = [self._root] + self._root.children(recursive=True)
+        except psutil.Error:  # the launcher above this rank has gone
+            self._root = psutil.Process()
+            procs = [self._root] + self._root.children(recursive=True)
+        self._seen = {p.pid: self._seen.get(p.pid, p) for p in procs}
         cpu = rss = 0.0
-        for proc in procs:
+        for proc in self._seen.values():
             try:
                 cpu += proc.cpu_percent(None)
                 rss += proc.memory_info().rss
@@ -128,8 +135,22 @@ class Reporter:
         self.events.close()
 
 
+def run_root(launcher_pid: int | None) -> psutil.Process:
+    """The process a run's processes descend from: its launcher (`main.py train`, whose pid status.json keeps) when
+    that is this process or one above it, so that every rank (torchrun's, mp.spawn's) and loader is counted; else
+    this process."""
+    me = psutil.Process()
+    try:
+        if isinstance(launcher_pid, int) and launcher_pid in (me.pid, *(p.pid for p in me.parents())):
+            return psutil.Process(launcher_pid)
+    except psutil.Error:  # the launcher went
+        pass
+    return me
+
+
 def reporter_for(events_path, is_main: bool, system_every_s: float, gpu_sampler=None,
-                 tensorboard: bool = False, mlflow: str | None = None, mlflow_experiment: str = "") -> Reporter:
+                 tensorboard: bool = False, mlflow: str | None = None, mlflow_experiment: str = "",
+                 launcher_pid: int | None = None) -> Reporter:
     """Rank 0 writes the event stream (and, asked to, TensorBoard files beside it and an MLflow run at the tracking
     URI `mlflow`); the other ranks report nothing."""
     events = EventWriter(events_path) if is_main else NullEventWriter()
@@ -142,4 +163,4 @@ def reporter_for(events_path, is_main: bool, system_every_s: float, gpu_sampler=
         from trainer.train.mlflow_sink import MLflowSink
 
         sinks.append(MLflowSink(Path(events_path).parent, mlflow, mlflow_experiment))
-    return Reporter(events, is_main, system_every_s, gpu_sampler, sinks)
+    return Reporter(events, is_main, system_every_s, gpu_sampler, sinks, launcher_pid if is_main else None)
