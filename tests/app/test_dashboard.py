@@ -4,11 +4,24 @@ from helpers import read_all
 from PySide6.QtCore import Qt
 
 
-def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot, tmp_path):
+def dashboard_reading(qtbot, run, events: list[dict]):
+    """A dashboard on `run`, its events file holding `events` (as the trainer writes them), all of them read."""
     import json
 
     from app.jobs.run_model import RunModel
     from app.training.dashboard import Dashboard
+
+    run.events.write_text("".join(json.dumps(e) + "\n" for e in events))
+    dashboard = Dashboard()
+    qtbot.addWidget(dashboard)
+    model = RunModel(run)
+    dashboard.set_model(model)
+    read_all(model)
+    return dashboard, model
+
+
+def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot, tmp_path):
+
     from trainer.core.rundir import RunDir
 
     run = RunDir(tmp_path / "run").create()
@@ -21,12 +34,7 @@ def test_a_re_plan_is_a_line_on_the_dashboard_and_moves_the_epoch_counter(qtbot,
               {"event": "epoch", "epoch": 2, "val_acc": 0.6, "time": 3.0},
               {"event": "replan", "epoch": 2, "old_epochs": 31, "epochs": 25, "epoch_s": 3.1, "budget_left_s": 74,
                "why": "3.1 s per epoch measured, 74 s of the budget left: slower than planned", "time": 3.1}]
-    run.events.write_text("".join(json.dumps(e) + "\n" for e in events))
-    dashboard = Dashboard()
-    qtbot.addWidget(dashboard)
-    model = RunModel(run)
-    dashboard.set_model(model)
-    read_all(model)
+    dashboard, model = dashboard_reading(qtbot, run, events)
     lines = [dashboard.warnings.item(i).text() for i in range(dashboard.warnings.count())]
     assert lines == ["↻ re-planned (2 times): 12 → 31 → 25 epochs (3.1 s per epoch measured, 74 s of the budget left: "
                      "slower than planned)"], "one line for a run's re-plans, not one an epoch"
@@ -96,10 +104,7 @@ def test_an_early_stop_reads_the_epochs_it_trained_and_one_step_draws_a_point(qt
 
 
 def test_what_augment_auto_became_is_on_the_summary_with_its_reason(qtbot, tmp_path):
-    import json
 
-    from app.jobs.run_model import RunModel
-    from app.training.dashboard import Dashboard
     from trainer.core.rundir import RunDir
 
     run = RunDir(tmp_path / "run").create()
@@ -108,12 +113,7 @@ def test_what_augment_auto_became_is_on_the_summary_with_its_reason(qtbot, tmp_p
              "val_size": 2, "device": "cpu", "cache": "memory", "trainable": 10, "param_groups": [], "layers": [],
              "augment": [{"key": "data.augment.hflip", "value": False, "why": why},
                          {"key": "data.augment.crop_scale_min", "value": 0.6, "why": "the usual"}], "time": 1.0}
-    run.events.write_text(json.dumps(start) + "\n")
-    dashboard = Dashboard()
-    qtbot.addWidget(dashboard)
-    model = RunModel(run)
-    dashboard.set_model(model)
-    read_all(model)
+    dashboard, model = dashboard_reading(qtbot, run, [start])
     text = dashboard.summary.text()
     assert "augmentation (auto): " in text and "flips off</span>" in text and "crops from 60%" in text
     assert f"title='{why}'" in text, "the trainer's reason on hover"
@@ -173,20 +173,12 @@ def test_one_huge_epoch_loss_does_not_flatten_the_others_and_the_chart_says_so(q
     """Issue #71: epoch 1's validation loss of 966 flattened Loss per epoch."""
     import json
 
-    from app.jobs.run_model import RunModel
-    from app.training.dashboard import Dashboard
-
     run = finished_run_events(tmp_path, steps=3, epochs_done=6, epochs=6, reason=None)
     events = [json.loads(line) for line in run.events.read_text().splitlines()]
     for e in events:
         if e["event"] == "epoch":
             e["train_loss"], e["val_loss"] = 2.0 / e["epoch"], (966.0 if e["epoch"] == 1 else 1.5 / e["epoch"])
-    run.events.write_text("".join(json.dumps(e) + "\n" for e in events))
-    dashboard = Dashboard()
-    qtbot.addWidget(dashboard)
-    model = RunModel(run)
-    dashboard.set_model(model)
-    read_all(model)
+    dashboard, model = dashboard_reading(qtbot, run, events)
     curves = dashboard.curves
     curves.redraw()
     (_, _), (low, high) = curves.epoch_plot.getViewBox().viewRange()
