@@ -201,11 +201,6 @@ class MainWindow(QMainWindow):
             self.dataset_page.hold(hold_scan)
         if config_path is not None or not self.files.restore_last():
             self.files.open(config_path or DEMO_CONFIG)
-        try:  # made now, so that the Runs page can watch it for runs from the start
-            self.runs_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            self.statusBar().showMessage(f"Runs folder {self.runs_dir}: cannot be made ({e.strerror or e}); choose "
-                                         f"another on the Runs page", 10000)
         self.runs_page.set_runs_dir(self.runs_dir)
         self.queue_page.set_runs_dir(self.runs_dir)
         self.device_page.hostChanged.connect(self.dataset_page.set_host)

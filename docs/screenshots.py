@@ -115,7 +115,7 @@ def main() -> int:
             def show_runs():
                 window.nav.setCurrentRow(PAGES.index(page))
                 window.runs_page.views.setCurrentIndex(1)
-                window.runs_page.scatter_x.setCurrentText("optimizer.lr")
+                window.runs_page.views.scatter_x.setCurrentText("optimizer.lr")
                 shoot(name, page)
                 QTimer.singleShot(700, next_shot)
             when(runs_ready, show_runs)

@@ -357,17 +357,20 @@ class RunsPage(QWidget):
 
     def _watch_folders(self, signature: tuple) -> None:
         """Watch the runs folder (and its mirrors' host folders) for new folders, and each folder that is not a run
-        yet (made, its config not yet written) for its files."""
-        wanted = {str(self.runs_dir), *(p for p, _, is_run in signature if not is_run)}
+        yet (made, its config not yet written) for its files; a runs folder not made yet, through the nearest folder
+        above it that is (nothing is made here before a run is)."""
+        there = next((p for p in (self.runs_dir, *self.runs_dir.parents) if p.is_dir()), None)
+        wanted = {str(there)} if there is not None else set()
+        wanted |= {p for p, _, is_run in signature if not is_run}
         remote = self.runs_dir / "remote"
         if remote.is_dir():
             wanted |= {str(remote), *(str(p) for p in remote.iterdir() if p.is_dir())}
         watched = set(self._watch.directories())
         if watched - wanted:
             self._watch.removePaths(sorted(watched - wanted))
-        for path in sorted(wanted - watched):
-            if os.path.isdir(path):
-                self._watch.addPath(path)
+        added = [path for path in sorted(wanted - watched) if os.path.isdir(path) and self._watch.addPath(path)]
+        if added:  # what changed in them before the watch began is seen by a look now
+            self._soon.start()
 
     def refresh(self) -> None:
         """Read the table again on the thread pool; asked while a read is under way, once more after it (two reads

@@ -19,10 +19,10 @@ class Cut:
     left_out: list[tuple[float, float]]  # (epoch, loss) of each point above `high`
 
     def said(self) -> str:
-        """What the chart's title adds: the points it does not show, and that a log scale shows them."""
+        """What the chart says under itself: the points it does not show (its "log y" shows them)."""
         shown = ", ".join(f"{loss:.3g} at epoch {epoch:g}" for epoch, loss in self.left_out[:2])
         more = f" and {len(self.left_out) - 2} more" if len(self.left_out) > 2 else ""
-        return f"off the scale: {shown}{more} (log scale shows all)"
+        return f"off the scale: {shown}{more}"
 
 
 def robust_range(x: np.ndarray, y: np.ndarray) -> Cut | None:

@@ -12,17 +12,19 @@ from app.state.buffers import Series
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
+LEGEND_PT = 8  # the curves' names in a plot's title
+NOTE_COLOUR = "#b35900"  # what a plot says of its own axis (a value left off its scale)
+
 
 def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
     """A plot whose named curves are listed in its title, in their colours (issue #71: a legend inside the plot
     covered the curves); a plot that needs a legend of many entries (Compare) adds pyqtgraph's own."""
     plot = pg.PlotWidget()
-    plot.base_title, plot.note = title, ""
+    plot.base_title, plot.x_label, plot.note = title, x_label, ""
     retitle(plot)
     plot.setBackground("w")
     plot.showGrid(x=True, y=True, alpha=0.25)
     plot.setLabel("left", y_label)
-    plot.setLabel("bottom", x_label)
     # Fixed axis geometry: with auto SI prefixes and text-fitted axis widths, a growing step count made the axis
     # re-layout the plot, which changed the ticks, which changed the layout again: an endless repaint loop.
     for side in ("bottom", "left"):
@@ -32,17 +34,18 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
 
 
 def retitle(plot: pg.PlotWidget, note: str | None = None) -> None:
-    """The title: the plot's name, its `note` (kept until another is given; "" for none), then each named curve
-    as a coloured line and its name."""
+    """The title: the plot's name, then each named curve as a coloured line and its name, in a smaller type; and
+    its `note` (kept until another is given; "" for none) beside the x axis's name, where the title leaves room."""
     if note is not None:
         plot.note = note
     if plot.getPlotItem().legend is not None:  # its own legend lists the curves
         names = []
     else:
-        names = [f"<span style='color:{item.opts['pen'].color().name()}'>━ {html.escape(item.name())}</span>"
-                 for item in plot.getPlotItem().listDataItems() if item.name()]
-    plot.setTitle("&nbsp;&nbsp;".join([html.escape(plot.base_title + (f" · {plot.note}" if plot.note else "")),
-                                       *names]))
+        names = [f"<span style='color:{item.opts['pen'].color().name()}; font-size:{LEGEND_PT}pt'>━ "
+                 f"{html.escape(item.name())}</span>" for item in plot.getPlotItem().listDataItems() if item.name()]
+    plot.setTitle("&nbsp;".join([html.escape(plot.base_title), *names]))
+    plot.setLabel("bottom", html.escape(plot.x_label) + (f" · <span style='color:{NOTE_COLOUR}'>"
+                                                           f"{html.escape(plot.note)}</span>" if plot.note else ""))
 
 
 def with_log_toggle(plot: pg.PlotWidget) -> QWidget:

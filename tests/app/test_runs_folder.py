@@ -55,8 +55,9 @@ def test_a_run_made_elsewhere_is_in_the_table_by_the_apps_own_watch(qtbot, make_
     window = make_window(runs_dir=tmp_path / "runs")
     page = window.runs_page
     assert not page.isVisible()
-    qtbot.waitUntil(lambda: str(tmp_path / "runs") in page._watch.directories(), timeout=5_000)
-    # as the trainer makes a run: the folder, then its config (the run is listed from then on)
+    assert not (tmp_path / "runs").exists(), "nothing is made before a run is"
+    qtbot.waitUntil(lambda: str(tmp_path) in page._watch.directories(), timeout=5_000)  # where it will appear
+    # as the trainer makes a run: the folder (the runs folder with it), then its config (listed from then on)
     run = RunDir(tmp_path / "runs" / "from-the-command-line").create()
     qtbot.waitUntil(lambda: str(run.path) in page._watch.directories(), timeout=5_000)  # not a run yet: watched
     save_config(RunConfig(), run.config)
