@@ -149,6 +149,8 @@ def main() -> int:
                                                          QTimer.singleShot(300, next_shot))))
             return
         if name == "resumed":  # a run stopped after its third epoch and resumed: one set of curves, to its end
+            window.nav.setCurrentRow(PAGES.index(page))
+            window.dashboard.tabs.setCurrentIndex(0)  # the curves on show while they grow, as a user watches them
             window.run_actions.start()
             when(lambda: window.run_model is not None and len(window.run_model.val_loss) >= 3 and window.runs.running,
                  window.runs.stop)

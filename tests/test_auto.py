@@ -292,6 +292,33 @@ def test_the_probe_measures_or_predicts_every_candidate_it_names_and_picks_one_t
     assert ("the first of" if fits else "none of") in why["model.name"]
 
 
+@pytest.mark.parametrize("rates, expected", [
+    ({"resnet18": 150.0, "resnet9": 40.0, "small_cnn": 60.0}, ("resnet9", 64)),  # 1 epoch at 112 px: below it
+    ({"resnet18": 150.0, "resnet9": 8.0, "small_cnn": 12.0}, ("resnet9", 112))])  # 3+ at 112 px: the usual sizes
+def test_a_machine_too_busy_for_a_few_epochs_at_the_images_half_size_trains_smaller_ones(
+        tmp_path, torch_home, monkeypatch, rates, expected):
+    """Issue #68: on a machine busy all along, the size floor (half the images' own size) left Auto one epoch of
+    resnet9 at 112 px, which scored 25%, 64% and 99% in three runs. Below FEW_EPOCHS there, smaller sizes are
+    candidates and the first (best first) that trains FEW_EPOCHS is taken; at FEW_EPOCHS or more, nothing changes."""
+    from trainer import auto
+    from trainer.data.demo_data import write_demo_dataset
+
+    simulated_probe(monkeypatch, rates)
+    folder = write_demo_dataset(tmp_path / "photos", per_class=30, size=224, seed=0)
+    result = auto.plan(str(folder), 2.0)
+    table = {(p.model, p.size): p for p in result.probes}
+    assert min(size for _, size in table) < 112, "the sizes below the floor are in the plan, measured or predicted"
+    chosen = (result.config.model.name, result.config.data.image_size)
+    assert chosen == expected, str({k: p.epochs for k, p in table.items()})
+    why = {c.key: c.why for c in result.choices}
+    if expected[1] < 112:
+        assert table[chosen].epochs >= auto.FEW_EPOCHS > max(p.epochs for (_, size), p in table.items() if size >= 112)
+        assert "below it, the first that does" in why["model.name"] and "below the images' half size" in why[
+            "data.image_size"]
+    else:
+        assert "below" not in why["model.name"]
+
+
 def test_auto_offers_imagenet_weights_for_photographs_and_plans_with_them_once_downloaded(
         tmp_path, torch_home, monkeypatch, weights_server):  # noqa: F811 - the fixture imported above
     """Photograph-sized images and no weights cached: the plan offers resnet18's ImageNet weights with their size

@@ -64,7 +64,7 @@ def test_a_loss_axis_leaves_out_only_what_would_flatten_the_rest():
     epochs = np.arange(1.0, 7.0)
     cut = robust_range(epochs, np.array([966.0, 2.0, 1.0, 0.7, 0.5, 0.3]))
     assert cut is not None and cut.left_out == [(1.0, 966.0)] and cut.low < 0.3 and 2.0 < cut.high < 2.5
-    assert "966 at epoch 1" in cut.said()
+    assert cut.said() == "1 off the scale" and cut.which() == "966 at epoch 1"
     assert robust_range(epochs, np.array([9.0, 5.0, 2.0, 1.0, 0.7, 0.5])) is None, "a steep fall is not an outlier"
     assert robust_range(epochs[:2], np.array([966.0, 1.0])) is None, "two points: both shown"
     assert robust_range(epochs, np.array([np.nan, 2.0, 1.0, 0.7, 0.5, 0.3])) is None

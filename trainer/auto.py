@@ -57,6 +57,11 @@ OFFERED = "resnet18"  # the ImageNet weights Auto offers to download for photogr
 PHOTO_SIDE = 96  # images whose median short side is at least this look like photographs (ImageNet's features help)
 SIZES = (224, 192, 160, 128, 112, 96, 64, 48, 32)
 MIN_EPOCHS = {"pretrained": 5, "scratch": 12}  # fewer than this and a smaller candidate does better
+# fewer epochs than this at the images' half size (a machine busy all along, a short budget): one epoch of resnet9 at
+# 112 px scored 25%, 64% and 99% in three busy runs (docs/benchmarks.md): sizes below it, down to LOWEST_SIZE, are
+# candidates then, and the first (best first) that trains this many is taken
+FEW_EPOCHS = 3
+LOWEST_SIZE = 48
 MAX_EPOCHS = 200
 PLAN_SHARE = 0.25  # planning (probe + LR sweep) may take at most this share of the budget
 LR_STEPS = (30, 100)  # the learning-rate sweep's steps: at least, at most
@@ -316,8 +321,9 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
         candidates = [(name, None) for name in (os.environ.get(SCRATCH_ENV) or ",".join(SCRATCH)).split(",")]
         why_kind = "no pretrained weights in the torch hub cache: from scratch"
     sizes = candidate_sizes(scan, bool(cached))
-    order = [(name, weights, size) for name, weights in candidates for size in sizes  # best first
-             if weights or size >= SCRATCH_MIN_SIZE.get(name, 0)]
+    below = [] if cached else [s for s in SIZES if LOWEST_SIZE <= s < min(sizes)]  # only when the sizes leave too few
+    order = [(name, weights, size) for group in (sizes, below) for name, weights in candidates for size in group
+             if weights or size >= SCRATCH_MIN_SIZE.get(name, 0)]  # best first: the usual sizes, then those below
     again = faster_than or recheck_of  # measured again after a first epoch: once only
     if faster_than:
         tried = [i for i, (name, _, size) in enumerate(order) if (name, size) == faster_than[:2]]
@@ -327,11 +333,12 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     need = MIN_EPOCHS[kind]
     train_s = budget_s * (1 - PLAN_SHARE) - STARTUP_S
     load = OtherLoad()
-    chosen, probes = _probe(order, need, train_s, (train_images, val_images, test_images, len(scan.classes)), tta,
-                            device, precision, lambda: clock.now() - started > budget_s * PLAN_SHARE * 0.6, say)
+    images = (train_images, val_images, test_images, len(scan.classes))
+    chosen, probes = _probe(order, need, min(sizes), train_s, images, tta, device, precision,
+                            lambda: clock.now() - started > budget_s * PLAN_SHARE * 0.6, say)
     others = load.share()
     how_busy = _how_busy(others)
-    reason = f"{why_kind}; {_model_reason(probes, chosen, need)}"
+    reason = f"{why_kind}; {_model_reason(probes, chosen, need, min(sizes))}"
     if again:
         reason += f"; measured again because {again[2]}"
     choose("model.name", chosen.model, reason)
@@ -347,7 +354,9 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("data.image_size", chosen.size, f"images' median short side {median:.0f} px; " + (
         f"the largest size of {', '.join(map(str, sizes))} at which {chosen.model} trains {need} epochs"
         if chosen.epochs >= need else f"the size of {', '.join(map(str, sizes))} at which a candidate trains the "
-                                      f"most epochs"))
+                                      f"most epochs" if chosen.size >= min(sizes) else
+        f"below the images' half size ({min(sizes)} px), where no candidate trains {FEW_EPOCHS} epochs: the largest "
+        f"at which {chosen.model} does"))
     choose("data.batch_size", chosen.batch, "what this device trains well at this size" + ("" if cuda else
                                                                                              " on a CPU"))
     raw = _recipe(layout, scan, chosen, bool(cached), (flips, why_flips), device, choose)
@@ -393,7 +402,8 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     choose("train.replan", True, "the epochs above come from a short probe: after each epoch the trainer re-plans "
                                  "them from the speed it measures, so the run fills its budget whatever the machine "
                                  "is doing, with the schedule's annealing completed")
-    faster = max(probes[probes.index(chosen) + 1:] or [chosen], key=lambda m: m.train_images_per_s)
+    after = [m for m in probes[probes.index(chosen) + 1:] if m.size >= min(sizes) or chosen.size < min(sizes)]
+    faster = max(after or [chosen], key=lambda m: m.train_images_per_s)  # (below the floor only from below it)
     faster_left = faster.train_images_per_s > chosen.train_images_per_s  # whatever the probe found fits
     cfg.train.min_epochs = need if faster_left and not again else 0
     choose("train.min_epochs", cfg.train.min_epochs,
@@ -577,12 +587,27 @@ def _device_choices(choose: Callable) -> tuple[torch.device, str]:
     return device, precision
 
 
-def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, images: tuple[int, int, int, int],
-           tta: bool, device: torch.device, precision: str, out_of_time: Callable[[], bool],
-           say: Callable[[str], None]) -> tuple[Measured, list[Measured]]:
+def _pick(rows: list[Measured], need: int, floor: int) -> tuple[Measured, bool]:
+    """The candidate to train, and whether it trains `need` epochs: among those at `floor` px or more, the first
+    that trains `need`, else the one that trains the most (the fastest of those), when that is FEW_EPOCHS or more;
+    else the first of all (those below the floor included) that trains FEW_EPOCHS, else the one that trains the most."""
+    usual = [m for m in rows if m.size >= floor] or rows
+    fits = [m for m in usual if m.epochs >= need]
+    if fits:
+        return fits[0], True
+    most = max(usual, key=lambda m: (m.epochs, m.train_images_per_s))  # ties: the fastest
+    if most.epochs >= FEW_EPOCHS:
+        return most, False
+    few = [m for m in rows if m.epochs >= FEW_EPOCHS]
+    return (few[0] if few else max(rows, key=lambda m: (m.epochs, m.train_images_per_s))), False
+
+
+def _probe(order: list[tuple[str, str | None, int]], need: int, floor: int, train_s: float,
+           images: tuple[int, int, int, int], tta: bool, device: torch.device, precision: str,
+           out_of_time: Callable[[], bool], say: Callable[[str], None]) -> tuple[Measured, list[Measured]]:
     """Every (network, weights, size) candidate in `order` (best first: the best networks first, each at its sizes
-    largest first) measured or predicted, and the one to train: the first that trains `need` epochs in `train_s`
-    (its test set and export taken out), else the one that trains the most.
+    largest first, then the sizes below `floor`) measured or predicted, and the one to train (`_pick`): the first that
+    trains `need` epochs in `train_s` (its test set and export taken out), else the one that trains the most.
 
     The cheapest candidate (fewest operations per image) is measured first: quick even on a busy machine, and a
     measure of this machine as it is now. The others are predicted from it by their operations per image, and the
@@ -623,8 +648,7 @@ def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, 
     take(*min(counted, key=lambda c: operations(c[0], c[2], classes)) if counted else order[-1])
     while True:
         rows = table()
-        fits = [m for m in rows if m.epochs >= need]
-        pick = fits[0] if fits else max(rows, key=lambda m: (m.epochs, m.train_images_per_s))  # ties: the fastest
+        pick, fits = _pick(rows, need, floor)
         if out_of_time():
             break
         if pick.how != "measured":
@@ -641,7 +665,7 @@ def _probe(order: list[tuple[str, str | None, int]], need: int, train_s: float, 
     return pick, rows
 
 
-def _model_reason(rows: list[Measured], chosen: Measured, need: int) -> str:
+def _model_reason(rows: list[Measured], chosen: Measured, need: int, floor: int) -> str:
     """Why `chosen`: every candidate's epochs are in the plan's probes (auto.json); the reason names the network's
     rule and the candidates passed over (at most four), each with the figure it was judged by."""
     names = ", ".join(dict.fromkeys(m.model for m in rows))
@@ -650,6 +674,11 @@ def _model_reason(rows: list[Measured], chosen: Measured, need: int) -> str:
     passed = rows[:rows.index(chosen)]
     over = "; ".join(f"{m.model} at {m.size} px {m.epochs}" for m in passed[-4:])
     over = f" (passed over, epochs: {'...; ' if len(passed) > 4 else ''}{over})" if passed else ""
+    if chosen.size < floor:
+        best = max((m for m in rows if m.size >= floor), key=lambda m: (m.epochs, m.train_images_per_s))
+        return (f"at the images' half size ({floor} px) and above, none of {len(rows)} candidates ({names}, measured "
+                f"or predicted) trains {FEW_EPOCHS} epochs in the budget (the most: {best.model} at {best.size} px, "
+                f"{best.epochs}): below it, the first that does, {said}")
     if chosen.epochs >= need:
         return (f"the first of {len(rows)} candidates ({names}, best first, each at its sizes largest first) that "
                 f"trains at least {need} epochs in the budget, test set and export included: {said}{over}")

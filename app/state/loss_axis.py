@@ -19,10 +19,12 @@ class Cut:
     left_out: list[tuple[float, float]]  # (epoch, loss) of each point above `high`
 
     def said(self) -> str:
-        """What the chart says under itself: the points it does not show (its "log y" shows them)."""
-        shown = ", ".join(f"{loss:.3g} at epoch {epoch:g}" for epoch, loss in self.left_out[:2])
-        more = f" and {len(self.left_out) - 2} more" if len(self.left_out) > 2 else ""
-        return f"off the scale: {shown}{more}"
+        """What the chart's title says: how many losses it does not show."""
+        return f"{len(self.left_out)} off the scale"
+
+    def which(self) -> str:
+        """Which they are (the chart's tooltip)."""
+        return ", ".join(f"{loss:.3g} at epoch {epoch:g}" for epoch, loss in self.left_out)
 
 
 def robust_range(x: np.ndarray, y: np.ndarray) -> Cut | None:

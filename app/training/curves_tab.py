@@ -181,8 +181,8 @@ class CurvesTab(QWidget):
         else:
             retitle(self.epoch_plot, cut.said())
             view.setYRange(cut.low, cut.high, padding=0)
-        self.epoch_plot.setToolTip("" if cut is None else "a loss far above the others is off this linear scale: "
-                                   "\"log y\" shows every one")
+        self.epoch_plot.setToolTip("" if cut is None else f"off this linear scale, far above the others: {cut.which()}"
+                                                          f" (\"log y\" shows every loss)")
 
     def _smoothing_changed(self, value: int) -> None:
         self.smoothing_label.setText(f"{value / 100:.2f}")

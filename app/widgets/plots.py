@@ -12,13 +12,13 @@ from app.state.buffers import Series
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
-LEGEND_PT = 8  # the curves' names in a plot's title
+SMALL_PT = 8  # what a plot says of its own axis, in its title
 NOTE_COLOUR = "#b35900"  # what a plot says of its own axis (a value left off its scale)
 
 
 def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
-    """A plot whose named curves are listed in its title, in their colours (issue #71: a legend inside the plot
-    covered the curves); a plot that needs a legend of many entries (Compare) adds pyqtgraph's own."""
+    """A plot whose named curves are listed under it, beside the x axis's name, in their colours (issue #71: a
+    legend inside the plot covered the curves); a plot that needs a legend of many entries (Compare) adds its own."""
     plot = pg.PlotWidget()
     plot.base_title, plot.x_label, plot.note = title, x_label, ""
     retitle(plot)
@@ -34,18 +34,22 @@ def make_plot(title: str, y_label: str, x_label: str = "step") -> pg.PlotWidget:
 
 
 def retitle(plot: pg.PlotWidget, note: str | None = None) -> None:
-    """The title: the plot's name, then each named curve as a coloured line and its name, in a smaller type; and
-    its `note` (kept until another is given; "" for none) beside the x axis's name, where the title leaves room."""
+    """The title: the plot's name and its `note` (kept until another is given; "" for none), in a smaller type; and
+    under the plot, beside the x axis's name, each named curve as a coloured line and its name (a title holding them
+    all was cut at 1024 px)."""
     if note is not None:
         plot.note = note
     if plot.getPlotItem().legend is not None:  # its own legend lists the curves
         names = []
     else:
-        names = [f"<span style='color:{item.opts['pen'].color().name()}; font-size:{LEGEND_PT}pt'>━ "
-                 f"{html.escape(item.name())}</span>" for item in plot.getPlotItem().listDataItems() if item.name()]
-    plot.setTitle("&nbsp;".join([html.escape(plot.base_title), *names]))
-    plot.setLabel("bottom", html.escape(plot.x_label) + (f" · <span style='color:{NOTE_COLOUR}'>"
-                                                           f"{html.escape(plot.note)}</span>" if plot.note else ""))
+        names = [f"<span style='color:{item.opts['pen'].color().name()}'>━ {html.escape(item.name())}</span>"
+                 for item in plot.getPlotItem().listDataItems() if item.name()]
+    plot.setTitle(html.escape(plot.base_title) + (f" <span style='color:{NOTE_COLOUR}; font-size:{SMALL_PT}pt'>· "
+                                                  f"{html.escape(plot.note)}</span>" if plot.note else ""))
+    plot.setLabel("bottom", "&nbsp;&nbsp;".join([html.escape(plot.x_label), *names]))
+    # a title wider than the plot is cut, never the plot: pyqtgraph makes the text's width the plot's minimum, and
+    # at 1024 px the dashboard's grid then drew its plots cut off at the right (their last epochs out of view)
+    plot.getPlotItem().titleLabel.setMinimumWidth(0)
 
 
 def with_log_toggle(plot: pg.PlotWidget) -> QWidget:

@@ -86,6 +86,14 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
         qtbot.wait(30)
         assert dash.tabs.currentWidget().width() >= dash.tabs.currentWidget().minimumSizeHint().width()
         assert_no_label_cut_short(qtbot, dash.tabs.currentWidget(), dash.tabs.tabText(tab))
+    from app.widgets.plots import retitle
+
+    dash.tabs.setCurrentWidget(dash.curves)
+    retitle(dash.curves.epoch_plot, "1 off the scale")  # its longest title
+    qtbot.wait(50)
+    for plot in (dash.curves.loss_plot, dash.curves.epoch_plot, dash.curves.acc_plot, dash.curves.lr_plot):
+        assert plot.getPlotItem().geometry().width() <= plot.width() + 1, "a plot cut off at its right"
+    retitle(dash.curves.epoch_plot, "")
     dash.tabs.setCurrentWidget(dash.gradients)
     qtbot.wait(30)
     assert not columns_out_of_view(dash.gradients.layer_table), "the layers' figures, in view (issue #71: names only)"
