@@ -315,6 +315,7 @@ def test_a_machine_too_busy_for_a_few_epochs_at_the_images_half_size_trains_smal
         assert table[chosen].epochs >= auto.FEW_EPOCHS > max(p.epochs for (_, size), p in table.items() if size >= 112)
         assert "below it, the first that does" in why["model.name"] and "below the images' half size" in why[
             "data.image_size"]
+        assert result.config.train.min_epochs in (0, auto.FEW_EPOCHS), "it makes way only short of what it was for"
     else:
         assert "below" not in why["model.name"]
 

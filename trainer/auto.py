@@ -405,10 +405,11 @@ def plan(folder: str | os.PathLike, minutes: float, *, progress: Callable[[str],
     after = [m for m in probes[probes.index(chosen) + 1:] if m.size >= min(sizes) or chosen.size < min(sizes)]
     faster = max(after or [chosen], key=lambda m: m.train_images_per_s)  # (below the floor only from below it)
     faster_left = faster.train_images_per_s > chosen.train_images_per_s  # whatever the probe found fits
-    cfg.train.min_epochs = need if faster_left and not again else 0
+    least = need if chosen.size >= min(sizes) else FEW_EPOCHS  # what the pick was made for
+    cfg.train.min_epochs = least if faster_left and not again else 0
     choose("train.min_epochs", cfg.train.min_epochs,
            "off: Auto has measured again once already; this run re-plans its epochs and goes on" if again else
-           f"if the first epoch shows fewer than {need} epochs fit (the machine got slower than the probe measured), "
+           f"if the first epoch shows fewer than {least} epochs fit (the machine got slower than the probe measured), "
            f"the run ends there and Auto measures the faster candidates again for the time left (the fastest: "
            f"{faster.model} at {faster.size} px, {faster.train_images_per_s:.0f} images/s {faster.how})"
            if faster_left else "off: no faster candidate is left to go on with")

@@ -72,6 +72,7 @@ class GradientsTab(QSplitter):
         self.hist_plot, self.hist_image = image_plot("Histogram over time (value axis shared, symlog)", "magma",
                                                      "step", "value")
         self.hist_range = QLabel("")
+        self.hist_range.setMinimumWidth(1)  # cut when the splitter leaves it less, not a minimum on the table's room
         hist_box = QWidget()
         hl = QVBoxLayout(hist_box)
         hl.setContentsMargins(0, 0, 0, 0)

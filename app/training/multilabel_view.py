@@ -38,7 +38,7 @@ from app.state.audit_gallery import Listed, multilabel_gallery
 from app.state.eval_results import LabelledPrediction, MultiLabelEvaluation
 from app.widgets.data_map_view import DataMap
 from app.widgets.grad_cam import GradCam
-from app.widgets.plots import NumericItem
+from app.widgets.plots import NumericItem, set_title
 from app.widgets.thumbnails import (
     load_pair_thumbnails,
     load_thumbnails,
@@ -273,7 +273,7 @@ class MultiLabelView(QWidget):
         figures = ev.metrics["per_label"][label]
         if figures.get("recall") is not None and figures.get("precision") is not None:
             self.curve.plot([figures["recall"]], [figures["precision"]], pen=None, symbol="o", symbolBrush="#d62728")
-        self.curve.setTitle(f"{html.escape(label)}: AP {percent(figures['ap'])}; dot: threshold {threshold:.2f}")
+        set_title(self.curve, f"{html.escape(label)}: AP {percent(figures['ap'])}; dot: threshold {threshold:.2f}")
         self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
         positives, negatives = ev.false_positives(label), ev.false_negatives(label)
         self.shown = [(p, "FP") for p in positives] + [(p, "FN") for p in negatives]

@@ -45,7 +45,7 @@ from app.training.confusion_pane import ConfusionPane
 from app.training.multilabel_view import MultiLabelView
 from app.training.selected_image import PREVIEW, SelectedImage
 from app.widgets.data_map_view import DataMap
-from app.widgets.plots import NumericItem
+from app.widgets.plots import NumericItem, set_title
 from app.widgets.thumbnails import load_pair_thumbnails, set_gallery_icons, thumbnail_gallery
 from trainer.runs.launch import audit_args
 
@@ -303,7 +303,7 @@ class ResultsTab(QWidget):
             self.reliability.addItem(pg.BarGraphItem(x=[(b["low"] + b["high"]) / 2 for b in bins],
                                                      height=[b["accuracy"] for b in bins],
                                                      width=bins[0]["high"] - bins[0]["low"], brush="#4a90d9"))
-        self.reliability.setTitle(f"Reliability (expected calibration error {m.get('ece', 0):.3f})")
+        set_title(self.reliability, f"Reliability (expected calibration error {m.get('ece', 0):.3f})")
         self.reliability.setRange(xRange=(0, 1), yRange=(0, 1))
 
     # ---- the gallery -------------------------------------------------------------------------------

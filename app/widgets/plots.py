@@ -44,11 +44,16 @@ def retitle(plot: pg.PlotWidget, note: str | None = None) -> None:
     else:
         names = [f"<span style='color:{item.opts['pen'].color().name()}'>━ {html.escape(item.name())}</span>"
                  for item in plot.getPlotItem().listDataItems() if item.name()]
-    plot.setTitle(html.escape(plot.base_title) + (f" <span style='color:{NOTE_COLOUR}; font-size:{SMALL_PT}pt'>· "
-                                                  f"{html.escape(plot.note)}</span>" if plot.note else ""))
+    set_title(plot, html.escape(plot.base_title) + (f" <span style='color:{NOTE_COLOUR}; font-size:{SMALL_PT}pt'>· "
+                                                    f"{html.escape(plot.note)}</span>" if plot.note else ""))
     plot.setLabel("bottom", "&nbsp;&nbsp;".join([html.escape(plot.x_label), *names]))
-    # a title wider than the plot is cut, never the plot: pyqtgraph makes the text's width the plot's minimum, and
-    # at 1024 px the dashboard's grid then drew its plots cut off at the right (their last epochs out of view)
+
+
+def set_title(plot: pg.PlotWidget, text: str) -> None:
+    """`plot`'s title; one wider than the plot is cut, never the plot: pyqtgraph makes the text's width the plot's
+    minimum, and at 1024 px the dashboard's grid drew its plots cut off at the right (their last epochs out of view),
+    and the histogram's title pushed the layer table beside it down to its name column."""
+    plot.setTitle(text)
     plot.getPlotItem().titleLabel.setMinimumWidth(0)
 
 
@@ -71,7 +76,8 @@ def with_log_toggle(plot: pg.PlotWidget) -> QWidget:
 
 def image_plot(title: str, colormap: str, x_label: str = "", y_label: str = "") -> tuple[pg.PlotWidget, pg.ImageItem]:
     """A plot holding one colour-mapped image (heatmaps, histograms over time, confusion matrix); row 0 on top."""
-    plot = pg.PlotWidget(title=title)
+    plot = pg.PlotWidget()
+    set_title(plot, title)
     plot.setBackground("w")
     image = pg.ImageItem()
     image.setColorMap(pg.colormap.get(colormap))
