@@ -181,5 +181,7 @@ def test_the_scheduler_waits_while_a_run_started_elsewhere_is_still_going(tmp_pa
     scheduler = queue.Scheduler(runs_dir, cpu_slots=1, usage=lambda: [], log=lambda *_: None)
     monkeypatch.setattr(scheduler, "_launch", lambda run, cfg, gpus: started.append(run.path))
     assert scheduler.start_what_fits() == 0 and started == []
-    windows_run.write_status(state="completed")  # its test set and exports done
+    windows_run.write_status(state="completed", ended=time.time())  # recorded its end, its process still exiting
+    assert scheduler.start_what_fits() == 0 and started == []
+    windows_run.write_status(ended=time.time() - 2 * queue.ENDING_S)  # long ago: that pid is another process's now
     assert scheduler.start_what_fits() == 1 and started == [waiting.path]

@@ -70,3 +70,24 @@ def test_sweep_dialog_queues_a_grid_and_shows_a_refusal(qtbot, make_window, shap
     dialog.submit()
     qtbot.waitUntil(lambda: "grid.optimizer.momentum: give a non-empty list" in dialog.result.text(), timeout=30_000)
     dialog.close()
+
+
+@pytest.mark.slow
+def test_a_queued_run_waits_while_the_run_started_from_the_window_goes(qtbot, make_window, shapes_dir, tmp_path,
+                                                                       schedulers_stopped):
+    """Issue #71: the scheduler started a queued run while the window's own run was still going (two jobs on two
+    cores). It waits until the window's run has ended, tested and exported, then starts."""
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 2}, monitor={"log_every": 1})
+    window = make_window(cfg)
+    wait_ready(qtbot, window)
+    window.run_actions.start()
+    qtbot.waitUntil(lambda: window.run_model is not None and bool(window.run_model.start_event), timeout=60_000)
+    with qtbot.waitSignal(window.queue_page.changed, timeout=30_000):
+        window.queue_action.trigger()
+    qtbot.waitUntil(lambda: bool(queue.live_schedulers(tmp_path / "runs")), timeout=30_000)
+    (waiting,) = queue.queued(tmp_path / "runs")
+    while window.runs.running:  # every look while the window's run goes: the queued one has not started
+        assert waiting.read_status()["state"] == "queued", "started beside the window's run"
+        qtbot.wait(300)
+    assert window.run_model.state == "completed"
+    qtbot.waitUntil(lambda: waiting.read_status()["state"] in ("running", "completed"), timeout=60_000)

@@ -29,6 +29,7 @@ from trainer.core.system import WATCH_PARENT_ENV, detached, locked, on_stop, pid
 LOCK = ".queue.lock"
 SCHEDULERS = ".schedulers"  # one file per live scheduler: <pid>
 POLL_S = 1.0
+ENDING_S = 60  # a run's process has at most this long from recording its end to exiting (else its pid is another's)
 BUSY_UTILIZATION = 30  # % — another user's job keeping a GPU this busy makes it unavailable
 BUSY_MEMORY_FRACTION = 0.2  # or holding this share of its memory
 
@@ -186,6 +187,13 @@ def gpu_usage() -> list[dict]:
 
 
 # ---- the scheduler ---------------------------------------------------------------------------------
+def ending(status: dict) -> bool:
+    """A run that has recorded its end while its process is still exiting (it has not given back its cores yet)."""
+    ended = status.get("ended")
+    return (isinstance(ended, (int, float)) and 0 <= time.time() - ended < ENDING_S
+            and pid_alive(status.get("pid")))
+
+
 def live_schedulers(runs_dir: Path) -> list[int]:
     folder = Path(runs_dir) / SCHEDULERS
     pids = [int(p.name) for p in folder.iterdir() if p.name.isdigit()] if folder.is_dir() else []
@@ -273,7 +281,7 @@ class Scheduler:
             q = status.get("queue") or {}
             if status.get("state") in ("queued", "starting", "running") and pid_alive(q.get("scheduler")):
                 out.append({"gpus": q.get("gpus") or []})
-            elif not q and r.is_live() and not r.is_remote:
+            elif not q and not r.is_remote and (r.is_live() or ending(status)):
                 try:
                     device = load_config(r.config).device
                 except (ConfigError, OSError):
