@@ -53,8 +53,11 @@ def set_title(plot: pg.PlotWidget, text: str) -> None:
     """`plot`'s title; one wider than the plot is cut, never the plot: pyqtgraph makes the text's width the plot's
     minimum, and at 1024 px the dashboard's grid drew its plots cut off at the right (their last epochs out of view),
     and the histogram's title pushed the layer table beside it down to its name column."""
+    label = plot.getPlotItem().titleLabel
+    if not hasattr(label, "fit_text"):  # pyqtgraph sets the minimum again whenever it measures the text (on show)
+        label.fit_text = label.updateMin
+        label.updateMin = lambda: (label.fit_text(), label.setMinimumWidth(0))
     plot.setTitle(text)
-    plot.getPlotItem().titleLabel.setMinimumWidth(0)
 
 
 def with_log_toggle(plot: pg.PlotWidget) -> QWidget:

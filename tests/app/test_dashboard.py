@@ -191,3 +191,33 @@ def test_one_huge_epoch_loss_does_not_flatten_the_others_and_the_chart_says_so(q
     assert "off the scale" not in curves.epoch_plot.plotItem.titleLabel.text
     model.close()
     dashboard.stop_updates()
+
+
+def test_resume_after_a_stop_on_an_epochs_last_step_draws_that_epochs_real_loss(qtbot, make_window, shapes_dir,
+                                                                                  tmp_path, monkeypatch):
+    """Issue #71: stopped on the last step of an epoch, then resumed from the window, the run's Loss per epoch drew
+    that epoch at 0.0 (a fake loss logged by the resumed segment)."""
+    import numpy as np
+    from helpers import train_here, write_config
+
+    from trainer.train.loop import Loop
+
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 2}, monitor={"log_every": 1})
+    log_step = Loop.log_step
+
+    def stop_on_the_first_epochs_last_step(self, window, result, batches, *rest):
+        if self.state.epoch == 0 and self.state.batch_in_epoch == batches:
+            self.stop.requested = True  # as Stop's file would, read at this log step
+        return log_step(self, window, result, batches, *rest)
+
+    monkeypatch.setattr(Loop, "log_step", stop_on_the_first_epochs_last_step)
+    run, _ = train_here(cfg, tmp_path / "runs")
+    monkeypatch.setattr(Loop, "log_step", log_step)
+    assert run.read_status()["state"] == "stopped"
+    window = make_window(cfg, runs_dir=tmp_path / "runs")
+    window.run_actions.open(str(run.path))
+    qtbot.waitUntil(lambda: window.run_model is not None and window.run_model.ended, timeout=10_000)
+    window.run_actions.resume(str(run.path))  # Resume, as its button does: the trainer in its own process
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=120_000)
+    losses = window.run_model.train_loss.y
+    assert len(losses) == 2 and np.all(losses > 0.05), losses

@@ -101,6 +101,8 @@ def test_every_page_fits_a_laptop_screen(qtbot, make_window, shapes_dir, tmp_pat
     qtbot.waitUntil(lambda: dash.gradients.layer_table.rowCount() == 2, timeout=10_000)
     qtbot.wait(50)
     assert not columns_out_of_view(dash.gradients.layer_table), "the layers' figures, in view (issue #71: names only)"
+    hist = dash.gradients.hist_plot  # beside it, the histogram whole (its title had made it wider than its room)
+    assert hist.getPlotItem().geometry().width() <= hist.width() + 1, "the histogram cut off at its right"
     if window.form.restore_button.isVisible():
         window.form.restore_button.click()
     dash.tabs.setCurrentIndex(2)
