@@ -12,7 +12,9 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 
 HANGING = {
-    "test_qt_hang.py": "def test_before():\n    pass\n\n\ndef test_waits_for_ever(qtbot):\n"
+    "test_qt_hang.py": "import pytest\n\n\n@pytest.mark.timeout(120)\ndef test_before(qtbot):\n"
+                       "    qtbot.wait(1)  # Qt loaded and its application made here, outside the 3 s below\n\n\n"
+                       "def test_waits_for_ever(qtbot):\n"
                        "    qtbot.waitUntil(lambda: False, timeout=10**9)\n\n\ndef test_after():\n    pass\n",
     "test_c_hang.py": "import signal\nimport time\n\n\ndef test_before():\n    pass\n\n\n"
                       "def test_stuck_where_no_alarm_reaches():\n"
@@ -43,7 +45,7 @@ def test_a_hung_test_fails_by_its_timeout_the_session_completes_and_nothing_it_s
     for name, text in {**HANGING, **LEAVING}.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "conftest.py").write_text('pytest_plugins = ["suite_guard"]\n')
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "3", "QT_QPA_PLATFORM": "offscreen",
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "SUITE_GUARD_GRACE": "15", "QT_QPA_PLATFORM": "offscreen",
            "PIDS": str(pids)}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
                              "--no-loadscope-reorder", "-o", "timeout=3", "-p", "no:cacheprovider", "-p", "no:anyio",
