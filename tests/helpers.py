@@ -321,9 +321,10 @@ def digit_mosaics(root, count: int, seed: int = 0, cell: int = 16, digits_per_im
     return labels
 
 
-def plant_label_set_errors(labels_file, share: float, seed: int = 0) -> dict[str, dict]:
+def plant_label_set_errors(labels_file, share: float, seed: int = 0, missing_only: bool = False) -> dict[str, dict]:
     """Rewrites a mosaics labels file (digit_mosaics) with `share` of its images given one wrong label (a digit shown
-    replaced by one not shown) or one missing (a digit shown dropped; an image keeps at least one), alternately.
+    replaced by one not shown) or one missing (a digit shown dropped; an image keeps at least one), alternately;
+    `missing_only`: one missing each, drawn among the images of two digits or more.
     Each such image's real path -> {"kind", "true": its real label set, "given": the planted one} (sets as `3;7`)."""
     import random
 
@@ -331,10 +332,11 @@ def plant_label_set_errors(labels_file, share: float, seed: int = 0) -> dict[str
     lines = Path(labels_file).read_text().splitlines()
     rows = [line.split(",", 1) for line in lines[1:]]
     planted = {}
-    for n, i in enumerate(sorted(rng.sample(range(len(rows)), round(share * len(rows))))):
+    pool = [i for i, row in enumerate(rows) if not missing_only or ";" in row[1]]
+    for n, i in enumerate(sorted(rng.sample(pool, round(share * len(rows))))):
         true = sorted(int(d) for d in rows[i][1].split(";"))
         given = list(true)
-        if n % 2 == 0 or len(true) == 1:
+        if not missing_only and (n % 2 == 0 or len(true) == 1):
             given[rng.randrange(len(given))] = rng.choice([d for d in range(10) if d not in true])
             kind = "wrong"
         else:

@@ -10,7 +10,17 @@ import time
 import psutil
 import pytest
 import torch
-from helpers import REPO, poisoned_model, process_tree_gone, run_here, run_main, train_here, trusted_model, write_config
+from helpers import (
+    REPO,
+    poisoned_model,
+    process_tree_gone,
+    run_here,
+    run_main,
+    train_here,
+    trusted_model,
+    wait_for_event,
+    write_config,
+)
 
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.events import read_events
@@ -162,6 +172,39 @@ def test_killing_one_rank_fails_the_run_and_names_it(shapes_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_rank_killed_under_torchrun_with_restarts_left_restarts_the_group_from_the_last_checkpoint(shapes_dir,
+                                                                                                     tmp_path):
+    """device.max_restarts 1 (torchrun --max-restarts): rank 1 killed with SIGKILL mid-epoch, after a checkpoint; the
+    group starts again from that checkpoint and completes; the events say so once."""
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 2},
+                       monitor={"log_every": 1}, checkpoint={"every_steps": 4})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(run_dir),
+                             "--set", *ddp_sets("torchrun"), "device.timeout_s=20", "device.max_restarts=1"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        saved = wait_for_event(run_dir, lambda e: e["event"] == "checkpoint" and e["mid_epoch"] and e["step"] >= 4,
+                               proc=proc)
+        workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if "RANK" in p.environ()]
+        next(p for p in workers if p.environ()["RANK"] == "1").send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=240)  # a hang guard
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    status = RunDir(run_dir).read_status()
+    assert status["state"] == "completed", status
+    events = read_events(run_dir / "events.jsonl")
+    restarts = [e for e in events if e["event"] == "restart"]
+    assert len(restarts) == 1 and restarts[0]["by"] == "torchrun" and restarts[0]["count"] == 1, restarts
+    assert restarts[0]["step"] >= saved["step"] and restarts[0]["checkpoint"], restarts[0]
+    starts = [e for e in events if e["event"] == "run_start"]
+    assert len(starts) == 2 and starts[1]["resumed_from"] and starts[1]["start_step"] == restarts[0]["step"]
+    assert [e["epoch"] for e in events if e["event"] == "epoch"][-1] == 2
+
+
+@pytest.mark.slow
 def test_bf16_autocast_on_cpu_tracks_fp32(shapes_dir, tmp_path):
     cfg = write_config(tmp_path, shapes_dir, train={"epochs": 3})
     losses = {}
@@ -301,7 +344,7 @@ def test_slurm_script_trains_exactly_the_config_asked_for(shapes_dir, tmp_path):
     resolved = load_config(config)
     assert resolved.to_dict() == load_config(cfg_path, sets).to_dict()
 
-    payload = re.search(r"srun [^']*bash -c '(.*)'\s*$", script, re.S).group(1)
+    payload = re.search(r"srun [^']*bash -c '(.*?)' \|\| code=", script, re.S).group(1)
     env = dict(os.environ, PYTHON=sys.executable, CONFIG=config, SLURM_JOB_ID="4242", SLURM_NODEID="0",
                SLURM_NNODES="1", MASTER_ADDR="127.0.0.1")
     assert f"export RUNS={runs}" in script

@@ -79,6 +79,47 @@ def test_resume_ends_with_the_same_weights_as_an_uninterrupted_run(shapes_dir, t
     assert [e["checkpoint_writer"] for e in events if e["event"] == "run_start"] == ["background", "background"]
 
 
+@pytest.mark.slow
+def test_slurms_warning_signal_ends_a_run_preempted_and_the_job_started_again_goes_on_in_it(shapes_dir, tmp_path):
+    """SIGUSR1 (sbatch --signal) to every process of the job step: the run checkpoints, ends `preempted`, exit 4 (the
+    script requeues on it); `train --resumable` in the same directory, as the requeued job runs it, goes on from
+    there to the weights of an uninterrupted run and records the requeue; once completed, a start again does nothing."""
+    cfg = slow_config(tmp_path, shapes_dir, train={"epochs": 2}, device={"share_cpu": False})
+    straight = tmp_path / "straight"
+    assert run_here("train", cfg, "--run-dir", straight).returncode == 0
+
+    run_dir = tmp_path / "slurm-77"
+    proc = start_train(cfg, run_dir, "--resumable")
+    wait_for_event(run_dir, lambda e: e["event"] == "step" and e["step"] >= 3, proc=proc)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4, err[-2000:]
+    status = RunDir(run_dir).read_status()
+    assert status["state"] == "preempted" and "preempted at epoch 1" in status["message"], status
+    ended = read_events(run_dir / "events.jsonl")[-1]
+    assert ended["event"] == "run_end" and ended["status"] == "preempted"
+    assert load_weights_only(run_dir / "checkpoints" / "last.pt")["step"] == ended["step"] >= 3
+
+    requeued = dict(os.environ, SLURM_RESTART_COUNT="1")
+    again = subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(cfg), "--run-dir", str(run_dir),
+                            "--resumable"], cwd=REPO, env=requeued, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "preempted: going on from its last checkpoint" in again.stdout
+    status = RunDir(run_dir).read_status()
+    assert status["state"] == "completed" and status["requeues"] == 1 and status["requeue_lost_s"] >= 0
+    events = read_events(run_dir / "events.jsonl")
+    [restart] = [e for e in events if e["event"] == "restart"]
+    assert restart["by"] == "slurm" and restart["count"] == 1 and restart["step"] == ended["step"]
+    a, b = (load_weights_only(d / "checkpoints" / "last.pt") for d in (straight, run_dir))
+    assert a["step"] == b["step"]
+    for key, value in a["model"].items():
+        torch.testing.assert_close(b["model"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+
+    once_more = run_here("train", cfg, "--run-dir", run_dir, "--resumable")
+    assert once_more.returncode == 0 and "completed: nothing more to do" in once_more.stdout
+    assert len(read_events(run_dir / "events.jsonl")) == len(events)
+
+
 def epoch_losses(run_dir) -> dict[int, float]:
     """Each epoch's train loss as the run's last epoch event for it says (a resumed run may log one again)."""
     return {e["epoch"]: e["train_loss"] for e in read_events(run_dir / "events.jsonl") if e["event"] == "epoch"}

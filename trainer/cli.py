@@ -24,6 +24,7 @@ from trainer.core.catalog import (
 from trainer.core.config import RunConfig, config_from, load_config, read_config_file, save_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
+from trainer.core.system import hold_preempt_signal
 from trainer.core.user_code import FLAG as MODEL_CODE_FLAG
 from trainer.core.user_code import grant
 from trainer.data.scan import printable_path
@@ -60,6 +61,8 @@ def cmd_train(args) -> int:
     if args.detach:
         raise CommandError("--detach: only for a run on a host (device.host); a run here goes on when the app "
                            "closes anyway")
+    if getattr(args, "resumable", False) and args.run_dir and RunDir(args.run_dir).holds_a_run():
+        return go_on_restarted(RunDir(args.run_dir))
     run, lock = prepare_run(cfg, runs_dir=args.runs_dir or default_runs_dir(), run_dir=args.run_dir,
                             overwrite=args.overwrite, output_log=args.output_log, choices=choices)
     print(f"run directory: {run.path}", flush=True)
@@ -78,6 +81,8 @@ def _parser_train(sub) -> None:
     p.add_argument("--output-log", help="the file this command's output is sent to (the app's launch): moved into "
                    "the run directory as output.log once it exists")
     p.add_argument("--host", help="train on this host (main.py hosts; the same as --set device.host=NAME)")
+    p.add_argument("--resumable", action="store_true", help="with --run-dir: a job started again (a requeued SLURM "
+                   "job) finds its run there and goes on from its last checkpoint; one that completed is left as it is")
     p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
                    "started there; follow it later with main.py mirror RUN_DIR")
     _model_code_option(p)
@@ -85,6 +90,30 @@ def _parser_train(sub) -> None:
 
     p.add_argument("--auto-choices", help="Auto's choices for this config (the JSON of `main.py auto --plan-only`), "
                    "kept in the run as auto.json")
+
+
+def go_on_restarted(run: RunDir) -> int:
+    """`train --resumable` where the run already is (a requeued job): resumed from its last checkpoint, or, when it
+    completed, nothing more to do (exit 0: the job is not run again)."""
+    from trainer.runs.runner import launch
+
+    state = run.effective_state()
+    if state == "completed":
+        print(f"run directory: {run.path} already holds this run, completed: nothing more to do", flush=True)
+        return 0
+    if run.is_live():
+        raise CommandError(f"{run.path}: the run is still going (pid {run.read_status().get('pid')}); a job started "
+                           f"again while it runs would mix two runs in one directory")
+    if damage := run.damage():
+        raise CommandError(f"{damage}: the run is damaged and is not resumed (its checkpoints are untouched)")
+    lock = run.lock()
+    try:
+        cfg = load_config(run.config)
+    except BaseException:
+        lock.close()
+        raise
+    print(f"run directory: {run.path} ({state}: going on from its last checkpoint)", flush=True)
+    return report_end(run, launch(run, cfg, resume=True, lock=lock))
 
 
 def _model_code_option(p) -> None:
@@ -1011,6 +1040,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
+    hold_preempt_signal()  # SLURM's warning ends no TrainDeck process; a trainer here or a rank handles it
     try:
         for spec in getattr(args, "model_code", []):
             grant(spec)

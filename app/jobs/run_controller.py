@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 PENDING = ".pending"  # under the runs folder: what a started run waits in until the trainer makes its directory
 CATCH_UP_POLLS = 50  # when the trainer ends: polls (10 ms each at most) to read its last events
+PROGRESS_MS = 200  # the status bar's progress and ETA are updated at most this often (a replay's events come by the
+# thousand: QProgressBar.setValue per event took 1.3 s of a 10^6-step run's open, issue #72)
 REMOTE_GRACE_MS = 120_000  # Stop of a run on a host: its follower escalates there itself (trainer/remote/mirror.py)
 
 
@@ -64,6 +66,11 @@ class RunController(QObject):
         self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
         self._remote_status.setInterval(500)
         self._remote_status.timeout.connect(self._show_remote_status)
+        self._latest_progress: dict | None = None  # the newest step or epoch not yet shown
+        self._progress_timer = QTimer(self)  # the status bar's progress at most every PROGRESS_MS, not per event
+        self._progress_timer.setSingleShot(True)
+        self._progress_timer.setInterval(PROGRESS_MS)
+        self._progress_timer.timeout.connect(self._show_progress)
 
     @property
     def runs_dir(self) -> Path:
@@ -210,7 +217,8 @@ class RunController(QObject):
 
     def _show_remote_status(self) -> None:
         m = self.model
-        if m is None or m.start_event or m.ended:
+        requeued = m is not None and m.state == "preempted"  # its SLURM job pends again: SLURM's word until it runs
+        if m is None or (m.start_event or m.ended) and not requeued:
             self._remote_status.stop()
             return
         message = m.run.read_status().get("message") if m.run.is_remote else None  # None: not submitted yet
@@ -224,6 +232,7 @@ class RunController(QObject):
             self.model.close()
             self.model.deleteLater()
         model = self.model = RunModel(run, self)
+        self._latest_progress = None  # the run shown before's
         if segment_since is not None:
             model.expect_segment(segment_since)
         model.stepLogged.connect(self._progress)
@@ -245,6 +254,7 @@ class RunController(QObject):
         name = self.model.run.name
         if self.model.awaiting_start:  # an earlier segment's start, replayed
             return
+        self._latest_progress = None  # an earlier segment's
         self.progressed.emit(float(e.get("start_epoch") or 0), self.model.epochs or 1, None)  # no longer preparing
         if self.model.segments <= 1 and not e.get("start_step"):
             self.stateText.emit(f"Running {name}")
@@ -255,13 +265,24 @@ class RunController(QObject):
             self.stateText.emit(f"Running {name}: from the start (no checkpoint had been saved)")
 
     def _progress(self, e: dict) -> None:
-        m = self.model
-        self.progressed.emit(m.epochs_done(e), m.epochs or 1, m.eta_s)
+        """A step or an epoch: shown within PROGRESS_MS, once for all that came meanwhile (a replay's thousands)."""
+        self._latest_progress = e
+        if not self._progress_timer.isActive():
+            self._progress_timer.start()
+
+    def _show_progress(self) -> None:
+        m, e, self._latest_progress = self.model, self._latest_progress, None
+        if m is not None and e is not None:
+            self.progressed.emit(m.epochs_done(e), m.epochs or 1, m.eta_s)
 
     def _finished(self, state: str, message: str) -> None:
+        self._progress_timer.stop()  # what it would show is the run's end now
+        self._latest_progress = None
         self.stateText.emit(f"{self.model.run.name}: {state}" + (f" — {message}" if message else ""))
         self.runFinished.emit(state, message)
         self.changed.emit()
+        if state == "preempted" and self.model.run.is_remote:
+            self._remote_status.start()  # requeued, pending: SLURM's word, then the run's own again
 
     def _drop_pending_config(self) -> None:
         if self._pending is not None and self._pending[0] is not None:

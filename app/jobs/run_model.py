@@ -59,6 +59,7 @@ class RunModel(QObject, RunState):
     epochEnded = Signal(dict)
     warningRaised = Signal(dict)
     replanned = Signal(dict)  # train.replan changed the run's epochs
+    restarted = Signal(dict)  # its SLURM job was requeued, or torchrun started its ranks again
     errorRaised = Signal(dict)
     systemSampled = Signal(dict)
     tested = Signal(dict)  # the test set's metrics, at the end of a run with data.test_dir
@@ -115,8 +116,8 @@ class RunModel(QObject, RunState):
         if text:
             self.logAppended.emit(text)
         self._ticks += 1
-        if self.ended and not got_any and not self._pending:
-            self._timer.stop()
+        if self.ended and not got_any and not self._pending and self.state != "preempted":  # a preempted run's
+            self._timer.stop()  # SLURM job requeues itself: its next segment is read here as it comes
         elif not got_any and self._ticks % LIVENESS_EVERY == 0 and self.check_process():
             self.finished.emit(self.state, self.message)
             self._timer.stop()

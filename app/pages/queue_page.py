@@ -186,7 +186,7 @@ class QueuePage(QWidget):
         self.buttons["Hold"].setEnabled(state == "queued")
         self.buttons["Release"].setEnabled(state == "held")
         self.buttons["Remove"].setEnabled(state in ("queued", "held"))
-        self.buttons["Retry"].setEnabled(state in ("failed", "stopped", "diverged"))
+        self.buttons["Retry"].setEnabled(state in ("failed", "stopped", "preempted", "diverged"))
 
     def _act(self, action) -> None:
         r = self.selected_row()

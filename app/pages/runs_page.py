@@ -76,7 +76,7 @@ SHOW_CHUNK = 100  # new rows put in the table per event-loop turn
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
 STATUS_COLORS = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
-                 "running": "#1f77b4", "queued": "#777777"}
+                 "preempted": "#b8860b", "running": "#1f77b4", "queued": "#777777"}
 
 
 class ExperimentModel(QAbstractTableModel):
@@ -147,7 +147,7 @@ class ExperimentModel(QAbstractTableModel):
             if column == "duration":
                 return format_duration(value)
             if column == "status":
-                return state_text(value, row.get("reason"))
+                return state_text(value, row.get("reason"), row.get("requeues"), row.get("requeue_lost_s"))
             text = "—" if value is None else (f"{value:.4g}" if isinstance(value, float) else str(value))
             return elide_middle(text, LONGEST_CELL)
         if role == self.SORT_ROLE:  # compared by Qt itself (no Python per comparison): numbers, else text

@@ -123,7 +123,7 @@ def summarize(run: RunDir) -> dict:
         "started": dt.datetime.fromtimestamp(status.get("first_started") or started).strftime("%Y-%m-%d %H:%M"),
         "started_ts": status.get("first_started") or started, "sweep": q.get("sweep"), "tags": tags, "notes": notes["notes"],
         "params": flatten(cfg) | {"data changes": data_changes(run)} | scores, "pid": status.get("pid"),
-        "reason": status.get("reason"),
+        "reason": status.get("reason"), "requeues": status.get("requeues"), "requeue_lost_s": status.get("requeue_lost_s"),
     }
 
 

@@ -44,6 +44,7 @@ class RunState:
         self.group_names: list[str] = []
         self.warnings: list[dict] = []
         self.replans: list[dict] = []  # train.replan's re-plans of this segment, oldest first
+        self.restarts: list[dict] = []  # the run's restarts (a requeued SLURM job, torchrun's restarts), oldest first
         self.errors: list[dict] = []
         self.histograms: dict[tuple[str, str], list[dict]] = {}  # (layer, kind) -> events, oldest first
         self.step_loss = Series()
@@ -164,6 +165,10 @@ class RunState:
         self._eta_origin, self.eta_s = None, None  # the pace is measured afresh against the new length
         return "replanned"
 
+    def _on_restart(self, e: dict, now: float | None) -> str:
+        self.restarts.append(e)
+        return "restarted"
+
     def _on_warning(self, e: dict, now: float | None) -> str:
         self.warnings.append(e)
         return "warningRaised"
@@ -183,7 +188,8 @@ class RunState:
     # event -> handler (the others, checkpoint and export, change nothing a view shows); every name is an EVENT_TYPE
     _HANDLERS = {"prepare": _on_prepare, "run_start": _on_run_start, "step": _on_step, "grad_stats": _on_grad_stats,
                  "histogram": _on_histogram, "epoch": _on_epoch, "test": _on_test, "system": _on_system,
-                 "replan": _on_replan, "warning": _on_warning, "error": _on_error, "run_end": _on_run_end}
+                 "replan": _on_replan, "restart": _on_restart, "warning": _on_warning, "error": _on_error,
+                 "run_end": _on_run_end}
 
     def stop_grace_s(self, floor_s: float) -> float:
         """How long Stop waits before it kills: the floor plus a few of this run's steps as measured now (a DDP

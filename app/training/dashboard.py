@@ -139,6 +139,7 @@ class Dashboard(QWidget):
         model.runStarted.connect(self._run_started)
         model.warningRaised.connect(self._warning)
         model.replanned.connect(self._replanned)
+        model.restarted.connect(self._restarted)
         model.errorRaised.connect(self._error)
         model.systemSampled.connect(self._system)
         model.logAppended.connect(self._log)
@@ -229,6 +230,11 @@ class Dashboard(QWidget):
         else:
             self._replan_item.setText(text)
             self._replan_item.setToolTip(text)
+
+    def _restarted(self, e: dict) -> None:
+        lost = e.get("lost_s")
+        lost = f", {lost / 60:.1f} min lost waiting" if isinstance(lost, (int, float)) and lost >= 0 else ""
+        self._add_line(f"↻ {e.get('message', 'started again')}{lost}")
 
     def _error(self, e: dict) -> None:
         self._add_line(f"✖ {e.get('message', '')}")

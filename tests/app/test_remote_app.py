@@ -117,6 +117,46 @@ def test_a_slurm_run_from_the_app_shows_pending_with_its_reason_then_its_results
     assert window.dashboard.results.evaluation.metrics["images"] > 0
 
 
+def test_a_slurm_run_preempted_shows_preempted_then_pending_then_running_again_and_its_requeue(qtbot, make_window,
+                                                                                               slurm, hosts,
+                                                                                               shapes_dir, tmp_path):
+    """Issue #73: SLURM's warning signal to a run sent from the window (what SLURM sends before the time limit): the
+    status bar says preempted, then SLURM's pending word, then running again from the checkpoint; the run completes
+    in the same mirror; the dashboard lists the restart and the Runs page says requeued 1×."""
+    import json
+    import subprocess
+
+    from PySide6.QtCore import Qt
+
+    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 4}, train={"epochs": 2}, monitor={"log_every": 1})
+    window = make_window(cfg, runs_dir=hosts["local_runs"])
+    choose_host(qtbot, window, "cluster")
+    wait_ready(qtbot, window)
+    said: list[str] = []
+    window.runs.stateText.connect(said.append)
+    window.start_action.trigger()
+    qtbot.waitUntil(lambda: window.run_model is not None and len(window.run_model.step_loss) >= 3, timeout=120_000)
+    run = window.run_model.run
+    job = json.loads((run.path / "remote.json").read_text())["job"]
+    subprocess.run(["scancel", "--signal=USR1", str(job)], check=True)
+    qtbot.waitUntil(lambda: window.run_model.state == "preempted", timeout=60_000)
+    assert "preempted" in window.status.state_label.text()
+    qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=240_000)
+    waited = [t for t in said if "preempted and requeued; SLURM job" in t]
+    resumed = [i for i, t in enumerate(said) if "resumed from epoch" in t]
+    assert waited and resumed and said.index(waited[0]) < resumed[-1], said
+    lines = [window.dashboard.warnings.item(i).text() for i in range(window.dashboard.warnings.count())]
+    assert any("SLURM requeued the job (restart 1)" in line for line in lines), lines
+    page = window.runs_page
+    page.refresh()
+    qtbot.waitUntil(lambda: any(r["path"] == str(run.path) and r.get("requeues") for r in page.shown_rows()),
+                    timeout=20_000)
+    row = next(i for i, r in enumerate(page.shown_rows()) if r["path"] == str(run.path))
+    column = [page.model.headerData(c, Qt.Orientation.Horizontal) for c in range(page.model.columnCount())]
+    cell = page.proxy.index(row, column.index("status")).data()
+    assert cell.startswith("completed · requeued 1×, ") and cell.endswith(" min lost"), cell
+
+
 def test_the_auto_box_with_a_slurm_host_plans_a_multi_label_run_inside_the_job_and_stop_stops_it(
         qtbot, make_window, slurm, simulated, hosts, tmp_path):
     """On a SLURM host Auto runs inside the job (`main.py auto --host cluster`, what the trainer answers the app's

@@ -291,6 +291,16 @@ class DeviceConfig:
     timeout_s: int = opt(120, "seconds a rank waits for the others before giving up", ge=5)
     host: str = opt("", "where to run: empty for this machine, or a host of hosts.yaml (main.py hosts; SSH or SLURM "
                     "through it); its data paths are paths on that host")
+    slurm_time_min: int = opt(0, "SLURM: the job's time limit in minutes (sbatch --time); 0 = train.budget and a "
+                              "quarter more, or the partition's own limit when the run has no budget", ge=0,
+                              le=525600)
+    slurm_warning_s: int = opt(120, "SLURM: seconds before the time limit (or a preemption) at which SLURM warns the "
+                               "trainer (SIGUSR1): it checkpoints at the next step, ends `preempted`, and the job "
+                               "requeues itself; allow one step and one checkpoint", ge=10, le=3600)
+    requeue_limit: int = opt(3, "SLURM: times a preempted job requeues itself to go on in the same run directory "
+                             "(0 = never)", ge=0, le=100)
+    max_restarts: int = opt(0, "torchrun: times the group of ranks starts again from the last checkpoint when one "
+                            "of them dies (torchrun --max-restarts; 0 = a rank that dies ends the run)", ge=0, le=100)
     share_cpu: bool = opt(True, "one process on the CPU: every 5 s, fit torch's threads to the cores other programs "
                                 "leave free (a thread sharing its core with another program slows every step), and "
                                 "take them back when the others are gone; a warning says each change")

@@ -19,8 +19,8 @@ from trainer.core.files import BoundedLines, UserFileError, open_regular
 from trainer.core.summary import MAX_EVENT_LINE, SummaryKeeper, check_header, summary_path
 
 SCHEMA_VERSION = 1
-EVENT_TYPES = ("prepare", "run_start", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint", "test", "export",
-               "system", "warning", "error", "run_end")
+EVENT_TYPES = ("prepare", "run_start", "restart", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint",
+               "test", "export", "system", "warning", "error", "run_end")
 # Not an event of a run: `main.py lr-find --json` writes "lr-find: point LR LOSS" on stderr at each step of its sweep,
 # for a viewer that draws the curve as it grows (the app's finder); the whole curve is the JSON answer.
 LR_POINT = "lr-find: point"
@@ -82,6 +82,50 @@ class NullEventWriter:
 
     def close(self) -> None:
         pass
+
+
+SCAN_BLOCK = 1 << 20  # bytes read at a time by `last_events_in`
+
+
+def last_events_in(path: str | os.PathLike, names: tuple[str, ...]) -> dict[str, dict]:
+    """The last event of each of `names` in the events file `path` ({} for one not there), read from the file's end
+    backwards, a block at a time, until each is found: only the lines that begin as one of those events (the way
+    EventWriter writes them) are parsed, so a run of 10^6 steps is a byte scan, never 10^6 JSON lines. A run folder is
+    user input: a regular file of the run's own only (else {}), a line longer than MAX_EVENT_LINE is skipped, and a
+    line that is not such an event is passed over."""
+    import re
+
+    wanted = re.compile(rb'^\{"event": "(' + b"|".join(re.escape(n.encode()) for n in names) + rb')"[^\n]*', re.M)
+    found: dict[str, dict] = {}
+    try:
+        f = os.fdopen(open_regular(path, "events file", follow_links=False), "rb")
+    except (OSError, UserFileError):
+        return found
+    with f:
+        end, carried = f.seek(0, 2), b""  # `carried`: the start of a line whose end the block before held
+        while end > 0 and len(found) < len(names):
+            start = max(0, end - SCAN_BLOCK)
+            f.seek(start)
+            block = f.read(end - start) + carried
+            carried = b""
+            if start > 0:
+                cut = block.find(b"\n")
+                if cut < 0:  # all inside one line: carried on, unless too long to be an event (never held whole)
+                    carried, end = (block if len(block) <= MAX_EVENT_LINE else b""), start
+                    continue
+                carried, block = (block[:cut] if cut <= MAX_EVENT_LINE else b""), block[cut + 1:]
+            for match in reversed(list(wanted.finditer(block))):
+                name = match.group(1).decode()
+                if name in found or len(match.group(0)) > MAX_EVENT_LINE:
+                    continue
+                try:
+                    event = json.loads(match.group(0))
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("event") == name:
+                    found[name] = event
+            end = start
+    return found
 
 
 class EventTail:

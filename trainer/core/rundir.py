@@ -28,10 +28,13 @@ from trainer.core.files import UserFileError, atomic_write_text, open_regular, r
 from trainer.core.summary import summary_path
 from trainer.core.system import open_by, pid_alive, try_lock, user_dir
 
-STATES = ("queued", "starting", "running", "completed", "stopped", "failed", "diverged")
-FINAL_STATES = ("completed", "stopped", "failed", "diverged")
+STATES = ("queued", "starting", "running", "completed", "stopped", "preempted", "failed", "diverged")
+# preempted: SLURM warned of the job's time limit or preemption, the run checkpointed and ended; its job requeues
+# itself and goes on in the same run directory (device.requeue_limit times at most), or it can be resumed
+FINAL_STATES = ("completed", "stopped", "preempted", "failed", "diverged")
 LIVE_STATES = ("starting", "running")
-RESUMABLE_STATES = ("stopped", "failed")
+RESUMABLE_STATES = ("stopped", "preempted", "failed")
+EXIT_PREEMPTED = 4  # `main.py train`'s exit code for a run that ended preempted: its SLURM job requeues itself
 
 
 # status.json's `reason` for how a run ended, in words (the Runs and Queue pages show them beside the state)
@@ -46,7 +49,7 @@ STATUS_FIELDS: dict[str, tuple[type, ...]] = {  # what readers format or compare
     "state": (str,), "reason": (str,), "message": (str,), "pid": (int,), "epoch": (int,), "epochs": (int,),
     "step": (int,), "exit_code": (int,), "best_acc": NUMBER, "updated": NUMBER, "started": NUMBER, "ended": NUMBER,
     "remote": (dict,), "queue": (dict,), "model": (str,), "pgid": (int,), "worker_pid": (int,), "test_acc": NUMBER,
-    "fit_epochs": (int,),
+    "fit_epochs": (int,), "requeues": (int,), "requeue_lost_s": NUMBER,
     "test_map": NUMBER}
 QUEUE_FIELDS: dict[str, tuple[type, ...]] = {"position": NUMBER, "added": NUMBER, "held": (bool,), "sweep": (str,),
                                              "values": (dict,), "gpus": (list,)}
@@ -75,9 +78,14 @@ def damaged(why: str) -> dict[str, Any]:
     return {"state": "damaged", "damaged": why, "message": f"damaged: {why}"}
 
 
-def state_text(state: str, reason: str | None) -> str:
-    """`completed (train.budget spent)`, `stopped (forced)`, or the state alone."""
-    return f"{state} ({ENDINGS.get(reason, str(reason).replace('_', ' '))})" if reason else state
+def state_text(state: str, reason: str | None, requeues: int | None = None, lost_s: float | None = None) -> str:
+    """`completed (train.budget spent)`, `stopped (forced)`, or the state alone; a run whose SLURM job was requeued
+    says how often and the time it lost waiting: `running · requeued 2×, 3.5 min lost`."""
+    text = f"{state} ({ENDINGS.get(reason, str(reason).replace('_', ' '))})" if reason else state
+    if requeues:
+        lost = f", {lost_s / 60:.1f} min lost" if isinstance(lost_s, (int, float)) else ""
+        text += f" · requeued {requeues}×{lost}"
+    return text
 
 
 class RunDirInUse(InputError, RuntimeError):
@@ -180,15 +188,11 @@ class RunDir:
         return None
 
     def last_events(self, *names: str) -> dict[str, dict]:
-        """The last event of each of `names` in the run's events ({} for one not there), read through the summary
-        (`trainer.core.summary`): a long run's file is not read whole for them."""
-        from trainer.core.events import EventTail
+        """The last event of each of `names` in the run's events ({} for one not there): read from the file's end
+        (`last_events_in`), a long run's file is never parsed whole for them, summary or not."""
+        from trainer.core.events import last_events_in
 
-        found: dict[str, dict] = {}
-        tail = EventTail(self.events, summary=True)
-        while not tail.at_end:
-            found.update((e["event"], e) for e in tail.read_new() if e["event"] in names)
-        return found
+        return last_events_in(self.events, names)
 
     def settings(self):
         """The run's config as settings for another run: config.yaml holds what the trainer decided for the run's

@@ -239,6 +239,31 @@ def kill_tree(root: int | None, also: list[psutil.Process] = ()) -> None:
 
 
 # ---- being stopped -------------------------------------------------------------------------------------------
+PREEMPT_SIGNAL = "SIGUSR1"  # SLURM's warning before a job's time limit or its preemption (sbatch --signal)
+_warned = threading.Event()  # it came before a trainer in this process listened for it
+
+
+def hold_preempt_signal() -> None:
+    """SLURM's warning signal reaches every process of the job step (launchers, torchrun, ranks): it ends none of
+    them, and one that came before the trainer listens for it (`preempt_signalled`) is kept for it. Where there is
+    no such signal (Windows) nothing is done."""
+    if hasattr(signal, PREEMPT_SIGNAL) and threading.current_thread() is threading.main_thread():
+        signal.signal(getattr(signal, PREEMPT_SIGNAL), lambda signum, frame: _warned.set())
+
+
+def ignoring_preempt_signal() -> dict:
+    """subprocess.Popen's keyword arguments for a launcher we start (torchrun) that must outlive SLURM's warning
+    signal: it ignores it (its ranks handle it). Nothing where there is no such signal."""
+    if not hasattr(signal, PREEMPT_SIGNAL) or os.name != "posix":
+        return {}
+    return {"preexec_fn": lambda: signal.signal(getattr(signal, PREEMPT_SIGNAL), signal.SIG_IGN)}
+
+
+def preempt_signalled() -> bool:
+    """Whether SLURM's warning came to this process before anything listened for it (`hold_preempt_signal`)."""
+    return _warned.is_set()
+
+
 def on_stop(handler: Callable[[str], None], watch_parent: bool = False) -> Callable[[], None]:
     """Call `handler(why)` when this process is asked to stop: SIGTERM or SIGINT, or its tree's stop file (looked
     at every POLL_S by a daemon thread); with `watch_parent` (or when started with WATCH_PARENT_ENV naming its

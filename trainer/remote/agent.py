@@ -366,6 +366,8 @@ class Follower:
         status = self.run.read_status()
         if not status:
             return False
+        if self.job and status.get("state") == "preempted":
+            return False  # its job requeues itself and goes on in this run (or ends, which is seen above)
         if self.job and status.get("state") in FINAL_STATES:  # the job itself ends moments later: wait for it
             self.final_seen = self.final_seen or time.time()
             return time.time() - self.final_seen > JOB_END_WAIT_S

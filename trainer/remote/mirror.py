@@ -172,10 +172,13 @@ class Mirror:
             self.remote["job"] = self.job_state
             self.remote["alive"] = bool(frame.get("active"))
             status = self.run.read_status()
+            reason = f" ({frame['reason']})" if frame.get("reason") else ""
             if not (self.run.path / "config.yaml").exists():  # no run directory there yet: the job's state is all
-                reason = f" ({frame['reason']})" if frame.get("reason") else ""
                 status.update(state="starting" if frame.get("active") else "failed",
                               message=f"SLURM job {frame['job']}: {frame['state'].lower()}{reason}")
+            elif status.get("state") == "preempted" and frame.get("active"):  # requeued: it goes on in this run
+                status.update(message=f"preempted and requeued; SLURM job {frame['job']}: {frame['state'].lower()}"
+                                      f"{reason}; it goes on from its checkpoint when it starts again")
             self._status(status)
         elif kind == "gone":
             self.write_summary()

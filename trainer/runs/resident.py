@@ -67,6 +67,13 @@ def warm_imports() -> None:
     import trainer.train.lr_find  # noqa: F401
 
 
+def handled_elsewhere() -> tuple:
+    """The signals a command handles besides SIGTERM and SIGINT: SLURM's warning (PREEMPT_SIGNAL), where it exists."""
+    from trainer.core.system import PREEMPT_SIGNAL
+
+    return (getattr(signal, PREEMPT_SIGNAL),) if hasattr(signal, PREEMPT_SIGNAL) else ()
+
+
 def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict | None = None,
                  cwd: str | None = None, echo_log: bool = False,
                  on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
@@ -76,7 +83,7 @@ def run_captured(entry: Callable[[list[str]], int], argv: list[str], env: dict |
     `run_here` is this too)."""
     out, err = io.StringIO(), (_Lines(on_line) if on_line else io.StringIO())
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, *handled_elsewhere())}
     root = logging.getLogger()
     saved_handlers, saved_level = list(root.handlers), root.level
     echo = None

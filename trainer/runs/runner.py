@@ -18,9 +18,9 @@ import time
 
 from trainer.core.config import RunConfig
 from trainer.core.rundir import FINAL_STATES, RunDir
-from trainer.core.system import detached, on_stop, pass_stop_on, process_group
+from trainer.core.system import detached, ignoring_preempt_signal, on_stop, pass_stop_on, process_group
 from trainer.runs.launch import REPO_ROOT, free_port, horovodrun_command, torchrun_command
-from trainer.train.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, run_worker
+from trainer.train.engine import EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_FAILED, EXIT_OK, REQUEUE_ENV, run_worker
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     run.write_status(state="starting", pid=os.getpid(), pgid=process_group(), started=now, message="", exit_code=None,
                      first_started=before.get("first_started") or before.get("started") or now,
                      earlier_s=earlier_seconds(before),
-                     model=cfg.model.name, dataset=cfg.data.train_dir, parallel=cfg.device.parallel)
+                     model=cfg.model.name, dataset=cfg.data.train_dir, parallel=cfg.device.parallel,
+                     **(requeue_record(before, now) if resume else {}))
     dev = cfg.device
     if dev.parallel != "ddp":
         code = run_worker(str(run.path), resume)
@@ -53,6 +54,18 @@ def _launch_locked(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     else:
         code = _run_launcher(run, cfg, resume)
     return _finalise(run, code)
+
+
+def requeue_record(before: dict, now: float) -> dict:
+    """status.json's record of a resumed run's requeues: how many times SLURM started its job again, and the time
+    the run lost to them (from each end, or last sign of life, to the next start: the wait in the queue). {} when
+    this process is not a requeued SLURM job's."""
+    count = int(os.environ.get(REQUEUE_ENV) or 0)
+    if count <= 0:
+        return {}
+    ended = before.get("ended") or before.get("updated") or now
+    lost = float(before.get("requeue_lost_s") or 0.0) + max(0.0, now - ended)
+    return {"requeues": count, "requeue_lost_s": round(lost, 1)}
 
 
 def earlier_seconds(status: dict) -> float:
@@ -118,7 +131,8 @@ def _run_launcher(run: RunDir, cfg: RunConfig, resume: bool) -> int:
     log.info("launching: %s", " ".join(cmd))
     # The launcher gets its own session so that a stop sent to this process's group reaches it exactly once
     # (forwarded below); it then stops the workers, which it starts in sessions of their own.
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", **detached(env, own_tree=False))
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace", **detached(env, own_tree=False),
+                            **ignoring_preempt_signal())
     stopping = threading.Event()
     _forward_signals(lambda: [proc.pid], stopping)
     tail: collections.deque[str] = collections.deque(maxlen=300)

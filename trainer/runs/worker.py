@@ -6,7 +6,11 @@ Started by `main.py train` (in-process for single-device runs), by torchrun or b
 import argparse
 import sys
 
-from trainer.train.engine import run_worker
+from trainer.core.system import hold_preempt_signal
+
+hold_preempt_signal()  # before torch is imported: SLURM's warning meanwhile is kept for the run (and ends nothing)
+
+from trainer.train.engine import run_worker  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import random
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -21,8 +22,8 @@ import torch
 from trainer.core import clock
 from trainer.core.config import ConfigError, RunConfig, config_from, read_config_file, save_config
 from trainer.core.errors import InputError
-from trainer.core.rundir import RunDir, RunDirDeleted
-from trainer.core.system import on_stop
+from trainer.core.rundir import EXIT_PREEMPTED, RunDir, RunDirDeleted
+from trainer.core.system import PREEMPT_SIGNAL, on_stop, preempt_signalled
 from trainer.data.cache import Interrupted
 from trainer.deploy.finish import finish_run
 from trainer.device.mps import reporting_fallbacks
@@ -38,14 +39,18 @@ trace_log = logging.getLogger("trainer.trace")  # tracebacks: to train.log only,
 trace_log.setLevel(logging.DEBUG)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+ELASTIC_RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"  # torchrun's count of its restarts of the ranks
+REQUEUE_ENV = "SLURM_RESTART_COUNT"  # set by SLURM in a job it started again (requeued): the times it did
 
 
 class StopRequest:
     """Set when this process is asked to stop (trainer/core/system.py's stop channel: SIGTERM or SIGINT, the run's
-    stop file, a launched worker's launcher gone); the loop stops at the next safe point and checkpoints."""
+    stop file, a launched worker's launcher gone); the loop stops at the next safe point and checkpoints. SLURM's
+    warning signal (PREEMPT_SIGNAL) stops it the same way and marks the run `preempted`: its job requeues itself."""
 
     def __init__(self):
         self.requested = False
+        self.preempted = False
 
     def install(self, watch_parent: bool = False) -> Callable[[], None]:
         def handler(why: str) -> None:
@@ -53,7 +58,24 @@ class StopRequest:
                 log.info("%s: stopping after the current step", why if why.startswith("the ") else f"received {why}")
             self.requested = True
 
-        return on_stop(handler, watch_parent)
+        def preempt(signum, frame) -> None:
+            if not self.preempted:
+                log.info("received %s (SLURM: the job's time limit or a preemption is near): checkpointing after "
+                         "the current step; the job requeues itself", PREEMPT_SIGNAL)
+            self.preempted = self.requested = True
+
+        undo = on_stop(handler, watch_parent)
+        if not hasattr(signal, PREEMPT_SIGNAL):  # Windows: no SLURM there
+            return undo
+        previous = signal.signal(getattr(signal, PREEMPT_SIGNAL), preempt)
+        if preempt_signalled():  # it came while this process was starting
+            preempt(None, None)
+
+        def undo_both() -> None:
+            undo()
+            signal.signal(getattr(signal, PREEMPT_SIGNAL), previous)
+
+        return undo_both
 
 
 def fallbacks_reported(device: torch.device, reporter: Reporter):
@@ -112,6 +134,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     """Train the run in `run_dir` on this rank; returns the process exit code."""
     started = clock.now()  # train.budget counts from here
     run = RunDir(run_dir)
+    restarted = int(os.environ.get(ELASTIC_RESTART_ENV) or 0)  # torchrun started the ranks again: from the checkpoint
+    resume = resume or restarted > 0
     # torchrun, spawn and horovodrun workers must not outlive their launcher
     stop = StopRequest()
     stop.install(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
@@ -143,6 +167,8 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         if strategy.is_main and parts.augment_choices:  # config.yaml: what auto became (run_start says why), so a
             save_config(cfg, run.config)  # resume, a comparison or a copy of the run trains with the same decisions
         announce(reporter, cfg, strategy, parts, loop.state, resumed_from, loop.checkpoint_writer.background)
+        if strategy.is_main:
+            announce_restart(reporter, run, restarted, resumed_from, loop.state.step)
         with fallbacks_reported(strategy.device, reporter):
             state = loop.fit()
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
@@ -152,9 +178,14 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
             with loop.threads_fitted():
                 finish_run(run, reporter, parts.data.test, cfg)
         code, message = EXIT_OK, ending_message(state, loop, cfg)
+        if state == "stopped" and stop.preempted:
+            state, code = "preempted", EXIT_PREEMPTED
+            message = (f"preempted at epoch {loop.state.epoch + 1}, step {loop.state.step} (SLURM's warning signal): "
+                       f"checkpointed; the requeued job goes on from there")
     except Interrupted:
-        state, code = "stopped", EXIT_OK
-        message = "stopped by request while preparing, before the first step; start it again to continue"
+        state, code = ("preempted", EXIT_PREEMPTED) if stop.preempted else ("stopped", EXIT_OK)
+        message = f"{'preempted' if stop.preempted else 'stopped by request'} while preparing, before the first " \
+                  f"step; start it again to continue"
         log.info("%s", message)
     except Diverged as e:
         state, message, code = "diverged", str(e), EXIT_DIVERGED
@@ -163,7 +194,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
                      step=loop.state.step if loop else 0)
     except Exception as e:  # noqa: BLE001 - every failure is reported, never silent
         state, code = "failed", EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
-        message = describe_failure(e, run)
+        message = describe_failure(e, run) + restart_note()
         log.error("run failed: %s%s", message, "" if code == EXIT_BAD_INPUT else f" (traceback in {run.log})")
         trace_log.debug("%s", traceback.format_exc())
         _emit_safely(reporter, "error", kind=type(e).__name__, message=message, rank=strategy.rank,
@@ -194,6 +225,28 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     if strategy.is_main:
         log.info("run %s: %s%s", run.name, state, f" ({message})" if message else "")
     return code
+
+
+def restart_note() -> str:
+    """What follows a rank's failure under torchrun with restarts left (device.max_restarts): said in its message."""
+    left = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) - int(os.environ.get(ELASTIC_RESTART_ENV) or 0)
+    return f"; torchrun starts the ranks again from the last checkpoint ({left} restart(s) left)" if left > 0 else ""
+
+
+def announce_restart(reporter: Reporter, run: RunDir, elastic: int, resumed_from: str | None, step: int) -> None:
+    """The `restart` event, once per restart: torchrun started the ranks again after one died (`elastic`, its count),
+    or SLURM requeued the job (status.json's `requeues`, recorded by the launcher as it started)."""
+    status = run.read_status()
+    if elastic:
+        by, count, lost = "torchrun", elastic, None
+    elif os.environ.get(REQUEUE_ENV) and status.get("requeues"):
+        by, count, lost = "slurm", status["requeues"], status.get("requeue_lost_s")
+    else:
+        return
+    message = (f"{'torchrun started the ranks again after one ended' if by == 'torchrun' else 'SLURM requeued the job'}"
+               f" (restart {count}): going on from {resumed_from or 'the start (no checkpoint yet)'} at step {step}")
+    log.info("%s", message)
+    reporter.emit("restart", by=by, count=count, step=step, checkpoint=resumed_from, lost_s=lost, message=message)
 
 
 def keep_recipe_of_older_runs(cfg: RunConfig, raw: dict) -> None:

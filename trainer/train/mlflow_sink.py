@@ -25,7 +25,8 @@ from trainer.core.rundir import RunDir
 log = logging.getLogger("trainer")
 
 EVENTS = ("run_start", "step", "epoch", "test", "export", "run_end")
-STATUS = {"completed": "FINISHED", "stopped": "KILLED"}  # anything else (failed, diverged, made way...) FAILED
+# anything else (failed, diverged, made way...) FAILED
+STATUS = {"completed": "FINISHED", "stopped": "KILLED", "preempted": "KILLED"}
 BOOKKEEPING = {"event", "v", "time", "epoch", "epochs", "step", "image_size", "seconds", "images"}  # not metrics
 CLOSE_WAIT_S = 120.0  # the run's end waits this long at most for what is still being sent (artefacts)
 BATCH = 1000  # MLflow's most metrics in one request
