@@ -242,3 +242,24 @@ def test_the_last_events_of_a_long_run_come_from_its_end_without_parsing_its_ste
     assert last == whole and last["run_start"]["config"]["model"]["name"] == "second"
     assert len(parsed) <= 4, f"{len(parsed)} lines parsed for 3 events"
     assert run.last_events("export") == {}
+
+
+def test_a_resume_without_a_summary_holds_a_bounded_memory_and_writes_the_same_summary(tmp_path, monkeypatch):
+    """Issue #72: `SummaryKeeper.resume` of a run without a summary kept one position per event until it wrote
+    (225,005 at 10^5 steps); pruned as it reads, it holds about what the series keep, and writes the same file."""
+    events = tmp_path / "events.jsonl"
+    writer = EventWriter(events)
+    writer.emit("run_start", config={}, start_step=0)
+    emit_steps(writer, 1, 12_000)
+    writer.close()
+    made = {}
+    for slack in (10**9, 500):  # never pruned, then pruned all along
+        summary_module.summary_path(events).unlink(missing_ok=True)
+        monkeypatch.setattr(summary_module, "PRUNE_SLACK", slack)
+        keeper = SummaryKeeper.resume(events)
+        held = len(keeper._positions)
+        keeper.write()
+        made[slack] = (held, summary_module.summary_path(events).read_bytes())
+    assert made[500][1] == made[10**9][1], "the same summary, pruned or not"
+    kept = sum(len(s.kept()) for s in keeper.series.values())
+    assert made[10**9][0] > 12_000 and made[500][0] <= 2 * kept + 500, (made[500][0], kept)

@@ -199,3 +199,25 @@ def test_every_event_type_is_declared_once_and_documented():
         with pytest.raises(ValueError, match="'replanned' is not one of EVENT_TYPES"):
             writer.emit("replanned")
         writer.close()
+
+
+def test_the_built_in_resnet10t_is_timms_network_without_timm():
+    """model.name resnet10t (built in, for every install): timm's resnet10t tensor for tensor (the same shapes, the
+    same parameters, the same operations per image), each block starting as the identity."""
+    timm = pytest.importorskip("timm")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    ours = create_model(ModelConfig(name="resnet10t"), 5)
+    theirs = timm.create_model("resnet10t", num_classes=5)
+    shapes = lambda net: sorted(tuple(p.shape) for p in net.state_dict().values() if p.dim())  # noqa: E731
+    assert shapes(ours) == shapes(theirs)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+
+    def flops(net):
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            net.eval()(torch.zeros(1, 3, 64, 64))
+        return counter.get_total_flops()
+
+    assert flops(ours) == flops(theirs)
+    zeroed = [m for m in ours.modules() if isinstance(m, torch.nn.BatchNorm2d) and not m.weight.any()]
+    assert len(zeroed) == 4, "each block's last BatchNorm starts at zero"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # model.name -> "module:Class" of TrainDeck's own networks (built by `trainer.model.models`)
-BUILTIN_MODELS = {"small_cnn": "trainer.model.models:SmallCNN", "resnet9": "trainer.model.models:ResNet9"}
+BUILTIN_MODELS = {"small_cnn": "trainer.model.models:SmallCNN", "resnet9": "trainer.model.models:ResNet9",
+                  "resnet10t": "trainer.model.models:ResNet10T"}
 
 # torchvision classifiers offered first in the app's model list (any torchvision classifier is accepted)
 SUGGESTED_TORCHVISION = ("resnet18", "resnet34", "resnet50", "mobilenet_v3_small", "mobilenet_v3_large",

@@ -140,7 +140,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = opt("small_cnn", "small_cnn, resnet9, any torchvision classifier (resnet18, ...) or "
+    name: str = opt("small_cnn", "small_cnn, resnet9, resnet10t, any torchvision classifier (resnet18, ...) or "
                                "path/file.py:ClassName")
     weights: str | None = opt(None, "pretrained weights: a name the model offers (DEFAULT, IMAGENET1K_V1, ...; fetched "
                               "into the torch hub cache, or the Hugging Face cache for timm:), or a local .safetensors / "

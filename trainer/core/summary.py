@@ -33,6 +33,7 @@ WHOLE = ("run_start", "epoch", "replan", "checkpoint", "test", "export", "error"
 BUDGET = {"step": 2000, "grad_stats": 500, "system": 1000, "histogram": 50, "warning": 500, "prepare": 100}
 VALUE = {"step": "loss"}  # a series whose buckets keep their lowest and highest event by this field (else the last)
 WRITE_EVERY_S = 10.0
+PRUNE_SLACK = 20_000  # thinned events' positions held beyond what the series keep before they are pruned
 MAX_EVENT_LINE = 64 << 20  # an event's line: an epoch's confusion matrix of 1,000 classes is about 4 MB; longer is
 # not an event, and is skipped (never held, never copied into the summary)
 MAX_SUMMARY_BYTES = 256 << 20  # a summary keeps a fixed budget of lines (BUDGET): far less
@@ -115,6 +116,7 @@ class SummaryKeeper:
         self.whole: list[tuple[int, str]] = []
         self.series: dict[str, _Series] = {}
         self._positions: dict[int, tuple[str, int]] = {}  # a thinned entry's series and position, for the header
+        self._prune_at = PRUNE_SLACK
         self.uncovered = 0  # bytes after the last complete line (appended bytes cut mid-line)
         self._lines = BoundedLines(MAX_EVENT_LINE)
         self._written = time.monotonic()
@@ -141,6 +143,15 @@ class SummaryKeeper:
         value = record.get(VALUE[kind]) if kind in VALUE else None
         self._positions[index] = (name, series.count)
         series.add(index, _number(value), line)
+        if len(self._positions) > self._prune_at:  # the thinned-out events' positions go: memory stays bounded
+            self._prune_positions()
+
+    def _prune_positions(self) -> None:
+        """Keep the positions of the entries the series still hold (a resume reading 10^6 events without a summary
+        kept one per event until it wrote, issue #72)."""
+        kept = {index for series in self.series.values() for index, _, _ in series.kept()}
+        self._positions = {index: where for index, where in self._positions.items() if index in kept}
+        self._prune_at = 2 * len(self._positions) + PRUNE_SLACK
 
     def _take_line(self, raw: bytes) -> None:
         if not raw.strip():
