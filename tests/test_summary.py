@@ -263,3 +263,4 @@ def test_a_resume_without_a_summary_holds_a_bounded_memory_and_writes_the_same_s
     assert made[500][1] == made[10**9][1], "the same summary, pruned or not"
     kept = sum(len(s.kept()) for s in keeper.series.values())
     assert made[10**9][0] > 12_000 and made[500][0] <= 2 * kept + 500, (made[500][0], kept)
+

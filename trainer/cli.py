@@ -34,7 +34,7 @@ log = logging.getLogger("traindeck")
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)  # an output the user named that cannot be written: exit 2
 COMMANDS = ("train", "resume", "check-data", "demo-data", "slurm", "describe-model", "probe-devices", "auto",
             "export", "predict", "lr-find", "augment-preview", "fetch-weights", "evaluate", "audit", "label",
-            "grad-cam", "queue", "sweep", "standby", "resident", "hosts", "agent", "mirror", "fetch")
+            "grad-cam", "queue", "sweep", "standby", "resident", "hosts", "agent", "mirror", "fetch", "summarize")
 
 
 class CommandError(InputError):
@@ -988,6 +988,34 @@ def _parser_standby(sub) -> None:
     p.set_defaults(func=cmd_standby)
 
 
+def cmd_summarize(args) -> int:
+    """Build, or bring up to date, a run's events summary (events.summary.jsonl): the events file read once as a
+    stream, in bounded memory. What the app runs in the background before it opens a long run that has none (runs
+    from before summaries, copied without one); a live run's trainer keeps its own."""
+    from trainer.core.summary import SummaryKeeper, read_header, summary_path
+
+    run = RunDir(args.run_dir)
+    if not run.events.is_file():
+        raise CommandError(f"{run.path}: no events.jsonl here (not a run directory?)")
+    if run.is_live():
+        print(json.dumps({"summary": None, "why": "the run is live: its trainer keeps its summary"}))
+        return 0
+    started = time.perf_counter()
+    header = read_header(summary_path(run.events), run.events)
+    keeper = SummaryKeeper.resume(run.events)
+    keeper.write()
+    print(json.dumps({"summary": str(keeper.path), "events": keeper.count, "bytes": keeper.offset,
+                      "taken_up": header["offset"] if header else 0, "seconds": round(time.perf_counter() - started, 2)}))
+    return 0
+
+
+def _parser_summarize(sub) -> None:
+    p = sub.add_parser("summarize", help="build or update RUN_DIR's events summary (what opening a long run reads); "
+                       "JSON on stdout")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_summarize)
+
+
 def cmd_resident(args) -> int:
     from trainer.runs.resident import serve
 
@@ -1026,6 +1054,7 @@ def build_parser() -> argparse.ArgumentParser:
         _parser_lr_find,
         _parser_augment_preview,
         _parser_predict,
+        _parser_summarize,
     ):
         add(sub)
     return parser

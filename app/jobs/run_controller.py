@@ -15,6 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.jobs.background import CliJob
 from app.jobs.run_model import RunModel
 from app.jobs.trainer_process import TrainerProcess
 from app.state.runs_folder import RunsFolder
@@ -22,6 +23,7 @@ from trainer.core.config import RunConfig, save_config
 from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_text
 from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
+from trainer.core.summary import needs_building
 from trainer.core.system import detached
 from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
 from trainer.runs.launch import REPO_ROOT, auto_run_args, main_command, mirror_args, resume_command, train_command
@@ -246,8 +248,29 @@ class RunController(QObject):
         if run.is_remote or run.path.parent.parent.name == "remote":
             self._remote_status.start()
         self.progressed.emit(0.0, planned_epochs, None)
-        model.watch()
+        if segment_since is None and needs_building(run.events) and not run.is_live():
+            self._summarize_then_watch(model)
+        else:
+            model.watch()
         self.changed.emit()
+
+    def _summarize_then_watch(self, model: RunModel) -> None:
+        """A long finished run without a summary: built first by `main.py summarize` (a process of its own, one pass
+        over the file), then read through it; the GUI thread never reads the whole file (issue #72)."""
+        run = model.run
+        size = run.events.stat().st_size / 2**20
+        self.stateText.emit(f"Opening {run.name}: {size:.0f} MB of events without a summary; building it once…")
+        job = CliJob(["summarize", str(run.path)], self)
+
+        def watch(why: str | None = None) -> None:
+            if why:
+                log.warning("%s: no summary built (%s): read whole", run.path, why)
+            if self.model is model:  # not another run opened meanwhile
+                model.reopen()
+                model.watch()
+
+        job.done.connect(lambda answer: watch())
+        job.failed.connect(watch)
 
     def _started(self, e: dict) -> None:
         """The status line at a segment's start: a resumed one says where it starts from."""

@@ -78,6 +78,10 @@ class RunModel(QObject, RunState):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.poll)
 
+    def reopen(self) -> None:
+        """Read the run from the start again, through the summary it has now (built after this model was made)."""
+        self._events = EventTail(self.run.events, summary=True)
+
     def expect_segment(self, since: float | None = None) -> None:
         super().expect_segment(since)
         self.segmentExpected.emit()

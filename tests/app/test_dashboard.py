@@ -221,3 +221,37 @@ def test_resume_after_a_stop_on_an_epochs_last_step_draws_that_epochs_real_loss(
     qtbot.waitUntil(lambda: window.run_model.state == "completed", timeout=120_000)
     losses = window.run_model.train_loss.y
     assert len(losses) == 2 and np.all(losses > 0.05), losses
+
+
+def test_a_long_run_without_a_summary_opens_in_the_window_through_one_built_in_a_process(qtbot, make_window, tmp_path,
+                                                                                           monkeypatch):
+    """Issue #72: opening a finished run whose events have no summary (a run from before summaries, copied without
+    one): `main.py summarize` builds it in a process of its own, then the dashboard reads it; what it shows is the
+    whole file's run, thinned, and the GUI never holds every step."""
+    from test_summary import assert_same_run, emit_steps, start, state_of
+
+    from trainer.core import summary as summary_module
+    from trainer.core.events import EventWriter
+    from trainer.core.rundir import RunDir
+    from trainer.core.summary import read_header
+
+    run = RunDir(tmp_path / "runs" / "old-run").create()
+    writer = EventWriter(run.events)
+    start(writer)
+    emit_steps(writer, 1, 20_000, spike=12_345)
+    writer.emit("run_end", status="completed", message="", epochs_completed=40)
+    writer.close()
+    run.summary.unlink()
+    run.write_status(state="completed", ended=1.0)
+    monkeypatch.setattr(summary_module, "BUILD_ABOVE", 1 << 20)  # this run's 6 MB is a long one
+    window = make_window(runs_dir=tmp_path / "runs")
+    said: list[str] = []
+    window.runs.stateText.connect(said.append)
+    window.runs.open(run)
+    assert any("without a summary; building it once" in text for text in said), said
+    qtbot.waitUntil(lambda: window.run_model.ended and window.run_model.state == "completed", timeout=60_000)
+    assert read_header(run.summary, run.events)["offset"] == run.events.stat().st_size
+    model = window.run_model
+    assert len(model.step_loss) <= 2 * summary_module.BUDGET["step"] + 2
+    assert_same_run(model, state_of(run, summary=False))
+    assert 12_345 in model.step_loss.x.tolist(), "the one-step spike is kept"

@@ -259,6 +259,21 @@ def _number(value) -> float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
+BUILD_ABOVE = 4 << 20  # bytes of events a summary does not cover: above this, a reader has it built first
+
+
+def needs_building(events_path: str | os.PathLike) -> bool:
+    """Whether a reader of a finished run should have its summary built (`main.py summarize`, a process of its own)
+    before it reads: more than BUILD_ABOVE bytes of events that no summary covers (a run from before summaries, one
+    copied without its summary, one whose trainer was killed long after its last summary)."""
+    try:
+        size = os.stat(events_path).st_size
+    except OSError:
+        return False
+    header = read_header(summary_path(events_path), events_path) if size > BUILD_ABOVE else None
+    return size - (header["offset"] if header else 0) > BUILD_ABOVE
+
+
 def read_header(path: str | os.PathLike, events_path: str | os.PathLike) -> dict | None:
     """The summary's first line, when it summarises `events_path` as it is now (None: no summary, another file's,
     one of a file since cut short, or not readable)."""
