@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSplitter, QTabWid
 
 from app.state.experiments import METRICS, column_title, varying_keys
 from app.state.grad_views import elide_middle
-from app.widgets.plots import COLORS, make_plot, with_log_toggle
+from app.widgets.plots import COLORS, make_plot, retitle, with_log_toggle
 
 # the hyper-parameter first plotted against the metric, when it differs between the runs: what sweeps vary most
 PREFERRED_X = ("optimizer.lr", "optimizer.weight_decay", "data.batch_size", "model.name")
@@ -137,9 +137,14 @@ class RunViews(QTabWidget):
             colour = cmap.map(0.25 + 0.75 * (band + 0.5) / PARALLEL_COLOURS)
             plot.plot(bx, by, pen=pg.mkPen(colour, width=2), connect="finite")
 
+    def compare_note(self, text: str) -> None:
+        """What Compare is doing before it can draw (its loss plot's note)."""
+        retitle(self.compare_loss, text)
+
     def show_compare(self, curves: list) -> None:
         """The selected runs' loss and validation-accuracy curves overlaid, one colour each: drawn one run an
         event-loop turn (ten runs at once held the GUI thread for 0.15 s); a newer Compare replaces one still drawing."""
+        retitle(self.compare_loss, "")
         for plot in (self.compare_loss, self.compare_acc):
             plot.clear()
             plot.addLegend(offset=(-10, 10))

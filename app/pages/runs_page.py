@@ -35,12 +35,13 @@ from PySide6.QtWidgets import (
 
 from app.dialogs.export_dialog import ExportDialog
 from app.dialogs.run_dialogs import NotesDialog
-from app.jobs.background import run_in_thread, without_collection_pauses
+from app.jobs.background import CliJob, run_in_thread, without_collection_pauses
 from app.state.buffers import Series
 from app.state.experiments import METRICS, RowCache, column_title, format_duration, varying_keys
 from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
 from trainer.core.rundir import RunDir, is_run_folder, list_runs, state_text
+from trainer.core.summary import needs_building
 
 COMPARE_POINTS = 1200  # of each compared run's loss curve: each bucket's lowest and highest (a one-step spike stays);
 # two a pixel column of the plot at its widest on a laptop screen: 10 runs of 4,000 took 0.15 s to draw and paint
@@ -451,9 +452,25 @@ class RunsPage(QWidget):
             dialog.open()
 
     def _compare(self) -> None:
+        """The selected runs' curves, read through their summaries in a thread (bounded: COMPARE_POINTS a run); a
+        long finished run without one has it built first by `main.py summarize`, a process of its own, one at a
+        time, so no thread of the GUI's process parses a whole events file (issue #72: 10 such runs held the
+        interpreter lock for 112 s)."""
         paths = self.selected()
-        if paths:
+        if not paths:
+            return
+        unsummarized = [p for p in paths if needs_building(Path(p) / "events.jsonl") and not RunDir(p).is_live()]
+
+        def next_or_compare(_=None) -> None:
+            if unsummarized:
+                job = CliJob(["summarize", unsummarized.pop(0)], self)
+                job.done.connect(next_or_compare)
+                job.failed.connect(next_or_compare)  # read whole then, in the thread: slow, not wrong
+                self.views.compare_note(f"building the summaries of {len(unsummarized) + 1} long run(s) first…")
+                return
             run_in_thread(lambda: load_curves(paths), self.views.show_compare, owner=self)
+
+        next_or_compare()
 
     def _export(self) -> None:
         for path in self.selected()[:1]:

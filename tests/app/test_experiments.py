@@ -4,6 +4,7 @@ against a hyper-parameter, parallel coordinates of a sweep, tags and notes; "Con
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -366,3 +367,40 @@ def test_the_mlflow_button_goes_to_the_selected_run_s_page_on_its_tracking_serve
     assert states == {str(served.path): True, str(stored.path): False, str(runs_dir / sorted(
         p.name for p in runs_dir.iterdir() if p.name not in (served.name, stored.name))[0]): False}
     assert opened == ["http://127.0.0.1:5000/#/experiments/3/runs/ab12"]
+
+
+def test_compare_of_long_runs_without_summaries_has_them_built_in_a_process_first(qtbot, tmp_path, monkeypatch):
+    """Issue #72: Compare of runs with no summary (10 such runs held the interpreter lock for 112 s while a thread
+    parsed them): `main.py summarize` builds each one's first, a process at a time, the page says so meanwhile, and
+    the thread then reads the summaries only; every run is drawn, bounded."""
+    import app.pages.runs_page as runs_page
+    from trainer.core import summary as summary_module
+    from trainer.core.events import EventWriter
+    from trainer.core.summary import read_header
+
+    monkeypatch.setattr(summary_module, "BUILD_ABOVE", 256 << 10)
+    paths = []
+    for r in range(2):
+        run = RunDir(tmp_path / f"2026120{r}-old").create()
+        writer = EventWriter(run.events)
+        for step in range(1, 12_001):
+            writer.emit("step", step=step, loss=2.0 / (1 + step / 1000) + r, lr=[0.1])
+        writer.emit("epoch", epoch=1, val_acc=0.5 + r / 10)
+        writer.close()
+        run.summary.unlink()
+        run.write_status(state="completed", ended=1.0)
+        paths.append(str(run.path))
+    unbuilt_when_read = []
+    load_curves = runs_page.load_curves
+    monkeypatch.setattr(runs_page, "load_curves", lambda ps: unbuilt_when_read.extend(
+        p for p in ps if summary_module.needs_building(Path(p) / "events.jsonl")) or load_curves(ps))
+    page = runs_page.RunsPage()
+    qtbot.addWidget(page)
+    monkeypatch.setattr(page, "selected", lambda: paths)
+    page._compare()
+    assert "building the summaries of 2 long run(s) first" in page.views.compare_loss.getPlotItem().titleLabel.text
+    qtbot.waitUntil(lambda: len(page.views.compare_loss.listDataItems()) == 2 and not page.views.compare_pending,
+                    timeout=60_000)
+    assert unbuilt_when_read == [] and all(read_header(RunDir(p).summary, RunDir(p).events) for p in paths)
+    assert all(len(item.xData) <= runs_page.COMPARE_POINTS for item in page.views.compare_loss.listDataItems())
+    assert "building" not in page.views.compare_loss.getPlotItem().titleLabel.text
