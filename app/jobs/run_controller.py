@@ -68,6 +68,7 @@ class RunController(QObject):
         self._remote_status = QTimer(self)  # a run on a host before its first event: the host's or SLURM's word
         self._remote_status.setInterval(500)
         self._remote_status.timeout.connect(self._show_remote_status)
+        self._remote_said = ""  # the host's or SLURM's word last shown
         self._latest_progress: dict | None = None  # the newest step or epoch not yet shown
         self._progress_timer = QTimer(self)  # the status bar's progress at most every PROGRESS_MS, not per event
         self._progress_timer.setSingleShot(True)
@@ -224,7 +225,8 @@ class RunController(QObject):
             self._remote_status.stop()
             return
         message = m.run.read_status().get("message") if m.run.is_remote else None  # None: not submitted yet
-        if message:
+        if message and message != self._remote_said:
+            self._remote_said = message
             self.stateText.emit(f"{m.run.name}: {message}")
 
     def watch(self, run: RunDir, segment_since: float | None = None, planned_epochs: int = 0) -> None:
@@ -305,6 +307,7 @@ class RunController(QObject):
         self.runFinished.emit(state, message)
         self.changed.emit()
         if state == "preempted" and self.model.run.is_remote:
+            self._remote_said = message  # said above
             self._remote_status.start()  # requeued, pending: SLURM's word, then the run's own again
 
     def _drop_pending_config(self) -> None:

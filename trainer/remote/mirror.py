@@ -172,13 +172,10 @@ class Mirror:
             self.remote["job"] = self.job_state
             self.remote["alive"] = bool(frame.get("active"))
             status = self.run.read_status()
-            reason = f" ({frame['reason']})" if frame.get("reason") else ""
             if not (self.run.path / "config.yaml").exists():  # no run directory there yet: the job's state is all
+                reason = f" ({frame['reason']})" if frame.get("reason") else ""
                 status.update(state="starting" if frame.get("active") else "failed",
                               message=f"SLURM job {frame['job']}: {frame['state'].lower()}{reason}")
-            elif status.get("state") == "preempted" and frame.get("active"):  # requeued: it goes on in this run
-                status.update(message=f"preempted and requeued; SLURM job {frame['job']}: {frame['state'].lower()}"
-                                      f"{reason}; it goes on from its checkpoint when it starts again")
             self._status(status)
         elif kind == "gone":
             self.write_summary()
@@ -210,6 +207,11 @@ class Mirror:
 
     def _status(self, status: dict) -> None:
         status.pop("remote", None)
+        job = self.job_state or {}
+        if status.get("state") == "preempted" and job.get("active"):  # requeued: it goes on in this run
+            reason = f" ({job['reason']})" if job.get("reason") else ""
+            status["message"] = (f"preempted and requeued; SLURM job {job.get('job')}: {str(job.get('state')).lower()}"
+                                 f"{reason}; it goes on from its checkpoint when it starts again")
         _write_status(self.run, status, self.remote)
 
     def _finish(self) -> None:
