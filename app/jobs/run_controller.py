@@ -188,7 +188,7 @@ class RunController(QObject):
         """Show a past run (replayed from its events), re-attaching when it is still going (for a run on a host:
         to the process following it, started again when none is)."""
         self.watch(run)
-        if self.running or not run.is_live():
+        if self.running or not (run.is_live() or run.is_remote and run.awaits_requeue()):
             return
         if run.is_remote:
             started = self._followers.get(run.path)  # by reattach_remote, perhaps not yet holding the mirror's lock
@@ -209,7 +209,7 @@ class RunController(QObject):
         remote = self.runs_dir / "remote"  # only the mirrors are read (this runs at start-up, on the GUI thread)
         hosts = [p for p in remote.iterdir() if p.is_dir()] if remote.is_dir() else []
         for run in (r for folder in hosts for r in list_runs(folder)):
-            if run.is_remote and run.is_live() and mirror_pid(run) is None:
+            if run.is_remote and (run.is_live() or run.awaits_requeue()) and mirror_pid(run) is None:
                 with open(run.path / MIRROR_LOG, "ab") as out:
                     self._followers[run.path] = subprocess.Popen(
                         main_command(*mirror_args(run.path)), stdin=subprocess.DEVNULL, stdout=out,

@@ -320,6 +320,12 @@ class RunDir:
         status = self.read_status()
         return status.get("state") in LIVE_STATES and self._process_alive(status)
 
+    def awaits_requeue(self) -> bool:
+        """A mirror of a run that ended preempted whose SLURM job is still queued or running (as the host said last):
+        it goes on in this run when the job starts again."""
+        status = self.read_status()
+        return status.get("state") == "preempted" and bool(((status.get("remote") or {}).get("job") or {}).get("active"))
+
     def holds_a_run(self) -> bool:
         """Whether a run has already trained here (status, events or checkpoints exist)."""
         return self.status_file.exists() or self.events.exists() or any(self.checkpoints.glob("*.pt"))
