@@ -169,11 +169,12 @@ class Dashboard(QWidget):
         cfg = e.get("config", {})
         budget = cfg.get("train", {}).get("budget") or 0
         self._facts = (
-            f"<b>{self.model.run.name}</b><br>{cfg.get('model', {}).get('name')} on {len(e['classes'])} classes"
-            f"<br>{e['train_size']} train / {e['val_size']} val images<br>{e['device']}, cache {e['cache']}"
+            f"<b>{self.model.run.name}</b><br>{cfg.get('model', {}).get('name')} on {len(e.get('classes') or [])} "
+            f"classes<br>{e.get('train_size', '?')} train / {e.get('val_size', '?')} val images"
+            f"<br>{e.get('device', '?')}, cache {e.get('cache', '?')}"
             f"<br>{e.get('precision', 'fp32')}, {e.get('memory_format', 'contiguous_format')}"
             + (", compiled" if e.get("compiled") else "")
-            + f"<br>{e['trainable']:,} trainable parameters"
+            + (f"<br>{e['trainable']:,} trainable parameters" if isinstance(e.get("trainable"), int) else "")
             + (f"<br>weights {e['weights'].get('name') or Path(e['weights']['file']).name}" if e.get("weights") else "")
             + ("<br>linear probe: backbone frozen" if e.get("frozen", {}).get("backbone") else "")
             + (f"<br>backbone frozen until epoch {e['frozen']['until_epoch']}"

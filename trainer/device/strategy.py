@@ -141,8 +141,18 @@ class DistributedStrategy(Strategy):
         else:
             self.device = torch.device("cpu")
         backend = resolve_backend(cfg.backend, cfg.type)
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=dt.timedelta(seconds=cfg.timeout_s))
+        timeout = dt.timedelta(seconds=cfg.timeout_s)
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
+        if restart and init_method == "env://":
+            # torchrun keeps one store across its restarts of the ranks (device.max_restarts): the last group's
+            # addresses are still in it, and a rank that read one before its peer wrote the new one connected to a
+            # process that is gone (gloo: "Connection refused"). Each restart keeps its own keys.
+            store, rank, world_size = next(dist.rendezvous(init_method, rank, world_size, timeout=timeout))
+            dist.init_process_group(backend, store=dist.PrefixStore(f"traindeck/restart_{restart}", store),
+                                    rank=rank, world_size=world_size, timeout=timeout)
+        else:
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=timeout)
         log.info("rank %d/%d joined (%s, %s)", rank, world_size, backend, self.device)
 
     @property
