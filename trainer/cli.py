@@ -24,7 +24,7 @@ from trainer.core.catalog import (
 from trainer.core.config import RunConfig, config_from, load_config, read_config_file, save_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir, default_runs_dir, report_end, user_log_dir
-from trainer.core.system import hold_preempt_signal
+from trainer.core.system import hold_preempt_signal, ignore_preempt_signal
 from trainer.core.user_code import FLAG as MODEL_CODE_FLAG
 from trainer.core.user_code import grant
 from trainer.data.scan import printable_path
@@ -93,27 +93,13 @@ def _parser_train(sub) -> None:
 
 
 def go_on_restarted(run: RunDir) -> int:
-    """`train --resumable` where the run already is (a requeued job): resumed from its last checkpoint, or, when it
-    completed, nothing more to do (exit 0: the job is not run again)."""
-    from trainer.runs.runner import launch
-
-    state = run.effective_state()
-    if state == "completed":
+    """`train --resumable` where the run already is (a requeued job): resumed from its last checkpoint as `resume`
+    does, or, when it completed, nothing more to do (exit 0: the job is not run again)."""
+    if run.effective_state() == "completed":
         print(f"run directory: {run.path} already holds this run, completed: nothing more to do", flush=True)
         return 0
-    if run.is_live():
-        raise CommandError(f"{run.path}: the run is still going (pid {run.read_status().get('pid')}); a job started "
-                           f"again while it runs would mix two runs in one directory")
-    if damage := run.damage():
-        raise CommandError(f"{damage}: the run is damaged and is not resumed (its checkpoints are untouched)")
-    lock = run.lock()
-    try:
-        cfg = load_config(run.config)
-    except BaseException:
-        lock.close()
-        raise
-    print(f"run directory: {run.path} ({state}: going on from its last checkpoint)", flush=True)
-    return report_end(run, launch(run, cfg, resume=True, lock=lock))
+    print(f"run directory: {run.path} ({run.effective_state()}: going on from its last checkpoint)", flush=True)
+    return cmd_resume(argparse.Namespace(run_dir=str(run.path), epochs=None, force=False))
 
 
 def _model_code_option(p) -> None:
@@ -1088,6 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(f"{where}: cannot write there ({e.strerror})")
             return _fail(f"{describe_write_failure(e, where)} (details in {log_file})", 1)
         return _fail(f"{type(e).__name__}: {e} (a TrainDeck bug? details in {log_file})", 1)
+    finally:
+        ignore_preempt_signal()  # the command is over: a warning now ends nothing (nor the interpreter's exit)
 
 
 def record_traceback(command: str) -> Path | str:

@@ -251,6 +251,13 @@ def hold_preempt_signal() -> None:
         signal.signal(getattr(signal, PREEMPT_SIGNAL), lambda signum, frame: _warned.set())
 
 
+def ignore_preempt_signal() -> None:
+    """From here on SLURM's warning is ignored: a command's end. (Python gives a signal it handled back its default
+    action as the interpreter finalizes, and SLURM's warning arriving then ended a job whose run had completed.)"""
+    if hasattr(signal, PREEMPT_SIGNAL) and threading.current_thread() is threading.main_thread():
+        signal.signal(getattr(signal, PREEMPT_SIGNAL), signal.SIG_IGN)
+
+
 def ignoring_preempt_signal() -> dict:
     """subprocess.Popen's keyword arguments for a launcher we start (torchrun) that must outlive SLURM's warning
     signal: it ignores it (its ranks handle it). Nothing where there is no such signal."""

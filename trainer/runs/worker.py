@@ -6,7 +6,7 @@ Started by `main.py train` (in-process for single-device runs), by torchrun or b
 import argparse
 import sys
 
-from trainer.core.system import hold_preempt_signal
+from trainer.core.system import hold_preempt_signal, ignore_preempt_signal
 
 hold_preempt_signal()  # before torch is imported: SLURM's warning meanwhile is kept for the run (and ends nothing)
 
@@ -18,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir")
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
-    return run_worker(args.run_dir, args.resume)
+    try:
+        return run_worker(args.run_dir, args.resume)
+    finally:
+        ignore_preempt_signal()  # the rank is done: a warning now ends nothing (nor the interpreter's exit)
 
 
 if __name__ == "__main__":
