@@ -17,6 +17,7 @@ import pytest
 import torch
 from helpers import REPO, run_here, write_config
 
+from tests.remote.test_slurm_runs import wait_for
 from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
 from trainer.model.checkpoint import load_weights_only
@@ -27,16 +28,6 @@ pytestmark = pytest.mark.slow
 def job_fields(job: str) -> dict:
     done = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True)
     return dict(f.split("=", 1) for f in done.stdout.split() if "=" in f) if done.returncode == 0 else {}
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not seen in {timeout} s")
 
 
 def events_of(run_dir) -> list[dict]:
