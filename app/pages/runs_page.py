@@ -160,7 +160,9 @@ class ExperimentModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.ForegroundRole and column == "status":
             return QColor(STATUS_COLORS.get(value, "#222"))
         if role == Qt.ItemDataRole.ToolTipRole:
-            return "\n".join(filter(None, [str(value) if column in self.params else "", row["notes"], row["path"]]))
+            whole = state_text(value, row.get("reason"), row.get("requeues"), row.get("requeue_lost_s")) \
+                if column == "status" else str(value) if column in self.params else ""  # whole where a cell is cut
+            return "\n".join(filter(None, [whole, row["notes"], row["path"]]))
         return None
 
     def headerData(self, section: int, orientation, role=Qt.ItemDataRole.DisplayRole):  # noqa: N802
