@@ -283,21 +283,31 @@ def test_a_run_s_status_change_updates_its_row_alone_and_reads_only_that_run(qtb
     assert read == [runs[1].name], "a run's manifest changing reads that run again, and it alone"
 
 
+def written_run(path, r: int, steps: int, epoch_every: int = 0) -> RunDir:
+    """A run as the trainer's event writer leaves it (with its summary): `steps` steps of a falling loss offset by
+    `r`, an epoch's accuracy every `epoch_every` steps (else one epoch at the end)."""
+    from trainer.core.events import EventWriter
+
+    run = RunDir(path).create()
+    writer = EventWriter(run.events)
+    for step in range(1, steps + 1):
+        writer.emit("step", step=step, loss=2.0 / (1 + step / 1000) + r, lr=[0.1])
+        if epoch_every and step % epoch_every == 0:
+            writer.emit("epoch", epoch=step // epoch_every, val_acc=step / steps)
+    if not epoch_every:
+        writer.emit("epoch", epoch=1, val_acc=0.5 + r / 10)
+    writer.close()
+    return run
+
+
 def test_compare_of_runs_with_summaries_draws_each_run_bounded(qtbot, tmp_path):
     """Compare (the selected runs) on runs the trainer's event writer wrote (with their summaries): every run drawn, one a turn,
     each within COMPARE_POINTS, their accuracy per epoch in full."""
     from app.pages.runs_page import COMPARE_POINTS, RunsPage, load_curves
-    from trainer.core.events import EventWriter
 
     paths = []
     for r in range(3):
-        run = RunDir(tmp_path / f"2026120{r}-run").create()
-        writer = EventWriter(run.events)
-        for step in range(1, 20_001):
-            writer.emit("step", step=step, loss=2.0 / (1 + step / 1000) + r, lr=[0.1])
-            if step % 5000 == 0:
-                writer.emit("epoch", epoch=step // 5000, val_acc=step / 20_000)
-        writer.close()
+        run = written_run(tmp_path / f"2026120{r}-run", r, 20_000, epoch_every=5000)
         paths.append(str(run.path))
     curves = load_curves(paths)
     page = RunsPage()
@@ -375,18 +385,12 @@ def test_compare_of_long_runs_without_summaries_has_them_built_in_a_process_firs
     the thread then reads the summaries only; every run is drawn, bounded."""
     import app.pages.runs_page as runs_page
     from trainer.core import summary as summary_module
-    from trainer.core.events import EventWriter
     from trainer.core.summary import read_header
 
     monkeypatch.setattr(summary_module, "BUILD_ABOVE", 256 << 10)
     paths = []
     for r in range(2):
-        run = RunDir(tmp_path / f"2026120{r}-old").create()
-        writer = EventWriter(run.events)
-        for step in range(1, 12_001):
-            writer.emit("step", step=step, loss=2.0 / (1 + step / 1000) + r, lr=[0.1])
-        writer.emit("epoch", epoch=1, val_acc=0.5 + r / 10)
-        writer.close()
+        run = written_run(tmp_path / f"2026120{r}-old", r, 12_000)
         run.summary.unlink()
         run.write_status(state="completed", ended=1.0)
         paths.append(str(run.path))
