@@ -58,7 +58,7 @@ def main():
         started = time.perf_counter()
         for _ in range(args.epochs):
             if "eval_factor" in setting:
-                loop.evaluate()
+                loop.validation.evaluate(loop.state.epoch)
                 continue
             loop.train_one_epoch()
             loop.state.epoch += 1

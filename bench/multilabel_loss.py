@@ -40,7 +40,7 @@ def one(labels: Path, loss: str, seed: int, epochs: int) -> dict:
         loop.train_one_epoch()
         loop.state.epoch += 1
         loop.state.batch_in_epoch = 0
-        maps.append(loop.evaluate()["val_map"])
+        maps.append(loop.validation.evaluate(loop.state.epoch)["val_map"])
     return {"best": max(maps), "last": maps[-1]}
 
 

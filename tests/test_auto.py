@@ -592,35 +592,33 @@ def test_the_first_epoch_ends_a_run_far_slower_or_faster_than_planned():
 
     from trainer.core.config import RunConfig
     from trainer.core.schedule import Stretch
-    from trainer.train.loop import Loop
+    from trainer.model.checkpoint import TrainState
+    from trainer.train.budget import Budget
+    from trainer.train.plan import EpochPlan
 
-    def loop_after_epoch_1(step, epoch_s=30.0, **train):
-        loop = Loop.__new__(Loop)
-        loop.cfg = RunConfig.from_dict({"train": {"epochs": 20, "budget": 2.0, "replan": True, **train}})
-        loop.state = SimpleNamespace(epoch=1, step=step, early_stopped=False)
-        loop.started = time.time() - epoch_s
-        loop.epoch_seconds = [epoch_s]
-        loop.parts = SimpleNamespace(stretch=Stretch(2000), steps_per_epoch=100)
+    def plan_after_epoch_1(step, epoch_s=30.0, **train):
+        cfg = RunConfig.from_dict({"train": {"epochs": 20, "budget": 2.0, "replan": True, **train}})
         events = []
-        loop.reporter = SimpleNamespace(epochs=20, emit=lambda event, **fields: events.append(fields))
-        loop.strategy = SimpleNamespace(is_main=False, world_size=1)
-        loop.out_of_budget, loop.made_way, loop.annealing_to_stop = False, {}, False
-        loop.replan()
-        return loop, events
+        reporter = SimpleNamespace(epochs=20, emit=lambda event, **fields: events.append(fields))
+        plan = EpochPlan(cfg, Budget(cfg.train, started=time.time() - epoch_s), Stretch(2000), 100, reporter)
+        plan.epoch_seconds = [epoch_s]
+        plan.replan(TrainState(epoch=1, step=step))
+        return plan, events
 
-    loop, events = loop_after_epoch_1(100, min_epochs=12)
-    assert loop.made_way["reason"] == "too_slow"
-    assert loop.made_way["why"].startswith("3 epochs fit") and "fewer than train.min_epochs (12)" in loop.made_way["why"]
-    assert loop.end_reason() == {"reason": "too_slow", "made_way": loop.made_way["why"], "fit_epochs": 3}
+    plan, events = plan_after_epoch_1(100, min_epochs=12)
+    assert plan.made_way["reason"] == "too_slow"
+    assert plan.made_way["why"].startswith("3 epochs fit") and "fewer than train.min_epochs (12)" in plan.made_way["why"]
+    assert plan.end_reason(TrainState(epoch=1)) == {"reason": "too_slow", "made_way": plan.made_way["why"],
+                                                    "fit_epochs": 3}
     assert events[-1]["epochs"] == 1 and "the run ends here" in events[-1]["why"]
-    resumed, _ = loop_after_epoch_1(150, min_epochs=12)  # not its first epoch's end (a resumed run): re-planned, not ended
+    resumed, _ = plan_after_epoch_1(150, min_epochs=12)  # not its first epoch's end (a resumed run): re-planned, not ended
     assert not resumed.made_way and resumed.cfg.train.epochs == 3
 
-    fast, events = loop_after_epoch_1(100, epoch_s=5.0, epochs=10, recheck_epochs=15)
+    fast, events = plan_after_epoch_1(100, epoch_s=5.0, epochs=10, recheck_epochs=15)
     assert fast.made_way["reason"] == "too_fast" and fast.made_way["why"].startswith("22 epochs fit")
     assert "at least train.recheck_epochs (15): faster than measured" in fast.made_way["why"]
-    assert fast.end_reason()["reason"] == "too_fast" and "the run ends here" in events[-1]["why"]
-    as_planned, _ = loop_after_epoch_1(100, epoch_s=5.0, epochs=20, recheck_epochs=30)  # 22 fit: goes on as planned
+    assert fast.end_reason(TrainState(epoch=1))["reason"] == "too_fast" and "the run ends here" in events[-1]["why"]
+    as_planned, _ = plan_after_epoch_1(100, epoch_s=5.0, epochs=20, recheck_epochs=30)  # 22 fit: goes on as planned
     assert not as_planned.made_way and as_planned.cfg.train.epochs == 20
 
 
@@ -633,40 +631,37 @@ def test_early_stopping_under_a_budget_anneals_the_learning_rate_before_the_run_
 
     from trainer.core.config import RunConfig
     from trainer.core.schedule import Stretch
-    from trainer.train.loop import Loop
+    from trainer.model.checkpoint import TrainState
+    from trainer.train.budget import Budget
+    from trainer.train.plan import EpochPlan
 
-    def loop_at(epoch, spent_s, budget_s=120.0):
-        loop = Loop.__new__(Loop)
-        loop.cfg = RunConfig.from_dict({"train": {"epochs": 30, "budget": budget_s / 60, "replan": True,
-                                                  "early_stop": {"patience": 6}}})
-        loop.state = SimpleNamespace(epoch=epoch, step=100 * epoch, early_stopped=False)
+    def plan_at(epoch, spent_s, budget_s=120.0):
+        cfg = RunConfig.from_dict({"train": {"epochs": 30, "budget": budget_s / 60, "replan": True,
+                                             "early_stop": {"patience": 6}}})
         now = time.time()
-        loop.started = now - spent_s
-        loop.epoch_seconds = [4.0] * epoch
-        loop.parts = SimpleNamespace(stretch=Stretch(3000, deadline=(now - spent_s, now - spent_s + budget_s)),
-                                     steps_per_epoch=100)
         events = []
-        loop.reporter = SimpleNamespace(epochs=30, emit=lambda event, **fields: events.append(fields))
-        loop.strategy = SimpleNamespace(is_main=False, world_size=1)
-        loop.out_of_budget, loop.made_way, loop.annealing_to_stop = False, {}, False
-        return loop, events
+        reporter = SimpleNamespace(epochs=30, emit=lambda event, **fields: events.append(fields))
+        plan = EpochPlan(cfg, Budget(cfg.train, started=now - spent_s),
+                         Stretch(3000, deadline=(now - spent_s, now - spent_s + budget_s)), 100, reporter)
+        plan.epoch_seconds = [4.0] * epoch
+        return plan, TrainState(epoch=epoch, step=100 * epoch), events
 
-    loop, events = loop_at(epoch=10, spent_s=40.0)
-    stretch = loop.parts.stretch
+    plan, st, events = plan_at(epoch=10, spent_s=40.0)
+    stretch = plan.stretch
     assert stretch.virtual(1000) < 0.5 * stretch.total
-    assert loop.anneal_before_stopping()
-    assert loop.cfg.train.epochs == 12 and events[-1]["epochs"] == 12
+    assert plan.anneal_before_stopping(st)
+    assert plan.cfg.train.epochs == 12 and events[-1]["epochs"] == 12
     assert "anneals over 2 more epochs, then the run ends" in events[-1]["why"]
     assert 0.5 * stretch.total < stretch.virtual(1100) < stretch.total
     assert stretch.virtual(1200) == stretch.total, "annealed at the end of the last epoch"
-    loop.state.epoch, loop.state.step = 11, 1100
-    assert loop.anneal_before_stopping(), "the annealing epochs go on"
-    loop.state.epoch, loop.state.step = 12, 1200
-    assert not loop.anneal_before_stopping()
-    assert loop.end_reason() == {"reason": "early_stop", "early_stop_epoch": 12}
+    st.epoch, st.step = 11, 1100
+    assert plan.anneal_before_stopping(st), "the annealing epochs go on"
+    st.epoch, st.step = 12, 1200
+    assert not plan.anneal_before_stopping(st)
+    assert plan.end_reason(st) == {"reason": "early_stop", "early_stop_epoch": 12}
 
-    annealed, events = loop_at(epoch=28, spent_s=115.0)
-    assert not annealed.anneal_before_stopping() and annealed.cfg.train.epochs == 30 and not events
+    annealed, st, events = plan_at(epoch=28, spent_s=115.0)
+    assert not annealed.anneal_before_stopping(st) and annealed.cfg.train.epochs == 30 and not events
 
 
 WATCHER = """import sys
@@ -756,28 +751,27 @@ def test_a_machine_that_slows_down_before_the_last_epoch_still_gets_an_annealed_
 
     from trainer.core.config import RunConfig
     from trainer.core.schedule import Stretch
-    from trainer.train.loop import Loop
+    from trainer.model.checkpoint import TrainState
+    from trainer.train.budget import Budget
+    from trainer.train.plan import EpochPlan
 
-    def loop_after_epoch_3(deadline, planned=5):
-        loop = Loop.__new__(Loop)
-        loop.cfg = RunConfig.from_dict({"train": {"epochs": planned, "budget": 2.0, "replan": True}})
-        loop.state = SimpleNamespace(epoch=3, step=300)
-        loop.started = time.time() - 100  # 20 s of the 120 s budget left
-        loop.epoch_seconds = [30.0, 30.0, 30.0]  # an epoch now takes 30 s
-        loop.parts = SimpleNamespace(stretch=Stretch(500, deadline=deadline), steps_per_epoch=100)
-        loop.reporter = SimpleNamespace(epochs=5, emit=lambda *a, **k: None)
-        loop.strategy = SimpleNamespace(is_main=False)
-        loop.out_of_budget, loop.made_way, loop.annealing_to_stop = False, {}, False
-        loop.replan()
-        return loop
+    def plan_after_epoch_3(deadline, planned=5):
+        cfg = RunConfig.from_dict({"train": {"epochs": planned, "budget": 2.0, "replan": True}})
+        reporter = SimpleNamespace(epochs=5, emit=lambda *a, **k: None)
+        # 20 s of the 120 s budget left; an epoch now takes 30 s
+        plan = EpochPlan(cfg, Budget(cfg.train, started=time.time() - 100), Stretch(500, deadline=deadline), 100,
+                         reporter, world_size=1 if deadline else 2)
+        plan.epoch_seconds = [30.0, 30.0, 30.0]
+        plan.replan(TrainState(epoch=3, step=300))
+        return plan
 
-    one = loop_after_epoch_3((time.time() - 100, time.time() + 20))
+    one = plan_after_epoch_3((time.time() - 100, time.time() + 20))
     assert one.cfg.train.epochs == 4 and not one.out_of_budget, "a last epoch, cut short by the budget"
-    ranks = loop_after_epoch_3(None)
+    ranks = plan_after_epoch_3(None)
     assert ranks.cfg.train.epochs == 3 and ranks.out_of_budget
     # its plan done (3 of 3) with 20 s left: the last epoch, cut short, is planned too (the re-plan's margin against
     # noise is for plans with epochs left: a run with a CPU hog ended at 86% of its budget on it, bench/auto.py)
-    done = loop_after_epoch_3((time.time() - 100, time.time() + 20), planned=3)
+    done = plan_after_epoch_3((time.time() - 100, time.time() + 20), planned=3)
     assert done.cfg.train.epochs == 4 and not done.out_of_budget
 
 

@@ -8,7 +8,7 @@ from trainer.core.events import read_events
 from trainer.core.rundir import RunDir
 from trainer.core.schedule import lr_factor
 from trainer.model.checkpoint import TrainState
-from trainer.train.loop import no_longer_improving
+from trainer.train.plan import no_longer_improving
 
 
 @pytest.mark.parametrize("metric, values, patience, min_delta, share, stops_at", [

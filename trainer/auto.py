@@ -45,7 +45,8 @@ from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_fol
 from trainer.data.suggest import MULTILABEL_CROP_MIN, flip_rule, median_short_side, suggested_image_size
 from trainer.device import mps
 from trainer.device.machine import OtherLoad
-from trainer.train.loop import patience_of, score_key
+from trainer.train.loop import score_key
+from trainer.train.plan import patience_of
 
 log = logging.getLogger(__name__)
 

@@ -160,8 +160,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
             run.write_status(state="running", message="", worker_pid=os.getpid())
         seed_everything(cfg.train.seed + strategy.rank)
         parts = build(cfg, strategy, reporter, should_stop=lambda: stop.requested)
-        loop = Loop(run, cfg, strategy, parts, reporter, stop)
-        loop.started = started
+        loop = Loop(run, cfg, strategy, parts, reporter, stop, started=started)
         resumed_from = loop.resume() if resume else None
         strategy.broadcast_initial_state(parts.net, parts.optimizer)
         if strategy.is_main and parts.augment_choices:  # config.yaml: what auto became (run_start says why), so a
@@ -174,7 +173,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
         loop.checkpoint_writer.wait()  # written and durable before the run reports itself stopped or finished
         strategy.leave_together()
         # the run's end is the deploy package's: test set, exports (not for a run that made way for another network)
-        if state == "completed" and strategy.is_main and not loop.made_way:
+        if state == "completed" and strategy.is_main and not loop.plan.made_way:
             with loop.threads_fitted():
                 finish_run(run, reporter, parts.data.test, cfg)
         code, message = EXIT_OK, ending_message(state, loop, cfg)
@@ -208,7 +207,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
                 log.error("the last checkpoint may not be durable: %s", e)
         progress = loop.state if loop is not None else TrainState()
         best = progress.best_acc if progress.best_acc >= 0 else None
-        ending = loop.end_reason() if loop is not None and state == "completed" else {}
+        ending = loop.plan.end_reason(loop.state) if loop is not None and state == "completed" else {}
         _emit_safely(reporter, "run_end", status=state, message=message, best_acc=best,
                      epochs_completed=progress.epoch, step=progress.step, **ending)
         if strategy.is_main:
@@ -290,13 +289,14 @@ def announce(reporter: Reporter, cfg: RunConfig, strategy: Strategy, parts: Part
 
 def ending_message(state: str, loop: Loop, cfg) -> str:
     """Why a run that ended well ended: stopped, its budget spent, or stopped improving."""
-    if loop.made_way:
-        return f"{loop.made_way['why']}: ended after its first epoch, not tested or exported"
-    if loop.out_of_budget:
+    plan = loop.plan
+    if plan.made_way:
+        return f"{plan.made_way['why']}: ended after its first epoch, not tested or exported"
+    if plan.out_of_budget:
         return (f"train.budget of {cfg.train.budget:g} min spent after {loop.state.epoch} epochs (continue it "
                 f"with `main.py resume RUN_DIR --epochs N`)")
-    if loop.state.early_stopped or loop.annealing_to_stop:
-        annealed = " and the learning rate annealed" if loop.annealing_to_stop else ""
+    if loop.state.early_stopped or plan.annealing_to_stop:
+        annealed = " and the learning rate annealed" if plan.annealing_to_stop else ""
         return (f"early stop at epoch {loop.state.epoch}: {cfg.train.early_stop.metric} stopped improving{annealed} "
                 f"(continue it with `main.py resume RUN_DIR --epochs N`)")
     return "stopped by request; resume to continue" if state == "stopped" else ""
