@@ -140,11 +140,7 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
     stop = StopRequest()
     stop.install(watch_parent="RANK" in os.environ or "HOROVOD_RANK" in os.environ)
     try:
-        raw = read_config_file(run.config)
-        cfg = config_from(raw, run.config)
-        if resume:
-            keep_recipe_of_older_runs(cfg, raw)
-        strategy = make_strategy(cfg)
+        cfg, strategy = config_and_strategy(run, resume)
     except (ConfigError, LaunchError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -181,49 +177,74 @@ def run_worker(run_dir: str, resume: bool = False) -> int:
             state, code = "preempted", EXIT_PREEMPTED
             message = (f"preempted at epoch {loop.state.epoch + 1}, step {loop.state.step} (SLURM's warning signal): "
                        f"checkpointed; the requeued job goes on from there")
-    except Interrupted:
-        state, code = ("preempted", EXIT_PREEMPTED) if stop.preempted else ("stopped", EXIT_OK)
-        message = f"{'preempted' if stop.preempted else 'stopped by request'} while preparing, before the first " \
-                  f"step; start it again to continue"
-        log.info("%s", message)
-    except Diverged as e:
-        state, message, code = "diverged", str(e), EXIT_DIVERGED
-        log.error("%s", message)
-        _emit_safely(reporter, "error", kind="diverged", message=message, rank=strategy.rank,
-                     step=loop.state.step if loop else 0)
     except Exception as e:  # noqa: BLE001 - every failure is reported, never silent
-        state, code = "failed", EXIT_BAD_INPUT if isinstance(e, InputError) else EXIT_FAILED
-        message = describe_failure(e, run) + restart_note()
-        log.error("run failed: %s%s", message, "" if code == EXIT_BAD_INPUT else f" (traceback in {run.log})")
-        trace_log.debug("%s", traceback.format_exc())
-        _emit_safely(reporter, "error", kind=type(e).__name__, message=message, rank=strategy.rank,
-                     traceback=traceback.format_exc()[-4000:])
-        run.write_rank_error(strategy.rank, message)
+        state, message, code = failure_of(e, run, reporter, strategy, loop, stop)
     finally:
-        if loop is not None:
-            try:
-                loop.checkpoint_writer.close()
-            except OSError as e:
-                log.error("the last checkpoint may not be durable: %s", e)
-        progress = loop.state if loop is not None else TrainState()
-        best = progress.best_acc if progress.best_acc >= 0 else None
-        ending = loop.plan.end_reason(loop.state) if loop is not None and state == "completed" else {}
-        _emit_safely(reporter, "run_end", status=state, message=message, best_acc=best,
-                     epochs_completed=progress.epoch, step=progress.step, **ending)
-        if strategy.is_main:
-            try:
-                run.write_status(state=state, message=message, best_acc=best, ended=clock.now(), exit_code=code,
-                                 reason=ending.get("reason"), fit_epochs=ending.get("fit_epochs"))
-            except OSError as e:
-                log.error("cannot record the run's end in %s: %s", run.status_file, e)
+        record_end(run, reporter, strategy, loop, state, message, code)
+    return code
+
+
+def config_and_strategy(run: RunDir, resume: bool) -> tuple[RunConfig, Strategy]:
+    """The run's config (a resumed older run's recipe kept) and this rank's strategy."""
+    raw = read_config_file(run.config)
+    cfg = config_from(raw, run.config)
+    if resume:
+        keep_recipe_of_older_runs(cfg, raw)
+    return cfg, make_strategy(cfg)
+
+
+def failure_of(exc: Exception, run: RunDir, reporter: Reporter, strategy: Strategy, loop: Loop | None,
+               stop: StopRequest) -> tuple[str, str, int]:
+    """(state, message, exit code) of a run that ended by `exc`: stopped or preempted before its first step,
+    diverged, or failed (a refusal of input or anything else), said in its log and its events."""
+    if isinstance(exc, Interrupted):
+        state, code = ("preempted", EXIT_PREEMPTED) if stop.preempted else ("stopped", EXIT_OK)
+        message = (f"{'preempted' if stop.preempted else 'stopped by request'} while preparing, before the first "
+                   f"step; start it again to continue")
+        log.info("%s", message)
+        return state, message, code
+    if isinstance(exc, Diverged):
+        log.error("%s", exc)
+        _emit_safely(reporter, "error", kind="diverged", message=str(exc), rank=strategy.rank,
+                     step=loop.state.step if loop else 0)
+        return "diverged", str(exc), EXIT_DIVERGED
+    code = EXIT_BAD_INPUT if isinstance(exc, InputError) else EXIT_FAILED
+    message = describe_failure(exc, run) + restart_note()
+    log.error("run failed: %s%s", message, "" if code == EXIT_BAD_INPUT else f" (traceback in {run.log})")
+    trace_log.debug("%s", traceback.format_exc())
+    _emit_safely(reporter, "error", kind=type(exc).__name__, message=message, rank=strategy.rank,
+                 traceback=traceback.format_exc()[-4000:])
+    run.write_rank_error(strategy.rank, message)
+    return "failed", message, code
+
+
+def record_end(run: RunDir, reporter: Reporter, strategy: Strategy, loop: Loop | None, state: str, message: str,
+               code: int) -> None:
+    """How the run ended, whatever happened: its last checkpoint made durable, the `run_end` event, status.json, and
+    the reporter and strategy closed."""
+    if loop is not None:
         try:
-            reporter.close()
-        except OSError:
-            pass
-        strategy.shutdown()
+            loop.checkpoint_writer.close()
+        except OSError as e:
+            log.error("the last checkpoint may not be durable: %s", e)
+    progress = loop.state if loop is not None else TrainState()
+    best = progress.best_acc if progress.best_acc >= 0 else None
+    ending = loop.plan.end_reason(loop.state) if loop is not None and state == "completed" else {}
+    _emit_safely(reporter, "run_end", status=state, message=message, best_acc=best,
+                 epochs_completed=progress.epoch, step=progress.step, **ending)
+    if strategy.is_main:
+        try:
+            run.write_status(state=state, message=message, best_acc=best, ended=clock.now(), exit_code=code,
+                             reason=ending.get("reason"), fit_epochs=ending.get("fit_epochs"))
+        except OSError as e:
+            log.error("cannot record the run's end in %s: %s", run.status_file, e)
+    try:
+        reporter.close()
+    except OSError:
+        pass
+    strategy.shutdown()
     if strategy.is_main:
         log.info("run %s: %s%s", run.name, state, f" ({message})" if message else "")
-    return code
 
 
 def restart_note() -> str:
