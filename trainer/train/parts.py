@@ -104,11 +104,10 @@ class Parts:
                                       rank=strategy.rank, world=strategy.world_size, labels=labels)
 
 
-def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=None) -> Parts:
-    """Scan and cache the data, build the model, optimizer, schedule, precision and monitors for this rank."""
-    workers = data_mod.default_workers(cfg.data.num_workers)
-    # published weights fetched (or found cached) first: offline and not cached fails at once, not after the
-    # images are decoded
+def prepare_data(cfg: RunConfig, strategy: Strategy, reporter: Reporter, workers: int,
+                 should_stop=None) -> tuple[data_mod.DataBundle, list[dict]]:
+    """The run's data scanned and cached (a published network's weights fetched first: offline and not cached fails
+    at once, not after the images are decoded), data.augment's auto values decided on it; (data, the choices)."""
     fetch_named(cfg.model, reporter.download_progress())
     reporter.prepare("scan", f"scanning {cfg.data.train_dir}")
     data = data_mod.load_data(cfg.data, cfg.train.seed, workers, reporter.cache_progress(), should_stop)
@@ -132,6 +131,13 @@ def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=No
         else:
             weights, how = class_weights(data.train_counts()).tolist(), "class weights (inverse frequency)"
         log.info("%s: %s", how, ", ".join(f"{name} {w:.3g}" for name, w in zip(data.classes, weights)))
+    return data, augment_choices
+
+
+def build(cfg: RunConfig, strategy: Strategy, reporter: Reporter, should_stop=None) -> Parts:
+    """Scan and cache the data, build the model, optimizer, schedule, precision and monitors for this rank."""
+    workers = data_mod.default_workers(cfg.data.num_workers)
+    data, augment_choices = prepare_data(cfg, strategy, reporter, workers, should_stop)
     reporter.prepare("model", f"building {cfg.model.name}")
     model, weights = build_model(cfg.model, len(data.classes), Frame.of(cfg.data).shape, cfg.train.seed,
                                  reporter.download_progress())
