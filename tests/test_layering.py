@@ -179,3 +179,23 @@ def test_the_app_state_floor_is_qt_free():
         if name.startswith("app.state."):
             bad = [m for m in imports(path) if m.split(".")[0] in QT]
             assert not bad, f"{name} imports {bad}"
+
+
+LONGEST_FUNCTION = 60  # lines, in app/ and trainer/train/ (issue #70): a longer one does more than one thing
+LOOP_METHODS = 15  # the training loop asks its policies (budget, epoch plan, validation); it does not hold them
+
+
+def test_no_function_in_the_app_or_the_training_loop_is_longer_than_a_screen():
+    long = []
+    for root in ("app", "trainer/train"):
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > LONGEST_FUNCTION:
+                        long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "\n".join(long)
+    loop = next(node for node in ast.parse((REPO / "trainer/train/loop.py").read_text()).body
+                if isinstance(node, ast.ClassDef) and node.name == "Loop")
+    methods = [node.name for node in loop.body if isinstance(node, ast.FunctionDef)]
+    assert len(methods) < LOOP_METHODS, methods

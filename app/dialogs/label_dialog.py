@@ -59,19 +59,7 @@ class LabelDialog(QDialog):
         self.last_written = ""  # what the last label wrote, shown above the next image
         self.pool_notes, self.pool_size = "", 0
         self._job: CliJob | None = None
-        self.pool = QLineEdit()
-        self.pool.setObjectName("poolFolder")
-        self.pool.setPlaceholderText("a folder of unlabelled images")
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        self.count = QSpinBox()
-        self.count.setRange(1, 500)
-        self.count.setValue(20)
-        self.count.setPrefix("next ")
-        self.find_button = QPushButton("Order the pool")
-        self.find_button.setObjectName("orderPool")
-        self.find_button.setToolTip("main.py label: the run's network least sure first, no two near-copies at the top")
-        self.find_button.clicked.connect(self.order_pool)
+        browse = self._build_pool_row()
         self.status = QLabel("Choose a pool folder, then order it.")
         self.status.setObjectName("labelStatus")
         self.status.setWordWrap(True)
@@ -107,6 +95,23 @@ class LabelDialog(QDialog):
             QShortcut(QKeySequence(key), self, lambda k=key: self._key(k))
         QShortcut(QKeySequence("S"), self, self.skip)
         QShortcut(QKeySequence("L"), self, self.label_checked)
+
+    def _build_pool_row(self) -> QPushButton:
+        """The pool folder, how many to order and Order the pool; the folder's Browse… button."""
+        self.pool = QLineEdit()
+        self.pool.setObjectName("poolFolder")
+        self.pool.setPlaceholderText("a folder of unlabelled images")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        self.count = QSpinBox()
+        self.count.setRange(1, 500)
+        self.count.setValue(20)
+        self.count.setPrefix("next ")
+        self.find_button = QPushButton("Order the pool")
+        self.find_button.setObjectName("orderPool")
+        self.find_button.setToolTip("main.py label: the run's network least sure first, no two near-copies at the top")
+        self.find_button.clicked.connect(self.order_pool)
+        return browse
 
     def _layout(self, browse: QPushButton, skip: QPushButton) -> None:
         top = QHBoxLayout()

@@ -72,6 +72,19 @@ class AutoPanel(QGroupBox):
                              "this machine from a measured speed probe, trains, tests and exports to ONNX.")
         self.status.setObjectName("autoStatus")
         self.status.setWordWrap(True)
+        self._build_choices()
+        self._build_offer()
+        row = QHBoxLayout()  # the button on a row of its own: the left column stays as narrow as the folders need
+        row.addWidget(QLabel("Budget"))
+        row.addWidget(self.minutes, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addWidget(self.button)
+        layout.addWidget(self.status)
+        layout.addWidget(self.offer_box)
+
+    def _build_choices(self) -> None:
+        """The plan's table: each setting, its value and why (shown by the Dataset page where there is width)."""
         self.choices = QTableWidget(0, 3)
         self.choices.setObjectName("autoChoices")
         self.choices.setHorizontalHeaderLabels(["Setting", "Value", "Why"])
@@ -88,6 +101,10 @@ class AutoPanel(QGroupBox):
         self.choices.setTextElideMode(Qt.TextElideMode.ElideNone)  # reasons wrap, whole; never cut mid-sentence
         self.choices.setMinimumHeight(220)
         self.choices.hide()  # the Dataset page places it where there is width for the reasons
+
+    def _build_offer(self) -> None:
+        """The offer of ImageNet weights the plan makes when none are cached: what, a Download button, its progress
+        and Cancel."""
         self.offer = None  # the plan's offer of ImageNet weights (the trainer's answer), while one is shown
         self.offer_text = QLabel()
         self.offer_text.setObjectName("autoOffer")
@@ -112,14 +129,6 @@ class AutoPanel(QGroupBox):
         offer_layout.addWidget(self.offer_text)
         offer_layout.addLayout(offer_row)
         self.offer_box.hide()
-        row = QHBoxLayout()  # the button on a row of its own: the left column stays as narrow as the folders need
-        row.addWidget(QLabel("Budget"))
-        row.addWidget(self.minutes, 1)
-        layout = QVBoxLayout(self)
-        layout.addLayout(row)
-        layout.addWidget(self.button)
-        layout.addWidget(self.status)
-        layout.addWidget(self.offer_box)
 
     def set_folder_problem(self, why: str) -> None:
         """The Dataset page's scan: `why` the folder cannot be trained on ("" when it can). Auto waits for a folder

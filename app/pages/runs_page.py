@@ -234,43 +234,8 @@ class RunsPage(QWidget):
         self._soon.setInterval(SETTLE_MS)
         self._soon.timeout.connect(self._check_changes)
         self._watch.directoryChanged.connect(lambda _: self._soon.start())
-        self.model = ExperimentModel()
-        self.proxy = RunFilter()
-        self.proxy.setSourceModel(self.model)
-        self.table = QTableView()
-        self.table.setObjectName("runsTable")
-        self.table.setModel(self.proxy)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(BASE_COLUMNS.index("best val acc"), Qt.SortOrder.DescendingOrder)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
-        header.setResizeContentsPrecision(RESIZE_ROWS)
-        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
-        self.table.setEditTriggers(QTableView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
-        self.table.doubleClicked.connect(lambda _: self._open())
-        self.filter = QLineEdit()
-        self.filter.setObjectName("runsFilter")
-        self.filter.setPlaceholderText("filter: words or column=value (resnet18  lr=0.01  completed  baseline)")
-        self.filter.textChanged.connect(self.proxy.set_text)
-
-        buttons = QHBoxLayout()  # under the filter, not beside it: the row fits a laptop screen
-        for text, slot in (("Refresh", self.refresh), ("Open", self._open), ("Compare", self._compare),
-                           ("Resume", self._resume), ("Continue…", self._extend), ("Notes…", self._notes),
-                           ("Export…", self._export), ("Open folder", self._open_folder),
-                           ("MLflow", self._open_mlflow), ("Delete", self._delete)):
-            b = QPushButton(text)
-            b.setObjectName(f"runs:{text}")
-            b.clicked.connect(slot)
-            buttons.addWidget(b)
-            if slot == self._open_mlflow:
-                self.mlflow_button = b
-        self.mlflow_button.setEnabled(False)  # a run that logs to an MLflow tracking server (monitor.mlflow)
-        self._mlflow_page = ""  # the selected run's page there
-        self.mlflow_button.setToolTip("the selected run's page in the MLflow UI of the tracking server it logs to "
-                                      "(monitor.mlflow on the Optimizer page)")
-        self.table.selectionModel().selectionChanged.connect(self._selection_changed)
+        self._build_table()
+        buttons = self._build_buttons()
 
         self._views = None  # RunViews, built when the page is first shown (pyqtgraph's plots: not at start-up)
         self._views_holder = QWidget()
@@ -293,6 +258,50 @@ class RunsPage(QWidget):
         split.setSizes([360, 340])
         layout = QVBoxLayout(self)
         layout.addWidget(split)
+
+
+    def _build_table(self) -> None:
+        """The runs table (sortable, filtered by the words typed) and its filter field."""
+        self.model = ExperimentModel()
+        self.proxy = RunFilter()
+        self.proxy.setSourceModel(self.model)
+        self.table = QTableView()
+        self.table.setObjectName("runsTable")
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(BASE_COLUMNS.index("best val acc"), Qt.SortOrder.DescendingOrder)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        header.setResizeContentsPrecision(RESIZE_ROWS)
+        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QTableView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.doubleClicked.connect(lambda _: self._open())
+        self.filter = QLineEdit()
+        self.filter.setObjectName("runsFilter")
+        self.filter.setPlaceholderText("filter: words or column=value (resnet18  lr=0.01  completed  baseline)")
+        self.filter.textChanged.connect(self.proxy.set_text)
+
+    def _build_buttons(self) -> QHBoxLayout:
+        """The row of actions on the selected runs."""
+        buttons = QHBoxLayout()  # under the filter, not beside it: the row fits a laptop screen
+        for text, slot in (("Refresh", self.refresh), ("Open", self._open), ("Compare", self._compare),
+                           ("Resume", self._resume), ("Continue…", self._extend), ("Notes…", self._notes),
+                           ("Export…", self._export), ("Open folder", self._open_folder),
+                           ("MLflow", self._open_mlflow), ("Delete", self._delete)):
+            b = QPushButton(text)
+            b.setObjectName(f"runs:{text}")
+            b.clicked.connect(slot)
+            buttons.addWidget(b)
+            if slot == self._open_mlflow:
+                self.mlflow_button = b
+        self.mlflow_button.setEnabled(False)  # a run that logs to an MLflow tracking server (monitor.mlflow)
+        self._mlflow_page = ""  # the selected run's page there
+        self.mlflow_button.setToolTip("the selected run's page in the MLflow UI of the tracking server it logs to "
+                                      "(monitor.mlflow on the Optimizer page)")
+        self.table.selectionModel().selectionChanged.connect(self._selection_changed)
+        return buttons
 
     @property
     def views(self):

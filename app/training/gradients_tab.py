@@ -42,26 +42,7 @@ class GradientsTab(QSplitter):
         self.heat_hover = QLabel("hover over the heatmap for layer and value")
         self.heat_hover.setObjectName("heatHover")
         self.heat_plot.scene().sigMouseMoved.connect(self._heat_hover)
-        self.layer_table = QTableWidget(0, 5)
-        self.layer_table.setObjectName("layerTable")
-        # short headings, so that the figures fit beside the names on a laptop screen; what each is, on hover
-        self.layer_table.setHorizontalHeaderLabels(["layer", "grad", "weight", "update", "zeros"])
-        for column, tip in enumerate(("parameter tensor", "gradient norm (L2)", "weight norm (L2)",
-                                      "update / weight: the step's size against the weights'",
-                                      "share of the gradient's entries that are exactly zero")):
-            self.layer_table.horizontalHeaderItem(column).setToolTip(tip)
-        header = self.layer_table.horizontalHeader()
-        # the figures as wide as their contents, always in view; the names take the rest, whole where it is enough,
-        # else cut in the middle ("features.6.1.weight" as "featur…1.weight", whole in its tooltip): at 1024 px the
-        # table showed the name column alone (issue #71)
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setStretchLastSection(False)
-        self.layer_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
-        self.layer_table.setWordWrap(False)
-        self.layer_table.setSortingEnabled(True)
-        self.layer_table.verticalHeader().hide()
-        self.layer_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self._build_layer_table()
         self.hist_choice = QComboBox()
         self.hist_choice.setObjectName("histogramLayer")
         # as wide as the splitter gives it, not as its longest layer name: that pushed the table to its name column
@@ -95,6 +76,29 @@ class GradientsTab(QSplitter):
         bottom.setStretchFactor(1, 3)
         self.addWidget(top)
         self.addWidget(bottom)
+
+    def _build_layer_table(self) -> None:
+        """The table of each layer's figures at the last logged step (sortable; the names cut in the middle)."""
+        self.layer_table = QTableWidget(0, 5)
+        self.layer_table.setObjectName("layerTable")
+        # short headings, so that the figures fit beside the names on a laptop screen; what each is, on hover
+        self.layer_table.setHorizontalHeaderLabels(["layer", "grad", "weight", "update", "zeros"])
+        for column, tip in enumerate(("parameter tensor", "gradient norm (L2)", "weight norm (L2)",
+                                      "update / weight: the step's size against the weights'",
+                                      "share of the gradient's entries that are exactly zero")):
+            self.layer_table.horizontalHeaderItem(column).setToolTip(tip)
+        header = self.layer_table.horizontalHeader()
+        # the figures as wide as their contents, always in view; the names take the rest, whole where it is enough,
+        # else cut in the middle ("features.6.1.weight" as "featur…1.weight", whole in its tooltip): at 1024 px the
+        # table showed the name column alone (issue #71)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(False)
+        self.layer_table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.layer_table.setWordWrap(False)
+        self.layer_table.setSortingEnabled(True)
+        self.layer_table.verticalHeader().hide()
+        self.layer_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
 
     def set_model(self, model: RunModel) -> None:
         self.model = model

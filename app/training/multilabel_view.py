@@ -108,23 +108,7 @@ class MultiLabelView(QWidget):
         self.headline = QLabel("")
         self.headline.setObjectName("multilabelHeadline")
         self.headline.setWordWrap(True)
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setObjectName("perLabel")
-        self.table.setHorizontalHeaderLabels([header for header, _, _ in COLUMNS])
-        for c, (_, _, tip) in enumerate(COLUMNS):
-            self.table.horizontalHeaderItem(c).setToolTip(tip)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.itemSelectionChanged.connect(self._label_chosen)
-        self.curve = pg.PlotWidget()
-        self.curve.setObjectName("precisionRecall")
-        self.curve.setBackground("w")
-        self.curve.setLabel("bottom", "recall")
-        self.curve.setLabel("left", "precision")
-        self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
+        self._build_table_and_curve()
         self.gallery_title = QLabel("")
         self.gallery_title.setWordWrap(True)
         self.gallery = thumbnail_gallery("labelErrors", THUMB, caption_lines=1, margin=16)
@@ -150,6 +134,35 @@ class MultiLabelView(QWidget):
         for key, action in (("R", lambda: self._decide(True)), ("E", lambda: self._decide(False)),
                             ("K", self._next)):  # one key per decision while going down the audit's list
             QShortcut(QKeySequence(key), self.gallery, action, context=Qt.ShortcutContext.WidgetShortcut)
+        self._build_detail()
+        self.run_path = ""  # the run whose network Grad-CAM asks
+        self.gradcam = GradCam(self)
+        self.gradcam.done.connect(self._cam_done)
+        self.gradcam.failed.connect(self._cam_failed)
+        self._layout()
+
+    def _build_table_and_curve(self) -> None:
+        """The per-label table (choosing a row shows its errors) and the precision-recall plot."""
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("perLabel")
+        self.table.setHorizontalHeaderLabels([header for header, _, _ in COLUMNS])
+        for c, (_, _, tip) in enumerate(COLUMNS):
+            self.table.horizontalHeaderItem(c).setToolTip(tip)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.itemSelectionChanged.connect(self._label_chosen)
+        self.curve = pg.PlotWidget()
+        self.curve.setObjectName("precisionRecall")
+        self.curve.setBackground("w")
+        self.curve.setLabel("bottom", "recall")
+        self.curve.setLabel("left", "precision")
+        self.curve.setRange(xRange=(0, 1), yRange=(0, 1))
+
+    def _build_detail(self) -> None:
+        """The chosen image: its preview, what the network and the labels say, and its two actions."""
         self.preview = QLabel()
         self.preview.setFixedSize(PREVIEW, PREVIEW)
         self.preview.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -167,11 +180,6 @@ class MultiLabelView(QWidget):
         self.cam_button.setToolTip("where the network finds the chosen label in this image (main.py grad-cam --class)")
         self.cam_button.clicked.connect(self.grad_cam)
         self.cam_button.setEnabled(False)
-        self.run_path = ""  # the run whose network Grad-CAM asks
-        self.gradcam = GradCam(self)
-        self.gradcam.done.connect(self._cam_done)
-        self.gradcam.failed.connect(self._cam_failed)
-        self._layout()
 
     def _layout(self) -> None:
         left = QWidget()
