@@ -199,3 +199,33 @@ def test_no_function_in_the_app_or_the_training_loop_is_longer_than_a_screen():
                 if isinstance(node, ast.ClassDef) and node.name == "Loop")
     methods = [node.name for node in loop.body if isinstance(node, ast.FunctionDef)]
     assert len(methods) < LOOP_METHODS, methods
+
+
+PROCESS_NAMES = {"subprocess", "multiprocessing", "pty", "QProcess", "Popen", "startDetached"}
+OS_PROCESS_CALLS = ("system", "popen", "fork", "forkpty", "exec", "spawn", "posix_spawn")  # os.<one of these>...
+
+
+def process_names(node) -> list[str]:
+    """What a node names that starts a process: an imported module or class, or an os function."""
+    if isinstance(node, ast.Import):
+        return [a.name.split(".")[0] for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return [node.module.split(".")[0], *(a.name for a in node.names)]
+    if isinstance(node, ast.Attribute):
+        if isinstance(node.value, ast.Name) and node.value.id == "os" and node.attr.startswith(OS_PROCESS_CALLS):
+            return ["subprocess"]  # counted as one
+        return [node.attr]
+    return [node.id] if isinstance(node, ast.Name) else []
+
+
+def test_the_app_starts_processes_only_through_its_jobs_floor():
+    """Every command the app runs goes through app/jobs (CliJob, ResidentWorker, TrainerProcess, start_detached,
+    run_to_end): no other module imports subprocess or names a way to start a process (issue #70)."""
+    found = []
+    for path in (REPO / "app").rglob("*.py"):
+        if path.parent.name == "jobs":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            found += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in process_names(node)
+                      if name in PROCESS_NAMES]
+    assert not found, "\n".join(found)

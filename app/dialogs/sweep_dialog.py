@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import yaml
-from PySide6.QtCore import QIODevice, QProcess, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.jobs.background import CliJob
+from app.jobs.background import CliJob, start_detached
 from trainer.core.config import describe_keys
-from trainer.runs.launch import main_command, sweep_args
+from trainer.runs.launch import sweep_args
 from trainer.runs.sweep import MAX_TRIALS, METHODS
 
 
@@ -173,14 +173,8 @@ class SweepDialog(QDialog):
         path = folder / f"{body['name']}.sweep.yaml"
         path.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
         if body["method"] == "optuna":
-            program, *arguments = main_command(*sweep_args(path, self.runs_dir))
-            process = QProcess()
-            process.setProgram(program)
-            process.setArguments(arguments)
             log = folder / f"{body['name']}.sweep.log"
-            process.setStandardOutputFile(str(log), QIODevice.OpenModeFlag.Append)
-            process.setStandardErrorFile(str(log), QIODevice.OpenModeFlag.Append)
-            ok = process.startDetached()
+            ok = start_detached(sweep_args(path, self.runs_dir), log)
             self.result.setText(f"the Optuna study runs in its own process; its trials appear in the queue (log: "
                                 f"{log})" if ok else "could not start the study")
             return path

@@ -10,12 +10,14 @@ import gc
 import json
 import logging
 import os
+import subprocess
 import threading
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QObject, QProcess, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QIODevice, QObject, QProcess, QRunnable, QThreadPool, QTimer, Signal
 
 from trainer.runs.launch import main_command
 from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
@@ -92,6 +94,24 @@ def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = N
     signals.done.connect(lambda *_: _alive.discard(signals))
     signals.failed.connect(lambda *_: _alive.discard(signals))
     QThreadPool.globalInstance().start(_Job(fn, signals), priority)
+
+
+def start_detached(args: list[str], log_file: Path) -> bool:
+    """`python main.py ARGS` as a process of its own that outlives the app (the queue's scheduler, an Optuna study),
+    its output appended to `log_file`; whether it started."""
+    program, *arguments = main_command(*args)
+    process = QProcess()
+    process.setProgram(program)
+    process.setArguments(arguments)
+    process.setStandardOutputFile(str(log_file), QIODevice.OpenModeFlag.Append)
+    process.setStandardErrorFile(str(log_file), QIODevice.OpenModeFlag.Append)
+    return process.startDetached()
+
+
+def run_to_end(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`python main.py ARGS` to its end, its output as text: for a function already on the thread pool
+    (`run_in_thread`), never the GUI thread."""
+    return subprocess.run(main_command(*args), capture_output=True, text=True, timeout=timeout)
 
 
 class CliJob(QObject):

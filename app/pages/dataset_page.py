@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import random
-import subprocess
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, Signal
@@ -25,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.jobs.background import run_in_thread, without_collection_pauses
+from app.jobs.background import run_in_thread, run_to_end, without_collection_pauses
 from app.pages.auto_panel import AutoPanel
 from app.state.runs_folder import RunsFolder
 from app.widgets.augment_preview import AugmentPreview
@@ -40,7 +39,7 @@ from trainer.data.manifest import Manifest, edit_manifest, read_manifest
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, median_aspect, median_short_side, suggest
 from trainer.remote.protocol import read_scan
-from trainer.runs.launch import agent_scan_args, main_command
+from trainer.runs.launch import agent_scan_args
 
 THUMB = 56
 # what a scan hands the page: the scan, thumbnails, the manifest, the flip rule, the exact duplicates and the last
@@ -105,8 +104,7 @@ def _duplicates(folder: str, result: ScanResult) -> Duplicates:
 def remote_scan(host: str, folder: str, labels: str = "") -> ScanPayload:
     """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`; multi-label with `labels`,
     a labels file there), with its thumbnails."""
-    done = subprocess.run(main_command(*agent_scan_args(folder, host, THUMBS_PER_CLASS, THUMB, labels)),
-                          capture_output=True, text=True, timeout=600)
+    done = run_to_end(agent_scan_args(folder, host, THUMBS_PER_CLASS, THUMB, labels), timeout=600)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")

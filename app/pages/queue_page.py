@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from PySide6.QtCore import QIODevice, QProcess, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (
 )
 
 import trainer.runs.queue as queue
-from app.jobs.background import run_in_thread
+from app.jobs.background import run_in_thread, start_detached
 from trainer.core.rundir import ENDINGS, RunDir, list_runs
-from trainer.runs.launch import main_command, queue_run_args
+from trainer.runs.launch import queue_run_args
 
 COLUMNS = ["#", "run", "state", "progress", "best val acc", "model", "sweep", "values", "GPUs", "added"]
 REFRESH_MS = 1500
@@ -207,15 +207,9 @@ class QueuePage(QWidget):
         """Start `main.py queue run` detached (it outlives the app) unless one is already working this queue."""
         if self.runs_dir is None or queue.live_schedulers(self.runs_dir):
             return
-        program, *arguments = main_command(*queue_run_args(self.runs_dir))
         log = self.runs_dir / queue.SCHEDULERS / "scheduler.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        process = QProcess()
-        process.setProgram(program)
-        process.setArguments(arguments)
-        process.setStandardOutputFile(str(log), QIODevice.OpenModeFlag.Append)
-        process.setStandardErrorFile(str(log), QIODevice.OpenModeFlag.Append)
-        ok = process.startDetached()
+        ok = start_detached(queue_run_args(self.runs_dir), log)
         self.message.setText(f"started the scheduler (its log: {log})" if ok else
                              "<span style='color:#c9302c'>could not start the scheduler</span>")
         QTimer.singleShot(500, self.refresh)
