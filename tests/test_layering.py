@@ -229,3 +229,19 @@ def test_the_app_starts_processes_only_through_its_jobs_floor():
             found += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in process_names(node)
                       if name in PROCESS_NAMES]
     assert not found, "\n".join(found)
+
+
+def test_every_main_py_command_line_is_built_in_launch_py():
+    """`main.py` command lines come from trainer/runs/launch.py's builders (`*_args`, `*_command`): nothing else
+    calls main_command with a command's name written out (issue #70: four places in the trainer did)."""
+    found = []
+    for root in ("app", "trainer"):
+        for path in (REPO / root).rglob("*.py"):
+            if path == REPO / "trainer/runs/launch.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+                        in ("main_command", "CliJob") and node.args and isinstance(node.args[0], (ast.Constant,
+                                                                                                  ast.List))):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, found

@@ -19,7 +19,7 @@ from pathlib import Path
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QIODevice, QObject, QProcess, QRunnable, QThreadPool, QTimer, Signal
 
-from trainer.runs.launch import main_command
+from trainer.runs.launch import main_command, resident_args
 from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ class ResidentWorker(QObject):
         process.readyReadStandardError.connect(lambda: process is self.process and self._log())
         process.finished.connect(self._died)
         self.process.errorOccurred.connect(self._not_started)
-        program, *arguments = main_command("resident")
+        program, *arguments = main_command(*resident_args())
         self.process.start(program, arguments)
 
     def _send(self, ident: int) -> None:

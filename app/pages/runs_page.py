@@ -42,6 +42,7 @@ from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
 from trainer.core.rundir import RunDir, is_run_folder, list_runs, state_text
 from trainer.core.summary import needs_building
+from trainer.runs.launch import summarize_args
 
 COMPARE_POINTS = 1200  # of each compared run's loss curve: each bucket's lowest and highest (a one-step spike stays);
 # two a pixel column of the plot at its widest on a laptop screen: 10 runs of 4,000 took 0.15 s to draw and paint
@@ -474,7 +475,7 @@ class RunsPage(QWidget):
 
         def next_or_compare(_=None) -> None:
             if unsummarized:
-                job = CliJob(["summarize", unsummarized.pop(0)], self)
+                job = CliJob(summarize_args(unsummarized.pop(0)), self)
                 job.done.connect(next_or_compare)
                 job.failed.connect(next_or_compare)  # read whole then, in the thread: slow, not wrong
                 self.views.compare_note(f"building the summaries of {len(unsummarized) + 1} long run(s) first…")

@@ -147,7 +147,7 @@ def start(config_text: str, runs: str, name: str) -> dict:
     """Start a run of the config (YAML) in RUNS/NAME, detached; return once its pre-flight passed (the run
     directory holds its config), or raise the trainer's refusal."""
     from trainer.core.errors import InputError
-    from trainer.runs.launch import main_command
+    from trainer.runs.launch import train_command
 
     runs_dir = Path(os.path.expanduser(runs)).resolve()
     pending = runs_dir / ".pending"
@@ -155,7 +155,7 @@ def start(config_text: str, runs: str, name: str) -> dict:
     config, output = pending / f"{name}.yaml", pending / f"{name}.output.log"
     config.write_text(config_text, encoding="utf-8")
     run = RunDir(runs_dir / name)
-    proc = _detached(main_command("train", config, "--run-dir", run.path, "--output-log", output), output)
+    proc = _detached(train_command(config, run_dir=run.path, output_log=output), output)
     deadline = time.time() + START_WAIT_S
     while time.time() < deadline:
         if run.config.exists():

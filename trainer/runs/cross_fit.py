@@ -24,7 +24,7 @@ from trainer.data.loader import load_manifest
 from trainer.data.manifest import Manifest, write_manifest
 from trainer.deploy.audit import embed
 from trainer.deploy.inference import load_run_model
-from trainer.runs.launch import main_command
+from trainer.runs.launch import train_command
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,7 @@ def train_without(run: RunDir, held_out: list[str], f: int, folds: int, say: Cal
     save_config(cfg, config)
     target = RunDir(root / f"fold-{f + 1}")
     say(f"fold {f + 1} of {folds}: training without its {len(held_out)} images ({target.path})")
-    done = subprocess.run(main_command("train", config, "--run-dir", target.path, "--overwrite"), capture_output=True,
-                          text=True)
+    done = subprocess.run(train_command(config, run_dir=target.path, overwrite=True), capture_output=True, text=True)
     if done.returncode != 0:
         last = [line for line in done.stderr.splitlines() if line.strip()]
         raise CrossFitError(f"fold {f + 1}'s run failed ({target.path}): {last[-1] if last else done.returncode}")

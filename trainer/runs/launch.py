@@ -103,12 +103,24 @@ def queue_add_args(config: str | Path, runs_dir: str | Path) -> list[str]:
     return ["queue", "add", str(config), "--runs-dir", str(runs_dir)]
 
 
-def queue_run_args(runs_dir: str | Path) -> list[str]:
-    return ["queue", "run", "--runs-dir", str(runs_dir)]
+def queue_run_args(runs_dir: str | Path, until_empty: bool = False) -> list[str]:
+    return ["queue", "run", "--runs-dir", str(runs_dir), *(["--until-empty"] if until_empty else [])]
 
 
 def sweep_args(path: str | Path, runs_dir: str | Path) -> list[str]:
     return ["sweep", str(path), "--runs-dir", str(runs_dir)]
+
+
+def summarize_args(run: str | Path) -> list[str]:
+    return ["summarize", str(run)]
+
+
+def standby_args() -> list[str]:
+    return ["standby"]
+
+
+def resident_args() -> list[str]:
+    return ["resident"]
 
 
 def mirror_args(run: str | Path) -> list[str]:
@@ -143,7 +155,8 @@ def horovodrun_command(cfg: RunConfig, run_dir: str | Path, resume: bool) -> lis
 
 
 def train_command(config_path: str | Path, run_dir: str | Path | None = None, overrides: list[str] | None = None,
-                  runs_dir: str | Path | None = None) -> list[str]:
+                  runs_dir: str | Path | None = None, output_log: str | Path | None = None,
+                  overwrite: bool = False) -> list[str]:
     """`python main.py train CONFIG ...` as an argument list."""
     cmd = main_command("train", config_path)
     if overrides:
@@ -152,7 +165,7 @@ def train_command(config_path: str | Path, run_dir: str | Path | None = None, ov
         cmd += ["--run-dir", str(run_dir)]
     elif runs_dir:
         cmd += ["--runs-dir", str(runs_dir)]
-    return cmd
+    return cmd + _opt("--output-log", output_log) + (["--overwrite"] if overwrite else [])
 
 
 def headless_command(config_path: str | Path, runs_dir: str | Path) -> list[str]:

@@ -291,7 +291,7 @@ class Scheduler:
         return out
 
     def _launch(self, run: RunDir, cfg: RunConfig, gpus: list[int]) -> None:
-        from trainer.runs.launch import main_command
+        from trainer.runs.launch import resume_command
 
         env = dict(os.environ, **{WATCH_PARENT_ENV: str(os.getpid())})  # it stops when this scheduler is gone
         if gpus:
@@ -302,7 +302,7 @@ class Scheduler:
         # still `queued` (the trainer itself writes `starting`), but claimed: no other scheduler takes it
         _edit(run, scheduler=os.getpid(), gpus=gpus, started=time.time())
         out = open(run.output_log, "ab")
-        proc = subprocess.Popen(main_command("resume", str(run.path)), stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(resume_command(run.path), stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, **detached(env))
         out.close()
         self.children[run.path] = (proc, gpus)
