@@ -245,3 +245,19 @@ def test_every_main_py_command_line_is_built_in_launch_py():
                                                                                                   ast.List))):
                     found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert not found, found
+
+
+RUN_FILE_NAMES = ("metrics.json", "predictions.csv", "best.pt", "last.pt", "checkpoints", "configs", ".pending",
+                  "scheduler.log", "status.json", "events.jsonl", "events.summary.jsonl", "train.log", "output.log",
+                  "auto.json", "exclude.yaml", "mlflow.json", "eval", "exports")
+
+
+def test_the_app_names_no_run_folder_file_the_trainer_owns():
+    """Run-folder paths come from RunDir and the runs folder's helpers (trainer/core/rundir.py, queue.py), never a
+    file name joined by hand in app/ (issue #70: 22 places did)."""
+    found = []
+    for path in (REPO / "app").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in RUN_FILE_NAMES:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
+    assert not found, "\n".join(found)

@@ -35,6 +35,7 @@ from trainer.core.catalog import (
     EXPORT_FORMATS,
     RUN_CHECKPOINTS,
 )
+from trainer.core.rundir import RunDir
 from trainer.deploy.model_card import card_path, format_percent, format_size, quality, read_card
 from trainer.runs.launch import export_args
 
@@ -83,7 +84,7 @@ class ExportDialog(QDialog):
         self.checkpoint = QComboBox()
         self.checkpoint.addItems(list(RUN_CHECKPOINTS))
         # RUN_DIR/exports: where export.formats writes too
-        self.out = QLineEdit(str(Path(run_dir) / "exports" / ("model" + EXPORT_FORMATS[DEFAULT_EXPORT_FORMAT])))
+        self.out = QLineEdit(str(RunDir(run_dir).exports / ("model" + EXPORT_FORMATS[DEFAULT_EXPORT_FORMAT])))
         self.format.currentIndexChanged.connect(lambda _: self._format_changed(self.format.currentData()))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)

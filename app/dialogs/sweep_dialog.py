@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import CliJob, start_detached
 from trainer.core.config import describe_keys
+from trainer.core.rundir import configs_folder
 from trainer.runs.launch import sweep_args
 from trainer.runs.sweep import MAX_TRIALS, METHODS
 
@@ -167,7 +168,7 @@ class SweepDialog(QDialog):
 
     def submit(self) -> Path:
         """Write the sweep file beside the runs' configs and queue it (an Optuna study runs in its own process)."""
-        folder = self.runs_dir / "configs"
+        folder = configs_folder(self.runs_dir)
         folder.mkdir(parents=True, exist_ok=True)
         body = self.sweep_body()
         path = folder / f"{body['name']}.sweep.yaml"

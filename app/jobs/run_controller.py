@@ -22,7 +22,7 @@ from app.state.runs_folder import RunsFolder
 from trainer.core.config import RunConfig, save_config
 from trainer.core.errors import refusals
 from trainer.core.files import atomic_write_text
-from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, planned_run_dir, run_label
+from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, pending_folder, planned_run_dir, run_label
 from trainer.core.summary import needs_building
 from trainer.core.system import detached
 from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
@@ -38,7 +38,6 @@ from trainer.runs.launch import (
 
 log = logging.getLogger(__name__)
 
-PENDING = ".pending"  # under the runs folder: what a started run waits in until the trainer makes its directory
 CATCH_UP_POLLS = 50  # when the trainer ends: polls (10 ms each at most) to read its last events
 PROGRESS_MS = 200  # the status bar's progress and ETA are updated at most this often (a replay's events come by the
 # thousand: QProgressBar.setValue per event took 1.3 s of a 10^6-step run's open, issue #72)
@@ -108,7 +107,7 @@ class RunController(QObject):
         output wait in the runs folder's `.pending/`, and a refused config leaves no run directory behind."""
         where = mirrors_dir(self.runs_dir, cfg.device.host) if cfg.device.host else self.runs_dir
         run = planned_run_dir(where, run_label(cfg.model.name))
-        pending = self.runs_dir / PENDING
+        pending = pending_folder(self.runs_dir)
         pending.mkdir(parents=True, exist_ok=True)
         self._pending = (pending / f"{run.name}.yaml", pending / f"{run.name}.output.log",
                          pending / f"{run.name}.choices.json")
@@ -129,7 +128,7 @@ class RunController(QObject):
         answered for a SLURM host: its plan is made inside the job; multi-label with `labels`, a labels file there);
         mirrored into a new folder under remote/HOST/."""
         run = planned_run_dir(mirrors_dir(self.runs_dir, host), run_label("auto"))
-        pending = self.runs_dir / PENDING
+        pending = pending_folder(self.runs_dir)
         pending.mkdir(parents=True, exist_ok=True)
         output = pending / f"{run.name}.output.log"
         self._pending = (None, output, None)

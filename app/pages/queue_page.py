@@ -207,7 +207,7 @@ class QueuePage(QWidget):
         """Start `main.py queue run` detached (it outlives the app) unless one is already working this queue."""
         if self.runs_dir is None or queue.live_schedulers(self.runs_dir):
             return
-        log = self.runs_dir / queue.SCHEDULERS / "scheduler.log"
+        log = self.runs_dir / queue.SCHEDULERS / queue.SCHEDULER_LOG
         log.parent.mkdir(parents=True, exist_ok=True)
         ok = start_detached(queue_run_args(self.runs_dir), log)
         self.message.setText(f"started the scheduler (its log: {log})" if ok else

@@ -40,7 +40,7 @@ from app.state.buffers import Series
 from app.state.experiments import METRICS, RowCache, column_title, format_duration, varying_keys
 from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
-from trainer.core.rundir import RunDir, is_run_folder, list_runs, state_text
+from trainer.core.rundir import STATUS_FILE, RunDir, is_run_folder, list_runs, state_text
 from trainer.core.summary import needs_building
 from trainer.runs.launch import summarize_args
 
@@ -55,7 +55,7 @@ def load_curves(paths: list[str]) -> list[tuple[str, dict]]:
     out = []
     for path in paths:
         loss, epochs = Series(), []
-        tail = EventTail(Path(path) / "events.jsonl", summary=True)
+        tail = EventTail(RunDir(path).events, summary=True)
         while not tail.at_end:
             for e in tail.read_new():
                 if e["event"] == "step" and isinstance(e.get("step"), int) and isinstance(e.get("loss"), (int, float)):
@@ -471,7 +471,7 @@ class RunsPage(QWidget):
         paths = self.selected()
         if not paths:
             return
-        unsummarized = [p for p in paths if needs_building(Path(p) / "events.jsonl") and not RunDir(p).is_live()]
+        unsummarized = [p for p in paths if needs_building(RunDir(p).events) and not RunDir(p).is_live()]
 
         def next_or_compare(_=None) -> None:
             if unsummarized:
@@ -530,7 +530,7 @@ def status_signature(runs_dir: Path) -> tuple:
         if entry.name.startswith(".") or entry.path == remote or not entry.is_dir():
             continue
         try:
-            status = os.stat(os.path.join(entry.path, "status.json")).st_mtime_ns
+            status = os.stat(os.path.join(entry.path, STATUS_FILE)).st_mtime_ns
         except OSError:
             status = None
         out.append((entry.path, status, is_run_folder(Path(entry.path))))

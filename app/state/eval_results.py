@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.core.predictions import read_predictions
-from trainer.core.rundir import RunDir, read_run_json
+from trainer.core.rundir import RunDir, metrics_file, predictions_file, read_run_json
 from trainer.remote.mirror import local_copy
 
 
@@ -54,7 +54,7 @@ class Evaluation:
 def evaluation_names(run_path: Path) -> list[str]:
     """The evaluations a run has: val first, then test, then evaluated folders by name."""
     folder = RunDir(run_path).evaluations
-    names = sorted(p.name for p in folder.iterdir() if (p / "metrics.json").is_file()) if folder.is_dir() else []
+    names = sorted(p.name for p in folder.iterdir() if metrics_file(p).is_file()) if folder.is_dir() else []
     order = {"val": 0, "test": 1}
     return sorted(names, key=lambda n: (order.get(n, 2), n))
 
@@ -64,7 +64,7 @@ def evaluation_label(run_path: Path, name: str) -> str:
     if name == "val":
         return "val (best epoch)"
     try:
-        folder = read_run_json(RunDir(run_path).evaluation(name) / "metrics.json").get("folder")
+        folder = read_run_json(RunDir(run_path).metrics_file(name)).get("folder")
     except (OSError, ValueError, AttributeError):
         folder = None
     return f"{name}: {folder}" if folder else name
@@ -74,14 +74,14 @@ def read_evaluation(run_path: Path, name: str) -> Evaluation | MultiLabelEvaluat
     """One evaluation (a multi-label run's as MultiLabelEvaluation); OSError/ValueError when its files are missing
     or unreadable."""
     folder = RunDir(run_path).evaluation(name)
-    metrics = read_run_json(folder / "metrics.json", "evaluation")
+    metrics = read_run_json(metrics_file(folder), "evaluation")
     if not isinstance(metrics, dict):
-        raise ValueError(f"{folder / 'metrics.json'}: not a JSON object")
+        raise ValueError(f"{metrics_file(folder)}: not a JSON object")
     if metrics.get("task") == "multilabel":
         return read_multilabel_evaluation(run_path, name, metrics)
     rows = []
     remote = (Path(run_path) / "remote.json").exists()  # a mirror: the images are its copies of the host's
-    csv_path = folder / "predictions.csv"
+    csv_path = predictions_file(folder)
     if csv_path.exists():
         for r in read_predictions(csv_path):
             path = local_copy(run_path, r.path) if remote else r.path
@@ -99,7 +99,7 @@ def most_confused(confusion: list[list[int]], classes: list[str], limit: int = 2
 def mtime(run_path: Path, name: str) -> float:
     """When an evaluation was last written (0 when it does not exist): the tab re-reads it when this changes."""
     try:
-        return (RunDir(run_path).evaluation(name) / "metrics.json").stat().st_mtime
+        return RunDir(run_path).metrics_file(name).stat().st_mtime
     except OSError:
         return 0.0
 
@@ -150,7 +150,7 @@ def read_multilabel_evaluation(run_path: Path, name: str, metrics: dict) -> Mult
     unreadable."""
     rows = []
     remote = (Path(run_path) / "remote.json").exists()
-    for r in read_predictions(RunDir(run_path).evaluation(name) / "predictions.csv"):
+    for r in read_predictions(RunDir(run_path).predictions_file(name)):
         path = local_copy(run_path, r.path) if remote else r.path
         rows.append(LabelledPrediction(path, r.true, r.predicted, r.probabilities))
     return MultiLabelEvaluation(name, metrics, rows)

@@ -64,7 +64,7 @@ def groups_text(groups: list) -> str:
 
 def test_accuracy(run: RunDir) -> float | None:
     try:
-        value = read_run_json(run.evaluation("test") / "metrics.json", "evaluation").get("accuracy")
+        value = read_run_json(run.metrics_file("test"), "evaluation").get("accuracy")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, (int, float)) else None
@@ -100,7 +100,7 @@ def summarize(run: RunDir) -> dict:
     started = status.get("started") or run.path.stat().st_mtime
     ended = status.get("ended") if status.get("state") not in ("running", "starting", "queued") else None
     best, final, test = status.get("best_acc"), status.get("val_acc"), status.get("test_acc")
-    if test is None and (run.evaluation("test") / "metrics.json").exists():  # runs from before test_acc
+    if test is None and run.metrics_file("test").exists():  # runs from before test_acc
         test = test_accuracy(run)
     scores = {}
     if status.get("best_metric") == "val_map":  # multi-label: mAP, in a column of its own, not under accuracy
@@ -149,7 +149,7 @@ class RowCache:
 
 def sources(run: RunDir) -> tuple[Path, ...]:
     """The files `summarize` reads a run's row from."""
-    return run.status_file, run.config, run.path / NOTES, run.manifest, run.evaluation("test") / "metrics.json"
+    return run.status_file, run.config, run.path / NOTES, run.manifest, run.metrics_file("test")
 
 
 def _mtime(path: Path) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.core.config import MULTILABEL_LOSS, RunConfig
+from trainer.core.rundir import configs_folder
 
 DATASET_KEYS = ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
                 "data.test_labels")  # what New keeps: the dataset, every other setting at its default
@@ -57,7 +58,7 @@ def manifest_path_for(train_dir: str, runs_dir: Path, config_path: Path | None) 
         return config_path.with_name(f"{config_path.stem}.exclude.yaml")
     real = os.path.realpath(train_dir or "dataset")
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(real).name)[:40] or "dataset"
-    return Path(runs_dir) / "configs" / f"{name}-{hashlib.sha1(real.encode()).hexdigest()[:8]}.exclude.yaml"
+    return configs_folder(runs_dir) / f"{name}-{hashlib.sha1(real.encode()).hexdigest()[:8]}.exclude.yaml"
 
 
 @dataclass

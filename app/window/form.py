@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QMessageBox, QPushButton
 from app.state.form_state import DATASET_KEYS, SPLIT_NAMES, FormState, get_path, manifest_path_for, new_config_raw
 from app.state.runs_folder import RunsFolder
 from trainer.core.config import ConfigError, RunConfig, load_config
-from trainer.core.rundir import RunDir
+from trainer.core.rundir import RunDir, configs_folder
 from trainer.data.demo_data import demo_dataset_dir
 from trainer.data.scan import find_layout
 from trainer.runs.launch import REPO_ROOT
@@ -206,7 +206,7 @@ class Form(QObject):
         """A manifest TrainDeck made for another dataset (in the runs folder) does not follow the user to this one."""
         exclude = self.binder.widgets["data.exclude"]
         current = exclude.text().strip()
-        made_here = not current or Path(current).parent == self.runs_folder.path / "configs"
+        made_here = not current or Path(current).parent == configs_folder(self.runs_folder.path)
         if made_here and self.state.config_path is None:  # this dataset's own manifest, when it has one
             mine = self.manifest_path
             exclude.setText(str(mine) if mine.exists() else "")

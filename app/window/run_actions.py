@@ -152,9 +152,9 @@ class RunActions(QObject):
 
     def try_it(self) -> TryItDialog:
         """The Try it dialog, offering the shown run first, then every other run with a best checkpoint."""
-        runs = [r.path for r in list_runs(self.form.runs_folder.path) if (r.checkpoints / "best.pt").exists()]
+        runs = [r.path for r in list_runs(self.form.runs_folder.path) if r.best_checkpoint.exists()]
         current = self.runs.model.run.path if self.runs.model is not None else None
-        if current is not None and (current / "checkpoints" / "best.pt").exists():
+        if current is not None and RunDir(current).best_checkpoint.exists():
             runs = [current] + [r for r in runs if r != current]
         dataset = self.window.dataset_page.train_dir
         dialog = TryItDialog(runs, self.window, start_dir=str(Path(dataset).parent) if dataset else None)

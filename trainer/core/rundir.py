@@ -43,6 +43,9 @@ ENDINGS = {"budget": "train.budget spent", "early_stop": "early stop", "pruned":
            "too_fast": "faster than measured"}
 
 
+EVENTS_FILE, STATUS_FILE = "events.jsonl", "status.json"  # a run folder's (RunDir.events, RunDir.status_file)
+METRICS_FILE, PREDICTIONS_FILE = "metrics.json", "predictions.csv"  # each evaluation's, in RUN/eval/NAME/
+BEST_CHECKPOINT = "best.pt"  # in RUN/checkpoints/
 MAX_STATUS_BYTES = 1 << 20  # status.json: a few hundred bytes; a remote run's, a few kB
 NUMBER = (int, float)
 STATUS_FIELDS: dict[str, tuple[type, ...]] = {  # what readers format or compare: a field of another kind is damage
@@ -127,6 +130,14 @@ class RunDir:
         """RUN_DIR/eval/NAME."""
         return self.evaluations / name
 
+    def metrics_file(self, name: str) -> Path:
+        """An evaluation's figures (RUN_DIR/eval/NAME/metrics.json)."""
+        return metrics_file(self.evaluation(name))
+
+    def predictions_file(self, name: str) -> Path:
+        """An evaluation's per-image predictions (RUN_DIR/eval/NAME/predictions.csv)."""
+        return predictions_file(self.evaluation(name))
+
     @property
     def auto_choices(self) -> Path:
         """What Auto chose for this run and why (`main.py auto`; JSON: {"choices": [{key, value, why}]})."""
@@ -139,7 +150,7 @@ class RunDir:
 
     @property
     def events(self) -> Path:
-        return self.path / "events.jsonl"
+        return self.path / EVENTS_FILE
 
     @property
     def mlflow(self) -> Path:
@@ -206,7 +217,7 @@ class RunDir:
 
     @property
     def status_file(self) -> Path:
-        return self.path / "status.json"
+        return self.path / STATUS_FILE
 
     @property
     def log(self) -> Path:
@@ -219,6 +230,16 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    @property
+    def best_checkpoint(self) -> Path:
+        """The best epoch's checkpoint (a link the checkpoint writer keeps)."""
+        return self.checkpoints / BEST_CHECKPOINT
+
+    @property
+    def exports(self) -> Path:
+        """Where the run's exports go unless the user chooses another folder."""
+        return self.path / "exports"
 
     @property
     def name(self) -> str:
@@ -428,10 +449,28 @@ def planned_run_dir(runs_dir: str | os.PathLike, label: str) -> RunDir:
     raise RuntimeError(f"{runs_dir}: could not find a free run directory name")
 
 
+def configs_folder(runs_dir: str | os.PathLike) -> Path:
+    """RUNS/configs: the configs the app writes (Command, Add to queue, sweeps, the LR finder, manifests)."""
+    return Path(runs_dir) / "configs"
+
+
+def pending_folder(runs_dir: str | os.PathLike) -> Path:
+    """RUNS/.pending: a started run's config and output while the trainer makes its directory."""
+    return Path(runs_dir) / ".pending"
+
+
+def metrics_file(evaluation: Path) -> Path:
+    return evaluation / METRICS_FILE
+
+
+def predictions_file(evaluation: Path) -> Path:
+    return evaluation / PREDICTIONS_FILE
+
+
 def new_config_file(runs_dir: str | os.PathLike, prefix: str = "config") -> Path:
     """A new, unused file name for a config the app writes (what Command, Add to queue, a sweep or the LR finder
     start from): RUNS/configs/PREFIX-TIME[-N].yaml, reserved (two writers in one second never share one)."""
-    folder = Path(runs_dir) / "configs"
+    folder = configs_folder(runs_dir)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):

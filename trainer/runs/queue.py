@@ -28,6 +28,7 @@ from trainer.core.system import WATCH_PARENT_ENV, detached, locked, on_stop, pid
 
 LOCK = ".queue.lock"
 SCHEDULERS = ".schedulers"  # one file per live scheduler: <pid>
+SCHEDULER_LOG = "scheduler.log"  # in SCHEDULERS: what a scheduler the app started writes
 POLL_S = 1.0
 ENDING_S = 60  # a run's process has at most this long from recording its end to exiting (else its pid is another's)
 BUSY_UTILIZATION = 30  # % — another user's job keeping a GPU this busy makes it unavailable
