@@ -261,3 +261,18 @@ def test_the_app_names_no_run_folder_file_the_trainer_owns():
             if isinstance(node, ast.Constant) and node.value in RUN_FILE_NAMES:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value!r}")
     assert not found, "\n".join(found)
+
+
+def test_the_app_keeps_no_list_of_run_states():
+    """Which states are live, unfinished, resumable or retryable is the trainer's (rundir.py's STATES and its
+    groups, queue.RETRYABLE_STATES): app/ spells out no list of them (issue #70: 4 files did)."""
+    from trainer.core.rundir import STATES
+
+    found = []
+    for path in (REPO / "app").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                states = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in STATES]
+                if len(states) >= 2:
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {states}")
+    assert not found, "\n".join(found)

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 import trainer.runs.queue as queue
 from app.jobs.background import run_in_thread, start_detached
-from trainer.core.rundir import ENDINGS, RunDir, list_runs
+from trainer.core.rundir import ENDINGS, UNFINISHED_STATES, RunDir, list_runs
 from trainer.runs.launch import queue_run_args
 
 COLUMNS = ["#", "run", "state", "progress", "best val acc", "model", "sweep", "values", "GPUs", "added"]
@@ -60,7 +60,7 @@ def _row(run: RunDir, status: dict, position: str) -> dict:
     added = dt.datetime.fromtimestamp(q.get("added") or run.path.stat().st_mtime).strftime("%m-%d %H:%M")
     epoch, epochs, best = status.get("epoch"), status.get("epochs"), status.get("best_acc")
     progress = f"epoch {epoch}/{epochs}" if epoch is not None and epochs else ""
-    if status.get("reason") and state not in ("queued", "held", "starting", "running"):
+    if status.get("reason") and state not in ("held", *UNFINISHED_STATES):
         progress = f"{progress} ({ENDINGS.get(status['reason'], status['reason'])})".strip()
     return {"path": str(run.path), "#": position, "run": run.name, "state": state, "progress": progress,
             "best val acc": f"{100 * best:.1f}%" if isinstance(best, (int, float)) and best >= 0 else "",
@@ -186,7 +186,7 @@ class QueuePage(QWidget):
         self.buttons["Hold"].setEnabled(state == "queued")
         self.buttons["Release"].setEnabled(state == "held")
         self.buttons["Remove"].setEnabled(state in ("queued", "held"))
-        self.buttons["Retry"].setEnabled(state in ("failed", "stopped", "preempted", "diverged"))
+        self.buttons["Retry"].setEnabled(state in queue.RETRYABLE_STATES)
 
     def _act(self, action) -> None:
         r = self.selected_row()

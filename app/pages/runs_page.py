@@ -40,7 +40,7 @@ from app.state.buffers import Series
 from app.state.experiments import METRICS, RowCache, column_title, format_duration, varying_keys
 from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
-from trainer.core.rundir import STATUS_FILE, RunDir, is_run_folder, list_runs, state_text
+from trainer.core.rundir import LIVE_STATES, STATUS_FILE, RunDir, is_run_folder, list_runs, state_text
 from trainer.core.summary import needs_building
 from trainer.runs.launch import summarize_args
 
@@ -503,7 +503,7 @@ class RunsPage(QWidget):
 
     def _delete(self) -> None:
         paths = self.selected()
-        running = [r["run"] for r in self.model.rows if r["path"] in paths and r["status"] in ("running", "starting")]
+        running = [r["run"] for r in self.model.rows if r["path"] in paths and r["status"] in LIVE_STATES]
         if running:
             QMessageBox.warning(self, "Delete runs", f"Stop {', '.join(running)} before deleting it.")
             return

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from trainer.core.files import atomic_write_text
-from trainer.core.rundir import RunDir, read_run_json
+from trainer.core.rundir import UNFINISHED_STATES, RunDir, read_run_json
 from trainer.data.manifest import read_manifest
 from trainer.data.scan import DataError
 
@@ -98,7 +98,7 @@ def summarize(run: RunDir) -> dict:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         cfg = {}
     started = status.get("started") or run.path.stat().st_mtime
-    ended = status.get("ended") if status.get("state") not in ("running", "starting", "queued") else None
+    ended = status.get("ended") if status.get("state") not in UNFINISHED_STATES else None
     best, final, test = status.get("best_acc"), status.get("val_acc"), status.get("test_acc")
     if test is None and run.metrics_file("test").exists():  # runs from before test_acc
         test = test_accuracy(run)
@@ -139,7 +139,7 @@ class RowCache:
         for run in runs:
             key = tuple(map(_mtime, sources(run)))
             cached = self._rows.get(str(run.path))
-            live = cached is not None and cached[1]["status"] in ("running", "starting", "queued")  # its process
+            live = cached is not None and cached[1]["status"] in UNFINISHED_STATES  # its process
             row = cached[1] if cached is not None and cached[0] == key and not live else summarize(run)  # may be gone
             kept[str(run.path)] = (key, row)
             out.append(row)

@@ -11,7 +11,7 @@ import logging
 import time
 
 from app.state.buffers import Matrix, Series
-from trainer.core.rundir import FINAL_STATES, RunDir
+from trainer.core.rundir import FINAL_STATES, LIVE_STATES, RunDir
 
 STOP_GRACE_STEPS = 5  # Stop waits this many measured steps beyond its floor: the step in flight, the ranks'
 STOP_GRACE_CAP_S = 600  # agreement to stop and the checkpoint's write, on this machine as it runs now
@@ -280,7 +280,7 @@ class RunState:
             return False
         status = self.run.read_status()
         message = status.get("message") or "the trainer process ended without reporting (killed?)"
-        if status.get("state") in ("running", "starting"):
+        if status.get("state") in LIVE_STATES:
             message = "the trainer process is gone (killed or crashed); resume continues from the last checkpoint"
         self.finish(state, message)
         return True

@@ -7,6 +7,7 @@ from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel, QMessageBox, QProgressBar, QStyle, QSystemTrayIcon
 
 from app.pages.advanced_page import value_text
+from trainer.core.rundir import FAILED_STATES
 
 
 class StatusLine(QObject):
@@ -93,7 +94,7 @@ class StatusLine(QObject):
         elif self.progress.format().startswith("preparing"):  # ended before its first step: no longer preparing
             self.progress.setFormat(state)
             self._fit_progress()
-        if state in ("failed", "diverged") and message and window.isVisible() and window.isActiveWindow():
+        if state in FAILED_STATES and message and window.isVisible() and window.isActiveWindow():
             box = QMessageBox(QMessageBox.Icon.Warning, f"Run {state}", message, parent=window)
             box.setDetailedText(model.run.tail_log(30))
             box.setObjectName("runFailedBox")

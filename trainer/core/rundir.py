@@ -33,7 +33,9 @@ STATES = ("queued", "starting", "running", "completed", "stopped", "preempted", 
 # itself and goes on in the same run directory (device.requeue_limit times at most), or it can be resumed
 FINAL_STATES = ("completed", "stopped", "preempted", "failed", "diverged")
 LIVE_STATES = ("starting", "running")
+UNFINISHED_STATES = ("queued", *LIVE_STATES)  # waiting or going: no end, no duration yet
 RESUMABLE_STATES = ("stopped", "preempted", "failed")
+FAILED_STATES = ("failed", "diverged")  # ended by an error: the user is told at once, with the log
 EXIT_PREEMPTED = 4  # `main.py train`'s exit code for a run that ended preempted: its SLURM job requeues itself
 
 

@@ -27,6 +27,7 @@ from trainer.core.rundir import RunDir, list_runs
 from trainer.core.system import WATCH_PARENT_ENV, detached, locked, on_stop, pid_alive, stop_tree
 
 LOCK = ".queue.lock"
+RETRYABLE_STATES = ("stopped", "preempted", "failed", "diverged")  # what Retry queues again
 SCHEDULERS = ".schedulers"  # one file per live scheduler: <pid>
 SCHEDULER_LOG = "scheduler.log"  # in SCHEDULERS: what a scheduler the app started writes
 POLL_S = 1.0
@@ -123,8 +124,8 @@ def remove(runs_dir: Path, run: RunDir) -> None:
 def retry(runs_dir: Path, run: RunDir) -> None:
     """Queue a failed, diverged or stopped run again, at the end; it resumes from its last checkpoint."""
     with queue_lock(runs_dir):
-        if run.is_live() or run.read_status().get("state") in ("queued", "completed"):
-            raise ValueError(f"{run.path}: only a failed, diverged or stopped run can be retried")
+        if run.is_live() or run.read_status().get("state") not in RETRYABLE_STATES:
+            raise ValueError(f"{run.path}: only a failed, diverged, stopped or preempted run can be retried")
         positions = [r.read_status().get("queue", {}).get("position", 0) for r in queued(runs_dir)]
         run.write_status(state="queued", message="waiting in the queue (retry)")
         _edit(run, position=max(positions, default=0) + 1, held=False, scheduler=None, removed=False)
