@@ -31,7 +31,7 @@ from app.widgets.augment_preview import AugmentPreview
 from app.widgets.class_bars import ClassBars
 from app.widgets.forms import Binder, FullHeight, WrappedLabel, breakable
 from app.widgets.thumbnails import load_thumbnails
-from trainer.core.config import MULTILABEL_LOSS, RunConfig, key_choices
+from trainer.core.config import key_choices, loss_for_labels
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
 from trainer.data.findings import Findings, latest_audit
@@ -366,10 +366,7 @@ class DatasetPage(QWidget):
         """A labels file makes the run multi-label, which trains with its own loss (the config's rule): shown on
         the Optimizer page at once; cleared, the default loss is back."""
         loss = self.binder.widgets["loss.name"]
-        if text.strip():
-            loss.setCurrentText(MULTILABEL_LOSS)
-        elif loss.currentText() == MULTILABEL_LOSS:
-            loss.setCurrentText(RunConfig().loss.name)
+        loss.setCurrentText(loss_for_labels(bool(text.strip()), loss.currentText()))
         self._scan_serial += 1  # a scan under way read the folder the other way: it reports nothing
         self._debounce.start()
 

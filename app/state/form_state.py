@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.core.config import MULTILABEL_LOSS, RunConfig
+from trainer.core.config import RunConfig, loss_for_labels
 from trainer.core.rundir import configs_folder
 
 DATASET_KEYS = ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
@@ -46,8 +46,8 @@ def new_config_raw(current: dict, start: dict) -> dict:
     raw = copy.deepcopy(start)
     for key in DATASET_KEYS:
         set_path(raw, key, get_path(current, key))
-    if get_path(raw, "data.labels"):
-        set_path(raw, "loss.name", MULTILABEL_LOSS)
+    loss = get_path(raw, "loss.name") or RunConfig().loss.name
+    set_path(raw, "loss.name", loss_for_labels(bool(get_path(raw, "data.labels")), loss))
     return raw
 
 

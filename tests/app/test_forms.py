@@ -262,3 +262,23 @@ def test_the_wheel_scrolls_past_values_it_has_not_been_given_and_ctrl_q_quits(qt
     window.close_box.done(0)
     window.quit_action.trigger()
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=5_000)
+
+
+def test_clearing_the_labels_file_after_choosing_asl_leaves_a_config_the_trainer_takes(qtbot, make_window, shapes_dir,
+                                                                                        tmp_path, monkeypatch):
+    """Issue #70: a labels file set the loss to bce; the user chose asl, then cleared the labels file: asl stayed (only
+    bce was put back), a config the trainer refuses. The rule is the trainer's (`loss_for_labels`), one copy."""
+    from trainer.core.config import MULTILABEL_LOSS, loss_for_labels
+
+    assert [loss_for_labels(True, "cross_entropy"), loss_for_labels(True, "asl"), loss_for_labels(False, "asl"),
+            loss_for_labels(False, "mse")] == [MULTILABEL_LOSS, "asl", RunConfig().loss.name, "mse"]
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    window = make_window(write_config(tmp_path, shapes_dir))
+    loss = window.binder.widgets["loss.name"]
+    window.binder.widgets["data.labels"].setText(str(tmp_path / "labels.csv"))
+    assert loss.currentText() == MULTILABEL_LOSS
+    loss.setCurrentText("asl")
+    window.binder.widgets["data.labels"].setText("")
+    assert loss.currentText() == RunConfig().loss.name
+    cfg = window.form.config()
+    assert cfg is not None and cfg.loss.name == RunConfig().loss.name, window.form.problems

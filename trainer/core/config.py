@@ -580,6 +580,14 @@ MULTILABEL_LOSSES = ("bce", "asl")  # the losses of multi-label runs, and only o
 MIXED_LABEL_LOSSES = ("cross_entropy", "bce", "asl")  # the losses that take MixUp's and CutMix's blended labels
 
 
+def loss_for_labels(labels_file: bool, loss: str) -> str:
+    """The loss a form holds after data.labels was set or cleared: a multi-label loss with a labels file (the one
+    chosen, else MULTILABEL_LOSS), a single-label one without (the one chosen, else the default)."""
+    if labels_file:
+        return loss if loss in MULTILABEL_LOSSES else MULTILABEL_LOSS
+    return RunConfig().loss.name if loss in MULTILABEL_LOSSES else loss
+
+
 def _multilabel_checks(cfg: RunConfig) -> list[str]:
     """A multi-label run (data.labels) reads its splits from labels files and trains with bce; the keys of one label
     per image are refused with it, and the other way round."""
