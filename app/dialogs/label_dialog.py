@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import CliJob, run_in_thread
 from app.widgets.thumbnails import load_thumbnails
+from trainer.core.catalog import LABEL_NEXT_MAX
 from trainer.runs.launch import label_args
 
 PREVIEW = 300
@@ -104,7 +105,7 @@ class LabelDialog(QDialog):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
         self.count = QSpinBox()
-        self.count.setRange(1, 500)
+        self.count.setRange(1, LABEL_NEXT_MAX)  # the trainer's limit
         self.count.setValue(20)
         self.count.setPrefix("next ")
         self.find_button = QPushButton("Order the pool")

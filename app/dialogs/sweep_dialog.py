@@ -25,7 +25,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs.background import CliJob, start_detached
-from trainer.core.config import describe_keys
+from app.widgets.forms import INT_MAX
+from trainer.core.config import MAX_SEED, describe_keys
 from trainer.core.rundir import configs_folder
 from trainer.runs.launch import sweep_args
 from trainer.runs.sweep import MAX_TRIALS, METHODS
@@ -57,7 +58,7 @@ class SweepDialog(QDialog):
         self.trials.setRange(1, MAX_TRIALS)  # the sweep's own limit
         self.trials.setValue(8)
         self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
+        self.seed.setRange(0, min(MAX_SEED, INT_MAX))  # the sweep's limit, as far as a spin box holds
         self.grid = self._table(["config key", "values (comma separated)"], "sweepGrid")
         self.ranges = self._table(["config key", "low", "high", "log"], "sweepRanges")
         add_grid = QPushButton("Add grid key")

@@ -104,4 +104,5 @@ CALIBRATION_IMAGES = 200  # the training images onnx_int8 is calibrated on, by d
 AUTO_MIN_MINUTES, AUTO_MAX_MINUTES = 0.5, 7 * 24 * 60
 
 # the checkpoints of a run that export (and evaluation) can take
+LABEL_NEXT_MAX = 500  # `main.py label --next N`: at most this many pool images listed to label next
 RUN_CHECKPOINTS = ("best", "last")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainer.core.catalog import LABEL_NEXT_MAX
 from trainer.core.config import load_config
 from trainer.core.errors import InputError
 from trainer.core.rundir import RunDir
@@ -66,8 +67,8 @@ class NextToLabel:
 def next_to_label(run: RunDir, pool: str, count: int, manifest_path: str | None = None) -> NextToLabel:
     """The `count` pool images to label next (see the module's docstring); those labelled in `manifest_path` (else
     the run's own manifest) are set aside."""
-    if count < 1:
-        raise LabelError(f"--next {count}: ask for at least one image")
+    if not 1 <= count <= LABEL_NEXT_MAX:
+        raise LabelError(f"--next {count}: ask for 1 to {LABEL_NEXT_MAX} images")
     try:
         import sklearn  # noqa: F401 - the diversity rule's k-means
     except ImportError:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from trainer.core.config import ConfigError, RunConfig, apply_overrides, load_config, parse_float
+from trainer.core.config import MAX_SEED, ConfigError, RunConfig, apply_overrides, load_config, parse_float
 from trainer.core.errors import InputError
 from trainer.core.files import UserFileError
 from trainer.core.user_yaml import YamlError, read_yaml_file
@@ -151,8 +151,8 @@ def sweep_from(raw: object, path: str | Path) -> Sweep:
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
         raise SweepError(f"{path}: trials: must be a whole number >= 1, got {trials!r}")
     seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise SweepError(f"{path}: seed: must be a whole number >= 0, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise SweepError(f"{path}: seed: must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
     metric = raw.get("metric", "val_acc")
     if metric not in ("val_acc", "val_loss"):
         raise SweepError(f"{path}: metric: must be val_acc or val_loss, got {metric!r}")
