@@ -24,18 +24,19 @@ from PySide6.QtWidgets import (
 )
 
 from app.state.form_state import get_path, set_path
-from trainer.core.config import key_meta
+from trainer.core.config import key_meta, parse_float
 
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
 
 
 def parse_number(text: str) -> Any:
-    """A float from the text, or the text itself so that validation names the bad value."""
+    """A number from the text as the config reads one (`parse_float`: 3e-4, 1_000), or the text itself so that
+    validation names the bad value; empty: None."""
     text = text.strip()
     if not text:
         return None
     try:
-        return float(text)
+        return parse_float(text)
     except ValueError:
         return text
 
