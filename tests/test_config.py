@@ -128,3 +128,11 @@ def test_every_set_option_counts_not_only_the_last():
         args = build_parser().parse_args(command + ["--set", "train.epochs=3", "--set", "train.amp=none",
                                                     "data.batch_size=8"])
         assert args.set == ["train.epochs=3", "train.amp=none", "data.batch_size=8"], command
+
+
+def test_every_parallel_mode_the_device_page_offers_is_a_config_the_trainer_takes():
+    from trainer.core.catalog import PARALLEL_MODES
+
+    for label, parallel, launcher in PARALLEL_MODES:
+        cfg = RunConfig.from_dict({"device": {"parallel": parallel, "launcher": launcher}})
+        assert (cfg.device.parallel, cfg.device.launcher) == (parallel, launcher), label

@@ -23,18 +23,10 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import CliJob
 from app.widgets.forms import Binder, scrolling
+from trainer.core.catalog import PARALLEL_MODES
 from trainer.core.config import ConfigError, RunConfig, key_choices
 from trainer.device.devices import device_problems
 from trainer.runs.launch import hosts_list_args, probe_devices_args
-
-# (label, device.parallel, device.launcher)
-MODES = [
-    ("One device (CPU or one GPU)", "none", "torchrun"),
-    ("DataParallel (one process, several GPUs)", "dp", "torchrun"),
-    ("DDP via torchrun", "ddp", "torchrun"),
-    ("DDP via mp.spawn", "ddp", "spawn"),
-    ("DDP via Horovod", "ddp", "horovod"),
-]
 
 
 def gpu_line(gpu: dict, usage: dict | None, busy: bool) -> str:
@@ -147,7 +139,7 @@ class DevicePage(QWidget):
         self.gpus.setProperty("kind", "int_list")
         self.mode = QComboBox()
         self.mode.setObjectName("parallelMode")
-        self.mode.addItems([m[0] for m in MODES])
+        self.mode.addItems([m[0] for m in PARALLEL_MODES])
         self.mode.currentIndexChanged.connect(self._mode_changed)
         self.reasons = QLabel("")
         self.reasons.setObjectName("unavailableReasons")
@@ -245,7 +237,7 @@ class DevicePage(QWidget):
         for combo_key in ("device.type", "device.backend"):
             self._enable(self.binder.widgets[combo_key], missing)
         model: QStandardItemModel = self.mode.model()
-        for i, (_, parallel, launcher) in enumerate(MODES):
+        for i, (_, parallel, launcher) in enumerate(PARALLEL_MODES):
             reason = missing.get(parallel) or missing.get(launcher)
             item = model.item(i)
             item.setEnabled(reason is None)
@@ -277,7 +269,7 @@ class DevicePage(QWidget):
     def load(self, raw: dict) -> None:
         dev = raw.get("device", {})
         self._select_host(dev.get("host") or "")
-        for i, (_, parallel, launcher) in enumerate(MODES):
+        for i, (_, parallel, launcher) in enumerate(PARALLEL_MODES):
             if dev.get("parallel") == parallel and (parallel != "ddp" or dev.get("launcher") == launcher):
                 self.mode.blockSignals(True)
                 self.mode.setCurrentIndex(i)
@@ -285,7 +277,7 @@ class DevicePage(QWidget):
                 break
 
     def dump(self, raw: dict) -> None:
-        _, parallel, launcher = MODES[self.mode.currentIndex()]
+        _, parallel, launcher = PARALLEL_MODES[self.mode.currentIndex()]
         dev = raw.setdefault("device", {})
         dev["parallel"] = parallel
         dev["launcher"] = launcher

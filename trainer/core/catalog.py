@@ -104,5 +104,14 @@ CALIBRATION_IMAGES = 200  # the training images onnx_int8 is calibrated on, by d
 AUTO_MIN_MINUTES, AUTO_MAX_MINUTES = 0.5, 7 * 24 * 60
 
 # the checkpoints of a run that export (and evaluation) can take
+# The ways a run can use its devices, as the Device page offers them: (label, device.parallel, device.launcher); a
+# launcher is asked for only with DDP (the trainer starts one-process runs itself)
+PARALLEL_MODES = (
+    ("One device (CPU or one GPU)", "none", "torchrun"),
+    ("DataParallel (one process, several GPUs)", "dp", "torchrun"),
+    ("DDP via torchrun", "ddp", "torchrun"),
+    ("DDP via mp.spawn", "ddp", "spawn"),
+    ("DDP via Horovod", "ddp", "horovod"),
+)
 LABEL_NEXT_MAX = 500  # `main.py label --next N`: at most this many pool images listed to label next
 RUN_CHECKPOINTS = ("best", "last")
