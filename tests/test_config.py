@@ -132,7 +132,15 @@ def test_every_set_option_counts_not_only_the_last():
 
 def test_every_parallel_mode_the_device_page_offers_is_a_config_the_trainer_takes():
     from trainer.core.catalog import PARALLEL_MODES
+    from trainer.core.config import key_choices
 
-    for label, parallel, launcher in PARALLEL_MODES:
-        cfg = RunConfig.from_dict({"device": {"parallel": parallel, "launcher": launcher}})
-        assert (cfg.device.parallel, cfg.device.launcher) == (parallel, launcher), label
+    assert {p for _, p, _ in PARALLEL_MODES} == set(key_choices("device.parallel"))
+    assert {launcher for _, _, launcher in PARALLEL_MODES} == set(key_choices("device.launcher"))
+    for label, parallel, launcher in PARALLEL_MODES:  # (dp asks for CUDA, which is this machine's to say)
+        device = {"parallel": parallel, "launcher": launcher, **({"type": "cuda"} if parallel == "dp" else {})}
+        problems = []
+        try:
+            RunConfig.from_dict({"device": device})
+        except ConfigError as e:
+            problems = [p for p in e.problems if "parallel" in p.split(":")[0] or "launcher" in p.split(":")[0]]
+        assert not problems, (label, problems)
