@@ -33,6 +33,7 @@ from trainer.core.catalog import (
     DEPRECATED_EXPORT_FORMATS,
     EXPORT_DESCRIPTIONS,
     EXPORT_FORMATS,
+    EXPORT_REGISTRY,
     RUN_CHECKPOINTS,
 )
 from trainer.core.rundir import RunDir
@@ -163,7 +164,8 @@ class ExportDialog(QDialog):
         path = Path(self.out.text())
         self.out.setText(str(path.parent / ("model" + EXPORT_FORMATS[fmt])))
         self.about.setText(DEPRECATED_EXPORT_FORMATS.get(fmt, EXPORT_DESCRIPTIONS[fmt]))
-        self.calibration_row.setEnabled(fmt == "onnx_int8")  # greyed, not hidden: the form keeps its shape
+        # greyed, not hidden: the form keeps its shape
+        self.calibration_row.setEnabled(EXPORT_REGISTRY[fmt].calibration_folder)
         self.refresh()
 
     def _browse(self) -> None:
@@ -222,7 +224,7 @@ class ExportDialog(QDialog):
         self.export_button.setEnabled(False)
         self.result.setText("exporting, then measuring the file on the run's images…")
         fmt = self.format.currentData()
-        calibration = self.calibration.text().strip() if fmt == "onnx_int8" else None
+        calibration = self.calibration.text().strip() if EXPORT_REGISTRY[fmt].calibration_folder else None
         args = export_args(self.run_dir, fmt, self.out.text(), self.checkpoint.currentText(), calibration)
         self.job = CliJob(args, self, parse_json=False)
         self.job.progress.connect(lambda line: self.result.setText(line) if line.startswith("fetching") else None)

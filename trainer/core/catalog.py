@@ -35,6 +35,7 @@ class ExportFormat:
     converter: tuple[str, str] | None = None  # (the module its converter is, the command that installs it)
     deprecated: str | None = None  # why it is kept only for old consumers
     folder: str | None = None  # an export that is a folder: the file in it that says it is one (Core ML, OpenVINO)
+    calibration_folder: bool = False  # `main.py export --calibration FOLDER` calibrates it on that folder's images
 
 
 # Views of the registry, kept in step by `register_export_format`: name -> suffix (the program formats first, the
@@ -64,7 +65,8 @@ for _format in (
     ExportFormat("onnx", ".onnx", "ONNX (fp32), for ONNX Runtime, OpenCV, TensorRT and most servers", _FORMATS + "onnx",
                  "onnx"),
     ExportFormat("onnx_int8", ".int8.onnx", "ONNX with int8 weights and activations (ONNX Runtime quantization, "
-                 "calibrated on training images): about a quarter of the size, faster on CPUs", _FORMATS + "onnx", "onnx"),
+                 "calibrated on training images): about a quarter of the size, faster on CPUs", _FORMATS + "onnx", "onnx",
+                 calibration_folder=True),
     ExportFormat("onnx_fp16", ".fp16.onnx", "ONNX with fp16 weights and arithmetic (inputs and outputs stay fp32): "
                  "half the size, for GPUs", _FORMATS + "onnx", "onnx"),
     ExportFormat("executorch", ".pte", "ExecuTorch program (.pte, XNNPACK, batch 1) for Android, iOS and embedded "

@@ -90,7 +90,7 @@ def export_run(run: RunDir, fmt: str, out: Path, which: str = "best", options: E
     check_format(fmt, out, options)
     loaded = load_run_model(run, which)
     state, pre = loaded.state, loaded.state["preprocess"]
-    if fmt == "onnx_int8" and options.calibration is not None:  # a folder given: refused before anything is made
+    if EXPORT_REGISTRY[fmt].calibration_folder and options.calibration is not None:  # refused before anything is made
         from trainer.deploy.export_data import calibration_images
 
         calibration_images(run, state["config"], options.calibration, options.calibration_images, 0)
