@@ -132,4 +132,4 @@ def test_augment_auto_is_decided_by_the_trainer_for_the_data_and_said_in_run_sta
     assert again.returncode == 0 and start["augment"] == [], "a copy of the run trains with the same values, as set"
     assert "data.augment.hflip: auto -> False" in done.stderr
     bad = run_here("train", write_config(tmp_path, digits, data={"augment": {"hflip": "sometimes"}}))
-    assert bad.returncode == 2 and "data.augment.hflip: must be true, false or auto, got 'sometimes'" in bad.stderr
+    assert bad.returncode == 2 and "data.augment.hflip: must be one of auto, true, false; got 'sometimes'" in bad.stderr

@@ -251,7 +251,8 @@ class DatasetPage(QWidget):
 
         augment = QGroupBox("Augmentation")
         af = QFormLayout(augment)
-        flip = binder.choice("data.augment.hflip", [("auto", "auto"), ("on", True), ("off", False)])
+        flip = binder.choice("data.augment.hflip", [({True: "on", False: "off"}.get(v, str(v)), v)
+                                                    for v in key_choices("data.augment.hflip")])
         flip.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         flip.setMinimumContentsLength(10)  # "auto (off)": the page keeps its width on a laptop screen
         af.addRow("Horizontal flip", flip)

@@ -69,7 +69,7 @@ class AugmentConfig:
     hflip: bool | str = opt("auto", "random horizontal flip: true, false, or auto = on unless mirror images change the "
                             "class (the class names look like characters or name mirror pairs such as left and right, "
                             "or in a sample of the images mirrored classes look like other classes); the trainer "
-                            "decides and run_start says why")
+                            "decides and run_start says why", choices=("auto", True, False))
     random_resized_crop: bool = opt(True, "random crop of part of the image, resized back to image_size")
     crop_scale_min: float | str = opt("auto", "smallest crop area, as a fraction of the image; auto = 0.8 for a "
                                       "multi-label run (a smaller crop can cut a labelled thing out of the image, and "
@@ -532,13 +532,19 @@ def _convert(tp: Any, value: Any, path: str, problems: list[str]) -> Any:
     return None
 
 
+def choice_text(choice: Any) -> str:
+    """A key's allowed value as a user writes it in YAML (true, not True)."""
+    return str(choice).lower() if isinstance(choice, bool) else str(choice)
+
+
 def _check_range(path: str, value: Any, meta: dict, problems: list[str]) -> None:
     if value is None:
         return
     choices = meta.get("choices")
     for item in value if isinstance(value, list) else [value]:
         if choices and item not in choices:
-            problems.append(f"{path}: must be one of {', '.join(choices)}; got {shown(item)}")
+            allowed = ", ".join(map(choice_text, choices))
+            problems.append(f"{path}: must be one of {allowed}; got {shown(item)}")
     values = value if isinstance(value, list) else [value]
     for v in values:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
@@ -629,11 +635,9 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
     if isinstance(d.std, str) and d.std != "auto" or isinstance(d.std, list) and (
             len(d.std) != 3 or any(s <= 0 for s in d.std)):
         problems.append(f"data.std: must be auto or have 3 values > 0 (RGB), got {shown(d.std)}")
-    for key in ("hflip", "crop_scale_min"):
-        value = getattr(d.augment, key)
-        if isinstance(value, str) and value != "auto":
-            kind = "true, false" if key == "hflip" else "a fraction of the image (0 < x <= 1)"
-            problems.append(f"data.augment.{key}: must be {kind} or auto, got {shown(value)}")
+    if isinstance(d.augment.crop_scale_min, str) and d.augment.crop_scale_min != "auto":
+        problems.append(f"data.augment.crop_scale_min: must be a fraction of the image (0 < x <= 1) or auto, got "
+                        f"{shown(d.augment.crop_scale_min)}")
     mixing = [k for k in ("mixup", "cutmix") if getattr(d.augment, k)]
     if mixing and cfg.loss.name not in MIXED_LABEL_LOSSES:
         problems.append(f"data.augment.{mixing[0]}: mixed labels need loss.name {', '.join(MIXED_LABEL_LOSSES)}, "
@@ -737,6 +741,6 @@ def describe_keys(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, st
             continue
         doc = f.metadata.get("doc", "")
         if f.metadata.get("choices"):
-            doc += f" ({' | '.join(f.metadata['choices'])})"
+            doc += f" ({' | '.join(map(choice_text, f.metadata['choices']))})"
         rows.append((path, _describe(tp), getattr(instance, f.name), doc))
     return rows
