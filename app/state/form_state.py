@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.core.config import RunConfig, loss_for_labels
+from trainer.core.config import DATASET_KEYS, RunConfig, loss_for_labels
 from trainer.core.rundir import configs_folder
 
-DATASET_KEYS = ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
-                "data.test_labels")  # what New keeps: the dataset, every other setting at its default
 SPLIT_NAMES = {"data.val_dir": "validation", "data.test_dir": "test"}
 
 

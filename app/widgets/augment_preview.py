@@ -17,12 +17,9 @@ from PySide6.QtWidgets import QGridLayout, QGroupBox, QHBoxLayout, QLabel, QPush
 from app.jobs.background import CliJob
 from app.widgets.forms import WrappedLabel
 from trainer.core.config import RunConfig, save_config
+from trainer.data.preview import PREVIEW_KEYS
 from trainer.runs.launch import augment_preview_args
 
-# what the preview depends on: another value of any of these draws it again
-PREVIEW_KEYS = ("data.train_dir", "data.labels", "data.exclude", "data.val_dir", "data.val_labels", "data.val_split",
-                "data.test_split", "data.test_dir", "data.image_size", "data.image_width", "data.resize", "data.augment",
-                "train.seed")
 TILE = 52  # px, each image on the page (five in a row fit the page at 1024 px)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QPushButton
 
-from app.state.form_state import DATASET_KEYS, SPLIT_NAMES, FormState, get_path, manifest_path_for, new_config_raw
+from app.state.form_state import SPLIT_NAMES, FormState, get_path, manifest_path_for, new_config_raw
 from app.state.runs_folder import RunsFolder
-from trainer.core.config import ConfigError, RunConfig, load_config
+from trainer.core.config import DATASET_KEYS, ConfigError, RunConfig, load_config
 from trainer.core.rundir import RunDir, configs_folder
 from trainer.data.demo_data import demo_dataset_dir
 from trainer.data.scan import find_layout

@@ -581,6 +581,8 @@ def _build(cls: type, raw: Any, prefix: str, problems: list[str]) -> Any:
     return cls(**kwargs)
 
 
+DATASET_KEYS = ("data.train_dir", "data.val_dir", "data.test_dir", "data.exclude", "data.labels", "data.val_labels",
+                "data.test_labels")  # the keys that name a run's dataset: what New keeps, every other at its default
 MULTILABEL_LOSS = "bce"  # the loss a multi-label run (data.labels set) starts from
 MULTILABEL_LOSSES = ("bce", "asl")  # the losses of multi-label runs, and only of them
 MIXED_LABEL_LOSSES = ("cross_entropy", "bce", "asl")  # the losses that take MixUp's and CutMix's blended labels

@@ -15,6 +15,10 @@ from types import SimpleNamespace
 from trainer.core.config import RunConfig
 from trainer.data.scan import DataError
 
+# what the preview depends on: another value of any of these draws another (the Dataset page asks again)
+PREVIEW_KEYS = ("data.train_dir", "data.labels", "data.exclude", "data.val_dir", "data.val_labels", "data.val_split",
+                "data.test_split", "data.test_dir", "data.image_size", "data.image_width", "data.resize", "data.augment",
+                "train.seed")
 AUGMENT_KEYS = ("hflip", "random_resized_crop", "crop_scale_min", "color_jitter", "policy", "random_erasing", "mixup",
                 "cutmix")
 
