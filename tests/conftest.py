@@ -30,26 +30,6 @@ def pytest_configure(config):
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // workers))))
 
 
-# The modules whose tests take the one-node SLURM in turns (the `slurm` fixture's lock): one unit of work for xdist,
-# run one after another on one worker, instead of one worker idling on the lock while the other's test has the cluster
-# (about 2 minutes of a suite of 17; tests/test_suite_guard.py checks the list against the tests that use it).
-ONE_WORKER = ("tests/app/test_remote_app.py", "tests/remote/test_slurm_runs.py", "tests/remote/test_slurm_requeue.py")
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, with the modules of ONE_WORKER as one unit."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class GroupedFiles(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return "one-node SLURM" if scope in ONE_WORKER else scope
-
-    return GroupedFiles(config, log)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The modules with the most slow tests first (`--dist loadfile --no-loadscope-reorder`: each module one unit of

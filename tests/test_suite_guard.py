@@ -62,19 +62,3 @@ def test_a_hung_test_fails_by_its_timeout_the_session_completes_and_nothing_it_s
     assert not left, f"still running after the session: {left}"
     assert "processes the tests left running, stopped at the session's end" in result.stdout
     assert result.stdout.count("sleep (") == 2, result.stdout[-1500:]
-
-
-def test_every_module_that_takes_the_one_node_slurm_runs_on_one_worker():
-    """A module whose tests ask for the `slurm` fixture and is not in conftest's ONE_WORKER would wait on the other
-    worker's lock (idle) instead of running after the others."""
-    import ast
-
-    from conftest import ONE_WORKER
-    from helpers import REPO
-
-    users = set()
-    for path in (REPO / "tests").rglob("test_*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and "slurm" in [a.arg for a in node.args.args]:
-                users.add(str(path.relative_to(REPO)))
-    assert users and users == set(ONE_WORKER), sorted(users)
