@@ -73,22 +73,30 @@ def write_run(folder, steps: int, offset: float = 0.0, keep_summary: bool = True
 
 
 class GapMeter:
-    """The longest interval between the ticks of a 10 ms timer on the GUI thread, beyond its 10 ms."""
+    """The longest interval between the ticks of a 10 ms timer on the GUI thread, beyond its 10 ms, and the GUI
+    thread's own CPU time inside each interval (`time.thread_time`: what the GUI thread did itself, not the workers
+    or the other processes that a busy machine's wall gap also holds)."""
 
     def __init__(self):
         from PySide6.QtCore import QTimer
 
         self.longest, self.over_100, self.longest_at = 0.0, 0, 0.0
+        self.longest_cpu, self.cpu_over_50 = 0.0, 0
         self.long_gaps: list[tuple[float, int]] = []  # (when, ms) of each gap over 100 ms
         self._last = self.started = time.perf_counter()
+        self._last_cpu = time.thread_time()
         self.timer = QTimer()
         self.timer.setInterval(10)
         self.timer.timeout.connect(self._tick)
         self.timer.start()
 
     def _tick(self) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         gap = now - self._last - 0.010
+        held = cpu - self._last_cpu  # the GUI thread's CPU between two ticks
+        self.longest_cpu = max(self.longest_cpu, held)
+        self.cpu_over_50 += held > 0.050
+        self._last_cpu = cpu
         if gap > self.longest:
             self.longest, self.longest_at = gap, self._last - self.started
         if gap > 0.100:
@@ -99,7 +107,8 @@ class GapMeter:
     def stop(self) -> dict:
         self.timer.stop()
         return {"longest_gap_ms": round(1000 * self.longest, 1), "longest_gap_at_s": round(self.longest_at, 2),
-                "gaps_over_100ms": self.over_100, "long_gaps": self.long_gaps[:10]}
+                "gaps_over_100ms": self.over_100, "long_gaps": self.long_gaps[:10],
+                "longest_gap_gui_cpu_ms": round(1000 * self.longest_cpu, 1), "gaps_over_50ms_gui_cpu": self.cpu_over_50}
 
 
 def settle(app, seconds: float = 0.5) -> None:
@@ -340,7 +349,55 @@ def moved_aside(run_path):
     return aside()
 
 
-CASES = ("writer", "opening", "runs_page", "dataset_page", "compare", "audit")
+def window_opening(app, work, steps_list: list[int]) -> dict:
+    """The real main window, a run opened as the Runs page opens one (`run_actions.open`: the dashboard, built at the
+    session's first open, and the run's settings into the forms), each run with its summary and a copy without one
+    (written without the summary: a run from before summaries), the first open of the session included. Until the
+    dashboard has read the run to its end: the wall time, the time to the first curve point, whether the summary was
+    built (once), and the GUI thread's CPU inside each gap of a 10 ms timer."""
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+    from trainer.core.rundir import RunDir
+
+    window = MainWindow(QSettings(str(work / "window-settings.ini"), QSettings.Format.IniFormat), work / "win-runs")
+    window.resize(1280, 720)
+    window.show()
+    settle(app, 2.0)
+    out: dict = {}
+    for steps in steps_list:
+        for summary in (True, False):
+            path = work / f"win-{steps}-{'summary' if summary else 'none'}"
+            written = write_run(path, steps, keep_summary=summary)
+            before = rss_mb()
+            meter = GapMeter()
+            started, first_point = time.perf_counter(), None
+            window.run_actions.open(str(path))
+            model = window.runs.model
+            began = False  # the model watching: after the summary is built, when it had to be
+            while time.perf_counter() - started < 900:
+                app.processEvents()
+                time.sleep(0.005)
+                began = began or model.watching
+                if first_point is None and len(model.step_loss):
+                    first_point = time.perf_counter() - started
+                if began and not model.watching:
+                    break
+            seconds = time.perf_counter() - started
+            settle(app)
+            out[f"{steps}, {'with' if summary else 'without'} summary"] = {
+                "events_mb": round(os.path.getsize(RunDir(path).events) / 2**20, 1), "written_s": round(written, 1),
+                "seconds": round(seconds, 2), "first_point_s": round(first_point, 2) if first_point else None,
+                "summary_built": not summary and RunDir(path).summary.exists(), **meter.stop(),
+                "rss_growth_mb": round(rss_mb() - before, 1), "points": len(model.step_loss)}
+            print(steps, summary, json.dumps(out[f"{steps}, {'with' if summary else 'without'} summary"]), flush=True)
+    window._leave_running = True
+    window.close()
+    settle(app, 0.2)
+    return out
+
+
+CASES = ("writer", "opening", "window", "runs_page", "dataset_page", "compare", "audit")
 
 
 def each_in_its_own_process(args) -> None:
@@ -427,6 +484,8 @@ def main() -> None:
         result["opening"][str(steps)] = entry
         print(steps, json.dumps(entry), flush=True)
 
+    if "window" in args.only:
+        result["window"] = window_opening(app, work, args.steps)
     if args.runs_page and "runs_page" in args.only:
         result["runs_page"] = runs_page(app, runs_folder(work / "runs", args.runs_page))
         print("runs page:", result["runs_page"], flush=True)
