@@ -147,44 +147,37 @@ def test_lr_finder_suggests_nothing_when_the_range_holds_no_minimum_and_says_whi
     assert found["extend"] == pytest.approx([1e-6, 1000])
 
 
-def test_lr_finder_suggests_a_rate_near_a_clear_minimum_inside_the_range():
-    """A curve as sweeps draw it: flat, a descent over a decade and a half to its lowest point at 0.1, then a blow-up
-    (the sweep stops when the loss passes 4x its lowest): a rate is suggested, inside the descent, below the minimum
-    by less than a factor of 10. (Not within 3x of it: in bench/lr_finder.py a third of the lowest loss's rate
-    trained small_cnn with SGD to 32.5%, half-way along the descent to 95.0%.)"""
-    from trainer.train.lr_find import _result
-
-    lrs = [1e-6 * (1e7) ** (i / 199) for i in range(200)]
-    lrs = [lr for lr in lrs if lr < 0.5]
-
-    def loss(lr):
-        x = math.log10(lr)
-        return 2.3 if x < -2.5 else 2.3 - 1.8 * (x + 2.5) / 1.5 if x < -1 else 0.5 + 6 * (x + 1) ** 2
-
-    curve = [loss(lr) for lr in lrs]
-    found = _result(lrs, curve, curve, 1e-6, 10, diverged=True)
-    assert found["min_loss_lr"] == pytest.approx(0.1, rel=0.1)
-    assert found["suggested_lr"] is not None and 10 ** -2.5 < found["suggested_lr"] < 0.1, found["suggested_lr"]
-    assert found["suggested_lr"] > found["min_loss_lr"] / 10
-    assert found["extend"] is None and "lowest loss at" in found["why"]
-
-
-def test_lr_finder_suggests_within_a_factor_of_3_of_a_sharp_minimum():
-    """Issue #69: a curve with a clear minimum (flat, a fall over half a decade to its lowest point at 0.1, then a
-    blow-up): the suggestion is within a factor of 3 of the minimum, below it. (Over a long descent, the test above, it
-    stays half-way along the descent, further below: bench/lr_finder.py measured a third of the minimum training
-    small_cnn with SGD to 32.5%.)"""
+def analysed_sweep(decades: float) -> dict:
+    """The finder's analysis of a curve as sweeps draw it (1e-6 up, the sweep stopped past the blow-up): flat, a
+    straight fall over `decades` to its lowest point at 0.1, then a blow-up."""
     from trainer.train.lr_find import _result
 
     lrs = [lr for lr in (1e-6 * (1e7) ** (i / 199) for i in range(200)) if lr < 0.5]
 
     def loss(lr):
         x = math.log10(lr)
-        return 2.3 if x < -1.5 else 2.3 - 1.8 * (x + 1.5) / 0.5 if x < -1 else 0.5 + 6 * (x + 1) ** 2
+        return 2.3 if x < -1 - decades else 2.3 - 1.8 * (x + 1 + decades) / decades if x < -1 else 0.5 + 6 * (x + 1) ** 2
 
     curve = [loss(lr) for lr in lrs]
     found = _result(lrs, curve, curve, 1e-6, 10, diverged=True)
     assert found["min_loss_lr"] == pytest.approx(0.1, rel=0.1)
+    return found
+
+
+def test_lr_finder_suggests_a_rate_near_a_clear_minimum_inside_the_range():
+    """A descent over a decade and a half to the lowest point at 0.1: a rate is suggested, inside the descent, below
+    the minimum by less than a factor of 10. (Not within 3x of it: in bench/lr_finder.py a third of the lowest loss's
+    rate trained small_cnn with SGD to 32.5%, half-way along the descent to 95.0%.)"""
+    found = analysed_sweep(1.5)
+    assert found["suggested_lr"] is not None and 10 ** -2.5 < found["suggested_lr"] < 0.1, found["suggested_lr"]
+    assert found["suggested_lr"] > found["min_loss_lr"] / 10
+    assert found["extend"] is None and "lowest loss at" in found["why"]
+
+
+def test_lr_finder_suggests_within_a_factor_of_3_of_a_sharp_minimum():
+    """Issue #69: a clear minimum, a fall over half a decade to the lowest point at 0.1: the suggestion is within a
+    factor of 3 of the minimum, below it (over a long descent, the test above, it stays half-way along it)."""
+    found = analysed_sweep(0.5)
     assert found["min_loss_lr"] / 3 <= found["suggested_lr"] < found["min_loss_lr"], found["suggested_lr"]
 
 

@@ -145,7 +145,7 @@ class LabelDialog(QDialog):
             self.pool.setText(folder)
 
     def order_pool(self) -> None:
-        """`main.py label RUN --pool F --next N --json` in a subprocess."""
+        """`main.py label RUN --pool F --next N --json` in a process of its own (CliJob)."""
         if self._job is not None or not self.pool.text().strip():
             return
         self.find_button.setEnabled(False)
