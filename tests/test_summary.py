@@ -264,3 +264,28 @@ def test_a_resume_without_a_summary_holds_a_bounded_memory_and_writes_the_same_s
     kept = sum(len(s.kept()) for s in keeper.series.values())
     assert made[10**9][0] > 12_000 and made[500][0] <= 2 * kept + 500, (made[500][0], kept)
 
+
+
+def test_grad_stats_lines_taken_without_parsing_give_the_summary_the_trainer_writes(tmp_path, monkeypatch):
+    """`main.py summarize` takes the EventWriter's grad_stats lines without parsing them (their series is their name;
+    half the time of a summary built for a run without one): the file it writes is the one the trainer's own keeper
+    wrote as the run went, and the one it writes parsing every line; a line only shaped like one is not taken."""
+    events = tmp_path / "events.jsonl"
+    writer = EventWriter(events)
+    writer.emit("run_start", config={}, start_step=0)
+    emit_steps(writer, 1, 6_000)
+    writer.close()
+    kept_live = summary_module.summary_path(events).read_bytes()
+    made = []
+    for prefix in (summary_module.BY_NAME_ALONE, "\0never"):
+        summary_module.summary_path(events).unlink()
+        monkeypatch.setattr(summary_module, "BY_NAME_ALONE", prefix)
+        SummaryKeeper.resume(events).write()
+        made.append(summary_module.summary_path(events).read_bytes())
+    assert made[0] == made[1] == kept_live
+    with open(events, "a") as f:
+        f.write('{"event": "grad_stats", "step": 1\n')  # cut short: no closing brace
+    monkeypatch.setattr(summary_module, "BY_NAME_ALONE", '{"event": "grad_stats", ')
+    summary_module.summary_path(events).unlink()
+    keeper = SummaryKeeper.resume(events)
+    assert keeper.count == json.loads(made[0].split(b"\n")[0])["events"], "the cut line is not an event"

@@ -177,6 +177,9 @@ class ExperimentModel(QAbstractTableModel):
         return None
 
 
+SUMMARIES_AT_ONCE = max(1, min(4, os.cpu_count() or 1))  # Compare's missing summaries, built side by side
+
+
 class RunFilter(QSortFilterProxyModel):
     """Rows whose text in any column contains every word typed (lr=0.01 matches the lr column's 0.01)."""
 
@@ -465,24 +468,37 @@ class RunsPage(QWidget):
 
     def _compare(self) -> None:
         """The selected runs' curves, read through their summaries in a thread (bounded: COMPARE_POINTS a run); a
-        long finished run without one has it built first by `main.py summarize`, a process of its own, one at a
-        time, so no thread of the GUI's process parses a whole events file (issue #72: 10 such runs held the
-        interpreter lock for 112 s)."""
+        long finished run without one has it built first by `main.py summarize`, a process of its own, as many side
+        by side as the machine has cores (SUMMARIES_AT_ONCE), so no thread of the GUI's process parses a whole events
+        file (issue #72: 10 such runs held the interpreter lock for 112 s)."""
         paths = self.selected()
         if not paths:
             return
-        unsummarized = [p for p in paths if needs_building(RunDir(p).events) and not RunDir(p).is_live()]
+        waiting = [p for p in paths if needs_building(RunDir(p).events) and not RunDir(p).is_live()]
+        building: list[CliJob] = []
 
-        def next_or_compare(_=None) -> None:
-            if unsummarized:
-                job = CliJob(summarize_args(unsummarized.pop(0)), self)
-                job.done.connect(next_or_compare)
-                job.failed.connect(next_or_compare)  # read whole then, in the thread: slow, not wrong
-                self.views.compare_note(f"building the summaries of {len(unsummarized) + 1} long run(s) first…")
-                return
+        def compare() -> None:
             run_in_thread(lambda: load_curves(paths), self.views.show_compare, owner=self)
 
-        next_or_compare()
+        def build_next() -> None:
+            job = CliJob(summarize_args(waiting.pop(0)), self)
+            building.append(job)
+            job.done.connect(lambda _answer, job=job: built(job))
+            job.failed.connect(lambda _why, job=job: built(job))  # read whole then, in the thread: slow, not wrong
+
+        def built(job: CliJob) -> None:
+            building.remove(job)
+            if waiting:
+                build_next()
+            elif not building:
+                compare()
+
+        if not waiting:
+            compare()
+            return
+        self.views.compare_note(f"building the summaries of {len(waiting)} long run(s) first…")
+        for _ in range(min(SUMMARIES_AT_ONCE, len(waiting))):
+            build_next()
 
     def _export(self) -> None:
         for path in self.selected()[:1]:

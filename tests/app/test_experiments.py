@@ -381,7 +381,7 @@ def test_the_mlflow_button_goes_to_the_selected_run_s_page_on_its_tracking_serve
 
 def test_compare_of_long_runs_without_summaries_has_them_built_in_a_process_first(qtbot, tmp_path, monkeypatch):
     """Issue #72: Compare of runs with no summary (10 such runs held the interpreter lock for 112 s while a thread
-    parsed them): `main.py summarize` builds each one's first, a process at a time, the page says so meanwhile, and
+    parsed them): `main.py summarize` builds each one's first, processes side by side, the page says so meanwhile, and
     the thread then reads the summaries only; every run is drawn, bounded."""
     import app.pages.runs_page as runs_page
     from trainer.core import summary as summary_module
