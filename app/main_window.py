@@ -32,6 +32,8 @@ from app.pages.model_page import ModelPage
 from app.pages.optimizer_page import OptimizerPage
 from app.pages.queue_page import QueuePage
 from app.pages.runs_page import RunsPage
+from app.pages.setup_pages import SetupPages
+from app.state.form_model import FormModel
 from app.state.runs_folder import SETTING as RUNS_SETTING
 from app.state.runs_folder import RunsFolder
 from app.widgets.forms import Binder
@@ -65,12 +67,13 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("TrainDeck")
         self._fit_to_screen()
         self._build_pages()
-        self.form = Form(self, self.runs_folder)
-        self.files = ConfigFiles(self, self.form, settings)
-        self.planning = Planning(self, self.form, self.runs)
-        self.run_actions = RunActions(self, self.form, self.runs)
+        self.form = Form(self.model, self.pages, self.runs_folder, self)
+        self.files = ConfigFiles(self.form, settings, self)
+        self.planning = Planning(self.form, self.runs, self.dataset_page.auto, self.optimizer_page.find_lr, self)
+        self.run_actions = RunActions(self.form, self.runs, self.dataset_page, self.queue_page, lambda: self.dashboard,
+                                      self)
         self._build_toolbar()
-        self.status = StatusLine(self, self.runs, self.form.restore_button)
+        self.status = StatusLine(self.statusBar(), self.runs, self.form.restore_button, self)
         self._connect_pages()
         self._connect_runs()
         self._start_up(config_path, hold_scan)
@@ -78,12 +81,15 @@ class MainWindow(QMainWindow):
     def _build_pages(self) -> None:
         """The pages, each in a scroll area (a page that needs more room than a laptop screen has scrolls instead of
         widening the window), behind the navigation list."""
-        self.binder = Binder(self)
+        self.model = FormModel()  # the form's values; the set-up pages are its views
+        self.binder = Binder(self.model, self)
         self.dataset_page = DatasetPage(self.binder)
         self.model_page = ModelPage(self.binder)
         self.optimizer_page = OptimizerPage(self.binder)
         self.device_page = DevicePage(self.binder)
-        self.advanced_page = AdvancedPage(set(self.binder.widgets) | PAGE_KEYS)
+        self.advanced_page = AdvancedPage(self.model, set(self.binder.widgets) | PAGE_KEYS)
+        self.pages = SetupPages(self.binder, self.dataset_page, self.model_page, self.optimizer_page,
+                                self.device_page, self.advanced_page)
         self._dashboard: Dashboard | None = None  # built when first needed (16 plots and pyqtgraph: most of the start-up)
         self._marks: dict = {}  # the manifest's entries, for the dashboard's results when it is built
         self.runs_page = RunsPage()
@@ -153,12 +159,9 @@ class MainWindow(QMainWindow):
         self.addAction(self.quit_action)
 
     def _connect_pages(self) -> None:
-        """Who tells whom on the set-up pages: validation on every edit, the pages to each other."""
+        """Who tells whom on the set-up pages (every edit reaches the form model, which has it validated): the pages to
+        each other."""
         later = self.form.timer.start
-        self.binder.changed.connect(later)
-        self.advanced_page.changed.connect(later)
-        self.optimizer_page.groups.changed.connect(later)
-        self.device_page.mode.currentIndexChanged.connect(lambda _: later())
         self.form.validated.connect(self._validated)
         self.dataset_page.scanned.connect(self._scanned)
         self.model_page.parametersChanged.connect(self.optimizer_page.groups.set_parameters)
@@ -166,16 +169,15 @@ class MainWindow(QMainWindow):
         self.model_page.described.connect(self._model_described)
         # until the new model is described, the Dataset page does not show the previous one's normalisation
         self.model_page.describing.connect(lambda: self.dataset_page.show_normalisation(self.form.raw(), None))
-        self.binder.widgets["model.freeze_backbone"].toggled.connect(lambda _: self.model_page.show_frozen())
+        self.model.listen(lambda key, _by: self.model_page.show_frozen() if key in (None, "model.freeze_backbone")
+                          else None)
         self.optimizer_page.lrFindRequested.connect(self.planning.find_lr)
         self.dataset_page.auto.requested.connect(self.planning.auto_plan)
         self.device_page.slurmRequested.connect(self.files.save_slurm_dialog)
         self.dataset_page.default_manifest = lambda: self.form.manifest_path
         self.dataset_page.runs_folder = self.runs_folder
         self.dataset_page.findingsRequested.connect(self.run_actions.show_findings)
-        self.binder.widgets["data.train_dir"].textChanged.connect(lambda _: self.form.follow_dataset())
-        self.dataset_page.folderSettled.connect(self.form.use_folder_splits)
-        for source in (self.form, self.files, self.run_actions):
+        for source in (self.form, self.files, self.run_actions, self.dataset_page):
             source.said.connect(self.statusBar().showMessage)
 
     def _connect_runs(self) -> None:
@@ -301,7 +303,7 @@ class MainWindow(QMainWindow):
 
     def _validated(self, problems: list[str]) -> None:
         self.status.show_problems(problems)
-        self.dataset_page.preview.show_config(self.form.state.checked)  # drawn again when its settings changed
+        self.dataset_page.preview.show_config(self.model.checked)  # drawn again when its settings changed
         self.status.show_hidden_settings(self.advanced_page.differing(), (self.start_action, self.queue_action))
         self._update_buttons()
 

@@ -201,6 +201,44 @@ def test_no_function_in_the_app_or_the_training_loop_is_longer_than_a_screen():
     assert len(methods) < LOOP_METHODS, methods
 
 
+VALUE_SETTERS = {"setText", "setValue", "setChecked", "setCurrentText", "setCurrentIndex", "setPlainText"}
+HELPER_FLOORS = ("app/pages", "app/window")  # the set-up pages and the window's helpers
+
+
+def writes_a_bound_widget(node) -> bool:
+    """`...widgets[KEY].setText(...)` and the like: a value written into a form widget past the form model."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in VALUE_SETTERS
+            and isinstance(node.func.value, ast.Subscript) and isinstance(node.func.value.value, ast.Attribute)
+            and node.func.value.value.attr == "widgets")
+
+
+def test_the_form_s_values_are_the_model_s_and_no_helper_receives_the_window():
+    """Issue #70: a page or window helper sets a value through the form model (`model.set(key, value, by)`), never
+    by writing it into a bound widget (the Binder, app/widgets/forms.py, is the one view that shows values); a page
+    or window helper is given what it needs (the model, the pages, the runs), never the whole window to reach into."""
+    writes, given_window = [], []
+    for path in (REPO / "app").rglob("*.py"):
+        relative = str(path.relative_to(REPO))
+        if relative == "app/widgets/forms.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if writes_a_bound_widget(node):
+                writes.append(f"{relative}:{node.lineno}")
+            if not relative.startswith(HELPER_FLOORS):
+                continue
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "window" in [
+                    a.arg for a in node.args.args + node.args.kwonlyargs]:
+                given_window.append(f"{relative}:{node.lineno} {node.name}(window)")
+            if (isinstance(node, ast.Attribute) and node.attr == "window" and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"):
+                given_window.append(f"{relative}:{node.lineno} self.window")
+            if relative.startswith("app/window") and isinstance(node, ast.Attribute) and node.attr in ("binder",
+                                                                                                     "widgets"):
+                writes.append(f"{relative}:{node.lineno} .{node.attr} (a window helper goes through the model)")
+    assert not writes, f"values written into form widgets past the model: {writes}"
+    assert not given_window, given_window
+
+
 PROCESS_NAMES = {"subprocess", "multiprocessing", "pty", "QProcess", "Popen", "startDetached"}
 OS_PROCESS_CALLS = ("system", "popen", "fork", "forkpty", "exec", "spawn", "posix_spawn")  # os.<one of these>...
 

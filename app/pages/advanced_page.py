@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.state.form_state import get_path, set_path
+from app.state.form_model import USER, FormModel
 from trainer.core.config import describe_keys
 from trainer.core.user_yaml import YamlError, parse_yaml
 
@@ -48,13 +48,15 @@ def parse_value(text: str) -> Any:
 
 
 class AdvancedPage(QWidget):
-    changed = Signal()
+    """A view of the form model's keys that no other page shows."""
 
-    def __init__(self, owned_elsewhere: set[str], parent: QWidget | None = None):
+    def __init__(self, model: FormModel, owned_elsewhere: set[str], parent: QWidget | None = None):
         super().__init__(parent)
+        self.model = model
         self.keys = [(key, default, doc) for key, _, default, doc in describe_keys() if key not in owned_elsewhere]
-        self.set_by: dict[str, str] = {}  # key -> who set it ("Auto's plan", "the config file"), shown until edited
-        self._loading = False
+        self._rows = {key: row for row, (key, _, _) in enumerate(self.keys)}
+        self._loading = False  # the table is being filled: its itemChanged is not an edit
+        self._editing: str | None = None  # the key being edited: not shown back
         intro = QLabel("Settings with no form of their own. Every one of them goes into the run; the ones that "
                        "differ from their defaults are in bold, and the Start button's tooltip lists them.")
         intro.setWordWrap(True)
@@ -83,6 +85,7 @@ class AdvancedPage(QWidget):
             self._fixed(row, 3, "")
             self._fixed(row, 4, doc)
         self.table.itemChanged.connect(self._edited)
+        model.listen(self._model_changed)
         buttons = QHBoxLayout()
         buttons.addWidget(self.only_changed)
         buttons.addStretch(1)
@@ -92,7 +95,7 @@ class AdvancedPage(QWidget):
         layout.addWidget(self.summary)
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
-        self._refresh()
+        self._model_changed(None, "")
 
     def _fixed(self, row: int, column: int, text: str) -> None:
         item = QTableWidgetItem(text)
@@ -101,46 +104,31 @@ class AdvancedPage(QWidget):
         self.table.setItem(row, column, item)
 
     # ---- values ------------------------------------------------------------------------------
-    def load(self, raw: dict, set_by: str = "") -> None:
-        """Show `raw`'s values; `set_by` names who set those that differ from the defaults (empty: nobody said)."""
+    @property
+    def set_by(self) -> dict[str, str]:
+        return self.model.set_by
+
+    def _model_changed(self, key: str | None, _by: str) -> None:
+        rows = range(len(self.keys)) if key is None else [self._rows[key]] if key in self._rows else []
+        if not rows:
+            return
         self._loading = True
         try:
-            for row, (key, _, _) in enumerate(self.keys):
-                self.table.item(row, 1).setText(value_text(get_path(raw, key)))
-            self.set_by = {key: set_by for key in self.differing()} if set_by else {}
+            for row in rows:
+                if self.keys[row][0] != self._editing:
+                    self.table.item(row, 1).setText(value_text(self.model.get(self.keys[row][0])))
         finally:
             self._loading = False
-        self._refresh()
-
-    def dump(self, raw: dict) -> None:
-        for row, (key, _, _) in enumerate(self.keys):
-            set_path(raw, key, parse_value(self.table.item(row, 1).text()))
-
-    def value(self, key: str) -> Any:
-        return parse_value(self.table.item(self._row(key), 1).text())
-
-    def set_value(self, key: str, value: Any) -> None:
-        self._loading = True
-        try:
-            self.table.item(self._row(key), 1).setText(value_text(value))
-        finally:
-            self._loading = False
-        self.set_by.pop(key, None)
         self._refresh()
 
     def differing(self) -> dict[str, Any]:
         """key -> value for every key here whose value is not its default."""
-        out = {}
-        for row, (key, default, _) in enumerate(self.keys):
-            value = parse_value(self.table.item(row, 1).text())
-            if value != default:
-                out[key] = value
-        return out
+        return {key: self.model.get(key) for key, default, _ in self.keys if self.model.get(key) != default}
 
     def reset_selected(self) -> None:
-        rows = {index.row() for index in self.table.selectedIndexes()}
-        for row in rows:
-            self.table.item(row, 1).setText(value_text(self.keys[row][1]))
+        for row in sorted({index.row() for index in self.table.selectedIndexes()}):
+            key, default, _ = self.keys[row]
+            self.model.set(key, default, USER)
 
     def mark_errors(self, problems: list[str]) -> None:
         """Mark the values a problem names (light red, the message as their tooltip)."""
@@ -155,15 +143,14 @@ class AdvancedPage(QWidget):
             self._loading = False
 
     # ---- view --------------------------------------------------------------------------------
-    def _row(self, key: str) -> int:
-        return next(row for row, (k, _, _) in enumerate(self.keys) if k == key)
-
     def _edited(self, item: QTableWidgetItem) -> None:
         if self._loading or item.column() != 1:
             return
-        self.set_by.pop(self.keys[item.row()][0], None)  # the user's own value now
-        self._refresh()
-        self.changed.emit()
+        self._editing = key = self.keys[item.row()][0]
+        try:
+            self.model.set(key, parse_value(item.text()), USER)
+        finally:
+            self._editing = None
 
     def _refresh(self) -> None:
         differing = self.differing()

@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPushButton,
@@ -26,12 +25,13 @@ from PySide6.QtWidgets import (
 
 from app.jobs.background import run_in_thread, run_to_end, without_collection_pauses
 from app.pages.auto_panel import AutoPanel
+from app.state.form_model import USER
 from app.state.runs_folder import RunsFolder
 from app.widgets.augment_preview import AugmentPreview
 from app.widgets.class_bars import ClassBars
 from app.widgets.forms import Binder, FullHeight, WrappedLabel, breakable
 from app.widgets.thumbnails import load_thumbnails
-from trainer.core.config import key_choices, loss_for_labels
+from trainer.core.config import key_choices
 from trainer.core.rundir import RunDir
 from trainer.data.duplicates import Duplicates, ImageRef, find_duplicates
 from trainer.data.findings import Findings, latest_audit
@@ -42,6 +42,8 @@ from trainer.remote.protocol import read_scan
 from trainer.runs.launch import agent_scan_args
 
 THUMB = 56
+SUGGESTED = "the folder's suggestion"  # who set a value the scan suggested (Apply)
+NEW_MANIFEST = "your marks (a new manifest)"  # who set data.exclude when marking an image made a manifest
 # what a scan hands the page: the scan, thumbnails, the manifest, the flip rule, the exact duplicates and the last
 # audit's findings (None: not looked for, as on a host)
 ScanPayload = tuple[ScanResult, list[tuple[str, QImage]], "Manifest | None", object, "Duplicates | None",
@@ -125,6 +127,7 @@ def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: Q
     """A path field bound to `key` with a Browse… button: a folder dialog, or a file dialog with `file_filter`;
     a folder (a CSV file, with `file_filter`) on the host `host_of()` names, when it names one."""
     edit = binder.line(key, placeholder)
+    model = binder.model
     edit.setToolTip(edit.text())
     edit.textChanged.connect(edit.setToolTip)  # the whole path, whatever the field's width shows
     button = QPushButton("Browse…")
@@ -136,19 +139,19 @@ def folder_row(binder: Binder, key: str, placeholder: str, title: str, parent: Q
 
             start = edit.text()
             if file_filter:  # the file's folder, or the dataset's
-                start = str(Path(start).parent) if start else binder.widgets["data.train_dir"].text()
+                start = str(Path(start).parent) if start else str(model.get("data.train_dir") or "")
             dialog = RemoteFolderDialog(host_of(), start, parent, file=bool(file_filter))
-            dialog.chosen.connect(edit.setText)
+            dialog.chosen.connect(lambda chosen: model.set(key, chosen, USER))
             dialog.open()
             return
-        dataset = binder.widgets["data.train_dir"].text() if "data.train_dir" in binder.widgets else ""
+        dataset = str(model.get("data.train_dir") or "")
         start = edit.text() or (str(Path(dataset).parent) if dataset else str(Path.home()))  # near the dataset
         if file_filter:
             chosen, _ = QFileDialog.getOpenFileName(parent, title, start, file_filter)
         else:
             chosen = QFileDialog.getExistingDirectory(parent, title, start)
         if chosen:
-            edit.setText(chosen)
+            model.set(key, chosen, USER)
 
     button.clicked.connect(browse)
     row = QWidget()
@@ -179,13 +182,14 @@ def is_run_copy(manifest_path: str) -> bool:
 
 class DatasetPage(QWidget):
     scanned = Signal(object)  # ScanResult, or None when the folder cannot be scanned
-    folderSettled = Signal(str)  # data.train_dir, about to be scanned
+    said = Signal(str, int)  # a line for the status bar (what the folder's layout set), and for how many ms
     manifestChanged = Signal(dict)  # real path -> new class (None: excluded), after each scan
     findingsRequested = Signal(str, str)  # a run's path, the audit's view: "suspects", "copies" or "outliers"
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
         self.binder = binder
+        self.model = binder.model  # the form's values (the page shows the dataset's)
         self.scan_result: ScanResult | None = None
         self.flips: tuple[bool, str] | None = None  # the trainer's flip rule, measured on the scan
         self.scan_error = ""
@@ -211,10 +215,17 @@ class DatasetPage(QWidget):
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(400)
         self._debounce.timeout.connect(self.scan)
-        train_edit: QLineEdit = binder.widgets["data.train_dir"]
-        train_edit.textChanged.connect(lambda _: self._debounce.start())
-        binder.widgets["data.exclude"].textChanged.connect(lambda _: self._debounce.start())
-        binder.widgets["data.labels"].textChanged.connect(self._labels_changed)
+        self.model.listen(self._model_changed)
+
+    def _model_changed(self, key: str | None, _by: str) -> None:
+        """The folders are scanned again once their edits pause; the suggestions follow the loading settings."""
+        if key in ("data.train_dir", "data.exclude"):
+            self._debounce.start()
+        elif key == "data.labels":  # multi-label now, or no longer: a scan under way read the folder the other way
+            self._scan_serial += 1
+            self._debounce.start()
+        elif key in ("data.image_size", "data.image_width", "data.augment.hflip"):
+            self._show_suggestions()
 
     def _build_settings(self, binder: Binder) -> QWidget:
         """The left column: Auto, the folders, loading and augmentation."""
@@ -336,10 +347,10 @@ class DatasetPage(QWidget):
         fixes.addWidget(QLabel("Unbalanced classes:"))
         self.weight_classes = QPushButton("Weight the loss by class")
         self.weight_classes.setToolTip("loss.class_weights: auto (inverse class frequency)")
-        self.weight_classes.clicked.connect(lambda: binder.widgets["loss.class_weights"].setCurrentText("auto"))
+        self.weight_classes.clicked.connect(lambda: self.model.set("loss.class_weights", "auto", USER))
         self.balance_sampler = QPushButton("Balanced sampler")
         self.balance_sampler.setToolTip("data.sampler: balanced (every class seen about equally often)")
-        self.balance_sampler.clicked.connect(lambda: binder.widgets["data.sampler"].setCurrentText("balanced"))
+        self.balance_sampler.clicked.connect(lambda: self.model.set("data.sampler", "balanced", USER))
         fixes.addWidget(self.weight_classes)
         fixes.addWidget(self.balance_sampler)
         fixes.addStretch(1)
@@ -359,29 +370,18 @@ class DatasetPage(QWidget):
         sugg.addWidget(self.apply_suggestion)
         self.suggestion.hide()
         self.suggestions: list = []
-        for key in ("data.image_size", "data.image_width"):
-            binder.widgets[key].valueChanged.connect(lambda _: self._show_suggestions())
-        binder.widgets["data.augment.hflip"].currentIndexChanged.connect(lambda _: self._show_suggestions())
-
-    def _labels_changed(self, text: str) -> None:
-        """A labels file makes the run multi-label, which trains with its own loss (the config's rule): shown on
-        the Optimizer page at once; cleared, the default loss is back."""
-        loss = self.binder.widgets["loss.name"]
-        loss.setCurrentText(loss_for_labels(bool(text.strip()), loss.currentText()))
-        self._scan_serial += 1  # a scan under way read the folder the other way: it reports nothing
-        self._debounce.start()
 
     @property
     def labels_path(self) -> str:
-        return self.binder.widgets["data.labels"].text().strip()
+        return str(self.model.get("data.labels") or "").strip()
 
     @property
     def train_dir(self) -> str:
-        return self.binder.widgets["data.train_dir"].text().strip()
+        return str(self.model.get("data.train_dir") or "").strip()
 
     @property
     def manifest_path(self) -> str:
-        return self.binder.widgets["data.exclude"].text().strip()
+        return str(self.model.get("data.exclude") or "").strip()
 
     def set_host(self, host: str) -> None:
         """The folders are on `host` now ("" for this machine): browse and scan there."""
@@ -403,7 +403,9 @@ class DatasetPage(QWidget):
         if self.train_dir and not getattr(self, "_held", None):
             # once per settled folder, not per keystroke: the window may turn a parent of train/ val/ test/ into
             # those splits (the folder field then holds its train/, scanned now, not again after the debounce)
-            self.folderSettled.emit(self.train_dir)
+            said = self.model.settle_folder(self.train_dir, local=not self.host)
+            if said:
+                self.said.emit(said, 10000)
             self._debounce.stop()
         folder, manifest_path, labels = self.train_dir, self.manifest_path, self.labels_path
         self._scan_serial += 1
@@ -503,9 +505,7 @@ class DatasetPage(QWidget):
             f"<a href='outliers|{run}'>{found.outliers} outlier(s), {found.unsure} unsure</a>")
 
     def _show_suggestions(self) -> None:
-        raw: dict = {}
-        self.binder.dump(raw)
-        self.suggestions = suggest(self.scan_result, raw, self.flips) if self.scan_result is not None else []
+        self.suggestions = suggest(self.scan_result, self.model.raw(), self.flips) if self.scan_result is not None else []
         self._show_flip_rule()
         self.suggestion_text.setText("Suggested for this folder: " + "; ".join(
             f"<b>{s.key} {s.value}</b> ({s.why})" for s in self.suggestions))
@@ -526,7 +526,7 @@ class DatasetPage(QWidget):
 
     def _apply_suggestions(self) -> None:
         for s in self.suggestions:
-            self.binder.set_value(s.key, s.value)
+            self.model.set(s.key, s.value, SUGGESTED)
         self._show_suggestions()
 
     # ---- the manifest (data.exclude) -----------------------------------------------------------------
@@ -557,7 +557,7 @@ class DatasetPage(QWidget):
             if not path or is_run_copy(path):  # a run keeps the manifest it trained with: edit a new one
                 base = read_manifest(path) if path else None
                 path = str(self.default_manifest())
-                self.binder.widgets["data.exclude"].setText(path)
+                self.model.set("data.exclude", path, NEW_MANIFEST)
             edit_manifest(path, change, base)  # under the manifest's lock: another writer's entries are kept
         except (OSError, DataError) as e:
             self.summary.setText(f"<span style='color:#c9302c'>cannot update the manifest: {html.escape(str(e))}</span>")

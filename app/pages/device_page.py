@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs.background import CliJob
+from app.state.form_model import USER
 from app.widgets.forms import Binder, scrolling
 from trainer.core.catalog import PARALLEL_MODES
 from trainer.core.config import ConfigError, RunConfig, key_choices
@@ -42,13 +43,13 @@ def gpu_line(gpu: dict, usage: dict | None, busy: bool) -> str:
 
 
 class DevicePage(QWidget):
-    changed = Signal()
     slurmRequested = Signal()
     hostChanged = Signal(str)  # device.host: "" for this machine
 
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
         self.binder = binder
+        self.model = binder.model  # the form's values (the page shows the devices')
         self.probe: dict | None = None
         self.probe_error = ""
         self._job: CliJob | None = None
@@ -87,7 +88,7 @@ class DevicePage(QWidget):
             layout.addWidget(box)
         layout.addStretch(1)
         self.type.currentTextChanged.connect(lambda _: self._apply_availability())
-        binder.widgets["train.amp"].currentTextChanged.connect(lambda _: self._show_auto_precision())
+        self.model.listen(self._model_changed)
 
     def _build_lower_boxes(self, binder: Binder) -> tuple[QGroupBox, QGroupBox]:
         """Several machines (and the SLURM script), precision and speed."""
@@ -189,7 +190,7 @@ class DevicePage(QWidget):
         self.probe = None
         self.start_probe()
         self.hostChanged.emit(self.host)
-        self.changed.emit()
+        self.model.set("device.host", self.host, USER)
 
     # ---- probing -----------------------------------------------------------------------------
     def start_probe(self) -> None:
@@ -248,10 +249,11 @@ class DevicePage(QWidget):
 
     def _show_auto_precision(self) -> None:
         """What `train.amp: auto` will pick on the chosen device: the trainer's answer from the probe."""
-        if self.probe is None or self.binder.widgets["train.amp"].currentText() != "auto":
+        picks = self.probe["auto_precision"] if self.probe is not None else {}
+        if self.model.get("train.amp") != "auto" or self.model.get("device.type") not in picks:
             self.amp_note.setText("")
             return
-        name, reason = self.probe["auto_precision"][self.type.currentText()]
+        name, reason = picks[self.model.get("device.type")]
         self.amp_note.setText(f"{reason.split(':')[0]}: {name} — {reason.partition(': ')[2]}")
 
     @staticmethod
@@ -264,24 +266,24 @@ class DevicePage(QWidget):
 
     # ---- config ------------------------------------------------------------------------------
     def _mode_changed(self, index: int) -> None:
-        self.changed.emit()
+        _, parallel, launcher = PARALLEL_MODES[index]
+        self.model.set("device.parallel", parallel, USER)
+        self.model.set("device.launcher", launcher, USER)
 
-    def load(self, raw: dict) -> None:
-        dev = raw.get("device", {})
-        self._select_host(dev.get("host") or "")
-        for i, (_, parallel, launcher) in enumerate(PARALLEL_MODES):
-            if dev.get("parallel") == parallel and (parallel != "ddp" or dev.get("launcher") == launcher):
-                self.mode.blockSignals(True)
-                self.mode.setCurrentIndex(i)
-                self.mode.blockSignals(False)
-                break
-
-    def dump(self, raw: dict) -> None:
-        _, parallel, launcher = PARALLEL_MODES[self.mode.currentIndex()]
-        dev = raw.setdefault("device", {})
-        dev["parallel"] = parallel
-        dev["launcher"] = launcher
-        dev["host"] = self.host
+    def _model_changed(self, key: str | None, _by: str) -> None:
+        """The model's device.host and parallel mode shown; what `train.amp: auto` picks follows the precision."""
+        if key in (None, "device.host"):
+            self._select_host(self.model.get("device.host") or "")
+        if key in (None, "device.parallel", "device.launcher"):
+            parallel, launcher = self.model.get("device.parallel"), self.model.get("device.launcher")
+            for i, (_, mode_parallel, mode_launcher) in enumerate(PARALLEL_MODES):
+                if parallel == mode_parallel and (parallel != "ddp" or launcher == mode_launcher):
+                    self.mode.blockSignals(True)
+                    self.mode.setCurrentIndex(i)
+                    self.mode.blockSignals(False)
+                    break
+        if key in (None, "train.amp", "device.type"):
+            self._show_auto_precision()
 
     def problems(self, raw: dict) -> list[str]:
         """What this machine cannot run in the form's settings (the trainer's rules, on the probe's facts)."""

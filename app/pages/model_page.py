@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs.background import CliJob
+from app.state.form_model import USER
 from app.widgets.forms import Binder
 from trainer.core.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
 from trainer.core.config import is_weights_name, key_choices
@@ -82,6 +83,7 @@ class ModelPage(QWidget):
     def __init__(self, binder: Binder, parent: QWidget | None = None):
         super().__init__(parent)
         self.binder = binder
+        self.model = binder.model  # the form's values (the page shows some of them)
         self.parameters: list[tuple[str, int]] = []
         self.head: str | None = None
         self.normalisation: dict | None = None
@@ -223,8 +225,8 @@ class ModelPage(QWidget):
 
     def choose_from_store(self, name: str) -> None:
         """A store row: that model with its DEFAULT weights, since pretrained is what most users want."""
-        self.name.setCurrentText(name)
-        self.weights.setCurrentText("DEFAULT")
+        self.model.set("model.name", name, USER)
+        self.model.set("model.weights", "DEFAULT", USER)
 
     # ---- the chosen model ----------------------------------------------------------------------
     def set_class_count(self, n: int) -> None:
@@ -290,8 +292,7 @@ class ModelPage(QWidget):
 
     def show_frozen(self) -> None:
         """Grey out the parameters a linear probe leaves frozen (all but the head)."""
-        check = self.binder.widgets.get("model.freeze_backbone")
-        frozen = bool(check is not None and check.isChecked())
+        frozen = bool(self.model.get("model.freeze_backbone"))
         for row in range(self.table.rowCount()):
             item = self.table.item(row, 0)
             if item is None:
@@ -341,13 +342,13 @@ class ModelPage(QWidget):
         if self.name.currentText() == spec:
             self.describe()  # the same file, trusted again (it had changed): described anew
         else:
-            self.name.setCurrentText(spec)
+            self.model.set("model.name", spec, USER)
 
     def _choose_weights(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Pretrained weights", "",
                                               "Weights (*.safetensors *.pt *.pth);;All files (*)")
         if path:
-            self.weights.setCurrentText(path)
+            self.model.set("model.weights", path, USER)
 
     def problems(self) -> list[str]:
         prefix = "model.weights" if self.describe_error.startswith("model.weights") else "model.name"

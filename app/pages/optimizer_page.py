@@ -19,8 +19,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.pages.model_page import human
+from app.state.form_model import USER
 from app.widgets.forms import ERROR_STYLE, Binder, format_number, parse_number, scrolling
-from trainer.core.config import key_choices, parse_float
+from trainer.core.config import key_choices
 from trainer.core.groups import assign_groups, group_problems, next_pattern
 from trainer.core.recipes import RECIPES, RecipeError, apply_recipe
 
@@ -155,6 +156,8 @@ class OptimizerPage(QWidget):
         super().__init__(parent)
         b = binder
         self.binder = binder
+        self.model = binder.model  # the form's values (the page shows the optimizer's)
+        self._showing = False  # the groups are being shown from the model: their edits are not the user's
         opt = QGroupBox("Optimizer")
         of = QFormLayout(opt)
         of.addRow("Algorithm", b.combo("optimizer.name", key_choices("optimizer.name")))
@@ -170,6 +173,8 @@ class OptimizerPage(QWidget):
         of.addRow("Weight decay", b.number("optimizer.weight_decay"))
 
         self.groups = GroupsEditor()
+        self.groups.changed.connect(self._groups_edited)
+        self.model.listen(self._model_changed)
         groups_box = QGroupBox("Parameter groups (first matching pattern wins; the rest use the settings above)")
         QVBoxLayout(groups_box).addWidget(self.groups)
 
@@ -260,29 +265,32 @@ class OptimizerPage(QWidget):
 
     def apply_recipe(self, key: str) -> None:
         """Set the config keys of a fine-tuning recipe (`trainer.core.recipes`); what it did is said beside the buttons."""
-        w = self.binder.widgets
-        freeze, unfreeze = w["model.freeze_backbone"], w["model.unfreeze_at_epoch"]
-        try:
-            lr = parse_float(w["optimizer.lr"].text())
-        except ValueError:
-            lr = None
-        raw = {"model": {"freeze_backbone": freeze.isChecked(), "unfreeze_at_epoch": unfreeze.value()},
-               "optimizer": {"lr": lr, "groups": self.groups.groups()}}
+        model = self.model
+        lr = model.get("optimizer.lr")
+        raw = {"model": {"freeze_backbone": bool(model.get("model.freeze_backbone")),
+                         "unfreeze_at_epoch": model.get("model.unfreeze_at_epoch")},
+               "optimizer": {"lr": lr if isinstance(lr, (int, float)) else None,
+                             "groups": model.get("optimizer.groups") or []}}
         try:
             out = apply_recipe(key, raw, self.head)
         except RecipeError as e:
             self.recipe_note.setText(f"{RECIPES[key][0]}: {e}.")
             return
-        freeze.setChecked(out["model"]["freeze_backbone"])
-        unfreeze.setValue(out["model"]["unfreeze_at_epoch"])
-        if out["optimizer"]["groups"] != raw["optimizer"]["groups"]:
-            self.groups.set_groups(out["optimizer"]["groups"])
-        if out["optimizer"]["lr"] != lr:
-            w["optimizer.lr"].setText(format_number(out["optimizer"]["lr"]))
+        by = f"the recipe {RECIPES[key][0]}"
+        for section, name in (("model", "freeze_backbone"), ("model", "unfreeze_at_epoch"), ("optimizer", "groups"),
+                              ("optimizer", "lr")):
+            if out[section][name] != raw[section][name]:
+                model.set(f"{section}.{name}", out[section][name], by)
         self.recipe_note.setText(f"{RECIPES[key][0]}: {RECIPES[key][1]}.")
 
-    def load(self, raw: dict) -> None:
-        self.groups.set_groups(raw.get("optimizer", {}).get("groups", []))
+    def _groups_edited(self) -> None:
+        if not self._showing:
+            self.model.set("optimizer.groups", self.groups.groups(), USER)
 
-    def dump(self, raw: dict) -> None:
-        raw.setdefault("optimizer", {})["groups"] = self.groups.groups()
+    def _model_changed(self, key: str | None, _by: str) -> None:
+        if key in (None, "optimizer.groups") and self.groups.groups() != (self.model.get("optimizer.groups") or []):
+            self._showing = True
+            try:
+                self.groups.set_groups(self.model.get("optimizer.groups") or [])
+            finally:
+                self._showing = False

@@ -10,7 +10,7 @@ import html
 import re
 from typing import Any
 
-from PySide6.QtCore import QObject, QSize, Qt, Signal
+from PySide6.QtCore import QObject, QSize, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.state.form_state import get_path, set_path
+from app.state.form_model import USER, FormModel
 from trainer.core.config import key_meta, parse_float
 
 ERROR_STYLE = "border: 1px solid #d9534f; background: #fff3f3;"
@@ -149,25 +149,88 @@ class ExactDoubleSpinBox(_WheelOnlyWhenFocused, QDoubleSpinBox):
         return f"{value:.{EXACT_DECIMALS}f}".rstrip("0").rstrip(".") or "0"
 
 
+def show_value(w: QWidget, value: Any) -> None:
+    """`value` in the widget of its key, as the key's formatter writes it."""
+    if isinstance(w, QCheckBox):
+        w.setChecked(bool(value))
+    elif w.property("kind") == "choice":
+        w.setCurrentIndex(max(0, w.findData(value)))
+    elif isinstance(w, (QSpinBox, QDoubleSpinBox)):  # null, or the special text (auto): the lowest value
+        w.setValue(w.minimum() if value is None or isinstance(value, str) else value)
+    elif isinstance(w, QComboBox):
+        text = "" if value is None else str(value)
+        if w.findText(text) < 0 and w.isEditable():
+            w.addItem(text)
+        w.setCurrentText(text)
+    elif isinstance(w, QLineEdit):
+        if isinstance(value, list):
+            w.setText(", ".join(format_number(v) for v in value))
+        else:
+            w.setText("" if value is None else format_number(value))
+
+
+def read_value(w: QWidget) -> Any:
+    """What the widget of a key holds, as the key's parser reads it."""
+    kind = w.property("kind")
+    if isinstance(w, QCheckBox):
+        return w.isChecked()
+    if kind == "choice":
+        return w.currentData()
+    if w.property("special") and w.value() == w.minimum():
+        return w.property("special")
+    if isinstance(w, (QSpinBox, QDoubleSpinBox)):
+        return w.value()
+    if isinstance(w, QComboBox):
+        return w.currentText()
+    text = w.text().strip()
+    if kind == "number":
+        return parse_number(text)
+    if kind == "int":
+        return int(text) if text.lstrip("-").isdigit() else (text or None)
+    if kind == "int_list":
+        return [int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in text.split(",") if v.strip()]
+    return text or None
+
+
 class Binder(QObject):
-    """Creates widgets bound to config keys and keeps the key -> widget map."""
+    """Widgets bound to config keys, as views of the form model: each shows its key's value (through the key's
+    formatter), and what the user types or chooses goes to the model (through the key's parser), set by the user."""
 
-    changed = Signal()
-
-    def __init__(self, parent: QObject | None = None):
+    def __init__(self, model: FormModel, parent: QObject | None = None):
         super().__init__(parent)
+        self.model = model
         self.widgets: dict[str, QWidget] = {}
-        self._loading = False
+        self._showing = False  # a value from the model is being shown: the widget's own signal is not an edit
+        self._editing: str | None = None  # the key being typed into: not shown back (the caret stays where it is)
+        model.listen(self._model_changed)
 
     def _register(self, key: str, widget: QWidget, signal) -> QWidget:
         widget.setObjectName(key)
         self.widgets[key] = widget
-        signal.connect(self._emit_changed)
+        signal.connect(lambda *_: self._edited(key))
+        self._show(key)
         return widget
 
-    def _emit_changed(self, *args) -> None:
-        if not self._loading:
-            self.changed.emit()
+    def _edited(self, key: str) -> None:
+        if self._showing:
+            return
+        self._editing = key
+        try:
+            self.model.set(key, read_value(self.widgets[key]), USER)
+        finally:
+            self._editing = None
+
+    def _model_changed(self, key: str | None, _by: str) -> None:
+        for shown in (self.widgets if key is None else [key] if key in self.widgets else []):
+            if shown != self._editing:
+                self._show(shown)
+
+    def _show(self, key: str) -> None:
+        self._showing = True
+        try:
+            show_value(self.widgets[key], self.model.get(key))
+        finally:
+            self._showing = False
 
     def spin(self, key: str, suffix: str = "", special: str = "") -> QSpinBox | QLineEdit:
         """A whole-number key, its range the config's (`key_meta`); `special` names its lowest value (off, auto)."""
@@ -230,62 +293,6 @@ class Binder(QObject):
     def check(self, key: str, text: str) -> QCheckBox:
         w = QCheckBox(text)
         return self._register(key, w, w.toggled)
-
-    # ---- values ------------------------------------------------------------------------------
-    def load(self, raw: dict) -> None:
-        self._loading = True
-        try:
-            for key, w in self.widgets.items():
-                self._show(w, get_path(raw, key))
-        finally:
-            self._loading = False
-
-    def set_value(self, key: str, value: Any) -> None:
-        """One key's widget showing `value` (as a user would set it: the change is signalled)."""
-        self._show(self.widgets[key], value)
-
-    @staticmethod
-    def _show(w: QWidget, value: Any) -> None:
-        if isinstance(w, QCheckBox):
-            w.setChecked(bool(value))
-        elif w.property("kind") == "choice":
-            w.setCurrentIndex(max(0, w.findData(value)))
-        elif isinstance(w, (QSpinBox, QDoubleSpinBox)):  # null, or the special text (auto): the lowest value
-            w.setValue(w.minimum() if value is None or isinstance(value, str) else value)
-        elif isinstance(w, QComboBox):
-            text = "" if value is None else str(value)
-            if w.findText(text) < 0 and w.isEditable():
-                w.addItem(text)
-            w.setCurrentText(text)
-        elif isinstance(w, QLineEdit):
-            if isinstance(value, list):
-                w.setText(", ".join(format_number(v) for v in value))
-            else:
-                w.setText("" if value is None else format_number(value))
-
-    def dump(self, raw: dict) -> None:
-        for key, w in self.widgets.items():
-            if isinstance(w, QCheckBox):
-                value: Any = w.isChecked()
-            elif w.property("kind") == "choice":
-                value = w.currentData()
-            elif w.property("special") and w.value() == w.minimum():
-                value = w.property("special")
-            elif isinstance(w, (QSpinBox, QDoubleSpinBox)):
-                value = w.value()
-            elif isinstance(w, QComboBox):
-                value = w.currentText()
-            elif w.property("kind") == "number":
-                value = parse_number(w.text())
-            elif w.property("kind") == "int":
-                text = w.text().strip()
-                value = int(text) if text.lstrip("-").isdigit() else (text or None)
-            elif w.property("kind") == "int_list":
-                value = [int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in w.text().split(",")
-                         if v.strip()]
-            else:
-                value = w.text().strip() or None
-            set_path(raw, key, value)
 
     def mark_errors(self, problems: list[str]) -> None:
         for key, w in self.widgets.items():

@@ -10,8 +10,9 @@ from pathlib import Path
 import yaml
 from PySide6.QtCore import QObject, QSettings, Signal
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 
+from app.window.form import Form
 from trainer.core.config import ConfigError, RunConfig, load_config, save_config
 from trainer.core.rundir import new_config_file
 from trainer.runs.launch import headless_command, node_commands, write_slurm_files
@@ -23,13 +24,14 @@ RECENT = 10  # configs remembered
 class ConfigFiles(QObject):
     said = Signal(str, int)  # a line for the status bar, and for how many ms
 
-    def __init__(self, window, form, settings: QSettings):
-        super().__init__(window)
-        self.window, self.form, self.settings = window, form, settings
+    def __init__(self, form: Form, settings: QSettings, parent: QWidget):
+        super().__init__(parent)
+        self.form, self.settings = form, settings
+        self.parent_widget = parent  # the dialogs' parent
 
     def open_dialog(self) -> None:
         start = self.settings.value("last_config_dir", self._near_the_dataset())
-        path, _ = QFileDialog.getOpenFileName(self.window, "Open config", start, "YAML (*.yaml *.yml)")
+        path, _ = QFileDialog.getOpenFileName(self.parent_widget, "Open config", start, "YAML (*.yaml *.yml)")
         if path:
             self.settings.setValue("last_config_dir", str(Path(path).parent))
             self.open(Path(path))
@@ -43,7 +45,7 @@ class ConfigFiles(QObject):
     def _refused(self) -> bool:
         if self.form.config() is not None:
             return False
-        QMessageBox.warning(self.window, "Cannot save", "Fix the marked settings first:\n" + "\n".join(self.form.problems))
+        QMessageBox.warning(self.parent_widget, "Cannot save", "Fix the marked settings first:\n" + "\n".join(self.form.problems))
         return True
 
     def save_dialog(self) -> None:
@@ -51,7 +53,7 @@ class ConfigFiles(QObject):
             return
         folder = Path(self.settings.value("last_config_dir", self._near_the_dataset()))
         start = str(self.form.config_path or folder / "config.yaml")
-        path, _ = QFileDialog.getSaveFileName(self.window, "Save config", start, "YAML (*.yaml *.yml)")
+        path, _ = QFileDialog.getSaveFileName(self.parent_widget, "Save config", start, "YAML (*.yaml *.yml)")
         if path:
             self.save(Path(path))
 
@@ -84,7 +86,7 @@ class ConfigFiles(QObject):
         if self._refused():
             return
         start = str(Path(self.settings.value("last_config_dir", self._near_the_dataset())) / "train.sh")
-        path, _ = QFileDialog.getSaveFileName(self.window, "Save SLURM script", start, "Shell scripts (*.sh)")
+        path, _ = QFileDialog.getSaveFileName(self.parent_widget, "Save SLURM script", start, "Shell scripts (*.sh)")
         if path:
             self.save_slurm_script(Path(path))
 
@@ -100,7 +102,7 @@ class ConfigFiles(QObject):
 
     def _near_the_dataset(self) -> str:
         """Where a file dialog opens when nothing was chosen before: beside the dataset, else the home folder."""
-        dataset = self.window.dataset_page.train_dir
+        dataset = str(self.form.model.get("data.train_dir") or "")
         return str(Path(dataset).parent) if dataset and Path(dataset).parent.is_dir() else str(Path.home())
 
     # ---- the last session's form -------------------------------------------------------------------

@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QPushButton, QWidget
 
 from app.jobs.background import CliJob
 from app.jobs.lr_finder import LrFinder
-from app.widgets.forms import format_number
+from app.jobs.run_controller import RunController
+from app.pages.auto_panel import AutoPanel
+from app.window.form import Form
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.rundir import read_run_json
 from trainer.runs.launch import auto_plan_args, fetch_weights_args
@@ -18,13 +21,18 @@ if TYPE_CHECKING:
     from app.dialogs.lr_find_dialog import LrFindDialog
 
 
+AUTO = "Auto's plan"  # who set the values of a plan
+LR_FINDER = "the learning-rate finder"
+
+
 class Planning(QObject):
     showTraining = Signal()  # Auto started its run: the Training page shows it
 
-    def __init__(self, window, form, runs):
-        super().__init__(window)
-        self.window, self.form, self.runs = window, form, runs
-        self.panel = window.dataset_page.auto
+    def __init__(self, form: Form, runs: RunController, panel: AutoPanel, find_lr_button: QPushButton,
+                 parent: QWidget):
+        super().__init__(parent)
+        self.form, self.model, self.runs = form, form.model, runs
+        self.panel, self.find_lr_button, self.parent_widget = panel, find_lr_button, parent
         self.auto_job: CliJob | None = None
         self.download_job: CliJob | None = None  # the offered ImageNet weights, downloading
         self.panel.downloadRequested.connect(self.download_weights)
@@ -47,11 +55,10 @@ class Planning(QObject):
             self.lr_dialog.done(0)  # an earlier sweep's window, replaced by this one
         self.lr_finder.start(cfg, lr_range)
         self._lr_button(sweeping=True)
-        lr_box = self.form.binder.widgets["optimizer.lr"]
         from app.dialogs.lr_find_dialog import LrFindDialog  # with pyqtgraph: not part of the start-up
 
-        self.lr_dialog = dialog = LrFindDialog(lambda lr: lr_box.setText(format_number(float(f"{lr:.3g}"))), self.window,
-                                               extend=self.find_lr)
+        self.lr_dialog = dialog = LrFindDialog(lambda lr: self.model.set("optimizer.lr", lr, LR_FINDER),
+                                               self.parent_widget, extend=self.find_lr)
         dialog.rejected.connect(lambda: self._lr_given_up(dialog))
         dialog.open()
 
@@ -62,7 +69,7 @@ class Planning(QObject):
             self._lr_button(sweeping=False)
 
     def _lr_button(self, sweeping: bool) -> None:
-        button = self.window.optimizer_page.find_lr
+        button = self.find_lr_button
         button.setEnabled(not sweeping)
         button.setText("Sweeping…" if sweeping else "Find…")
 
@@ -78,19 +85,20 @@ class Planning(QObject):
     def auto_plan(self, minutes: float) -> CliJob | None:
         """Auto (issue #24): plan in a subprocess (`main.py auto --plan-only`), then load the plan into the forms,
         show every choice and start it as a run."""
-        dataset, host = self.window.dataset_page, self.window.device_page.host
-        folder = dataset.train_dir
+        model = self.model
+        folder, host, labels = (str(model.get(key) or "").strip() for key in ("data.train_dir", "device.host",
+                                                                              "data.labels"))
         if self.auto_job is not None or self.runs.running:
             self.panel.failed("a run is going; stop it first" if self.runs.running else "already planning")
             return None
         if not folder:
             self.panel.failed("choose a folder of training images first")
             return None
-        exclude = self.form.binder.widgets["data.exclude"].text().strip()
+        exclude = str(model.get("data.exclude") or "").strip()
+        overrides = [f"data.exclude={exclude}"] if exclude else []
         # multi-label: Auto plans a run of the labels file, by mAP; with a host, there, on its devices
-        args = auto_plan_args(folder, minutes, dataset.labels_path, host, [f"data.exclude={exclude}"] if exclude else [])
-        self.auto_job = job = CliJob(args, self)
-        self._asked = (folder, minutes, [f"data.exclude={exclude}"] if exclude else [], dataset.labels_path or None)
+        self.auto_job = job = CliJob(auto_plan_args(folder, minutes, labels, host, overrides), self)
+        self._asked = (folder, minutes, overrides, labels or None)
         self.panel.planning("starting")
         job.progress.connect(lambda line: self.panel.planning(line.removeprefix("auto: ").strip())
                              if line.startswith("auto: ") else None)
@@ -113,16 +121,16 @@ class Planning(QObject):
             self._auto_failed(f"the plan is not a config this app reads ({e})")
             return
         self.form.config_path = None
-        self.form.load(cfg, set_by="Auto's plan")
-        offer = None if self.window.device_page.host else plan.get("offer")  # a host's cache is the host's
+        self.form.load(cfg, set_by=AUTO)
+        offer = None if self.model.get("device.host") else plan.get("offer")  # a host's cache is the host's
         self.panel.show_choices(plan["choices"], plan.get("planning_s", 0), plan.get("probes"), offer)
         if self.form.validate() or self.runs.running:
             self.panel.failed("the plan is loaded, but the form has problems (see the status bar)")
             return
         self.runs.start(cfg, choices=plan["choices"])
         # The budget was that run's: the form keeps Auto's other choices (marked on the Advanced page), not its clock.
-        self.form.advanced.set_value("train.budget", 0.0)
-        self.form.advanced.set_value("train.finish_images", 0)
+        self.model.set("train.budget", 0.0, AUTO)
+        self.model.set("train.finish_images", 0, AUTO)
         self.form.validate()
         self.showTraining.emit()
 

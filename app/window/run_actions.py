@@ -3,29 +3,41 @@ and the labelling and manifest actions of a run's results. The run lifecycle its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.dialogs.label_dialog import LabelDialog
 from app.dialogs.run_dialogs import ExtendDialog
 from app.dialogs.sweep_dialog import SweepDialog
 from app.dialogs.try_it import TryItDialog
 from app.jobs.background import CliJob, run_in_thread
+from app.jobs.run_controller import RunController
+from app.pages.dataset_page import DatasetPage
+from app.pages.queue_page import QueuePage
 from app.state.experiments import extension_facts
 from trainer.core.config import save_config
 from trainer.core.rundir import RunDir, list_runs, new_config_file
 from trainer.runs.launch import queue_add_args
+
+if TYPE_CHECKING:
+    from app.training.dashboard import Dashboard
+    from app.window.form import Form
 
 
 class RunActions(QObject):
     showTraining = Signal()  # a run was started, resumed or opened: the Training page shows it
     said = Signal(str, int)  # a line for the status bar, and for how many ms
 
-    def __init__(self, window, form, runs):
-        super().__init__(window)
-        self.window, self.form, self.runs = window, form, runs
+    def __init__(self, form: Form, runs: RunController, dataset: DatasetPage, queue: QueuePage,
+                 dashboard: Callable[[], Dashboard], parent: QWidget):
+        super().__init__(parent)
+        self.form, self.runs, self.dataset, self.queue = form, runs, dataset, queue
+        self.dashboard = dashboard  # the Training page, built when first asked for
+        self.parent_widget = parent  # the dialogs' parent
         self.extend_dialog: ExtendDialog | None = None
 
     def start(self) -> None:
@@ -40,7 +52,7 @@ class RunActions(QObject):
             return
         refused = self.runs.resume(run)
         if refused:
-            QMessageBox.information(self.window, "Resume", refused)
+            QMessageBox.information(self.parent_widget, "Resume", refused)
             return
         self.showTraining.emit()
 
@@ -50,19 +62,19 @@ class RunActions(QObject):
         run = RunDir(path)
 
         def ask(facts: dict) -> None:
-            dialog = ExtendDialog(run, facts, self.window)
+            dialog = ExtendDialog(run, facts, self.parent_widget)
             dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
             dialog.accepted.connect(lambda: self._extend(run, dialog.total))
             dialog.open()
             self.extend_dialog = dialog
 
         run_in_thread(lambda: extension_facts(run), ask,
-                      lambda error: QMessageBox.warning(self.window, "Continue", f"{run.name}: {error}"), owner=self)
+                      lambda error: QMessageBox.warning(self.parent_widget, "Continue", f"{run.name}: {error}"), owner=self)
 
     def _extend(self, run: RunDir, total: int) -> None:
         refused = self.runs.extend(run, total)
         if refused:
-            QMessageBox.information(self.window, "Continue", refused)
+            QMessageBox.information(self.parent_widget, "Continue", refused)
             return
         self.showTraining.emit()
 
@@ -79,7 +91,7 @@ class RunActions(QObject):
         """The form's config written to the runs folder's configs (what a queued run or a sweep starts from)."""
         cfg = self.form.config()
         if cfg is None or self.form.problems:
-            QMessageBox.warning(self.window, "Cannot queue",
+            QMessageBox.warning(self.parent_widget, "Cannot queue",
                                 "Fix the marked settings first:\n" + "\n".join(self.form.problems))
             return None
         path = new_config_file(self.form.runs_folder.path)
@@ -96,7 +108,7 @@ class RunActions(QObject):
             return None
         job = CliJob(queue_add_args(path, self.form.runs_folder.path), self, parse_json=False)
         button.setEnabled(False)
-        queue = self.window.queue_page
+        queue = self.queue
 
         def done(out: str) -> None:
             button.setEnabled(True)
@@ -106,7 +118,7 @@ class RunActions(QObject):
 
         def failed(error: str) -> None:
             button.setEnabled(True)
-            QMessageBox.warning(self.window, "Not queued", error)
+            QMessageBox.warning(self.parent_widget, "Not queued", error)
 
         job.done.connect(done)
         job.failed.connect(failed)
@@ -116,8 +128,8 @@ class RunActions(QObject):
         path = self._form_config_file()
         if path is None:
             return None
-        queue = self.window.queue_page
-        dialog = SweepDialog(path, self.form.runs_folder.path, self.window)
+        queue = self.queue
+        dialog = SweepDialog(path, self.form.runs_folder.path, self.parent_widget)
         dialog.add_grid_row("optimizer.lr", "1e-3, 3e-3, 1e-2")
         dialog.queued.connect(lambda _: (queue.ensure_scheduler(), queue.refresh()))
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -126,7 +138,7 @@ class RunActions(QObject):
 
     # ---- a run's results and the dataset's manifest ----------------------------------------------
     def mark_image(self, image: str, new_class) -> None:
-        dataset = self.window.dataset_page
+        dataset = self.dataset
         dataset.mark(image, new_class)
         what = "left out of training" if new_class is None else f"relabelled as {new_class}"
         self.said.emit(f"{Path(image).name}: {what} in {dataset.manifest_path} (the next run uses it; undo on the "
@@ -135,8 +147,8 @@ class RunActions(QObject):
     def label_pool(self, run_path: str) -> LabelDialog:
         """The labelling view for `run_path`'s network; its labels go into the form's manifest, and "Train again"
         starts a run with them."""
-        dataset = self.window.dataset_page
-        dialog = LabelDialog(run_path, lambda: dataset.manifest_path, dataset.add_labelled, self.window)
+        dataset = self.dataset
+        dialog = LabelDialog(run_path, lambda: dataset.manifest_path, dataset.add_labelled, self.parent_widget)
         dialog.trainRequested.connect(self.start)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.resize(760, 460)
@@ -146,8 +158,9 @@ class RunActions(QObject):
     def show_findings(self, path: str, kind: str) -> None:
         """A finding of the Dataset page's data check: its run opened on the Results tab, the audit's view shown."""
         self.open(path)
-        results = self.window.dashboard.results
-        self.window.dashboard.tabs.setCurrentWidget(results)
+        dashboard = self.dashboard()
+        dashboard.tabs.setCurrentWidget(dashboard.results)
+        results = dashboard.results
         results.find_label_issues(kind)
 
     def try_it(self) -> TryItDialog:
@@ -156,8 +169,8 @@ class RunActions(QObject):
         current = self.runs.model.run.path if self.runs.model is not None else None
         if current is not None and RunDir(current).best_checkpoint.exists():
             runs = [current] + [r for r in runs if r != current]
-        dataset = self.window.dataset_page.train_dir
-        dialog = TryItDialog(runs, self.window, start_dir=str(Path(dataset).parent) if dataset else None)
+        dataset = str(self.form.model.get("data.train_dir") or "")
+        dialog = TryItDialog(runs, self.parent_widget, start_dir=str(Path(dataset).parent) if dataset else None)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.show()
         return dialog

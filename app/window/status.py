@@ -4,16 +4,18 @@ finished run's word (a box for a failure, the tray when the window is not in fro
 from __future__ import annotations
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QLabel, QMessageBox, QProgressBar, QStyle, QSystemTrayIcon
+from PySide6.QtWidgets import QLabel, QMessageBox, QProgressBar, QPushButton, QStatusBar, QStyle, QSystemTrayIcon, QWidget
 
+from app.jobs.run_controller import RunController
 from app.pages.advanced_page import value_text
 from trainer.core.rundir import FAILED_STATES
 
 
 class StatusLine(QObject):
-    def __init__(self, window, runs, restore_button):
-        super().__init__(window)
-        self.window, self.runs = window, runs
+    def __init__(self, bar: QStatusBar, runs: RunController, restore_button: QPushButton, parent: QWidget):
+        super().__init__(parent)
+        self.runs = runs
+        self.parent_widget = parent  # a failure's box over it, or the tray when it is not in front
         self.state_label = QLabel("Ready")
         self.state_label.setObjectName("stateLabel")
         self.problem_label = QLabel("")
@@ -27,14 +29,13 @@ class StatusLine(QObject):
         self.budget_label = QLabel("")
         self.budget_label.setObjectName("budgetLabel")
         self.budget_label.setStyleSheet("font-weight: bold;")
-        bar = window.statusBar()
         bar.addWidget(self.state_label)
         bar.addWidget(self.problem_label, 1)
         for widget in (self.budget_label, self.eta_label, restore_button, self.progress):
             bar.addPermanentWidget(widget)
-        self.tray = QSystemTrayIcon(window.windowIcon(), window) if QSystemTrayIcon.isSystemTrayAvailable() else None
+        self.tray = QSystemTrayIcon(parent.windowIcon(), parent) if QSystemTrayIcon.isSystemTrayAvailable() else None
         if self.tray:
-            self.tray.setIcon(window.style().standardIcon(QStyle.StandardPixmap.SP_ComputerIcon))
+            self.tray.setIcon(parent.style().standardIcon(QStyle.StandardPixmap.SP_ComputerIcon))
             self.tray.show()
         runs.stateText.connect(self.state_label.setText)
         runs.progressed.connect(self.show_progress)
@@ -84,7 +85,7 @@ class StatusLine(QObject):
 
     def run_finished(self, state: str, message: str) -> None:
         self.eta_label.setText("")
-        model, window = self.runs.model, self.window
+        model, window = self.runs.model, self.parent_widget
         if state == "completed":  # what the run trained, of what it planned (an early stop ends short of it)
             done, epochs, reason = model.final_progress()
             self.progress.setMaximum(max(epochs, 1))

@@ -50,7 +50,7 @@ def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_wi
 
     # the plan stays in the forms, marked as Auto's on the Advanced page, but its budget was that run's
     advanced = window.advanced_page
-    assert advanced.value("train.budget") == 0 and window.status.budget_label.text() == ""
+    assert window.model.get("train.budget") == 0 and window.status.budget_label.text() == ""
     marked = {key for key, who in advanced.set_by.items() if who == "Auto's plan"}
     assert "eval.tta" in marked or "train.ema" in marked or "train.early_stop.patience" in marked, advanced.set_by
     assert "budget" not in window.start_action.toolTip()
@@ -61,7 +61,7 @@ def test_the_auto_button_plans_shows_every_choice_trains_and_its_budget_stays_wi
     qtbot.waitUntil(lambda: window.run_model.run != run and bool(window.run_model.start_event), timeout=60_000)
     assert window.run_model.start_event["config"]["train"]["budget"] == 0
     qtbot.waitUntil(lambda: window.run_model.ended, timeout=60_000)
-    advanced.set_value("train.budget", 2.5)
+    advanced.table.item(advanced._rows["train.budget"], 1).setText("2.5")  # typed into the Advanced page
     window.form.validate()
     assert window.status.budget_label.text() == "budget 2.5 min" and "2.5 min" in window.start_action.toolTip()
 

@@ -6,18 +6,21 @@ from pathlib import Path
 from helpers import train_here, write_config
 from PySide6.QtWidgets import QDoubleSpinBox, QSpinBox
 
-from app.state.form_state import get_path, set_path
 from app.window.form import DEMO_CONFIG
 from trainer.core.config import RunConfig, key_meta, load_config
+from trainer.data.edits import get_path, set_path
 
 
 def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shapes_dir, tmp_path, monkeypatch):
+    """Each widget shows its key's value so that what it reads back is that value (a user who does not touch it, or
+    tabs through it, changes nothing), at the edges of every key's range."""
+    from app.widgets.forms import read_value
+
     monkeypatch.setenv("TRAINDECK_STANDBY", "0")
     window = make_window(write_config(tmp_path, shapes_dir))
     spins = {k: w for k, w in window.binder.widgets.items() if isinstance(w, (QSpinBox, QDoubleSpinBox))}
     assert {"data.val_split", "data.augment.crop_scale_min", "train.epochs", "scheduler.warmup_epochs"} <= set(spins)
-    raw = RunConfig().to_dict()
-    window.binder.dump(raw)
+    raw = window.model.raw()
     values = {"data.val_split": 0.125, "data.augment.crop_scale_min": 0.02, "scheduler.warmup_epochs": 0.25,
               "loss.label_smoothing": 0.005, "data.augment.color_jitter": 0.375,
               "train.seed": 2**32 - 1}  # past a Qt spin box's 32 bits: typed
@@ -27,10 +30,9 @@ def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shap
                           meta["ge"] if meta["ge"] is not None else meta["default"])
     for key, value in values.items():
         set_path(raw, key, value)
-    window.binder.load(raw)
-    out = RunConfig().to_dict()
-    window.binder.dump(out)
-    changed = {k: (v, get_path(out, k)) for k, v in values.items() if get_path(out, k) != v}
+    window.model.load(raw)
+    read = {key: read_value(window.binder.widgets[key]) for key in values}
+    changed = {k: (v, read[k]) for k, v in values.items() if read[k] != v}
     assert not changed, f"the forms changed valid values: {changed}"
     assert spins["data.val_split"].text() == "0.125", "shown as written"
     val_split = spins["data.val_split"]
@@ -38,21 +40,22 @@ def test_every_numeric_key_survives_the_forms_unchanged(qtbot, make_window, shap
     for hflip, crop in (("auto", "auto"), (False, 0.5), (True, "auto")):  # the trainer's auto survives too
         set_path(raw, "data.augment.hflip", hflip)
         set_path(raw, "data.augment.crop_scale_min", crop)
-        window.binder.load(raw)
-        out = RunConfig().to_dict()
-        window.binder.dump(out)
-        assert (get_path(out, "data.augment.hflip"), get_path(out, "data.augment.crop_scale_min")) == (hflip, crop)
+        window.model.load(raw)
+        widgets = window.binder.widgets
+        assert (read_value(widgets["data.augment.hflip"]), read_value(widgets["data.augment.crop_scale_min"])) == (
+            hflip, crop)
     assert spins["data.augment.crop_scale_min"].text() == "auto"
 
 
 def test_every_numeric_key_survives_form_save_load_form_unchanged(qtbot, make_window, shapes_dir, tmp_path,
                                                                    monkeypatch):
-    """Issue #70: 0.00123456789, 0.125 and 3e-4 (wherever a key allows them) and every key's default go form -> Save
-    (the YAML file) -> load -> form unchanged, for every numeric key the forms hold, the learning rate included
-    (0.00123456789 was shown and saved as 0.00123457)."""
+    """Issue #70: 0.00123456789, 0.125 and 3e-4 (wherever a key allows them) and every key's default, entered in the
+    form as a user enters them (typed into a text field, set in a spin box), go form -> Save (the YAML file) -> Open
+    -> form unchanged, for every numeric key the forms hold, the learning rate included (0.00123456789 was shown and
+    saved as 0.00123457)."""
     from PySide6.QtWidgets import QLineEdit
 
-    from trainer.core.config import load_config, save_config
+    from app.widgets.forms import format_number, read_value
 
     monkeypatch.setenv("TRAINDECK_STANDBY", "0")
     window = make_window(write_config(tmp_path, shapes_dir))
@@ -65,31 +68,39 @@ def test_every_numeric_key_survives_form_save_load_form_unchanged(qtbot, make_wi
         return ((meta["ge"] is None or value >= meta["ge"]) and (meta["gt"] is None or value > meta["gt"])
                 and (meta["le"] is None or value <= meta["le"]) and (meta["lt"] is None or value < meta["lt"]))
 
-    base = RunConfig().to_dict()
-    base["data"]["train_dir"] = str(shapes_dir)
+    def enter(key: str, value) -> None:
+        widget = binder.widgets[key]
+        if isinstance(widget, QLineEdit):
+            widget.setText("" if value is None else "3e-4" if value == 3e-4 else format_number(value))  # as typed
+        else:
+            widget.setValue(widget.minimum() if value is None or isinstance(value, str) else value)
+
+    defaults = RunConfig().to_dict()
     for value in (0.00123456789, 0.125, 3e-4, None):  # None: each key's default
-        raw = RunConfig.from_dict(base).to_dict()
         chosen = {}
         for key in sorted(numeric):
             meta = key_meta(key)
             if value is None:
-                chosen[key] = get_path(raw, key)
+                chosen[key] = get_path(defaults, key)
             elif isinstance(meta["default"], float) and allows(meta, value):
                 chosen[key] = value
-                set_path(raw, key, value)
-        binder.load(raw)
-        saved = RunConfig().to_dict()
-        binder.dump(saved)
+            else:
+                continue
+            enter(key, chosen[key])
+        assert {k: window.model.get(k) for k in chosen} == chosen, "the form holds what was entered"
         path = tmp_path / f"saved-{value}.yaml"
-        save_config(RunConfig.from_dict(saved), path)
-        binder.load(load_config(str(path)).to_dict())
-        back = RunConfig().to_dict()
-        binder.dump(back)
-        changed = {k: (v, get_path(back, k)) for k, v in chosen.items() if get_path(back, k) != v}
-        assert not changed, f"form -> Save -> load -> form changed: {changed}"
+        window.form.validate()
+        window.files.save(path)
+        assert window.files.open(path)
+        back = {k: window.model.get(k) for k in chosen}
+        shown = {k: read_value(binder.widgets[k]) for k in chosen}
+        changed = {k: (v, back[k], shown[k]) for k, v in chosen.items() if back[k] != v or shown[k] != v}
+        assert not changed, f"form -> Save -> Open -> form changed: {changed}"
         if value == 0.00123456789:
             assert binder.widgets["optimizer.lr"].text() == "0.00123456789", "shown as it is"
             assert len(chosen) >= 8, chosen
+        if value == 3e-4:
+            assert binder.widgets["optimizer.lr"].text() == "0.0003", "3e-4 as the config reads it"
 
 
 def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_window, tmp_path, monkeypatch):
@@ -109,10 +120,10 @@ def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_win
     window = make_window(write_config(tmp_path, split))
     val_dir = window.binder.widgets["data.val_dir"]
     qtbot.waitUntil(lambda: val_dir.text() == str(split / "val"), timeout=20_000)
-    assert window.advanced_page.value("data.test_dir") == str(split / "test")
+    assert window.model.get("data.test_dir") == str(split / "test")
     window.binder.widgets["data.train_dir"].setText(str(flat))
     qtbot.waitUntil(lambda: val_dir.text() == "", timeout=20_000)
-    assert window.advanced_page.value("data.test_dir") is None
+    assert window.model.get("data.test_dir") is None
     assert "the validation and test folder of the last one no longer applies" in window.statusBar().currentMessage()
     cfg = window.form.config()
     assert cfg.data.train_dir == str(flat) and cfg.data.val_dir is None and cfg.data.test_dir is None
@@ -123,7 +134,7 @@ def test_a_new_folder_leaves_nothing_of_the_last_folder_s_splits(qtbot, make_win
     qtbot.waitUntil(lambda: val_dir.text() == str(split / "val"), timeout=20_000)
     val_dir.setText(str(typed))
     window.binder.widgets["data.train_dir"].setText(str(flat))
-    qtbot.waitUntil(lambda: window.advanced_page.value("data.test_dir") is None, timeout=20_000)
+    qtbot.waitUntil(lambda: window.model.get("data.test_dir") is None, timeout=20_000)
     assert val_dir.text() == str(typed), "what the user set is kept"
 
 
@@ -175,9 +186,22 @@ def test_opening_a_past_run_says_it_replaced_the_form_and_puts_it_back(qtbot, ma
 
 
 def test_the_form_s_rules_hold_without_a_window(tmp_path):
-    """app/state/form_state.py, Qt-free: New keeps the dataset (a labels file its loss), a new folder clears only the
-    splits the last one gave and still holds, and each dataset has its own manifest name."""
-    from app.state.form_state import FormState, manifest_path_for, new_config_raw
+    """app/state/form_model.py, Qt-free: values as given and who set them; a labels file sets its loss; New keeps the
+    dataset (a labels file its loss); a folder laid out as train/ val/ test/ gives its splits, and a new folder clears
+    only the splits the last one gave and still holds; each dataset has its own manifest name."""
+    from app.state.form_model import LAYOUT, USER, FormModel, manifest_path_for
+    from trainer.data.edits import new_config_raw
+
+    heard = []
+    model = FormModel()
+    model.listen(lambda key, by: heard.append((key, by)))
+    assert model.set("optimizer.lr", 0.00123456789) and model.get("optimizer.lr") == 0.00123456789
+    assert not model.set("optimizer.lr", 0.00123456789), "the same value: no change, nobody told"
+    model.set("data.labels", "/d/labels.csv", "the labels file")
+    assert model.get("loss.name") != RunConfig().loss.name and model.set_by["loss.name"] == "the labels file"
+    assert heard == [("optimizer.lr", USER), ("data.labels", "the labels file"), ("loss.name", "the labels file")]
+    model.set("data.labels", None)
+    assert model.get("loss.name") == RunConfig().loss.name, "cleared: the default loss is back"
 
     current = RunConfig().to_dict()
     current["data"].update(train_dir="/d/train", val_dir="/d/val", labels="/d/labels.csv")
@@ -189,12 +213,22 @@ def test_the_form_s_rules_hold_without_a_window(tmp_path):
     assert raw["optimizer"]["lr"] == RunConfig().optimizer.lr and raw["loss"]["name"] != RunConfig().loss.name
     assert raw["data"]["batch_size"] == 32 and start["data"]["train_dir"] != "/d/train"
 
-    state = FormState()
-    state.splits_given({"train_dir": "/d/train", "val_dir": "/d/val", "test_dir": "/d/test"})
-    assert state.splits_to_clear("/d/train", {"data.val_dir": "/d/val", "data.test_dir": "/d/test"}) == []
-    assert state.splits_to_clear("/flat", {"data.val_dir": "/d/val", "data.test_dir": "/mine/test"}) == [
-        "data.val_dir"], "the test folder the user set since stays"
-    assert state.folder_gave is None and state.splits_to_clear("/other", {"data.val_dir": "/d/val"}) == []
+    split, flat = tmp_path / "split", tmp_path / "flat"
+    for folder in (split / "train" / "a", split / "val" / "a", split / "test" / "a", flat / "a"):
+        folder.mkdir(parents=True)
+    model = FormModel()
+    model.set("data.train_dir", str(split))
+    said = model.settle_folder(str(split))
+    assert (model.get("data.train_dir"), model.get("data.val_dir"), model.get("data.test_dir")) == (
+        str(split / "train"), str(split / "val"), str(split / "test")) and "train/, val/, test/" in said
+    assert model.set_by["data.val_dir"] == LAYOUT
+    assert model.settle_folder(str(split / "train")) == "", "the folder it gave, settled again: nothing changes"
+    model.set("data.test_dir", "/mine/test")  # the user's own test folder
+    model.set("data.train_dir", str(flat))
+    assert "validation folder of the last one" in model.settle_folder(str(flat))
+    assert (model.get("data.val_dir"), model.get("data.test_dir")) == ("", "/mine/test"), "the user's stays"
+    assert model.settle_folder(str(split / "val")) == "" and model.get("data.test_dir") == "/mine/test"
+    assert model.settle_folder(str(split), local=False) == "", "a host's folder: its scan there says"
 
     first, second = manifest_path_for("/a/cats", tmp_path, None), manifest_path_for("/b/cats", tmp_path, None)
     assert first != second and first.parent == second.parent == tmp_path / "configs"
@@ -282,3 +316,45 @@ def test_clearing_the_labels_file_after_choosing_asl_leaves_a_config_the_trainer
     assert loss.currentText() == RunConfig().loss.name
     cfg = window.form.config()
     assert cfg is not None and cfg.loss.name == RunConfig().loss.name, window.form.problems
+
+
+def test_a_chosen_folder_reaches_the_form_model_once_and_is_scanned_once(qtbot, make_window, shapes_dir, tmp_path,
+                                                                         monkeypatch):
+    """Issue #70: the folder went page -> window -> page (the window wrote data.train_dir back into the widget, the
+    page scanned again). Chosen with Browse…, a folder laid out as train/ val/ test/ reaches the form model once (the
+    user's choice), its splits are set by the model's rule (nothing else writes them), and the folder is scanned once."""
+    from PySide6.QtWidgets import QFileDialog, QPushButton
+
+    from app.pages import dataset_page
+    from app.state.form_model import LAYOUT, USER
+    from app.window.form import DATASET_MANIFEST
+    from trainer.data.demo_data import write_demo_dataset
+
+    monkeypatch.setenv("TRAINDECK_STANDBY", "0")
+    split = tmp_path / "split"
+    for name, seed in (("train", 1), ("val", 2), ("test", 3)):
+        write_demo_dataset(split / name, per_class=6, size=16, seed=seed)
+    window = make_window(write_config(tmp_path, shapes_dir))
+    page = window.dataset_page
+    qtbot.waitUntil(lambda: page.scan_result is not None, timeout=20_000)
+    sets, scans = [], []
+    model_set = window.model.set
+    monkeypatch.setattr(window.model, "set", lambda key, value, by=USER: (sets.append((key, value, by)),
+                                                                          model_set(key, value, by))[1])
+    scan = dataset_page._scan_with_thumbnails
+    monkeypatch.setattr(dataset_page, "_scan_with_thumbnails", lambda folder, *a: (scans.append(folder),
+                                                                                   scan(folder, *a))[1])
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(split))
+    page.findChild(QPushButton, "browse:data.train_dir").click()
+    qtbot.waitUntil(lambda: page.scan_result is not None and page.scan_result.root == str(split / "train"),
+                    timeout=20_000)
+    qtbot.wait(800)  # past the page's debounce: no second scan comes
+    assert scans == [str(split / "train")], "scanned once, the layout's train/"
+    chosen = [(key, value) for key, value, by in sets if by == USER]
+    assert chosen == [("data.train_dir", str(split))], "the user's choice reached the model once"
+    assert {by for _, _, by in sets} <= {USER, LAYOUT, DATASET_MANIFEST}, sets
+    widgets = window.binder.widgets
+    assert (widgets["data.train_dir"].text(), widgets["data.val_dir"].text()) == (str(split / "train"),
+                                                                                 str(split / "val"))
+    assert window.form.config().data.test_dir == str(split / "test")
+    assert "train/, val/, test/" in window.statusBar().currentMessage()

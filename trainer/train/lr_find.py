@@ -146,7 +146,7 @@ def _result(lrs: list[float], losses: list[float], raw: list[float], start: floa
                         f"{lr['minimum']:.3g}), so the range holds no minimum; sweep to higher rates")
         found["extend"] = [start, end * EXTEND]
     else:
-        found["suggested_lr"] = lr["middle"]
+        found["suggested_lr"] = float(f"{lr['middle']:.3g}")  # as one would type it: the value the form takes
         found["why"] = curve
     return found
 
