@@ -14,11 +14,7 @@ from pathlib import Path
 
 from trainer.core import clock
 from trainer.core.catalog import (
-    CALIBRATION_IMAGES,
-    DEFAULT_EXPORT_FORMAT,
     DEPRECATED_EXPORT_FORMATS,
-    EXPORT_FORMATS,
-    INT8_METHODS,
     RUN_CHECKPOINTS,
 )
 from trainer.core.config import RunConfig, config_from, load_config, read_config_file, save_config
@@ -28,6 +24,21 @@ from trainer.core.system import hold_preempt_signal, ignore_preempt_signal
 from trainer.core.user_code import FLAG as MODEL_CODE_FLAG
 from trainer.core.user_code import grant
 from trainer.data.scan import printable_path
+from trainer.runs.commands import (
+    Audit,
+    AugmentPreview,
+    DescribeModel,
+    Export,
+    FetchWeights,
+    GradCam,
+    Label,
+    LrFind,
+    Predict,
+    ProbeDevices,
+    Resident,
+    Standby,
+    Summarize,
+)
 
 log = logging.getLogger("traindeck")
 
@@ -482,13 +493,7 @@ def cmd_describe_model(args) -> int:
 
 
 def _parser_describe_model(sub) -> None:
-    p = sub.add_parser("describe-model", help="JSON list of a model's parameter tensors")
-    p.add_argument("name", nargs="?", default="small_cnn")
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--weights", help="the weights whose normalisation to report (a name the model offers)")
-    p.add_argument("--list", action="store_true", help="list torchvision classifiers instead")
-    p.add_argument("--store", action="store_true", help="the model store: every torchvision classifier with its "
-                   "published figures and whether its weights are cached")
+    p = DescribeModel.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_describe_model)
 
@@ -583,33 +588,13 @@ def cmd_label(args) -> int:
 
 
 def _parser_label(sub) -> None:
-    p = sub.add_parser("label", help="order a pool of unlabelled images by what the run's network is least sure of "
-                       "(with no two near-copies at the top): the images to label next")
-    p.add_argument("run_dir")
-    p.add_argument("--pool", required=True, help="a folder of unlabelled images (any depth)")
-    p.add_argument("--next", type=int, default=20, help="how many to list (default 20)")
-    p.add_argument("--manifest", help="the manifest the labels go to (default: the run's data.exclude); images "
-                   "already added there are set aside")
-    p.add_argument("--json", action="store_true", help="the list as JSON")
+    p = Label.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_label)
 
 
 def _parser_audit(sub) -> None:
-    p = sub.add_parser("audit", help="find the run's images that are probably labelled wrong (cleanlab's confident "
-                       "learning on out-of-sample probabilities), most likely first; copies (exact, resized, "
-                       "recompressed) and leaks across train/val/test; and the images far from every other")
-    p.add_argument("run_dir")
-    p.add_argument("--folds", type=int, help="folds of the cross-fitted linear probe (default 5; 10 for a multi-label "
-                   "run)")
-    p.add_argument("--top", type=int, default=20, help="suspects printed (all are in RUN/audit/label_issues.csv)")
-    p.add_argument("--json", action="store_true", help="every suspect as JSON")
-    p.add_argument("--oof", choices=("probe", "runs"), default="probe",
-                   help="the out-of-sample probabilities: a cross-fitted linear probe on the run's embeddings "
-                   "(seconds; default), or --folds training runs with the run's recipe, each without one fold (costs "
-                   "that many runs; kept under RUN/audit/folds/)")
-    p.add_argument("--map", action="store_true", help="also a 2-D map of the images (UMAP, else t-SNE, of the "
-                   "embeddings): RUN/audit/map.csv")
+    p = Audit.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_audit)
 
@@ -717,12 +702,7 @@ def cmd_grad_cam(args) -> int:
 
 
 def _parser_grad_cam(sub) -> None:
-    p = sub.add_parser("grad-cam", help="Grad-CAM overlay: where a run's network sees the evidence in an image")
-    p.add_argument("run_dir")
-    p.add_argument("image")
-    p.add_argument("--out", required=True, help="the overlay PNG to write")
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
-    p.add_argument("--class", dest="cls", help="explain this class (default: the predicted one)")
+    p = GradCam.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_grad_cam)
 
@@ -758,9 +738,7 @@ def cmd_fetch_weights(args) -> int:
 
 
 def _parser_fetch_weights(sub) -> None:
-    p = sub.add_parser("fetch-weights", help="download a model's pretrained weights into the cache (for offline use)")
-    p.add_argument("model", help="a torchvision classifier (resnet50, ...) or timm:NAME")
-    p.add_argument("weights", nargs="?", default="DEFAULT", help="a name the model offers (default: DEFAULT)")
+    p = FetchWeights.add_parser(sub)
     p.set_defaults(func=cmd_fetch_weights)
 
 
@@ -770,7 +748,7 @@ def cmd_probe_devices(args) -> int:
     if args.host:
         from trainer.remote.remote_cli import forward
 
-        return forward(args.host, ["probe-devices"])
+        return forward(args.host, ProbeDevices().argv())
     from trainer.device.devices import auto_precision, refusals
     from trainer.device.machine import machine_facts
     from trainer.runs.queue import busy_gpus, gpu_usage
@@ -791,8 +769,7 @@ def cmd_probe_devices(args) -> int:
 
 
 def _parser_probe_devices(sub) -> None:
-    p = sub.add_parser("probe-devices", help="JSON of GPUs and distributed backends available here")
-    p.add_argument("--host", help="probe this host instead (main.py hosts)")
+    p = ProbeDevices.add_parser(sub)
     p.set_defaults(func=cmd_probe_devices)
 
     from trainer.remote.remote_cli import add_parsers
@@ -806,12 +783,10 @@ def cmd_export(args) -> int:
     if args.format in DEPRECATED_EXPORT_FORMATS:
         print(f"note: {DEPRECATED_EXPORT_FORMATS[args.format]}", file=sys.stderr)
     run = RunDir(args.run_dir)
-    options = ["--int8", args.int8, "--calibration-images", str(args.calibration_images)] + (
-        ["--calibration", args.calibration] if args.calibration else [])
     if run.is_remote:
         from trainer.remote.remote_cli import remote_export
 
-        out = remote_export(run, args.format, Path(args.out).resolve(), args.checkpoint, options)
+        out = remote_export(run, Export.from_args(args), Path(args.out).resolve())
     else:
         from trainer.deploy.export import ExportOptions, export_run
 
@@ -825,19 +800,7 @@ def cmd_export(args) -> int:
 
 
 def _parser_export(sub) -> None:
-    p = sub.add_parser("export", help="export a run's checkpoint for other tools")
-    p.add_argument("run_dir")
-    p.add_argument("--format", default=DEFAULT_EXPORT_FORMAT, choices=tuple(EXPORT_FORMATS),
-                   help=f"default {DEFAULT_EXPORT_FORMAT} (torch.export); torchscript is deprecated")
-    p.add_argument("--out", required=True)
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS)
-    p.add_argument("--int8", default="auto", choices=INT8_METHODS,
-                   help="onnx_int8: static (calibrated; auto picks it for networks with convolutions) or dynamic")
-    p.add_argument("--calibration", metavar="FOLDER", help="onnx_int8: calibrate on the images in this folder (any "
-                   "depth; on the host for a remote run) instead of a sample of the run's training split")
-    p.add_argument("--calibration-images", type=int, default=CALIBRATION_IMAGES, metavar="N",
-                   help=f"onnx_int8: how many images to calibrate on, chosen with the run's seed (default "
-                   f"{CALIBRATION_IMAGES})")
+    p = Export.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_export)
 
@@ -867,12 +830,7 @@ def cmd_predict(args) -> int:
 
 
 def _parser_predict(sub) -> None:
-    p = sub.add_parser("predict", help="classify images with a run's checkpoint or an exported model")
-    p.add_argument("model", help="a run directory or an exported model file (with its .json beside it)")
-    p.add_argument("images", nargs="+", help="image files or folders of them")
-    p.add_argument("--top", type=int, default=1, help="print this many classes per image, best first")
-    p.add_argument("--checkpoint", default="best", choices=RUN_CHECKPOINTS, help="with a run directory")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p = Predict.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_predict)
 
@@ -937,27 +895,12 @@ def cmd_augment_preview(args) -> int:
 
 
 def _parser_augment_preview(sub) -> None:
-    p = sub.add_parser("augment-preview", help="a few training images as the network sees them: decoded, then in "
-                       "several random draws of data.augment, written as PNG files")
-    p.add_argument("config")
-    p.add_argument("--out", required=True, help="folder for the PNG files (created)")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
-    p.add_argument("--images", type=int, default=4, help="how many training images (one of each class first)")
-    p.add_argument("--draws", type=int, default=4, help="augmented versions of each")
-    p.add_argument("--seed", type=int, default=0, help="which images and which draws")
-    p.add_argument("--json", action="store_true", help="print what was drawn as JSON")
+    p = AugmentPreview.add_parser(sub)
     p.set_defaults(func=cmd_augment_preview)
 
 
 def _parser_lr_find(sub) -> None:
-    p = sub.add_parser("lr-find", help="sweep the learning rate and suggest one")
-    p.add_argument("config")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--start", type=float, default=1e-6)
-    p.add_argument("--end", type=float, default=10.0)
-    p.add_argument("--json", action="store_true", help="print the whole curve as JSON")
-    p.add_argument("--write", action="store_true", help="write the suggestion into the config file")
+    p = LrFind.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_lr_find)
 
@@ -969,8 +912,7 @@ def cmd_standby(args) -> int:
 
 
 def _parser_standby(sub) -> None:
-    p = sub.add_parser("standby", help="import what a run needs, then run the train/resume command read from stdin "
-                       "(JSON: argv, output); the app keeps one ready so Start is quicker")
+    p = Standby.add_parser(sub)
     p.set_defaults(func=cmd_standby)
 
 
@@ -996,9 +938,7 @@ def cmd_summarize(args) -> int:
 
 
 def _parser_summarize(sub) -> None:
-    p = sub.add_parser("summarize", help="build or update RUN_DIR's events summary (what opening a long run reads); "
-                       "JSON on stdout")
-    p.add_argument("run_dir")
+    p = Summarize.add_parser(sub)
     p.set_defaults(func=cmd_summarize)
 
 
@@ -1009,8 +949,7 @@ def cmd_resident(args) -> int:
 
 
 def _parser_resident(sub) -> None:
-    p = sub.add_parser("resident", help="the app's resident worker: answer describe-model, probe-devices, grad-cam, "
-                       "predict, lr-find and augment-preview requests read from stdin (JSON lines) with torch imported once")
+    p = Resident.add_parser(sub)
     p.set_defaults(func=cmd_resident)
 
 

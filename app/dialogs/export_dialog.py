@@ -38,7 +38,7 @@ from trainer.core.catalog import (
 )
 from trainer.core.rundir import RunDir
 from trainer.deploy.model_card import card_path, format_percent, format_size, quality, read_card
-from trainer.runs.launch import export_args
+from trainer.runs.commands import Export
 
 ABOUT_LINES = 3  # the format's description: the longest wraps to this many lines at the dialog's width
 COLUMNS = ["file", "format", "size", "top-1", "checkpoint", "agreement", "batch 1", "throughput", "measured on"]
@@ -225,7 +225,8 @@ class ExportDialog(QDialog):
         self.result.setText("exporting, then measuring the file on the run's images…")
         fmt = self.format.currentData()
         calibration = self.calibration.text().strip() if EXPORT_REGISTRY[fmt].calibration_folder else None
-        args = export_args(self.run_dir, fmt, self.out.text(), self.checkpoint.currentText(), calibration)
+        args = Export(run_dir=str(self.run_dir), format=fmt, out=self.out.text(), checkpoint=self.checkpoint.currentText(),
+                      calibration=calibration)
         self.job = CliJob(args, self, parse_json=False)
         self.job.progress.connect(lambda line: self.result.setText(line) if line.startswith("fetching") else None)
         self.job.done.connect(lambda text: self._finished(f"<span style='color:#2b7a2b'>{_html(text)}</span>"))

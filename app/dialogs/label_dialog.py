@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 from app.jobs.background import CliJob, run_in_thread
 from app.widgets.thumbnails import load_thumbnails
 from trainer.core.catalog import LABEL_NEXT_MAX
-from trainer.runs.launch import label_args
+from trainer.runs.commands import Label
 
 PREVIEW = 300
 KEY_ORDER = "1234567890"  # the number keys, in the order classes without a digit name get them
@@ -150,7 +150,8 @@ class LabelDialog(QDialog):
             return
         self.find_button.setEnabled(False)
         self.status.setText("Running the pool through the run's network…")
-        args = label_args(self.run_path, self.pool.text().strip(), self.count.value(), self.manifest_path())
+        args = Label(run_dir=str(self.run_path), pool=self.pool.text().strip(), next=self.count.value(),
+                     manifest=self.manifest_path(), json=True)
         self._job = CliJob(args, self)
         self._job.done.connect(self._ordered)
         self._job.failed.connect(self._failed)

@@ -28,7 +28,7 @@ from app.jobs.background import CliJob, run_in_thread
 from app.widgets.thumbnails import load_thumbnails
 from trainer.core.catalog import EXPORT_FORMATS
 from trainer.data.scan import IMAGE_EXTENSIONS
-from trainer.runs.launch import predict_args
+from trainer.runs.commands import Predict
 
 THUMB = 64
 TOP = 5
@@ -155,7 +155,7 @@ class TryItDialog(QDialog):
             self.job.cancel()
         self.images = list(paths)
         self.status.setText(f"Classifying {len(paths)} item(s) with {Path(self.model_source).name}…")
-        self.job = CliJob(predict_args(self.model_source, paths, TOP), self,
+        self.job = CliJob(Predict(model=str(self.model_source), images=paths, top=TOP, json=True), self,
                           ok_codes=(0, 2))
         self.job.done.connect(self._show)
         self.job.failed.connect(self._failed)

@@ -19,7 +19,8 @@ from pathlib import Path
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QIODevice, QObject, QProcess, QRunnable, QThreadPool, QTimer, Signal
 
-from trainer.runs.launch import main_command, resident_args
+from trainer.runs.commands import Command, Resident
+from trainer.runs.launch import main_command
 from trainer.runs.resident import LONG_COMMANDS, RESIDENT_COMMANDS
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,10 @@ class CliJob(QObject):
     failed = Signal(str)
     progress = Signal(str)  # each line the command writes to stderr as it goes (a fetch's percentage)
 
-    def __init__(self, args: list[str], parent: QObject | None = None, parse_json: bool = True,
+    def __init__(self, args: Command | list[str], parent: QObject | None = None, parse_json: bool = True,
                  ok_codes: tuple[int, ...] = (0,), gentle_cancel: bool = False):
         super().__init__(parent)
-        self.args = [str(a) for a in args]
+        self.args = args.argv() if isinstance(args, Command) else [str(a) for a in args]
         self.gentle_cancel = gentle_cancel  # cancel asks the command to stop (SIGTERM: it cleans up), then kills it
         self.parse_json = parse_json
         self.ok_codes = ok_codes
@@ -251,7 +252,7 @@ class ResidentWorker(QObject):
         process.readyReadStandardError.connect(lambda: process is self.process and self._log())
         process.finished.connect(self._died)
         self.process.errorOccurred.connect(self._not_started)
-        program, *arguments = main_command(*resident_args())
+        program, *arguments = main_command(*Resident().argv())
         self.process.start(program, arguments)
 
     def _send(self, ident: int) -> None:

@@ -10,7 +10,7 @@ from app.state.runs_folder import RunsFolder
 from trainer.core.config import RunConfig, save_config
 from trainer.core.events import LR_POINT
 from trainer.core.rundir import new_config_file
-from trainer.runs.launch import lr_find_args
+from trainer.runs.commands import LrFind
 
 
 class LrFinder(QObject):
@@ -33,7 +33,8 @@ class LrFinder(QObject):
             return
         path = new_config_file(self.runs_folder.path, "lr-find")
         save_config(cfg, path)
-        self.job = CliJob(lr_find_args(path, lr_range), self)
+        span = {"start": lr_range[0], "end": lr_range[1]} if lr_range else {}
+        self.job = CliJob(LrFind(config=str(path), json=True, **span), self)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
         self.job.progress.connect(self._progress)

@@ -26,13 +26,13 @@ from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, pending_fol
 from trainer.core.summary import needs_building
 from trainer.core.system import detached
 from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
+from trainer.runs.commands import Summarize
 from trainer.runs.launch import (
     REPO_ROOT,
     auto_run_args,
     main_command,
     mirror_args,
     resume_command,
-    summarize_args,
     train_command,
 )
 
@@ -269,7 +269,7 @@ class RunController(QObject):
         run = model.run
         size = run.events.stat().st_size / 2**20
         self.stateText.emit(f"Opening {run.name}: {size:.0f} MB of events without a summary; building it once…")
-        job = CliJob(summarize_args(run.path), self)
+        job = CliJob(Summarize(run_dir=str(run.path)), self)
 
         def watch(why: str | None = None) -> None:
             if why:

@@ -23,7 +23,8 @@ import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from trainer.core.system import detached, kill_tree, pid_alive, stop_tree
-from trainer.runs.launch import main_command, standby_args
+from trainer.runs.commands import Standby
+from trainer.runs.launch import main_command
 from trainer.runs.standby import STANDBY_COMMANDS
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class TrainerProcess(QObject):
     def _spawn_standby(self) -> None:
         if self._standby_cwd is None or self.running or (self.standby is not None and self.standby.poll() is None):
             return
-        self.standby = subprocess.Popen(main_command(*standby_args()), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        self.standby = subprocess.Popen(main_command(*Standby().argv()), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, cwd=self._standby_cwd,
                                         **detached(dict(os.environ, PYTHONUNBUFFERED="1")))
         log.info("standby trainer pid %d started", self.standby.pid)

@@ -27,7 +27,8 @@ from app.widgets.forms import Binder, scrolling
 from trainer.core.catalog import PARALLEL_MODES
 from trainer.core.config import ConfigError, RunConfig, key_choices
 from trainer.device.devices import device_problems
-from trainer.runs.launch import hosts_list_args, probe_devices_args
+from trainer.runs.commands import ProbeDevices
+from trainer.runs.launch import hosts_list_args
 
 
 def gpu_line(gpu: dict, usage: dict | None, busy: bool) -> str:
@@ -196,7 +197,7 @@ class DevicePage(QWidget):
     def start_probe(self) -> None:
         self.devices.clear()
         self.devices.addItem(f"probing {self.host}…" if self.host else "probing this machine…")
-        job = CliJob(probe_devices_args(self.host), self)
+        job = CliJob(ProbeDevices(host=self.host or None), self)
         job.done.connect(self._probed)
         job.failed.connect(self._probe_failed)
         self._job = job

@@ -37,7 +37,7 @@ from trainer.core.catalog import BUILTIN_MODELS, SUGGESTED_TORCHVISION
 from trainer.core.config import is_weights_name, key_choices
 from trainer.core.errors import ModelError
 from trainer.core.user_code import grant
-from trainer.runs.launch import describe_model_args
+from trainer.runs.commands import DescribeModel
 
 BUILTIN = list(BUILTIN_MODELS)
 COMMON = list(SUGGESTED_TORCHVISION)
@@ -207,7 +207,7 @@ class ModelPage(QWidget):
             self.load_store()
 
     def load_store(self) -> None:
-        job = CliJob(describe_model_args(), self)
+        job = CliJob(DescribeModel(store=True), self)
         job.done.connect(self._store_loaded)
         job.failed.connect(lambda error: self.store_status.setText(f"cannot list the models: {error}"))
         self._store_job = job
@@ -257,7 +257,8 @@ class ModelPage(QWidget):
         self.count.setText(f"describing {name}…")
         self.describing.emit()
         weights = self.weights.currentText().strip()
-        job = CliJob(describe_model_args(name, self._classes, weights if is_weights_name(weights) else None), self)
+        job = CliJob(DescribeModel(name=name, classes=self._classes,
+                                   weights=weights if is_weights_name(weights) else None), self)
         job.done.connect(self._described)
         job.failed.connect(self._describe_failed)
         self._job = job

@@ -42,7 +42,7 @@ from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
 from trainer.core.rundir import LIVE_STATES, STATUS_FILE, RunDir, is_run_folder, list_runs, state_text
 from trainer.core.summary import needs_building
-from trainer.runs.launch import summarize_args
+from trainer.runs.commands import Summarize
 
 COMPARE_POINTS = 1200  # of each compared run's loss curve: each bucket's lowest and highest (a one-step spike stays);
 # two a pixel column of the plot at its widest on a laptop screen: 10 runs of 4,000 took 0.15 s to draw and paint
@@ -481,7 +481,7 @@ class RunsPage(QWidget):
             run_in_thread(lambda: load_curves(paths), self.views.show_compare, owner=self)
 
         def build_next() -> None:
-            job = CliJob(summarize_args(waiting.pop(0)), self)
+            job = CliJob(Summarize(run_dir=str(waiting.pop(0))), self)
             building.append(job)
             job.done.connect(lambda _answer, job=job: built(job))
             job.failed.connect(lambda _why, job=job: built(job))  # read whole then, in the thread: slow, not wrong

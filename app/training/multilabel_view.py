@@ -46,7 +46,7 @@ from app.widgets.thumbnails import (
     set_gallery_icons,
     thumbnail_gallery,
 )
-from trainer.runs.launch import audit_args
+from trainer.runs.commands import Audit
 
 THUMB = 96
 PREVIEW = 160
@@ -321,7 +321,7 @@ class MultiLabelView(QWidget):
         self._enable_audit(False)
         self.side_tabs.setCurrentIndex(0)
         self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
-        job = self._audit_job = CliJob(audit_args(run), self)
+        job = self._audit_job = CliJob(Audit(run_dir=str(run), json=True), self)
         job.done.connect(lambda report: self._issues_found(report, kind, run))
         job.failed.connect(self._issues_failed)
 

@@ -47,7 +47,7 @@ from app.training.selected_image import PREVIEW, SelectedImage
 from app.widgets.data_map_view import DataMap
 from app.widgets.plots import NumericItem, set_title
 from app.widgets.thumbnails import load_pair_thumbnails, set_gallery_icons, thumbnail_gallery
-from trainer.runs.launch import audit_args
+from trainer.runs.commands import Audit
 
 THUMB = 96
 GALLERY_LIMIT = 300  # thumbnails shown at once (the highest losses); the count says how many there are
@@ -325,7 +325,7 @@ class ResultsTab(QWidget):
         for button in (self.issues_button, self.outliers_button, self.copies_button):
             button.setEnabled(False)
         self.gallery_title.setText("Auditing the run's images: through its network, then a cross-fitted probe…")
-        job = self._issues_job = CliJob(audit_args(self.model.run.path), self)
+        job = self._issues_job = CliJob(Audit(run_dir=str(self.model.run.path), json=True), self)
         job.done.connect(lambda report: self._issues_found(report, kind, run))
         job.failed.connect(self._issues_failed)
 

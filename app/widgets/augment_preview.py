@@ -18,7 +18,7 @@ from app.jobs.background import CliJob
 from app.widgets.forms import WrappedLabel
 from trainer.core.config import RunConfig, save_config
 from trainer.data.preview import PREVIEW_KEYS
-from trainer.runs.launch import augment_preview_args
+from trainer.runs import commands
 
 TILE = 52  # px, each image on the page (five in a row fit the page at 1024 px)
 
@@ -92,7 +92,8 @@ class AugmentPreview(QGroupBox):
         config = folder / "preview.yaml"
         save_config(cfg, config)
         self.caption.setText("Drawing a few training images as the network will see them…")
-        self.job = CliJob(augment_preview_args(config, folder / f"draw-{self._asks}", self.seed), self)
+        self.job = CliJob(commands.AugmentPreview(config=str(config), out=str(folder / f"draw-{self._asks}"), seed=self.seed,
+                                           json=True), self)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
 

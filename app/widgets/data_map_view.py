@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QComboBox, QGraphicsPathItem, QHBoxLayout, QLabel,
 from app.jobs.background import CliJob, run_in_thread
 from app.widgets.thumbnails import load_thumbnails
 from trainer.core.csvfile import true_text
-from trainer.runs.launch import audit_args
+from trainer.runs.commands import Audit
 
 HOVER_THUMB = 96
 FINDING_COLOURS = {"label issue": "#d62728", "outlier": "#ff7f0e", "unsure": "#17becf", "copy": "#9467bd",
@@ -163,7 +163,7 @@ class DataMap(QWidget):
             return
         self.draw_button.setEnabled(False)
         self.status.setText("Auditing the run's images and projecting their embeddings…")
-        self._job = CliJob(audit_args(self.run_path, data_map=True), self)
+        self._job = CliJob(Audit(run_dir=str(self.run_path), map=True, json=True), self)
         self._job.done.connect(self._drawn)
         self._job.failed.connect(self._failed)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.jobs.background import CliJob
-from trainer.runs.launch import grad_cam_args
+from trainer.runs import commands
 
 
 class GradCam(QObject):
@@ -31,7 +31,7 @@ class GradCam(QObject):
         if self._folder is None:
             self._folder = tempfile.TemporaryDirectory(prefix="traindeck-gradcam-")
         out = Path(self._folder.name) / f"cam-{abs(hash((image, label)))}.png"
-        job = self.job = CliJob(grad_cam_args(run_path, image, out, label), self)
+        job = self.job = CliJob(commands.GradCam(run_dir=str(run_path), image=image, out=str(out), cls=label), self)
         job.done.connect(lambda result: self._over(job) and self.done.emit(image, result))
         job.failed.connect(lambda error: self._over(job) and self.failed.emit(image, error))
 

@@ -15,7 +15,8 @@ from app.pages.auto_panel import AutoPanel
 from app.window.form import Form
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.rundir import read_run_json
-from trainer.runs.launch import auto_plan_args, fetch_weights_args
+from trainer.runs.commands import FetchWeights
+from trainer.runs.launch import auto_plan_args
 
 if TYPE_CHECKING:
     from app.dialogs.lr_find_dialog import LrFindDialog
@@ -162,7 +163,7 @@ class Planning(QObject):
         partial file goes), and the next plan finds the weights in the cache."""
         if self.download_job is not None:
             return None
-        self.download_job = job = CliJob(fetch_weights_args(model, weights), self, parse_json=False,
+        self.download_job = job = CliJob(FetchWeights(model=model, weights=weights), self, parse_json=False,
                                          gentle_cancel=True)
         job.progress.connect(self.panel.downloading)
         job.done.connect(lambda out: self._downloaded(f"Downloaded into {out.strip()}: the next Auto plans with "

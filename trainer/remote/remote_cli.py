@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from trainer.core.rundir import RunDir, default_runs_dir, planned_run_dir, repor
 from trainer.core.system import on_stop
 from trainer.remote.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
 from trainer.remote.protocol import FrameError, parse_answer
+from trainer.runs.commands import Export
 
 
 # ---- hosts ---------------------------------------------------------------------------------------
@@ -308,9 +310,10 @@ def fetch_checkpoint(run: RunDir, which: str) -> None:
         fetch(run, name)
 
 
-def remote_export(run: RunDir, fmt: str, out: Path, checkpoint: str, options: list[str]) -> Path:
-    """Export on the host (where the model's code, checkpoint and images are), then bring the file and its model
-    card home. `options`: export's own (--int8, --calibration ...), passed on as they are."""
+def remote_export(run: RunDir, request: Export, out: Path) -> Path:
+    """Export on the host (where the model's code, checkpoint and images are) as `request` asks (its --int8,
+    --calibration ... passed on as they are), then bring the file and its model card home to `out`."""
+    fmt = request.format
     from trainer.core.catalog import EXPORT_FORMATS
     from trainer.remote import ssh
     from trainer.remote.mirror import fetch, remote_info
@@ -332,8 +335,8 @@ def remote_export(run: RunDir, fmt: str, out: Path, checkpoint: str, options: li
     host = get_host(info["host"])
     ssh.check(host)
     name = f"exports/{out.name}"
-    ssh.remote_main(host, ["export", info["run_dir"], "--format", fmt, "--out", f"{info['run_dir']}/{name}",
-                           "--checkpoint", checkpoint, *options], timeout=1800)
+    there = dataclasses.replace(request, run_dir=info["run_dir"], out=f"{info['run_dir']}/{name}")
+    ssh.remote_main(host, there.argv(), timeout=1800)
     fetched = [fetch(run, name + suffix) for suffix in (".json", ".md", "")]  # all here before any is moved
     for path, suffix in zip(fetched, (".json", ".md", "")):  # the file last: a file here always has its card
         os.replace(path, f"{out}{suffix}")

@@ -29,55 +29,13 @@ def main_command(*args: str | Path) -> list[str]:
     return [sys.executable, str(REPO_ROOT / "main.py"), *map(str, args)]
 
 
-# ---- the app's questions and helpers: `main.py` argument lists (CliJob and main_command take them) -----------------
+# ---- the commands not yet declared in trainer/runs/commands.py: `main.py` argument lists -----------------------------
 def _opt(flag: str, value) -> list[str]:
     return [flag, str(value)] if value not in (None, "") else []
 
 
-def describe_model_args(name: str | None = None, classes: int | None = None, weights: str | None = None) -> list[str]:
-    """The Model page's description of `name` (with `classes` outputs, `weights`); no name: the model store."""
-    if name is None:
-        return ["describe-model", "--store"]
-    return ["describe-model", name, *_opt("--classes", classes), *_opt("--weights", weights)]
-
-
-def probe_devices_args(host: str | None = None) -> list[str]:
-    return ["probe-devices", *_opt("--host", host)]
-
-
 def hosts_list_args() -> list[str]:
     return ["hosts", "list", "--json"]
-
-
-def grad_cam_args(run: str | Path, image: str, out: str | Path, label: str | None = None) -> list[str]:
-    return ["grad-cam", str(run), image, *_opt("--class", label), "--out", str(out)]
-
-
-def predict_args(source: str | Path, paths: list[str], top: int) -> list[str]:
-    return ["predict", str(source), *paths, "--top", str(top), "--json"]
-
-
-def lr_find_args(config: str | Path, lr_range: tuple[float, float] | None = None) -> list[str]:
-    """`main.py lr-find` on `config`, over `lr_range` (start, end) when given (the sweep's `extend` answer)."""
-    span = ["--start", f"{lr_range[0]:.6g}", "--end", f"{lr_range[1]:.6g}"] if lr_range else []
-    return ["lr-find", str(config), "--json", *span]
-
-
-def augment_preview_args(config: str | Path, out: str | Path, seed: int = 0) -> list[str]:
-    return ["augment-preview", str(config), "--out", str(out), "--seed", str(seed), "--json"]
-
-
-def audit_args(run: str | Path, data_map: bool = False) -> list[str]:
-    return ["audit", str(run), *(["--map"] if data_map else []), "--json"]
-
-
-def label_args(run: str | Path, pool: str, count: int, manifest: str | None = None) -> list[str]:
-    return ["label", str(run), "--pool", pool, "--next", str(count), "--json", *_opt("--manifest", manifest)]
-
-
-def export_args(run: str | Path, fmt: str, out: str, checkpoint: str, calibration: str | None = None) -> list[str]:
-    return ["export", str(run), "--format", fmt, "--out", out, "--checkpoint", checkpoint,
-            *_opt("--calibration", calibration)]
 
 
 def auto_plan_args(folder: str, minutes: float, labels: str | None = None, host: str | None = None,
@@ -85,11 +43,6 @@ def auto_plan_args(folder: str, minutes: float, labels: str | None = None, host:
     """Auto's plan alone (the Dataset page's Auto box loads it into the forms)."""
     return ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only", *_opt("--labels", labels),
             *_opt("--host", host), *(["--set", *overrides] if overrides else [])]
-
-
-def fetch_weights_args(model: str, weights: str) -> list[str]:
-    """Published weights into the cache (the Auto box's Download), with progress lines on stderr."""
-    return ["fetch-weights", model, weights]
 
 
 def auto_run_args(folder: str, minutes: float, host: str, run_dir: str | Path, output_log: str | Path,
@@ -109,18 +62,6 @@ def queue_run_args(runs_dir: str | Path, until_empty: bool = False) -> list[str]
 
 def sweep_args(path: str | Path, runs_dir: str | Path) -> list[str]:
     return ["sweep", str(path), "--runs-dir", str(runs_dir)]
-
-
-def summarize_args(run: str | Path) -> list[str]:
-    return ["summarize", str(run)]
-
-
-def standby_args() -> list[str]:
-    return ["standby"]
-
-
-def resident_args() -> list[str]:
-    return ["resident"]
 
 
 def mirror_args(run: str | Path) -> list[str]:
