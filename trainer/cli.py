@@ -27,6 +27,7 @@ from trainer.data.scan import printable_path
 from trainer.runs.commands import (
     Audit,
     AugmentPreview,
+    Auto,
     DescribeModel,
     Export,
     FetchWeights,
@@ -35,9 +36,13 @@ from trainer.runs.commands import (
     LrFind,
     Predict,
     ProbeDevices,
+    Queue,
     Resident,
+    Resume,
     Standby,
     Summarize,
+    Sweep,
+    Train,
 )
 
 log = logging.getLogger("traindeck")
@@ -81,26 +86,9 @@ def cmd_train(args) -> int:
 
 
 def _parser_train(sub) -> None:
-    p = sub.add_parser("train", help="train headless from a YAML config")
-    p.add_argument("config")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override config keys")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="use this run directory")
-    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="with --run-dir: replace a run already there (its checkpoints and events are removed)")
-    p.add_argument("--output-log", help="the file this command's output is sent to (the app's launch): moved into "
-                   "the run directory as output.log once it exists")
-    p.add_argument("--host", help="train on this host (main.py hosts; the same as --set device.host=NAME)")
-    p.add_argument("--resumable", action="store_true", help="with --run-dir: a job started again (a requeued SLURM "
-                   "job) finds its run there and goes on from its last checkpoint; one that completed is left as it is")
-    p.add_argument("--detach", action="store_true", help="a run on a host (device.host): return once it has "
-                   "started there; follow it later with main.py mirror RUN_DIR")
+    p = Train.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_train)
-
-    p.add_argument("--auto-choices", help="Auto's choices for this config (the JSON of `main.py auto --plan-only`), "
-                   "kept in the run as auto.json")
 
 
 def go_on_restarted(run: RunDir) -> int:
@@ -262,27 +250,7 @@ def _measure_again(first: RunDir, args, started: float, say) -> tuple[RunDir, in
 
 
 def _parser_auto(sub) -> None:
-    p = sub.add_parser("auto", help="from an ImageFolder and a time budget to a trained, evaluated and exported model, "
-                       "every choice printed with its reason")
-    p.add_argument("folder", help="an ImageFolder (one sub-folder per class), or a folder with train/ and test/ "
-                   "(or val/) in it")
-    p.add_argument("--minutes", type=float, required=True, help="the whole budget: planning, training, the test set "
-                   "and the export")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="override what Auto chose")
-    p.add_argument("--labels", help="multi-label: the labels file of the folder's images (file,labels); Auto plans a "
-                   "multi-label run, by mAP")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="use this run directory")
-    where.add_argument("--runs-dir", help="create the run directory under this folder (default ./runs)")
-    p.add_argument("--plan-only", action="store_true", help="print the plan as JSON (config, choices, probes) "
-                   "without training; the app starts it as a run. With a SLURM --host, the plan is made inside the "
-                   "job: the answer says so ({\"in_job\": true}) and `auto --host` without --plan-only runs it")
-    p.add_argument("--host", help="plan and train on this host (main.py hosts): the scan, the speed probe and the "
-                   "learning-rate sweep run there, on its devices")
-    p.add_argument("--output-log", help="as for train")
-    p.add_argument("--download-weights", action="store_true", help="when the images look like photographs and no "
-                   "pretrained weights are cached, download the ImageNet weights Auto offers first (their time is "
-                   "not the budget's) and plan with them; offline, say so and plan from scratch")
+    p = Auto.add_parser(sub)
     p.set_defaults(func=cmd_auto)
 
 
@@ -323,11 +291,7 @@ def cmd_resume(args) -> int:
 
 
 def _parser_resume(sub) -> None:
-    p = sub.add_parser("resume", help="continue a stopped, failed or killed run from its last good checkpoint")
-    p.add_argument("run_dir")
-    p.add_argument("--force", action="store_true", help="also resume a completed run")
-    p.add_argument("--epochs", type=int, metavar="TOTAL", help="extend the run (completed or early-stopped "
-                   "included) to this many epochs in all; the schedule rule is in docs/config.md")
+    p = Resume.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_resume)
 
@@ -646,15 +610,7 @@ def cmd_queue(args) -> int:
 
 
 def _parser_queue(sub) -> None:
-    p = sub.add_parser("queue", help="the run queue: add, list, run (the scheduler), hold, release, move, remove, "
-                       "retry")
-    p.add_argument("action", choices=("add", "list", "run", "hold", "release", "move", "remove", "retry"))
-    p.add_argument("target", nargs="?", help="add: the config file; hold/release/move/remove/retry: the run directory")
-    p.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="add: override config keys")
-    p.add_argument("--runs-dir", help="the runs directory whose queue this is (default ./runs)")
-    p.add_argument("--until-empty", action="store_true", help="run: stop once nothing is waiting or running")
-    p.add_argument("--cpu-runs", type=int, default=1, help="run: CPU runs at a time (default 1)")
-    p.add_argument("--to", type=int, default=0, help="move: the new place in the queue (0 = next)")
+    p = Queue.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_queue)
 
@@ -678,9 +634,7 @@ def cmd_sweep(args) -> int:
 
 
 def _parser_sweep(sub) -> None:
-    p = sub.add_parser("sweep", help="queue the runs of a sweep file (grid, random; optuna with pruning)")
-    p.add_argument("sweep")
-    p.add_argument("--runs-dir", help="the runs directory whose queue gets the trials (default ./runs)")
+    p = Sweep.add_parser(sub)
     _model_code_option(p)
     p.set_defaults(func=cmd_sweep)
 

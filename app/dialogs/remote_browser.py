@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.jobs.background import CliJob
-from trainer.runs.launch import agent_ls_args
+from trainer.runs.commands import Agent
 
 
 class RemoteFolderDialog(QDialog):
@@ -65,7 +65,7 @@ class RemoteFolderDialog(QDialog):
         if self._job is not None:
             self._job.cancel()
         self.note.setText(f"Reading {path} on {self.host}…")
-        self._job = CliJob(agent_ls_args(path, self.host), self)
+        self._job = CliJob(Agent(action="ls", agent_args=[path], host=self.host), self)
         self._job.done.connect(self._show)
         self._job.failed.connect(self._failed)
 

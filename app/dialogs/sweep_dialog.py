@@ -28,7 +28,7 @@ from app.jobs.background import CliJob, start_detached
 from app.widgets.forms import INT_MAX
 from trainer.core.config import MAX_SEED, describe_keys
 from trainer.core.rundir import configs_folder
-from trainer.runs.launch import sweep_args
+from trainer.runs.commands import Sweep
 from trainer.runs.sweep import MAX_TRIALS, METHODS
 
 
@@ -176,13 +176,13 @@ class SweepDialog(QDialog):
         path.write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
         if body["method"] == "optuna":
             log = folder / f"{body['name']}.sweep.log"
-            ok = start_detached(sweep_args(path, self.runs_dir), log)
+            ok = start_detached(Sweep(sweep=str(path), runs_dir=str(self.runs_dir)), log)
             self.result.setText(f"the Optuna study runs in its own process; its trials appear in the queue (log: "
                                 f"{log})" if ok else "could not start the study")
             return path
         self.queue_button.setEnabled(False)
         self.result.setText("checking and queueing…")
-        self.job = CliJob(sweep_args(path, self.runs_dir), self, parse_json=False)
+        self.job = CliJob(Sweep(sweep=str(path), runs_dir=str(self.runs_dir)), self, parse_json=False)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
         return path

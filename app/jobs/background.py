@@ -97,10 +97,10 @@ def run_in_thread(fn: Callable, on_done: Callable, on_error: Callable | None = N
     QThreadPool.globalInstance().start(_Job(fn, signals), priority)
 
 
-def start_detached(args: list[str], log_file: Path) -> bool:
-    """`python main.py ARGS` as a process of its own that outlives the app (the queue's scheduler, an Optuna study),
-    its output appended to `log_file`; whether it started."""
-    program, *arguments = main_command(*args)
+def start_detached(request: Command, log_file: Path) -> bool:
+    """The command `request` as a process of its own that outlives the app (the queue's scheduler, an Optuna
+    study), its output appended to `log_file`; whether it started."""
+    program, *arguments = main_command(*request.argv())
     process = QProcess()
     process.setProgram(program)
     process.setArguments(arguments)
@@ -109,10 +109,10 @@ def start_detached(args: list[str], log_file: Path) -> bool:
     return process.startDetached()
 
 
-def run_to_end(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """`python main.py ARGS` to its end, its output as text: for a function already on the thread pool
+def run_to_end(request: Command, timeout: float) -> subprocess.CompletedProcess:
+    """The command `request` to its end, its output as text: for a function already on the thread pool
     (`run_in_thread`), never the GUI thread."""
-    return subprocess.run(main_command(*args), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(main_command(*request.argv()), capture_output=True, text=True, timeout=timeout)
 
 
 class CliJob(QObject):
@@ -128,10 +128,11 @@ class CliJob(QObject):
     failed = Signal(str)
     progress = Signal(str)  # each line the command writes to stderr as it goes (a fetch's percentage)
 
-    def __init__(self, args: Command | list[str], parent: QObject | None = None, parse_json: bool = True,
+    def __init__(self, request: Command, parent: QObject | None = None, parse_json: bool = True,
                  ok_codes: tuple[int, ...] = (0,), gentle_cancel: bool = False):
         super().__init__(parent)
-        self.args = args.argv() if isinstance(args, Command) else [str(a) for a in args]
+        self.request = request
+        self.args = request.argv()
         self.gentle_cancel = gentle_cancel  # cancel asks the command to stop (SIGTERM: it cleans up), then kills it
         self.parse_json = parse_json
         self.ok_codes = ok_codes

@@ -26,14 +26,12 @@ from trainer.core.rundir import RESUMABLE_STATES, RunDir, list_runs, pending_fol
 from trainer.core.summary import needs_building
 from trainer.core.system import detached
 from trainer.remote.mirror import MIRROR_LOG, mirror_pid, mirrors_dir
-from trainer.runs.commands import Summarize
+from trainer.runs import commands
+from trainer.runs.commands import Auto, Summarize, Train
 from trainer.runs.launch import (
     REPO_ROOT,
-    auto_run_args,
     main_command,
-    mirror_args,
     resume_command,
-    train_command,
 )
 
 log = logging.getLogger(__name__)
@@ -112,10 +110,11 @@ class RunController(QObject):
         self._pending = (pending / f"{run.name}.yaml", pending / f"{run.name}.output.log",
                          pending / f"{run.name}.choices.json")
         save_config(cfg, self._pending[0])
-        command = train_command(self._pending[0], run_dir=run.path) + ["--output-log", str(self._pending[1])]
         if choices is not None:
             atomic_write_text(self._pending[2], json.dumps({"choices": choices}))
-            command += ["--auto-choices", str(self._pending[2])]
+        command = main_command(*Train(config=str(self._pending[0]), run_dir=str(run.path),
+                                      output_log=str(self._pending[1]),
+                                      auto_choices=str(self._pending[2]) if choices is not None else None).argv())
         self.process.grace_ms = REMOTE_GRACE_MS if cfg.device.host else self.process.default_grace_ms
         self._stop_requested = False
         self.process.start(command, self._pending[1], cwd=str(REPO_ROOT))
@@ -132,7 +131,8 @@ class RunController(QObject):
         pending.mkdir(parents=True, exist_ok=True)
         output = pending / f"{run.name}.output.log"
         self._pending = (None, output, None)
-        command = main_command(*auto_run_args(folder, minutes, host, run.path, output, labels, overrides))
+        command = main_command(*Auto(folder=folder, minutes=minutes, host=host, run_dir=str(run.path),
+                                     output_log=str(output), labels=labels, set=list(overrides)).argv())
         self.process.grace_ms = REMOTE_GRACE_MS
         self._stop_requested = False
         self.process.start(command, output, cwd=str(REPO_ROOT))
@@ -201,7 +201,7 @@ class RunController(QObject):
             started = self._followers.get(run.path)  # by reattach_remote, perhaps not yet holding the mirror's lock
             pid = mirror_pid(run) or (started.pid if started is not None and started.poll() is None else None)
             if pid is None:
-                self._start_for(run, main_command(*mirror_args(run.path)))
+                self._start_for(run, main_command(*commands.Mirror(run_dir=str(run.path)).argv()))
             else:
                 self.process.grace_ms = REMOTE_GRACE_MS
                 self.process.attach(pid)
@@ -219,7 +219,7 @@ class RunController(QObject):
             if run.is_remote and (run.is_live() or run.awaits_requeue()) and mirror_pid(run) is None:
                 with open(run.path / MIRROR_LOG, "ab") as out:
                     self._followers[run.path] = subprocess.Popen(
-                        main_command(*mirror_args(run.path)), stdin=subprocess.DEVNULL, stdout=out,
+                        main_command(*commands.Mirror(run_dir=str(run.path)).argv()), stdin=subprocess.DEVNULL, stdout=out,
                         stderr=subprocess.STDOUT, cwd=str(REPO_ROOT), **detached(dict(os.environ, PYTHONUNBUFFERED="1")))
                 started.append(run)
                 log.info("following %s on its host again", run.name)

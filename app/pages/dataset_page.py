@@ -39,7 +39,7 @@ from trainer.data.manifest import Manifest, edit_manifest, read_manifest
 from trainer.data.scan import DataError, ScanResult, find_layout, scan_image_folder
 from trainer.data.suggest import flip_rule, median_aspect, median_short_side, suggest
 from trainer.remote.protocol import read_scan
-from trainer.runs.launch import agent_scan_args
+from trainer.runs.commands import Agent
 
 THUMB = 56
 SUGGESTED = "the folder's suggestion"  # who set a value the scan suggested (Apply)
@@ -106,7 +106,8 @@ def _duplicates(folder: str, result: ScanResult) -> Duplicates:
 def remote_scan(host: str, folder: str, labels: str = "") -> ScanPayload:
     """Runs on the thread pool: the scan done on the host (`main.py agent scan --host`; multi-label with `labels`,
     a labels file there), with its thumbnails."""
-    done = run_to_end(agent_scan_args(folder, host, THUMBS_PER_CLASS, THUMB, labels), timeout=600)
+    done = run_to_end(Agent(action="scan", agent_args=[folder], host=host, thumbs=THUMBS_PER_CLASS, thumb_size=THUMB,
+                            labels=labels or None), timeout=600)
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise DataError(lines[-1].removeprefix("error: ") if lines else f"the scan on {host} failed")

@@ -27,8 +27,7 @@ from app.widgets.forms import Binder, scrolling
 from trainer.core.catalog import PARALLEL_MODES
 from trainer.core.config import ConfigError, RunConfig, key_choices
 from trainer.device.devices import device_problems
-from trainer.runs.commands import ProbeDevices
-from trainer.runs.launch import hosts_list_args
+from trainer.runs.commands import Hosts, ProbeDevices
 
 
 def gpu_line(gpu: dict, usage: dict | None, busy: bool) -> str:
@@ -154,7 +153,7 @@ class DevicePage(QWidget):
         return self.run_on.currentData() or ""
 
     def load_hosts(self) -> None:
-        job = CliJob(hosts_list_args(), self)
+        job = CliJob(Hosts(action="list", json=True), self)
         job.done.connect(self._hosts_listed)
         job.failed.connect(lambda error: self._hosts_note(f"hosts.yaml: {error}"))
         self._hosts_job = job

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 import trainer.runs.queue as queue
 from app.jobs.background import run_in_thread, start_detached
 from trainer.core.rundir import ENDINGS, UNFINISHED_STATES, RunDir, list_runs
-from trainer.runs.launch import queue_run_args
+from trainer.runs.commands import Queue
 
 COLUMNS = ["#", "run", "state", "progress", "best val acc", "model", "sweep", "values", "GPUs", "added"]
 REFRESH_MS = 1500
@@ -209,7 +209,7 @@ class QueuePage(QWidget):
             return
         log = self.runs_dir / queue.SCHEDULERS / queue.SCHEDULER_LOG
         log.parent.mkdir(parents=True, exist_ok=True)
-        ok = start_detached(queue_run_args(self.runs_dir), log)
+        ok = start_detached(Queue(action="run", runs_dir=str(self.runs_dir)), log)
         self.message.setText(f"started the scheduler (its log: {log})" if ok else
                              "<span style='color:#c9302c'>could not start the scheduler</span>")
         QTimer.singleShot(500, self.refresh)

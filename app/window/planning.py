@@ -15,8 +15,7 @@ from app.pages.auto_panel import AutoPanel
 from app.window.form import Form
 from trainer.core.config import ConfigError, RunConfig
 from trainer.core.rundir import read_run_json
-from trainer.runs.commands import FetchWeights
-from trainer.runs.launch import auto_plan_args
+from trainer.runs.commands import Auto, FetchWeights
 
 if TYPE_CHECKING:
     from app.dialogs.lr_find_dialog import LrFindDialog
@@ -98,7 +97,8 @@ class Planning(QObject):
         exclude = str(model.get("data.exclude") or "").strip()
         overrides = [f"data.exclude={exclude}"] if exclude else []
         # multi-label: Auto plans a run of the labels file, by mAP; with a host, there, on its devices
-        self.auto_job = job = CliJob(auto_plan_args(folder, minutes, labels, host, overrides), self)
+        self.auto_job = job = CliJob(Auto(folder=folder, minutes=minutes, plan_only=True, labels=labels or None,
+                                          host=host or None, set=overrides), self)
         self._asked = (folder, minutes, overrides, labels or None)
         self.panel.planning("starting")
         job.progress.connect(lambda line: self.panel.planning(line.removeprefix("auto: ").strip())

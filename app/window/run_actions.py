@@ -21,7 +21,7 @@ from app.pages.queue_page import QueuePage
 from app.state.experiments import extension_facts
 from trainer.core.config import save_config
 from trainer.core.rundir import RunDir, list_runs, new_config_file
-from trainer.runs.launch import queue_add_args
+from trainer.runs.commands import Queue
 
 if TYPE_CHECKING:
     from app.training.dashboard import Dashboard
@@ -106,7 +106,8 @@ class RunActions(QObject):
         path = self._form_config_file()
         if path is None:
             return None
-        job = CliJob(queue_add_args(path, self.form.runs_folder.path), self, parse_json=False)
+        job = CliJob(Queue(action="add", target=str(path), runs_dir=str(self.form.runs_folder.path)), self,
+                     parse_json=False)
         button.setEnabled(False)
         queue = self.queue
 

@@ -10,13 +10,14 @@ from helpers import run_here
 from PySide6.QtCore import QObject
 
 from app.jobs.background import CliJob, ResidentWorker
+from trainer.runs.commands import DescribeModel, LrFind, Predict
 
 
-def ask(qtbot, *args):
+def ask(qtbot, request):
     """A question through the app's client; (its answer, the worker's pid when it answered)."""
     owner = QObject()  # the asking widget (kept while the answer comes)
     got = {}
-    job = CliJob(list(args), owner)
+    job = CliJob(request, owner)
     job.done.connect(lambda answer: got.setdefault("answer", answer))
     job.failed.connect(lambda error: got.setdefault("error", error))
     qtbot.waitUntil(lambda: bool(got), timeout=120_000)
@@ -24,21 +25,22 @@ def ask(qtbot, *args):
 
 
 def test_questions_share_one_worker_and_get_the_command_line_s_answer(qtbot, shapes_dir, tmp_path):
-    first, pid = ask(qtbot, "describe-model", "resnet18")
-    again, same = ask(qtbot, "describe-model", "small_cnn")
+    first, pid = ask(qtbot, DescribeModel(name="resnet18"))
+    again, same = ask(qtbot, DescribeModel(name="small_cnn"))
     assert pid is not None and same == pid, "one worker answers both"
     assert first["answer"] == json.loads(run_here("describe-model", "resnet18").stdout), "the CLI's own answer"
     assert again["answer"]["name"] == "small_cnn"
-    refused, _ = ask(qtbot, "predict", str(tmp_path / "nowhere"), str(next(shapes_dir.rglob("*.png"))))
+    refused, _ = ask(qtbot, Predict(model=str(tmp_path / "nowhere"), images=[str(next(shapes_dir.rglob("*.png")))],
+                                    json=True))
     assert refused == {"error": f"{tmp_path / 'nowhere'}: no such model file or run directory"}, "its one line"
 
 
 @pytest.mark.slow
 def test_a_killed_worker_is_started_again_and_the_question_asked_again(qtbot):
-    _, pid = ask(qtbot, "describe-model", "small_cnn")
+    _, pid = ask(qtbot, DescribeModel(name="small_cnn"))
     owner = QObject()
     got = {}
-    job = CliJob(["describe-model", "resnet18"], owner)
+    job = CliJob(DescribeModel(name="resnet18"), owner)
     job.done.connect(lambda answer: got.setdefault("answer", answer))
     job.failed.connect(lambda error: got.setdefault("error", error))
     os.kill(pid, signal.SIGKILL)  # killed with the question in flight
@@ -65,7 +67,7 @@ def test_a_long_question_streams_its_progress_and_giving_it_up_frees_the_worker(
     config = write_config(tmp_path, shapes_dir)
     owner = QObject()
     points, got = [], {}
-    job = CliJob(["lr-find", str(config), "--json", "--steps", "5000", "--end", "1e-3"], owner)  # minutes if left
+    job = CliJob(LrFind(config=str(config), json=True, steps=5000, end=1e-3), owner)  # minutes if left
     job.progress.connect(lambda line: line.startswith("lr-find: point") and points.append(line))
     job.done.connect(lambda answer: got.setdefault("answer", answer))
     qtbot.waitUntil(lambda: len(points) >= 3, timeout=120_000)

@@ -117,16 +117,18 @@ def test_the_resident_worker_answers_the_app_s_questions_without_running_named_c
     from app.jobs.background import CliJob
 
     run, exports, image, marker, spec = planted
-    for args in (["predict", "--json", str(run), str(image)], ["predict", "--json", str(exports["safetensors"]),
-                                                                 str(image)],
-                 ["grad-cam", str(run), str(image), "--out", str(image.parent.parent.parent / "cam.png")],
-                 ["describe-model", spec]):
+    from trainer.runs.commands import DescribeModel, GradCam, Predict
+
+    for request in (Predict(model=str(run), images=[str(image)], json=True),
+                    Predict(model=str(exports["safetensors"]), images=[str(image)], json=True),
+                    GradCam(run_dir=str(run), image=str(image), out=str(image.parent.parent.parent / "cam.png")),
+                    DescribeModel(name=spec)):
         owner, got = QObject(), {}
-        job = CliJob(args, owner)  # what Try it, Grad-CAM and the Model page ask
+        job = CliJob(request, owner)  # what Try it, Grad-CAM and the Model page ask
         job.done.connect(lambda answer, got=got: got.setdefault("answer", answer))
         job.failed.connect(lambda error, got=got: got.setdefault("error", error))
         qtbot.waitUntil(lambda got=got: bool(got), timeout=120_000)
-        assert "is code, and TrainDeck runs no code that a file names" in got.get("error", ""), (args, got)
+        assert "is code, and TrainDeck runs no code that a file names" in got.get("error", ""), (request, got)
     assert not marker.exists()
 
 

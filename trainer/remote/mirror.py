@@ -44,6 +44,7 @@ from trainer.remote.protocol import (
     read_frame,
     read_line,
 )
+from trainer.runs import commands
 
 log = logging.getLogger(__name__)
 
@@ -231,14 +232,11 @@ class Mirror:
     def follow_argv(self) -> list[str]:
         from trainer.remote.ssh import command_argv
 
-        args = ["agent", "follow", self.info["run_dir"]]
-        for name, size in self.offsets().items():
-            args += ["--offset", f"{name}={size}"]
-        if self.info.get("job"):
-            args += ["--job", str(self.info["job"])]
-            if self.info.get("job_output"):
-                args += ["--job-output", self.info["job_output"]]
-        return command_argv(self.host, args)
+        job = self.info.get("job")
+        follow = commands.Agent(action="follow", agent_args=[self.info["run_dir"]],
+                                offset=[f"{name}={size}" for name, size in self.offsets().items()], job=job or None,
+                                job_output=self.info.get("job_output") if job else None)
+        return command_argv(self.host, follow.argv())
 
     def note(self, text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {text}", file=self.out, flush=True)
@@ -342,9 +340,8 @@ class Mirror:
     def _stop_remote(self, kill: bool) -> None:
         from trainer.remote.ssh import remote_main
 
-        args = ["agent", "stop", self.info["run_dir"]] + (["--kill"] if kill else [])
-        if self.info.get("job"):
-            args += ["--job", str(self.info["job"])]
+        args = commands.Agent(action="stop", agent_args=[self.info["run_dir"]], kill=kill,
+                              job=self.info.get("job") or None).argv()
         for _ in range(30):  # the host may be unreachable just now: keep trying
             try:
                 remote_main(self.host, args, timeout=60)
@@ -412,7 +409,8 @@ def fetch_images(run: RunDir, paths: list[str], out=None) -> int:
     info = remote_info(run)
     host = get_host(info["host"])
     connect(host)
-    proc = subprocess.Popen(command_argv(host, ["agent", "pack"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    pack = commands.Agent(action="pack")
+    proc = subprocess.Popen(command_argv(host, pack.argv()), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
     try:
         proc.stdin.write("\0".join(paths).encode("utf-8", "surrogateescape") + b"\0")  # a name may hold a newline
@@ -463,8 +461,9 @@ def fetch(run: RunDir, name: str, out=None) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     connect(host)
-    proc = subprocess.Popen(command_argv(host, ["agent", "send", info["run_dir"], name]), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    send = commands.Agent(action="send", agent_args=[info["run_dir"], name])
+    proc = subprocess.Popen(command_argv(host, send.argv()), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     try:
         header = read_line(proc.stdout, MAX_HEADER_BYTES, f"{host.name}: send {name}")
         if not header:

@@ -19,7 +19,7 @@ from trainer.core.rundir import RunDir, default_runs_dir, planned_run_dir, repor
 from trainer.core.system import on_stop
 from trainer.remote.hosts import Host, HostError, get_host, hosts_file, load_hosts, remove_host, save_host
 from trainer.remote.protocol import FrameError, parse_answer
-from trainer.runs.commands import Export
+from trainer.runs.commands import Agent, Auto, Export, Fetch, Hosts, Mirror
 
 
 # ---- hosts ---------------------------------------------------------------------------------------
@@ -64,9 +64,10 @@ def cmd_agent(args) -> int:
     if args.host:  # the app's remote folder browser and scan: the same command, there
         if args.action not in ("ls", "scan"):
             raise HostError(f"agent {args.action}: --host is for ls and scan; the rest runs there already")
-        sizes = ["--thumbs", str(args.thumbs), "--thumb-size", str(args.thumb_size)] if args.action == "scan" else []
-        sizes += [f"--labels={args.labels}"] if args.labels and args.action == "scan" else []
-        return ask_checked(args.host, ["agent", args.action, *args.agent_args, *sizes])
+        scan = args.action == "scan"  # its thumbnails and labels file go along; ls takes the path alone
+        there = Agent(action=args.action, agent_args=args.agent_args, thumbs=args.thumbs, thumb_size=args.thumb_size,
+                      labels=args.labels) if scan else Agent(action=args.action, agent_args=args.agent_args)
+        return ask_checked(args.host, there.argv())
     from trainer.remote import agent
 
     a = args.agent_args
@@ -115,11 +116,10 @@ def remote_train(cfg, args, choices: list[dict] | None = None, bring_exports: bo
     undo_stop = on_stop(lambda why: stopped.append(time.time()))
     try:
         if host.slurm:
-            # --key=value: a runs folder or partition starting with '-' is a value there, not an option
-            answer = ssh.remote_json(host, ["agent", "submit", f"--runs={host.runs}", f"--partition={host.partition}"],
+            answer = ssh.remote_json(host, Agent(action="submit", runs=host.runs, partition=host.partition).argv(),
                                      input=text, timeout=START_WAIT_S)
         else:
-            answer = ssh.remote_json(host, ["agent", "start", f"--runs={host.runs}", f"--name={local.name}"], input=text,
+            answer = ssh.remote_json(host, Agent(action="start", runs=host.runs, name=local.name).argv(), input=text,
                                      timeout=START_WAIT_S)
     finally:
         undo_stop()
@@ -219,10 +219,9 @@ def _auto_job(host: Host, args, say) -> int:
     undo_stop = on_stop(lambda why: stopped.append(time.time()))
     try:
         folder = f"./{args.folder}" if args.folder.startswith("-") else args.folder  # a value there, not an option
-        labels = [f"--labels={args.labels}"] if args.labels else []
-        answer = ssh.remote_json(host, ["agent", "submit-auto", folder, *args.set, f"--minutes={args.minutes:g}",
-                                        f"--runs={host.runs}", f"--partition={host.partition}", *labels],
-                                 timeout=START_WAIT_S)
+        submit = Agent(action="submit-auto", agent_args=[folder, *args.set], minutes=args.minutes, runs=host.runs,
+                       partition=host.partition, labels=args.labels)
+        answer = ssh.remote_json(host, submit.argv(), timeout=START_WAIT_S)
     finally:
         undo_stop()
     args.detach = False
@@ -252,8 +251,7 @@ def remote_plan(host_name: str, folder: str, minutes: float, overrides: list[str
     host = get_host(host_name)
     ssh.check(host)
     say(f"planning on {host.name}: the scan, the speed probe and the learning-rate sweep run there")
-    argv = ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only"] + (["--labels", labels] if labels else [])
-    argv += ["--set", *overrides] if overrides else []
+    argv = Auto(folder=folder, minutes=minutes, plan_only=True, labels=labels, set=list(overrides or [])).argv()
     what = f"{host.name}: `auto --plan-only`"
     plan = plan_answer(parse_answer(ssh.remote_main(host, argv, timeout=minutes * 60 + 120).stdout, what), what)
     try:
@@ -281,7 +279,7 @@ def remote_resume(run: RunDir, epochs: int | None, force: bool) -> int:
         raise HostError(f"{run.path}: the run is still going on {host.name}; stop it first")
     if run.read_status().get("state") == "completed" and not force and epochs is None:
         raise HostError(f"{run.path}: the run already completed; continue it with --epochs TOTAL")
-    ssh.remote_json(host, ["agent", "resume", info["run_dir"]] + (["--epochs", str(epochs)] if epochs else []))
+    ssh.remote_json(host, Agent(action="resume", agent_args=[info["run_dir"]], epochs=epochs or None).argv())
     (run.path / REMOTE_FILE).touch()
     return report_end(run, Mirror(run).follow())
 
@@ -371,44 +369,5 @@ def ask_checked(host_name: str, argv: list[str]) -> int:
 
 
 def add_parsers(sub) -> None:
-    p = sub.add_parser("hosts", help="the hosts remote runs go to (SSH or SLURM through a login node): list, add, "
-                       "remove, check")
-    p.add_argument("action", choices=("list", "add", "remove", "check"))
-    p.add_argument("name", nargs="?")
-    p.add_argument("--ssh", help="add: the SSH destination (an alias of ~/.ssh/config, user@host)")
-    p.add_argument("--command", help="add: TrainDeck there, e.g. '~/traindeck/.venv/bin/python ~/traindeck/main.py'")
-    p.add_argument("--runs", help="add: the runs folder there (default ~/traindeck-runs)")
-    p.add_argument("--scheduler", choices=("ssh", "slurm"), default="ssh", help="add: slurm when it is a login node")
-    p.add_argument("--partition", help="add: the SLURM partition (default: the cluster's default)")
-    p.add_argument("--ssh-option", action="append", help="add: one more ssh argument (repeat)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_hosts)
-
-    p = sub.add_parser("agent", help="the host side of remote runs (run over SSH by the app; docs/remote.md)")
-    p.add_argument("action", choices=("version", "ls", "scan", "start", "resume", "submit", "submit-auto", "follow",
-                                       "stop", "send", "pack"))
-    p.add_argument("--host", help="ls, scan: on this host (main.py hosts)")
-    p.add_argument("agent_args", nargs="*")
-    p.add_argument("--runs")
-    p.add_argument("--name")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--minutes", type=float, help="submit-auto: Auto's budget, from the job's start")
-    p.add_argument("--labels", help="scan, submit-auto: multi-label, the labels file of the folder's images")
-    p.add_argument("--partition")
-    p.add_argument("--cpus-per-task", type=int)
-    p.add_argument("--offset", action="append", default=[])
-    p.add_argument("--job", type=int)
-    p.add_argument("--job-output")
-    p.add_argument("--kill", action="store_true")
-    p.add_argument("--thumbs", type=int, default=6)
-    p.add_argument("--thumb-size", type=int, default=56)
-    p.set_defaults(func=cmd_agent)
-
-    p = sub.add_parser("mirror", help="follow a remote run into its local mirror until it ends (re-attach)")
-    p.add_argument("run_dir")
-    p.set_defaults(func=cmd_mirror)
-
-    p = sub.add_parser("fetch", help="bring one file of a remote run (a checkpoint, an export) into its mirror")
-    p.add_argument("run_dir")
-    p.add_argument("file", help="relative to the run directory, e.g. checkpoints/best.pt")
-    p.set_defaults(func=cmd_fetch)
+    for command, handler in ((Hosts, cmd_hosts), (Agent, cmd_agent), (Mirror, cmd_mirror), (Fetch, cmd_fetch)):
+        command.add_parser(sub).set_defaults(func=handler)

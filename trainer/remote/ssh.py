@@ -23,6 +23,7 @@ from pathlib import Path
 from trainer.core.system import user_dir
 from trainer.remote.hosts import Host, HostError
 from trainer.remote.protocol import MAX_ANSWER_BYTES, PROTOCOL, FrameError, parse_answer
+from trainer.runs.commands import Agent
 
 STDERR_KEPT = 64 << 10  # the end of a remote command's error output (its last line is what is said)
 
@@ -143,7 +144,7 @@ def _handshake(host: Host) -> dict:
     from trainer import __version__
     from trainer.core.events import SCHEMA_VERSION
 
-    done = remote_main(host, ["agent", "version"], check=False, timeout=60)
+    done = remote_main(host, Agent(action="version").argv(), check=False, timeout=60)
     if done.returncode != 0:
         said = last_line(done.stderr.decode("utf-8", "replace"))
         raise HostError(f"{host.name}: the TrainDeck there is too old to be driven from this app ({said}); "

@@ -22,7 +22,11 @@ def option(flag: str, default: Any = None, help: str = "", **argparse_extra) -> 
     return field(default=default, metadata={"flag": flag, "help": help, **argparse_extra})
 
 
-def positional(default: Any = dataclasses.MISSING, help: str = "", **argparse_extra) -> Any:  # noqa: A002
+def positional(default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING,  # noqa: A002
+               **argparse_extra) -> Any:
+    """A field given on the command line by its place."""
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata={"help": help, **argparse_extra})
     return field(default=default, metadata={"help": help, **argparse_extra})
 
 
@@ -37,22 +41,25 @@ class Command:
     HELP: ClassVar[str]
 
     def argv(self) -> list[str]:
-        """`main.py`'s arguments for this command (without `python main.py`)."""
-        out = [self.NAME]
+        """`main.py`'s arguments for this command (without `python main.py`): the positionals in order, then each
+        option that differs from its default (a value starting with '-' joined to its flag, as argparse needs)."""
+        places, options = [self.NAME], []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             flag = f.metadata.get("flag")
-            if value is None or value == "" or value is False or value == []:
+            if value is None or value is False or value == "" or value == [] or value == f.default:
                 continue
             if flag is None:
-                out += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [_text(value)]
+                places += [_text(v) for v in value] if isinstance(value, (list, tuple)) else [_text(value)]
             elif value is True:
-                out.append(flag)
+                options.append(flag)
+            elif isinstance(value, (list, tuple)) and f.metadata.get("action") == "append":
+                options += [f"{flag}={_text(v)}" for v in value]
             elif isinstance(value, (list, tuple)):
-                out += [flag, *map(_text, value)]
+                options += [flag, *map(_text, value)]
             else:
-                out += [flag, _text(value)]
-        return out
+                options += [f"{flag}={_text(value)}"] if _text(value).startswith("-") else [flag, _text(value)]
+        return places + options
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Command:
@@ -64,25 +71,30 @@ class Command:
         """This command's parser among `sub` (argparse's subparsers), from the fields."""
         parser = sub.add_parser(cls.NAME, help=cls.HELP)
         hints = typing.get_type_hints(cls)
+        groups: dict[str, Any] = {}  # options of which one at most is given (--run-dir or --runs-dir)
         for f in dataclasses.fields(cls):
-            extra = {k: v for k, v in f.metadata.items() if k != "flag"}
+            extra = {k: v for k, v in f.metadata.items() if k not in ("flag", "group")}
+            group = f.metadata.get("group")
+            if group and group not in groups:
+                groups[group] = parser.add_mutually_exclusive_group()
+            where = groups[group] if group else parser
             kind = hints[f.name]
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             default = [] if f.default_factory is not dataclasses.MISSING else f.default
             flag = f.metadata.get("flag")
             if kind is bool:
-                parser.add_argument(flag, dest=f.name, action="store_true", **extra)
+                where.add_argument(flag, dest=f.name, action="store_true", **extra)
                 continue
             element, many = _element(kind)
-            if many:
+            if many and extra.get("action") != "append":
                 extra.setdefault("nargs", "+")
             if flag is None:
                 if not required and not many:
                     extra.setdefault("nargs", "?")
-                parser.add_argument(f.name, type=element, default=None if required else default, **extra)
+                where.add_argument(f.name, type=element, default=None if required else default, **extra)
             else:
-                parser.add_argument(flag, dest=f.name, type=element, default=None if required else default,
-                                    required=required, **extra)
+                where.add_argument(flag, dest=f.name, type=element, default=None if required else default,
+                                   required=required, **extra)
         return parser
 
 
@@ -247,5 +259,150 @@ class Resident(Command):
             "augment-preview requests read from stdin (JSON lines) with torch imported once")
 
 
-DECLARED = (DescribeModel, ProbeDevices, GradCam, Predict, LrFind, AugmentPreview, Audit, Label, Export, FetchWeights,
-            Summarize, Standby, Resident)
+def overrides(help: str = "override config keys") -> Any:  # noqa: A002
+    """`--set KEY=VALUE ...`: config keys set on the command line, given once or more."""
+    return field(default_factory=list, metadata={"flag": "--set", "metavar": "KEY=VALUE", "action": "extend",
+                                                 "help": help})
+
+
+# ---- runs -----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Train(Command):
+    NAME = "train"
+    HELP = "train headless from a YAML config"
+    config: str = positional()
+    set: list[str] = overrides()
+    run_dir: str | None = option("--run-dir", None, "use this run directory", group="where")
+    runs_dir: str | None = option("--runs-dir", None, "create the run directory under this folder (default ./runs)",
+                                  group="where")
+    overwrite: bool = option("--overwrite", False, "with --run-dir: replace a run already there (its checkpoints and "
+                             "events are removed)")
+    output_log: str | None = option("--output-log", None, "the file this command's output is sent to (the app's "
+                                    "launch): moved into the run directory as output.log once it exists")
+    host: str | None = option("--host", None, "train on this host (main.py hosts; the same as --set "
+                              "device.host=NAME)")
+    resumable: bool = option("--resumable", False, "with --run-dir: a job started again (a requeued SLURM job) finds "
+                             "its run there and goes on from its last checkpoint; one that completed is left as it is")
+    detach: bool = option("--detach", False, "a run on a host (device.host): return once it has started there; follow "
+                          "it later with main.py mirror RUN_DIR")
+    auto_choices: str | None = option("--auto-choices", None, "Auto's choices for this config (the JSON of `main.py "
+                                      "auto --plan-only`), kept in the run as auto.json")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resume(Command):
+    NAME = "resume"
+    HELP = "continue a stopped, failed or killed run from its last good checkpoint"
+    run_dir: str = positional()
+    force: bool = option("--force", False, "also resume a completed run")
+    epochs: int | None = option("--epochs", None, "extend the run (completed or early-stopped included) to this many "
+                                "epochs in all; the schedule rule is in docs/config.md", metavar="TOTAL")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Auto(Command):
+    NAME = "auto"
+    HELP = ("from an ImageFolder and a time budget to a trained, evaluated and exported model, every choice printed "
+            "with its reason")
+    folder: str = positional(help="an ImageFolder (one sub-folder per class), or a folder with train/ and test/ (or "
+                             "val/) in it")
+    minutes: float = option("--minutes", dataclasses.MISSING, "the whole budget: planning, training, the test set and "
+                            "the export")
+    set: list[str] = overrides("override what Auto chose")
+    labels: str | None = option("--labels", None, "multi-label: the labels file of the folder's images "
+                                "(file,labels); Auto plans a multi-label run, by mAP")
+    run_dir: str | None = option("--run-dir", None, "use this run directory", group="where")
+    runs_dir: str | None = option("--runs-dir", None, "create the run directory under this folder (default ./runs)",
+                                  group="where")
+    plan_only: bool = option("--plan-only", False, "print the plan as JSON (config, choices, probes) without training; "
+                             "the app starts it as a run. With a SLURM --host, the plan is made inside the job: the "
+                             "answer says so ({\"in_job\": true}) and `auto --host` without --plan-only runs it")
+    host: str | None = option("--host", None, "plan and train on this host (main.py hosts): the scan, the speed probe "
+                              "and the learning-rate sweep run there, on its devices")
+    output_log: str | None = option("--output-log", None, "as for train")
+    download_weights: bool = option("--download-weights", False, "when the images look like photographs and no "
+                                    "pretrained weights are cached, download the ImageNet weights Auto offers first "
+                                    "(their time is not the budget's) and plan with them; offline, say so and plan "
+                                    "from scratch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Queue(Command):
+    NAME = "queue"
+    HELP = "the run queue: add, list, run (the scheduler), hold, release, move, remove, retry"
+    action: str = positional(choices=("add", "list", "run", "hold", "release", "move", "remove", "retry"))
+    target: str | None = positional(None, "add: the config file; hold/release/move/remove/retry: the run directory")
+    set: list[str] = overrides("add: override config keys")
+    runs_dir: str | None = option("--runs-dir", None, "the runs directory whose queue this is (default ./runs)")
+    until_empty: bool = option("--until-empty", False, "run: stop once nothing is waiting or running")
+    cpu_runs: int = option("--cpu-runs", 1, "run: CPU runs at a time (default 1)")
+    to: int = option("--to", 0, "move: the new place in the queue (0 = next)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep(Command):
+    NAME = "sweep"
+    HELP = "queue the runs of a sweep file (grid, random; optuna with pruning)"
+    sweep: str = positional()
+    runs_dir: str | None = option("--runs-dir", None, "the runs directory whose queue gets the trials (default ./runs)")
+
+
+# ---- remote runs ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Hosts(Command):
+    NAME = "hosts"
+    HELP = "the hosts remote runs go to (SSH or SLURM through a login node): list, add, remove, check"
+    action: str = positional(choices=("list", "add", "remove", "check"))
+    name: str | None = positional(None)
+    ssh: str | None = option("--ssh", None, "add: the SSH destination (an alias of ~/.ssh/config, user@host)")
+    command: str | None = option("--command", None, "add: TrainDeck there, e.g. '~/traindeck/.venv/bin/python "
+                                 "~/traindeck/main.py'")
+    runs: str | None = option("--runs", None, "add: the runs folder there (default ~/traindeck-runs)")
+    scheduler: str = option("--scheduler", "ssh", "add: slurm when it is a login node", choices=("ssh", "slurm"))
+    partition: str | None = option("--partition", None, "add: the SLURM partition (default: the cluster's default)")
+    ssh_option: list[str] | None = option("--ssh-option", None, "add: one more ssh argument (repeat)",
+                                          action="append")
+    json: bool = option("--json", False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Agent(Command):
+    NAME = "agent"
+    HELP = "the host side of remote runs (run over SSH by the app; docs/remote.md)"
+    action: str = positional(choices=("version", "ls", "scan", "start", "resume", "submit", "submit-auto", "follow",
+                                      "stop", "send", "pack"))
+    host: str | None = option("--host", None, "ls, scan: on this host (main.py hosts)")
+    agent_args: list[str] = positional(default_factory=list, nargs="*")
+    runs: str | None = option("--runs", None)
+    name: str | None = option("--name", None)
+    epochs: int | None = option("--epochs", None)
+    minutes: float | None = option("--minutes", None, "submit-auto: Auto's budget, from the job's start")
+    labels: str | None = option("--labels", None, "scan, submit-auto: multi-label, the labels file of the folder's "
+                                "images")
+    partition: str | None = option("--partition", None)
+    cpus_per_task: int | None = option("--cpus-per-task", None)
+    offset: list[str] = field(default_factory=list, metadata={"flag": "--offset", "action": "append", "help": ""})
+    job: int | None = option("--job", None)
+    job_output: str | None = option("--job-output", None)
+    kill: bool = option("--kill", False)
+    thumbs: int = option("--thumbs", 6)
+    thumb_size: int = option("--thumb-size", 56)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mirror(Command):
+    NAME = "mirror"
+    HELP = "follow a remote run into its local mirror until it ends (re-attach)"
+    run_dir: str = positional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fetch(Command):
+    NAME = "fetch"
+    HELP = "bring one file of a remote run (a checkpoint, an export) into its mirror"
+    run_dir: str = positional()
+    file: str = positional(help="relative to the run directory, e.g. checkpoints/best.pt")
+
+
+DECLARED = (Train, Resume, Auto, Queue, Sweep, Hosts, Agent, Mirror, Fetch, DescribeModel, ProbeDevices, GradCam,
+            Predict, LrFind, AugmentPreview, Audit, Label, Export, FetchWeights, Summarize, Standby, Resident)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trainer.core.config import RunConfig
 from trainer.core.rundir import EXIT_PREEMPTED
+from trainer.runs.commands import Resume, Train
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # trainer/runs/launch.py -> the repository
 
@@ -27,54 +28,6 @@ def free_port() -> int:
 def main_command(*args: str | Path) -> list[str]:
     """`python main.py ARGS` with this interpreter: how the app starts every helper process."""
     return [sys.executable, str(REPO_ROOT / "main.py"), *map(str, args)]
-
-
-# ---- the commands not yet declared in trainer/runs/commands.py: `main.py` argument lists -----------------------------
-def _opt(flag: str, value) -> list[str]:
-    return [flag, str(value)] if value not in (None, "") else []
-
-
-def hosts_list_args() -> list[str]:
-    return ["hosts", "list", "--json"]
-
-
-def auto_plan_args(folder: str, minutes: float, labels: str | None = None, host: str | None = None,
-                   overrides: list[str] | None = None) -> list[str]:
-    """Auto's plan alone (the Dataset page's Auto box loads it into the forms)."""
-    return ["auto", folder, "--minutes", f"{minutes:g}", "--plan-only", *_opt("--labels", labels),
-            *_opt("--host", host), *(["--set", *overrides] if overrides else [])]
-
-
-def auto_run_args(folder: str, minutes: float, host: str, run_dir: str | Path, output_log: str | Path,
-                  labels: str | None = None, overrides: list[str] | None = None) -> list[str]:
-    """Auto as one run on a host (a SLURM host plans inside its job), mirrored into `run_dir`."""
-    return ["auto", folder, "--minutes", f"{minutes:g}", "--host", host, "--run-dir", str(run_dir),
-            "--output-log", str(output_log), *_opt("--labels", labels), *(["--set", *overrides] if overrides else [])]
-
-
-def queue_add_args(config: str | Path, runs_dir: str | Path) -> list[str]:
-    return ["queue", "add", str(config), "--runs-dir", str(runs_dir)]
-
-
-def queue_run_args(runs_dir: str | Path, until_empty: bool = False) -> list[str]:
-    return ["queue", "run", "--runs-dir", str(runs_dir), *(["--until-empty"] if until_empty else [])]
-
-
-def sweep_args(path: str | Path, runs_dir: str | Path) -> list[str]:
-    return ["sweep", str(path), "--runs-dir", str(runs_dir)]
-
-
-def mirror_args(run: str | Path) -> list[str]:
-    return ["mirror", str(run)]
-
-
-def agent_ls_args(path: str, host: str) -> list[str]:
-    return ["agent", "ls", path, "--host", host]
-
-
-def agent_scan_args(folder: str, host: str, thumbs: int, size: int, labels: str | None = None) -> list[str]:
-    return ["agent", "scan", folder, "--host", host, "--thumbs", str(thumbs), "--thumb-size", str(size),
-            *([f"--labels={labels}"] if labels else [])]
 
 
 def worker_module_args(run_dir: str | Path, resume: bool) -> list[str]:
@@ -99,24 +52,23 @@ def train_command(config_path: str | Path, run_dir: str | Path | None = None, ov
                   runs_dir: str | Path | None = None, output_log: str | Path | None = None,
                   overwrite: bool = False) -> list[str]:
     """`python main.py train CONFIG ...` as an argument list."""
-    cmd = main_command("train", config_path)
-    if overrides:
-        cmd += ["--set", *overrides]
-    if run_dir:
-        cmd += ["--run-dir", str(run_dir)]
-    elif runs_dir:
-        cmd += ["--runs-dir", str(runs_dir)]
-    return cmd + _opt("--output-log", output_log) + (["--overwrite"] if overwrite else [])
+    return main_command(*Train(config=str(config_path), set=list(overrides or []), run_dir=_text(run_dir),
+                               runs_dir=None if run_dir else _text(runs_dir), output_log=_text(output_log),
+                               overwrite=overwrite).argv())
 
 
 def headless_command(config_path: str | Path, runs_dir: str | Path) -> list[str]:
     """`python main.py train CONFIG --runs-dir DIR` as a user types it in the repository (the app's Command)."""
-    return ["python", "main.py", *train_command(config_path, runs_dir=runs_dir)[2:]]
+    return ["python", "main.py", *Train(config=str(config_path), runs_dir=str(runs_dir)).argv()]
 
 
 def resume_command(run_dir: str | Path, epochs: int | None = None) -> list[str]:
     """Continue a run; with `epochs`, extend it to that many epochs in all (trainer/core/schedule.py's rule)."""
-    return main_command("resume", run_dir, *(["--epochs", str(epochs)] if epochs else []))
+    return main_command(*Resume(run_dir=str(run_dir), epochs=epochs or None).argv())
+
+
+def _text(path: str | Path | None) -> str | None:
+    return None if path in (None, "") else str(path)
 
 
 def node_commands(config_path: str | Path, cfg: RunConfig) -> list[str]:

@@ -59,10 +59,11 @@ def run_study(sweep: Sweep, runs_dir: Path, log=lambda m: print(m, file=sys.stde
 
 def ensure_scheduler(runs_dir: Path) -> None:
     """Start the queue's scheduler when none is running (it outlives this process)."""
-    from trainer.runs.launch import main_command, queue_run_args
+    from trainer.runs.commands import Queue
+    from trainer.runs.launch import main_command
 
     if not queue.live_schedulers(runs_dir):
-        subprocess.Popen(main_command(*queue_run_args(runs_dir, until_empty=True)),
+        subprocess.Popen(main_command(*Queue(action="run", runs_dir=str(runs_dir), until_empty=True).argv()),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **detached())
         deadline = time.time() + 30
         while not queue.live_schedulers(runs_dir) and time.time() < deadline:
