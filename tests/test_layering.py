@@ -49,6 +49,8 @@ def imports(path, top_level_only: bool = False):
 
 def layer(module: str) -> int:
     parts = module.split(".")
+    if len(parts) == 1:  # trainer/__init__.py: loaded before every trainer module, it may import only the core
+        return 0
     if parts[1] in ORDER:
         return ORDER.index(parts[1])
     return len(ORDER) + (TOP.index(parts[1]) if parts[1] in TOP else 0)

@@ -242,17 +242,17 @@ class DatasetPage(QWidget):
                                               host_of=lambda: self.host))
         form.addRow("Validation images", folder_row(binder, "data.val_dir", "optional: else a split of the training set",
                                                     "Validation images", self, host_of=lambda: self.host))
-        form.addRow("Validation split", binder.dspin("data.val_split", 0.05))
+        form.addRow("Validation split", binder.dspin("data.val_split"))
         form.addRow("Manifest", folder_row(binder, "data.exclude", "optional: images left out or relabelled (marked "
                                            "in the Results tab)", "Dataset manifest", self, "Manifests (*.yaml *.yml)"))
 
         loading = QGroupBox("Loading")
         lf = QFormLayout(loading)
         lf.addRow("Image size", binder.spin("data.image_size", " px"))
-        lf.addRow("Image width", binder.spin("data.image_width", " px", special="square"))
+        lf.addRow("Image width", binder.spin("data.image_width", " px"))
         lf.addRow("Resize", binder.combo("data.resize", key_choices("data.resize")))
         lf.addRow("Batch size", binder.spin("data.batch_size"))
-        lf.addRow("Workers", binder.spin("data.num_workers", special="auto"))
+        lf.addRow("Workers", binder.spin("data.num_workers"))
         lf.addRow("Decoded cache", binder.combo("data.cache", key_choices("data.cache")))
         lf.addRow("Unusable files", binder.combo("data.on_bad_file", key_choices("data.on_bad_file")))
         lf.addRow("Sampler", binder.combo("data.sampler", key_choices("data.sampler")))
@@ -269,12 +269,12 @@ class DatasetPage(QWidget):
         flip.setMinimumContentsLength(10)  # "auto (off)": the page keeps its width on a laptop screen
         af.addRow("Horizontal flip", flip)
         af.addRow(binder.check("data.augment.random_resized_crop", "Random resized crop"))
-        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min", 0.05, special="auto"))
-        af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter", 0.05))
+        af.addRow("Smallest crop", binder.dspin("data.augment.crop_scale_min"))
+        af.addRow("Colour jitter", binder.dspin("data.augment.color_jitter"))
         af.addRow("Policy", binder.combo("data.augment.policy", key_choices("data.augment.policy")))
-        af.addRow("Random erasing", binder.dspin("data.augment.random_erasing", 0.05))
-        af.addRow("MixUp", binder.dspin("data.augment.mixup", 0.1))
-        af.addRow("CutMix", binder.dspin("data.augment.cutmix", 0.1))
+        af.addRow("Random erasing", binder.dspin("data.augment.random_erasing"))
+        af.addRow("MixUp", binder.dspin("data.augment.mixup"))
+        af.addRow("CutMix", binder.dspin("data.augment.cutmix"))
 
         self.auto = AutoPanel()
         self.preview = AugmentPreview()  # drawn by the trainer for the form's config (the window asks)

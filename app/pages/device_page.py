@@ -97,7 +97,7 @@ class DevicePage(QWidget):
         nf.addRow("Nodes", binder.spin("device.nnodes"))
         nf.addRow("This node's rank", binder.spin("device.node_rank"))
         nf.addRow("Node 0 address", binder.line("device.master_addr"))
-        nf.addRow("Port", binder.spin("device.master_port", special="pick a free one"))
+        nf.addRow("Port", binder.spin("device.master_port"))
         self.slurm = QPushButton("Save SLURM script…")
         self.slurm.setObjectName("saveSlurm")
         self.slurm.setToolTip("A batch script for a SLURM cluster that trains exactly this config (saved beside it)")

@@ -40,7 +40,16 @@ from app.state.buffers import Series
 from app.state.experiments import METRICS, RowCache, column_title, format_duration, varying_keys
 from app.state.grad_views import elide_middle
 from trainer.core.events import EventTail
-from trainer.core.rundir import LIVE_STATES, STATUS_FILE, RunDir, is_run_folder, list_runs, state_text
+from trainer.core.rundir import (
+    FAILED_STATES,
+    LIVE_STATES,
+    RESUMABLE_STATES,
+    STATUS_FILE,
+    RunDir,
+    is_run_folder,
+    list_runs,
+    state_text,
+)
 from trainer.core.summary import needs_building
 from trainer.runs.commands import Summarize
 
@@ -77,8 +86,9 @@ SETTLE_MS = 150  # after the file system says a folder changed: the table looks 
 SHOW_CHUNK = 100  # new rows put in the table per event-loop turn
 RESIZE_ROWS = 60  # rows measured when fitting the columns to their contents (all of 500 took 0.6 s)
 LONGEST_CELL = 40  # characters; longer values (parameter groups) are elided in the middle, whole on hover
-STATUS_COLORS = {"completed": "#2b7a2b", "failed": "#c9302c", "diverged": "#c9302c", "stopped": "#b8860b",
-                 "preempted": "#b8860b", "running": "#1f77b4", "queued": "#777777"}
+# a run's state, coloured by what it means to the user: done, failed, ended early (resumable), going, waiting
+STATUS_COLORS = {**dict.fromkeys(RESUMABLE_STATES, "#b8860b"), **dict.fromkeys(FAILED_STATES, "#c9302c"),
+                 **dict.fromkeys(LIVE_STATES, "#1f77b4"), "completed": "#2b7a2b", "queued": "#777777"}
 
 
 class ExperimentModel(QAbstractTableModel):

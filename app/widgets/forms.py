@@ -110,6 +110,7 @@ class WrappedLabel(QLabel):
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 FLOAT_MAX = 1e9
 EXACT_DECIMALS = 15  # a decimal key's resolution in a form: what a double holds of a value typed in decimals
+DEFAULT_STEP = 0.05  # a decimal key's step where the config gives none
 BOUND_STEP = 1e-6  # an open bound (0 < val_split) as the closest value a spin box offers inside it
 
 
@@ -232,8 +233,8 @@ class Binder(QObject):
         finally:
             self._showing = False
 
-    def spin(self, key: str, suffix: str = "", special: str = "") -> QSpinBox | QLineEdit:
-        """A whole-number key, its range the config's (`key_meta`); `special` names its lowest value (off, auto)."""
+    def spin(self, key: str, suffix: str = "") -> QSpinBox | QLineEdit:
+        """A whole-number key, its range and the word for its lowest value (off, auto) the config's (`key_meta`)."""
         meta = key_meta(key)
         low = meta["ge"] if meta["ge"] is not None else meta["gt"] + 1 if meta["gt"] is not None else INT_MIN
         high = meta["le"] if meta["le"] is not None else meta["lt"] - 1 if meta["lt"] is not None else INT_MAX
@@ -244,13 +245,13 @@ class Binder(QObject):
         w = _strong_focus(SpinBox())
         w.setRange(int(low), int(high))
         w.setSuffix(suffix)
-        if special:
-            w.setSpecialValueText(special)
+        if meta["lowest"]:
+            w.setSpecialValueText(meta["lowest"])
         return self._register(key, w, w.valueChanged)
 
-    def dspin(self, key: str, step: float = 0.05, special: str = "") -> QDoubleSpinBox:
-        """A decimal key, its range the config's (`key_meta`), holding any valid value as typed (0.125 stays 0.125,
-        not 0.13; 0.02 is not raised to a widget's own 0.05); `special` names the box's lowest value (auto)."""
+    def dspin(self, key: str) -> QDoubleSpinBox:
+        """A decimal key, its range, step and the word for its lowest value (auto: that value) the config's
+        (`key_meta`), holding any valid value as typed (0.125 stays 0.125, not 0.13; 0.02 is not raised to a step)."""
         meta = key_meta(key)
         w = _strong_focus(ExactDoubleSpinBox())
         low = meta["ge"] if meta["ge"] is not None else meta["gt"] + BOUND_STEP if meta["gt"] is not None \
@@ -258,10 +259,10 @@ class Binder(QObject):
         high = meta["le"] if meta["le"] is not None else meta["lt"] - BOUND_STEP if meta["lt"] is not None \
             else FLOAT_MAX
         w.setRange(low, high)
-        w.setSingleStep(step)
-        if special:
-            w.setSpecialValueText(special)
-            w.setProperty("special", special)
+        w.setSingleStep(meta["step"] or DEFAULT_STEP)
+        if meta["lowest"]:
+            w.setSpecialValueText(meta["lowest"])
+            w.setProperty("special", meta["lowest"])
         return self._register(key, w, w.valueChanged)
 
     def choice(self, key: str, options: list[tuple[str, Any]]) -> QComboBox:

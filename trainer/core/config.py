@@ -56,9 +56,11 @@ class ConfigError(InputError, ValueError):
 
 
 def opt(default: Any = None, doc: str = "", *, choices: tuple | None = None, ge: float | None = None,
-        gt: float | None = None, le: float | None = None, lt: float | None = None, factory: Any = None):
-    """A config key: its default, a one-line description and the values it allows."""
-    meta = {"doc": doc, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt}
+        gt: float | None = None, le: float | None = None, lt: float | None = None, factory: Any = None,
+        step: float | None = None, lowest: str | None = None):
+    """A config key: its default, a one-line description and the values it allows; for a form, the `step` a number
+    moves by and what its `lowest` value means, in a word ("auto", "off")."""
+    meta = {"doc": doc, "choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt, "step": step, "lowest": lowest}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -74,20 +76,23 @@ class AugmentConfig:
     crop_scale_min: float | str = opt("auto", "smallest crop area, as a fraction of the image; auto = 0.8 for a "
                                       "multi-label run (a smaller crop can cut a labelled thing out of the image, and "
                                       "its label with it) or for classes that look like characters (a smaller crop "
-                                      "cuts strokes off), else 0.6", gt=0, le=1)
+                                      "cuts strokes off), else 0.6", gt=0, le=1, step=0.05,
+                                      lowest="auto")
     color_jitter: float = opt(0.0, "strength of random brightness/contrast/saturation changes (0 = off)",
-                              ge=0, le=1)
+                              ge=0, le=1, step=0.05)
     policy: str = opt("none", "an automatic augmentation policy applied to each image after the crop and flip "
                       "(torchvision's): trivial_augment (one random operation of random strength each) or "
                       "rand_augment (two of strength 9); none = off",
                       choices=("none", "trivial_augment", "rand_augment"))
     random_erasing: float = opt(0.0, "share of the images in which a random rectangle (2-33% of the image) is "
-                                "painted over with the image's mean colour (0 = off)", ge=0, le=1)
+                                "painted over with the image's mean colour (0 = off)", ge=0, le=1,
+                                step=0.05)
     mixup: float = opt(0.0, "MixUp: each batch blended with itself in another order, labels blended alike; the "
-                       "blend drawn from Beta(mixup, mixup), typically 0.2-0.4 (0 = off)", ge=0, le=10)
+                       "blend drawn from Beta(mixup, mixup), typically 0.2-0.4 (0 = off)", ge=0, le=10,
+                       step=0.1)
     cutmix: float = opt(0.0, "CutMix: a rectangle of another image of the batch pasted in, labels mixed by its "
                         "area; the area drawn from Beta(cutmix, cutmix), typically 1.0 (0 = off; with mixup on too, "
-                        "each batch is one or the other)", ge=0, le=10)
+                        "each batch is one or the other)", ge=0, le=10, step=0.1)
     albumentations: list[dict] | None = opt(None, "your own per-image pipeline, run on each training image before "
                                             "the crop and flip: a list of Albumentations transforms, each written "
                                             "TransformName: {argument: value} (pip install albumentations); the "
@@ -102,15 +107,17 @@ class DataConfig:
     test_split: float = opt(0.0, "without data.test_dir: fraction of train held out as the test set (stratified, "
                             "seeded; never trained or validated on; evaluated once at the end with best.pt, "
                             "eval/test/); the files stay where they are (0 = none)", ge=0, lt=1)
-    val_split: float = opt(0.2, "fraction of train held out for validation (stratified, seeded)", gt=0, lt=1)
+    val_split: float = opt(0.2, "fraction of train held out for validation (stratified, seeded)", gt=0, lt=1,
+                            step=0.05)
     image_size: int = opt(32, "side of the square images fed to the model, in pixels (their height when "
                           "data.image_width is set)", ge=8, le=1024)
     image_width: int = opt(0, "width of the images fed to the model when it differs from their height, in pixels "
-                           "(0 = square: data.image_size)", ge=0, le=1024)
+                           "(0 = square: data.image_size)", ge=0, le=1024, lowest="square")
     resize: str = opt("crop", "how an image of another shape becomes image_size: crop (short side to fit, centre crop) "
                       "or pad (whole image, long side to fit, centred on black)", choices=("crop", "pad"))
     batch_size: int = opt(64, "images per step per process", ge=1, le=65536)
-    num_workers: int = opt(-1, "data-loading worker processes (-1 = from the core count)", ge=-1, le=64)
+    num_workers: int = opt(-1, "data-loading worker processes (-1 = from the core count)", ge=-1, le=64,
+                          lowest="auto")
     augment: AugmentConfig = opt(factory=AugmentConfig, doc="training-time augmentation")
     mean: list[float] | str = opt("auto", "per-channel normalisation mean (RGB); auto = the pretrained weights' own, "
                                   "ImageNet's without named weights")
@@ -148,7 +155,7 @@ class ModelConfig:
     freeze_backbone: bool = opt(False, "linear probe: train the classifier head only; the backbone's weights and "
                                 "BatchNorm statistics stay as loaded")
     unfreeze_at_epoch: int = opt(0, "gradual unfreezing: keep the backbone frozen for this many epochs, then train it "
-                                 "too (0 = off)", ge=0)
+                                 "too (0 = off)", ge=0, lowest="never frozen")
     init: str = opt("default", "parameter initialisation applied with net.apply",
                     choices=("default", "xavier_uniform", "xavier_normal", "kaiming_normal", "normal", "constant"))
 
@@ -158,7 +165,8 @@ class LossConfig:
     name: str = opt("cross_entropy", "loss function (multi-label runs: bce, binary cross-entropy per label; or asl, "
                     "the asymmetric loss: easy negatives count for little)",
                     choices=("cross_entropy", "nll", "mse", "multi_margin", "bce", "asl"))
-    label_smoothing: float = opt(0.0, "label smoothing (cross_entropy; bce: targets eps/2 and 1 - eps/2)", ge=0, lt=1)
+    label_smoothing: float = opt(0.0, "label smoothing (cross_entropy; bce: targets eps/2 and 1 - eps/2)", ge=0, lt=1,
+                                step=0.05)
     class_weights: str = opt("none", "weight each class's loss: auto = inverse class frequency in the training set, "
                              "normalised to a mean of 1 (for unbalanced classes); with bce, each label's positives "
                              "weighted by its negatives over its positives (rare labels)", choices=("none", "auto"))
@@ -189,7 +197,7 @@ class OptimizerConfig:
 class SchedulerConfig:
     name: str = opt("cosine", "learning-rate schedule",
                     choices=("none", "step", "multistep", "cosine", "onecycle", "exponential"))
-    warmup_epochs: float = opt(0.0, "linear warm-up from 0 over this many epochs", ge=0)
+    warmup_epochs: float = opt(0.0, "linear warm-up from 0 over this many epochs", ge=0, step=0.5)
     step_size: int = opt(10, "step: epochs between decays", ge=1)
     milestones: list[int] = opt(factory=lambda: [30, 60], doc="multistep: epochs at which lr decays")
     gamma: float = opt(0.1, "decay factor (step, multistep, exponential per epoch)", gt=0, le=1)
@@ -287,7 +295,8 @@ class DeviceConfig:
     nnodes: int = opt(1, "machines taking part in a ddp run", ge=1, le=4096)
     node_rank: int = opt(0, "this machine's index among nnodes", ge=0)
     master_addr: str = opt("127.0.0.1", "address of node 0 (multi-node ddp)")
-    master_port: int = opt(0, "rendezvous port (0 = pick a free one, single node only)", ge=0, le=65535)
+    master_port: int = opt(0, "rendezvous port (0 = pick a free one, single node only)", ge=0, le=65535,
+                           lowest="pick a free one")
     timeout_s: int = opt(120, "seconds a rank waits for the others before giving up", ge=5)
     host: str = opt("", "where to run: empty for this machine, or a host of hosts.yaml (main.py hosts; SSH or SLURM "
                     "through it); its data paths are paths on that host")
@@ -329,7 +338,8 @@ class MonitorConfig:
 @dataclass
 class CheckpointConfig:
     every_epochs: int = opt(1, "epochs between checkpoints", ge=1)
-    every_steps: int = opt(0, "also checkpoint every N optimizer steps mid-epoch (0 = off)", ge=0)
+    every_steps: int = opt(0, "also checkpoint every N optimizer steps mid-epoch (0 = off)", ge=0,
+                            lowest="off")
     keep_last: int = opt(3, "numbered checkpoints kept (last.pt and best.pt are always kept)", ge=1)
     writer: str = opt("auto", "how checkpoints are written: background (a CPU snapshot at the save point, written while "
                       "training goes on), sync (before training goes on), auto = background on a GPU or when training "
@@ -709,7 +719,8 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
 
 def key_meta(key: str) -> dict:
     """What a form needs to know of a config key, declared once (issue #51: a widget's limits are the config's):
-    its type name, default, description, choices and bounds (ge, gt, le, lt; None where there is none)."""
+    its type name, default, description, choices and bounds (ge, gt, le, lt; None where there is none), the step a
+    form moves it by and the word for its lowest value (None where it has none)."""
     cls: Any = RunConfig
     *sections, name = key.split(".")
     for section in sections:
@@ -718,7 +729,7 @@ def key_meta(key: str) -> dict:
     meta = dict(f.metadata)
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     return {"type": _describe(typing.get_type_hints(cls)[name]), "default": default, "doc": meta.get("doc", ""),
-            "choices": meta.get("choices"), **{b: meta.get(b) for b in ("ge", "gt", "le", "lt")}}
+            "choices": meta.get("choices"), **{b: meta.get(b) for b in ("ge", "gt", "le", "lt", "step", "lowest")}}
 
 
 def key_choices(key: str) -> tuple:
