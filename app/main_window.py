@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QSettings, QSize, Qt
+from PySide6.QtCore import QByteArray, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QFrame,
@@ -51,6 +51,7 @@ PAGES = ["Dataset", "Model", "Optimizer", "Device", "Advanced", "Training", "Run
 # keys with a home on a page other than through the binder (the Advanced page lists every other key)
 PAGE_KEYS = {"optimizer.groups", "device.parallel", "device.launcher", "device.host"}
 PREFERRED_SIZE = (1280, 800)
+PREBUILD_AFTER_MS = 1500  # the Training page is made this long after start-up, while the window is idle
 FRAME_ALLOWANCE = (16, 40)  # px, width and height: the borders and the title bar a window manager adds
 STYLE = (REPO_ROOT / "resources" / "style.qss")
 
@@ -91,6 +92,7 @@ class MainWindow(QMainWindow):
         self.pages = SetupPages(self.binder, self.dataset_page, self.model_page, self.optimizer_page,
                                 self.device_page, self.advanced_page)
         self._dashboard: Dashboard | None = None  # built when first needed (16 plots and pyqtgraph: most of the start-up)
+        self._dashboard_parts: list = []  # its tabs built so far while the window was idle
         self._marks: dict = {}  # the manifest's entries, for the dashboard's results when it is built
         self.runs_page = RunsPage()
         self.queue_page = QueuePage()
@@ -216,6 +218,7 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         self.nav.setCurrentRow(0)
         self._update_buttons()
+        self._prebuild_dashboard()
 
     def _fit_to_screen(self) -> None:
         """Open at the preferred size, but inside the screen's available area (a 1280x720 laptop keeps its status bar
@@ -231,13 +234,29 @@ class MainWindow(QMainWindow):
         self.move(area.x() + (area.width() - self.width() - frame_w) // 2,
                   area.y() + (area.height() - self.height() - frame_h) // 2)
 
+    def _prebuild_dashboard(self) -> None:
+        """The Training page made while the window is idle after start-up, a part per turn of the event loop
+        (pyqtgraph's import, then each tab), so that the first run opened or started finds it built: built then, it
+        held the GUI thread 0.4-0.6 s (bench/scale.py's window case)."""
+        def next_part() -> None:
+            if self._dashboard is None and self.isVisible() and next(steps, False):
+                QTimer.singleShot(0, self, next_part)
+
+        def parts():
+            from app.training.dashboard import Dashboard  # with pyqtgraph: not part of the start-up
+
+            yield True
+            yield from Dashboard.parts(self._dashboard_parts)
+        steps = parts()
+        QTimer.singleShot(PREBUILD_AFTER_MS, self, next_part)
+
     @property
     def dashboard(self) -> Dashboard:
-        """The Training page, built the first time it is shown or a run is on it."""
+        """The Training page, built the first time it is shown or a run is on it (of it, what was not built yet)."""
         if self._dashboard is None:
             from app.training.dashboard import Dashboard  # with pyqtgraph: not part of the start-up
 
-            self._dashboard = dashboard = Dashboard()
+            self._dashboard = dashboard = Dashboard(built=self._dashboard_parts)
             self.stack.widget(PAGES.index("Training")).setWidget(dashboard)
             results = dashboard.results
             results.markRequested.connect(self.run_actions.mark_image)

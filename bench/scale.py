@@ -331,6 +331,77 @@ def audit(work, images_dir: Path, count: int) -> dict:
             done.stderr.strip().splitlines()[-12:]}
 
 
+def long_run_commands(work, steps: int) -> dict:
+    """`resume`, `export` and its model card on a real run whose events file holds `steps` more steps and no summary
+    (a run from before summaries, or copied without one): each command's time to its first step (resume) or to its
+    file (export, the card beside it), and its peak memory (the largest process, sampled every 20 ms)."""
+    import subprocess
+
+    import psutil
+
+    from trainer.core.rundir import RunDir
+    from trainer.data.demo_data import write_demo_dataset
+
+    data = work / "long-data"
+    if not data.exists():
+        write_demo_dataset(data, per_class=100, size=16, seed=0)
+    runs = work / f"long-runs-{steps}"
+    train = [sys.executable, str(REPO / "main.py"), "train", str(REPO / "resources" / "demo.yaml"), "--set",
+             f"data.train_dir={data}", "data.image_size=16", "train.epochs=1", "--runs-dir", str(runs)]
+    subprocess.run(train, check=True, capture_output=True)
+    run = RunDir(next(runs.iterdir()))
+    lines = run.events.read_bytes().splitlines(keepends=True)
+    end = next(i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith(b'{"event": "run_end"'))
+    last = max((json.loads(line)["step"] for line in lines if line.startswith(b'{"event": "step"')), default=0)
+    with open(run.events, "wb") as f:  # the real run's events, `steps` more steps, then its end
+        f.writelines(lines[:end])
+        for step in range(last + 1, last + steps + 1):
+            f.write(json.dumps({"event": "step", "time": 1.0, "step": step, "epoch": 1, "batch": 1, "batches": 1,
+                                "loss": 1.0 / (1 + step / 1000), "lr": [0.01], "images_per_s": 500.0,
+                                "grad_norm": 1.5}).encode() + b"\n")
+            f.write(json.dumps({"event": "grad_stats", "time": 1.0, "step": step,
+                                "grad_norm": [0.28 + i / 100 for i in range(LAYERS)], "weight_norm": [1.0] * LAYERS,
+                                "update_ratio": [0.001] * LAYERS}).encode() + b"\n")
+        f.writelines(lines[end:])
+    run.summary.unlink(missing_ok=True)
+    size_mb = run.events.stat().st_size / 2**20
+
+    def watched(argv: list[str], done) -> dict:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        peak, reached = 0.0, None
+        while proc.poll() is None:
+            try:
+                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+                peak = max(peak, max(p.memory_info().rss for p in tree) / 2**20)
+            except psutil.Error:
+                pass
+            if reached is None and done():
+                reached = time.perf_counter() - started
+                proc.terminate()
+            time.sleep(0.02)
+        reached = reached if reached is not None else time.perf_counter() - started  # ran to its end
+        return {"seconds": round(reached, 2), "peak_rss_mb": round(peak),
+                "exit_code": proc.returncode, "said": proc.stderr.read().decode()[-600:]}
+
+    before = run.events.stat().st_size
+    resumed = watched([sys.executable, str(REPO / "main.py"), "resume", str(run.path), "--epochs", "2"],
+                      lambda: b'"event": "step"' in _tail(run.events, before))
+    out = work / f"long-export-{steps}" / "model.safetensors"
+    exported = watched([sys.executable, str(REPO / "main.py"), "export", str(run.path), "--format", "safetensors",
+                        "--out", str(out)], lambda: False)
+    exported["file_and_card"] = out.exists() and out.with_name(out.name + ".md").exists()
+    return {"steps_added": steps, "events_mb": round(size_mb), "summary_after": run.summary.exists(),
+            "resume_to_first_step": resumed, "export_with_card": exported}
+
+
+def _tail(path: Path, offset: int) -> bytes:
+    """What was appended to `path` after `offset` bytes (the first 64 kB of it)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(65536)
+
+
 def moved_aside(run_path):
     """The run without its summary, as every run was before it (a context: put back after)."""
     import contextlib
@@ -397,7 +468,7 @@ def window_opening(app, work, steps_list: list[int]) -> dict:
     return out
 
 
-CASES = ("writer", "opening", "window", "runs_page", "dataset_page", "compare", "audit")
+CASES = ("writer", "opening", "window", "runs_page", "dataset_page", "compare", "audit", "long_run_commands")
 
 
 def each_in_its_own_process(args) -> None:
@@ -435,6 +506,9 @@ def main() -> None:
     parser.add_argument("--images-dir", default=str(REPO / "bench" / ".data" / "scale-images"),
                         help="where that folder is written (kept for the next run)")
     parser.add_argument("--audit-images", type=int, nargs="+", default=[20_000, 100_000])  # 100,000: ~10 min
+    parser.add_argument("--long-steps", type=int, nargs="+", default=[0, 1_000_000],
+                        help="steps added to a real run's events for resume and export (10^6: a 1.3 GB file; 0: the "
+                        "same commands on the run as it is, their baseline)")
     parser.add_argument("--collector-on", action="store_true",
                         help="the Dataset page's scan without its pause of the garbage collector (as before #50)")
     parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES),
@@ -500,6 +574,9 @@ def main() -> None:
         result["dataset_page"] = dataset_page(app, folder, work)
         result["dataset_page"]["collector"] = "on during the scan" if args.collector_on else "paused during the scan"
         print("dataset page:", result["dataset_page"], flush=True)
+    if "long_run_commands" in args.only:
+        result["long_run_commands"] = [long_run_commands(work, n) for n in args.long_steps]
+        print("resume and export:", result["long_run_commands"], flush=True)
     if "audit" in args.only:
         result["audit"] = [audit(work, Path(args.images_dir), n) for n in args.audit_images]
         print("audit:", result["audit"], flush=True)

@@ -49,13 +49,16 @@ def augment_line(decided: list[dict]) -> str:
     return f"<br>augmentation (auto): {', '.join(parts)}" if parts else ""
 
 
+TAB_CLASSES = (CurvesTab, GradientsTab, ResultsTab)  # built in this order, each its own part (`Dashboard.parts`)
+
+
 class Dashboard(QWidget):
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, built: list[QWidget] | None = None):
+        """`built`: the first of its tabs, already built (`parts()`, while the window was idle); the rest now."""
         super().__init__(parent)
         self.model: RunModel | None = None
-        self.curves = CurvesTab()
-        self.gradients = GradientsTab()
-        self.results = ResultsTab()
+        built = list(built or [])
+        self.curves, self.gradients, self.results = built + [cls() for cls in TAB_CLASSES[len(built):]]
         self.log_view = QPlainTextEdit()
         self.log_view.setObjectName("logView")
         self.log_view.setReadOnly(True)
@@ -88,6 +91,14 @@ class Dashboard(QWidget):
         self._timer.setInterval(REDRAW_MS)
         self._timer.timeout.connect(self._tick)
         self._ticks = 0
+
+    @staticmethod
+    def parts(built: list[QWidget]):
+        """The dashboard's tabs built one per step into `built` (a generator: a step per turn of the event loop,
+        none holding the GUI thread much longer than its plots take to make)."""
+        for cls in TAB_CLASSES[len(built):]:
+            built.append(cls())
+            yield True
 
     def _build_side_panel(self) -> QWidget:
         """The side panel: the run's summary, its progress, the machine's load and the warnings."""

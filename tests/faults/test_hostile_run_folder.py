@@ -12,6 +12,7 @@ from helpers import run_here, run_main, train_here, write_config
 
 from trainer.core.events import EventTail, read_events
 from trainer.core.rundir import RunDir
+from trainer.core.summary import MAX_EVENT_LINE
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,8 @@ def test_an_event_line_too_long_is_skipped_never_held_and_the_events_after_it_ar
     run = RunDir(shutil.copytree(finished, tmp_path / "run"))
     run.summary.unlink(missing_ok=True)
     events = read_events(run.events)
-    with open(run.events, "r+b") as f:  # a 1 GiB line (sparse: it takes no disk), then ten events
-        f.seek(1 << 30, os.SEEK_END)
+    with open(run.events, "r+b") as f:  # a line past the longest an event may be (sparse: no disk), then ten events
+        f.seek(MAX_EVENT_LINE + (16 << 20), os.SEEK_END)
         f.write(b"\n" + b"".join(json.dumps({**events[-1], "note": i}).encode() + b"\n" for i in range(10)))
         f.write(b'[1, 2]\n"a string"\n{"no": "event"}\n')  # JSON, but not events
     tail = EventTail(run.events)
