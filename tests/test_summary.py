@@ -289,3 +289,44 @@ def test_grad_stats_lines_taken_without_parsing_give_the_summary_the_trainer_wri
     summary_module.summary_path(events).unlink()
     keeper = SummaryKeeper.resume(events)
     assert keeper.count == json.loads(made[0].split(b"\n")[0])["events"], "the cut line is not an event"
+
+
+def test_a_summary_being_built_is_written_as_it_goes_and_can_be_shown_alone(tmp_path, monkeypatch):
+    """Issue #72: `main.py summarize` of a 10^6-step run took ~20 s before the app could show a point. It writes the
+    summary of what it has read so far as it goes (each a valid summary of the file's start), the app shows that one
+    alone (`EventTail(summary_only=True)`: the file itself is not read), and the finished summary is the one a single
+    pass writes."""
+    events = tmp_path / "events.jsonl"
+    writer = EventWriter(events)
+    start(writer)
+    emit_steps(writer, 1, 3_000)
+    writer.emit("run_end", status="completed", message="", step=3_000)
+    writer.close()
+    summary = summary_module.summary_path(events)
+    summary.unlink()
+    whole = SummaryKeeper.resume(events)
+    whole.write()
+    in_one_pass = summary.read_bytes()
+    summary.unlink()
+
+    monkeypatch.setattr(summary_module, "READ_CHUNK", 64 << 10)
+    written: list[tuple[int, int]] = []  # (offset covered, steps the app would show) at each write on the way
+    write = SummaryKeeper.write
+
+    def write_and_look(keeper) -> None:
+        write(keeper)
+        tail = EventTail(events, summary_only=True)
+        shown = []
+        while not tail.at_end:
+            shown += tail.read_new()
+        assert read_header(summary, events)["offset"] == keeper.offset, "a summary of the file as it is"
+        written.append((keeper.offset, sum(e["event"] == "step" for e in shown)))
+
+    monkeypatch.setattr(SummaryKeeper, "write", write_and_look)
+    keeper = SummaryKeeper.resume(events, write_every_s=0)
+    keeper.write()
+    size = events.stat().st_size
+    assert len([offset for offset, _ in written if 0 < offset < size]) > 5, written
+    assert [offset for offset, _ in written] == sorted(offset for offset, _ in written), "each covers more"
+    assert written[0][1] > 0, "the first one written already shows a curve"
+    assert written[-1][0] == size and summary.read_bytes() == in_one_pass, "the finished one is a single pass's"

@@ -874,7 +874,7 @@ def cmd_summarize(args) -> int:
     """Build, or bring up to date, a run's events summary (events.summary.jsonl): the events file read once as a
     stream, in bounded memory. What the app runs in the background before it opens a long run that has none (runs
     from before summaries, copied without one); a live run's trainer keeps its own."""
-    from trainer.core.summary import SummaryKeeper, read_header, summary_path
+    from trainer.core.summary import PARTIAL_EVERY_S, SummaryKeeper, read_header, summary_path
 
     run = RunDir(args.run_dir)
     if not run.events.is_file():
@@ -884,7 +884,7 @@ def cmd_summarize(args) -> int:
         return 0
     started = time.perf_counter()
     header = read_header(summary_path(run.events), run.events)
-    keeper = SummaryKeeper.resume(run.events)
+    keeper = SummaryKeeper.resume(run.events, write_every_s=PARTIAL_EVERY_S)  # shown while the rest is read
     keeper.write()
     print(json.dumps({"summary": str(keeper.path), "events": keeper.count, "bytes": keeper.offset,
                       "taken_up": header["offset"] if header else 0, "seconds": round(time.perf_counter() - started, 2)}))

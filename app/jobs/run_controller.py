@@ -36,6 +36,7 @@ from trainer.runs.launch import (
 
 log = logging.getLogger(__name__)
 
+PREVIEW_POLL_MS = 500  # while a summary is built: how often the app looks for the part written so far
 CATCH_UP_POLLS = 50  # when the trainer ends: polls (10 ms each at most) to read its last events
 PROGRESS_MS = 200  # the status bar's progress and ETA are updated at most this often (a replay's events come by the
 # thousand: QProgressBar.setValue per event took 1.3 s of a 10^6-step run's open, issue #72)
@@ -236,9 +237,11 @@ class RunController(QObject):
             self._remote_said = message
             self.stateText.emit(f"{m.run.name}: {message}")
 
-    def watch(self, run: RunDir, segment_since: float | None = None, planned_epochs: int = 0) -> None:
+    def watch(self, run: RunDir, segment_since: float | None = None, planned_epochs: int = 0,
+              build_summary: bool = True) -> None:
         """Show `run` on the dashboard and follow it; `segment_since`: a new segment of it was launched then;
-        `planned_epochs`: what the status bar says a new run prepares for, until the trainer says more."""
+        `planned_epochs`: what the status bar says a new run prepares for, until the trainer says more;
+        `build_summary`: a long finished run without a summary has it built first (not again after it failed)."""
         if self.model is not None:
             self.model.close()
             self.model.deleteLater()
@@ -257,7 +260,7 @@ class RunController(QObject):
         if run.is_remote or run.path.parent.parent.name == "remote":
             self._remote_status.start()
         self.progressed.emit(0.0, planned_epochs, None)
-        if segment_since is None and needs_building(run.events) and not run.is_live():
+        if build_summary and segment_since is None and needs_building(run.events) and not run.is_live():
             self._summarize_then_watch(model)
         else:
             model.watch()
@@ -270,14 +273,33 @@ class RunController(QObject):
         size = run.events.stat().st_size / 2**20
         self.stateText.emit(f"Opening {run.name}: {size:.0f} MB of events without a summary; building it once…")
         job = CliJob(Summarize(run_dir=str(run.path)), self)
+        preview = QTimer(self)  # what the summary holds so far (it writes it every PARTIAL_EVERY_S), shown meanwhile
+        preview.setInterval(PREVIEW_POLL_MS)
+        shown = []
+
+        def show_so_far() -> None:
+            if self.model is not model or shown:
+                preview.stop()
+            elif run.summary.exists():
+                shown.append(True)
+                preview.stop()
+                model.reopen(summary_only=True)
+                model.watch()
 
         def watch(why: str | None = None) -> None:
+            preview.stop()
             if why:
                 log.warning("%s: no summary built (%s): read whole", run.path, why)
-            if self.model is model:  # not another run opened meanwhile
+            if self.model is not model:  # another run opened meanwhile
+                return
+            if shown:  # the summary so far is on the dashboard: the whole run, read by a model of its own
+                self.watch(run, build_summary=False)
+            else:
                 model.reopen()
                 model.watch()
 
+        preview.timeout.connect(show_so_far)
+        preview.start()
         job.done.connect(lambda answer: watch())
         job.failed.connect(watch)
 

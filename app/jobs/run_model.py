@@ -78,9 +78,10 @@ class RunModel(QObject, RunState):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.poll)
 
-    def reopen(self) -> None:
-        """Read the run from the start again, through the summary it has now (built after this model was made)."""
-        self._events = EventTail(self.run.events, summary=True)
+    def reopen(self, summary_only: bool = False) -> None:
+        """Read the run from the start again, through the summary it has now (built after this model was made);
+        `summary_only`: that summary's events alone (one still being built, shown meanwhile)."""
+        self._events = EventTail(self.run.events, summary=True, summary_only=summary_only)
 
     def expect_segment(self, since: float | None = None) -> None:
         super().expect_segment(since)

@@ -139,15 +139,18 @@ class EventTail:
     `problem`, and nothing is read), a line longer than MAX_EVENT_LINE is skipped without being held, and a line
     that is not an event (a JSON object naming one) is skipped; `skipped` counts both."""
 
-    def __init__(self, path: str | os.PathLike, summary: bool = False):
+    def __init__(self, path: str | os.PathLike, summary: bool = False, summary_only: bool = False):
+        """`summary_only`: the summary's events and nothing after them (a summary still being built shown as it is:
+        the file itself is not read)."""
         self.path = Path(path)
+        self.summary_only = summary_only
         self._offset = 0
         self._lines = BoundedLines(MAX_EVENT_LINE)
         self._summary: IO[bytes] | None = None
         self.at_end = False  # the last read reached the end of the file (what is there now is read)
         self.problem = ""  # why the file is not read (not a regular file)
         self.not_events = 0
-        if summary:
+        if summary or summary_only:
             self._open_summary()
 
     @property
@@ -189,7 +192,7 @@ class EventTail:
                 break
             if events := self._parse(chunk):
                 return events
-        if self.problem:
+        if self.problem or self.summary_only:  # not read, or the summary alone was asked for
             self.at_end = True
             return []
         try:

@@ -36,6 +36,8 @@ BUDGET = {"step": 2000, "grad_stats": 500, "system": 1000, "histogram": 50, "war
 BY_NAME_ALONE = '{"event": "grad_stats", '
 VALUE = {"step": "loss"}  # a series whose buckets keep their lowest and highest event by this field (else the last)
 WRITE_EVERY_S = 10.0
+PARTIAL_EVERY_S = 2.0  # `main.py summarize` writes what it has this often: a reader shows the run while the rest is read
+READ_CHUNK = 8 << 20  # bytes of events read at a time when a summary is built or taken up
 PRUNE_SLACK = 20_000  # thinned events' positions held beyond what the series keep before they are pruned
 MAX_EVENT_LINE = 64 << 20  # an event's line: an epoch's confusion matrix of 1,000 classes is about 4 MB; longer is
 # not an event, and is skipped (never held, never copied into the summary)
@@ -212,10 +214,12 @@ class SummaryKeeper:
         self._positions = {index: self._positions[index] for index, _ in kept if index in self._positions}
 
     @classmethod
-    def resume(cls, events_path: str | os.PathLike) -> SummaryKeeper:
+    def resume(cls, events_path: str | os.PathLike, write_every_s: float | None = None) -> SummaryKeeper:
         """The keeper of a file that may already hold events: its summary taken up where valid, and the events after
-        it (or the whole file, where there is none) read once, as a stream. A last line cut short is `pending`: the
-        rest of it may still come (a mirror), or never (a crashed writer: `EventWriter` ends it)."""
+        it (or the whole file, where there is none) read once, as a stream; with `write_every_s`, the summary of what
+        is read so far is written that often on the way (a valid summary of the file's start: a reader can show it,
+        and a pass cut short goes on from it). A last line cut short is `pending`: the rest of it may still come (a
+        mirror), or never (a crashed writer: `EventWriter` ends it)."""
         keeper = cls(events_path)
         if not os.path.lexists(keeper.events_path):
             return keeper
@@ -232,8 +236,10 @@ class SummaryKeeper:
                 keeper = cls(events_path)
         with events as f:
             f.seek(keeper.offset)
-            while chunk := f.read(8 << 20):
+            while chunk := f.read(READ_CHUNK):
                 keeper.add_appended(chunk)
+                if write_every_s is not None and time.monotonic() - keeper._written >= write_every_s:
+                    keeper.write()
         keeper._dirty = True
         return keeper
 
