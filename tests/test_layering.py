@@ -241,6 +241,36 @@ def test_the_form_s_values_are_the_model_s_and_no_helper_receives_the_window():
     assert not given_window, given_window
 
 
+LIMIT_SETTERS = {"setRange", "setMinimum", "setMaximum", "setSingleStep", "setSpecialValueText", "setDecimals"}
+CHOICE_TAKERS = {"addItems", "combo", "choice"}
+
+
+def literal(node) -> bool:
+    """A number past 0 and 1, or a string: a value written into the code rather than asked of its owner."""
+    return isinstance(node, ast.Constant) and (isinstance(node.value, str) or isinstance(node.value, (int, float))
+                                               and not isinstance(node.value, bool) and node.value not in (0, 1))
+
+
+def test_the_forms_and_dialogs_keep_no_limit_or_choice_list_of_a_trainer_rule():
+    """Issue #70: a spin box's limits, step and special text, and a list of choices, come from the key's owner
+    (`key_meta`, `key_choices`, the catalog's constants), never written out in a page or a dialog (the labelling
+    dialog's 1-500 and the sweep seed's 2^31-1 were copies that went stale)."""
+    found = []
+    for root in ("app/pages", "app/dialogs"):
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                args = node.args
+                if node.func.attr in LIMIT_SETTERS and any(literal(a) for a in args):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}")
+                if node.func.attr in CHOICE_TAKERS and any(
+                        isinstance(a, (ast.List, ast.Tuple)) and len(a.elts) > 1 and all(literal(e) for e in a.elts)
+                        for a in args):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.func.attr}([...])")
+    assert not found, found
+
+
 PROCESS_NAMES = {"subprocess", "multiprocessing", "pty", "QProcess", "Popen", "startDetached"}
 OS_PROCESS_CALLS = ("system", "popen", "fork", "forkpty", "exec", "spawn", "posix_spawn")  # os.<one of these>...
 
