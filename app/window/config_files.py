@@ -119,7 +119,7 @@ class ConfigFiles(QObject):
             return False
         path = self.settings.value("last_config_path")
         self.form.config_path = Path(path) if isinstance(path, str) and path else None
-        self.form.load(cfg)
+        self.form.load(cfg, set_by="your last session")
         return True
 
     def keep_for_next_session(self) -> None:

@@ -73,7 +73,7 @@ class Form(QObject):
         if is_demo:  # the app's demo dataset lives in the user's data folder
             cfg.data.train_dir = str(demo_dataset_dir())
         self.model.config_path = None if is_demo else Path(path)
-        self.load(cfg)
+        self.load(cfg, set_by="the demo config" if is_demo else Path(path).name)
         return True
 
     def load(self, cfg: RunConfig, set_by: str = "") -> None:
