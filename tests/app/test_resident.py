@@ -54,7 +54,7 @@ def test_a_worker_that_cannot_start_fails_its_questions_saying_so(qtbot, monkeyp
     worker = ResidentWorker()
     monkeypatch.setattr(ResidentWorker, "shared", classmethod(lambda cls: worker))
     monkeypatch.setattr(background, "main_command", lambda *args: ["/nonexistent/python", *args])
-    got, _ = ask(qtbot, "describe-model", "small_cnn")
+    got, _ = ask(qtbot, DescribeModel(name="small_cnn"))
     assert got == {"error": "could not start python for the resident worker"}
 
 
@@ -74,6 +74,6 @@ def test_a_long_question_streams_its_progress_and_giving_it_up_frees_the_worker(
     pid = ResidentWorker.shared().pid
     assert not got, "the points come before the answer"
     job.cancel()  # mid-sweep
-    answer, new_pid = ask(qtbot, "describe-model", "small_cnn")
+    answer, new_pid = ask(qtbot, DescribeModel(name="small_cnn"))
     assert answer["answer"]["name"] == "small_cnn" and new_pid != pid, "a fresh worker answers at once"
     assert not got, "the sweep given up says nothing more"

@@ -217,15 +217,17 @@ def test_a_host_s_exit_code_outside_the_trainer_s_is_a_failure_not_a_wrapped_num
 def test_a_remote_export_checks_its_out_here_before_the_host_is_asked(mirror, tmp_path):
     from trainer.core.errors import InputError
     from trainer.remote.remote_cli import remote_export
+    from trainer.runs.commands import Export
 
     m, _ = mirror
     mine = tmp_path / "model.onnx"
     mine.write_text("the user's own file\n")
     with pytest.raises(InputError, match="exists and is not a onnx export"):
-        remote_export(m.run, "onnx", mine, "best", [])  # the host (h.invalid) is never reached
+        remote_export(m.run, Export(run_dir=str(m.run.path), format="onnx", out=str(mine)), mine)  # host not reached
     (tmp_path / "other.onnx.md").mkdir()
     with pytest.raises(InputError, match="where the model card goes"):
-        remote_export(m.run, "onnx", tmp_path / "other.onnx", "best", [])
+        remote_export(m.run, Export(run_dir=str(m.run.path), format="onnx", out=str(tmp_path / "other.onnx")),
+                      tmp_path / "other.onnx")
     assert mine.read_text() == "the user's own file\n" and not (m.run.path / "exports").exists()
 
 

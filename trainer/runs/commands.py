@@ -74,6 +74,8 @@ class Command:
         groups: dict[str, Any] = {}  # options of which one at most is given (--run-dir or --runs-dir)
         for f in dataclasses.fields(cls):
             extra = {k: v for k, v in f.metadata.items() if k not in ("flag", "group")}
+            if callable(extra.get("choices")):  # asked when the parser is built (the export formats registered now)
+                extra["choices"] = extra["choices"]()
             group = f.metadata.get("group")
             if group and group not in groups:
                 groups[group] = parser.add_mutually_exclusive_group()
@@ -217,7 +219,7 @@ class Export(Command):
     HELP = "export a run's checkpoint for other tools"
     run_dir: str = positional()
     format: str = option("--format", DEFAULT_EXPORT_FORMAT, f"default {DEFAULT_EXPORT_FORMAT} (torch.export); "
-                         "torchscript is deprecated", choices=tuple(EXPORT_FORMATS))
+                         "torchscript is deprecated", choices=lambda: tuple(EXPORT_FORMATS))  # as registered now
     out: str = option("--out", dataclasses.MISSING)
     checkpoint: str = option("--checkpoint", "best", choices=RUN_CHECKPOINTS)
     int8: str = option("--int8", "auto", "onnx_int8: static (calibrated; auto picks it for networks with "
