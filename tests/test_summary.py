@@ -330,3 +330,46 @@ def test_a_summary_being_built_is_written_as_it_goes_and_can_be_shown_alone(tmp_
     assert [offset for offset, _ in written] == sorted(offset for offset, _ in written), "each covers more"
     assert written[0][1] > 0, "the first one written already shows a curve"
     assert written[-1][0] == size and summary.read_bytes() == in_one_pass, "the finished one is a single pass's"
+
+
+def test_a_resumed_run_without_a_summary_starts_at_once_and_its_summary_is_a_single_pass_s(tmp_path, monkeypatch):
+    """Issue #72: `resume` of a run of 10^6 steps without a summary waited ~20 s for its summary to be taken up
+    before its first step. The trainer's EventWriter now takes it up on a thread of its own: events are written at once,
+    and once it is done they are taken in their order; the summary written at the end is the one a single pass over the
+    whole file writes."""
+    import threading
+    import time
+
+    events = tmp_path / "events.jsonl"
+    writer = EventWriter(events)
+    start(writer)
+    emit_steps(writer, 1, 2_000)
+    writer.close()
+    summary_module.summary_path(events).unlink()
+    with open(events, "a") as f:
+        f.write('{"event": "step", "step": 2001, "lo')  # the last run crashed mid-line
+    monkeypatch.setattr(summary_module, "BUILD_ABOVE", 1000)  # a "long" file: taken up on its thread
+    go_on = threading.Event()
+    resume = SummaryKeeper.resume.__func__
+
+    def slow_resume(cls, path, write_every_s=None, until=None):
+        assert until is not None and go_on.wait(60), "the writer's own pass, held until the events below are written"
+        return resume(cls, path, write_every_s, until)
+
+    monkeypatch.setattr(SummaryKeeper, "resume", classmethod(slow_resume))
+    began = time.monotonic()
+    writer = EventWriter(events)  # does not wait for the summary
+    emit_steps(writer, 2_001, 2_600)
+    assert time.monotonic() - began < 30 and not writer.summary.caught_up, "written while the summary is taken up"
+    go_on.set()
+    writer.emit("run_end", status="completed", message="", step=2_600)
+    writer.close()
+    caught_up = summary_module.summary_path(events).read_bytes()
+
+    monkeypatch.setattr(SummaryKeeper, "resume", classmethod(resume))
+    summary_module.summary_path(events).unlink()
+    single = SummaryKeeper.resume(events)
+    single.write()
+    assert caught_up == summary_module.summary_path(events).read_bytes(), "the same summary as one pass"
+    read = [e for e in read_events(events, summary=True) if e["event"] == "step"]
+    assert read[-1]["step"] == 2_600 and all(e.get("step") != 2001 or "loss" in e for e in read), "the cut line skipped"

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from trainer.core import clock
 from trainer.core.files import BoundedLines, UserFileError, open_regular
-from trainer.core.summary import MAX_EVENT_LINE, SummaryKeeper, check_header, summary_path
+from trainer.core.summary import MAX_EVENT_LINE, CatchingUp, SummaryKeeper, check_header, needs_building, summary_path
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = ("prepare", "run_start", "restart", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint",
@@ -45,8 +45,15 @@ class EventWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.summary = SummaryKeeper.resume(self.path)  # a resumed run's: taken up, not rebuilt
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)  # the run's own file, no link
+        if needs_building(self.path):  # a long file no summary covers: taken up on a thread while the run goes on
+            self._file = os.fdopen(os.open(self.path, flags, 0o644), "a", encoding="utf-8")
+            if not _ends_a_line(self.path):  # a crash mid-line: that line ends here, malformed, the next one whole
+                self._file.write("\n")
+                self._file.flush()
+            self.summary = CatchingUp(self.path, os.path.getsize(self.path))
+            return
+        self.summary = SummaryKeeper.resume(self.path)  # a resumed run's: taken up, not rebuilt
         self._file = os.fdopen(os.open(self.path, flags, 0o644), "a", encoding="utf-8")
         if self.summary.uncovered:  # a crash mid-line: that line ends here, malformed, and the next one is whole
             self._file.write("\n")
@@ -70,6 +77,16 @@ class EventWriter:
     def close(self) -> None:
         self._file.close()
         self.summary.write()
+
+
+def _ends_a_line(path: Path) -> bool:
+    """Whether the file is empty or its last byte ends a line."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 class NullEventWriter:

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -214,11 +215,13 @@ class SummaryKeeper:
         self._positions = {index: self._positions[index] for index, _ in kept if index in self._positions}
 
     @classmethod
-    def resume(cls, events_path: str | os.PathLike, write_every_s: float | None = None) -> SummaryKeeper:
+    def resume(cls, events_path: str | os.PathLike, write_every_s: float | None = None,
+               until: int | None = None) -> SummaryKeeper:
         """The keeper of a file that may already hold events: its summary taken up where valid, and the events after
         it (or the whole file, where there is none) read once, as a stream; with `write_every_s`, the summary of what
         is read so far is written that often on the way (a valid summary of the file's start: a reader can show it,
-        and a pass cut short goes on from it). A last line cut short is `pending`: the rest of it may still come (a
+        and a pass cut short goes on from it); with `until`, the file's first `until` bytes alone (what it held
+        when a writer began appending). A last line cut short is `pending`: the rest of it may still come (a
         mirror), or never (a crashed writer: `EventWriter` ends it)."""
         keeper = cls(events_path)
         if not os.path.lexists(keeper.events_path):
@@ -236,7 +239,10 @@ class SummaryKeeper:
                 keeper = cls(events_path)
         with events as f:
             f.seek(keeper.offset)
-            while chunk := f.read(READ_CHUNK):
+            left = None if until is None else max(0, until - keeper.offset)
+            while chunk := f.read(READ_CHUNK if left is None else min(READ_CHUNK, left)):
+                if left is not None:
+                    left -= len(chunk)
                 keeper.add_appended(chunk)
                 if write_every_s is not None and time.monotonic() - keeper._written >= write_every_s:
                     keeper.write()
@@ -273,6 +279,64 @@ def _number(value) -> float | None:
 
 
 BUILD_ABOVE = 4 << 20  # bytes of events a summary does not cover: above this, a reader has it built first
+
+
+class CatchingUp:
+    """A keeper whose file held more events than its summary covers when a writer began appending (a resumed run from
+    before summaries): the file as it was is read on a thread of its own, so that the run's first step does not wait
+    for it (`resume` of a 10^6-step run waited 20 s), and the events appended meanwhile are taken in their order once
+    it is done. `write` waits for it."""
+
+    def __init__(self, events_path: str | os.PathLike, until: int):
+        self._lock = threading.Lock()
+        self._pending: list[tuple[dict, str]] = []
+        self._keeper: SummaryKeeper | None = None
+        self._thread = threading.Thread(target=self._catch_up, args=(events_path, until), daemon=True,
+                                        name="summary catching up")
+        self._thread.start()
+
+    def _catch_up(self, events_path, until: int) -> None:
+        try:
+            keeper = SummaryKeeper.resume(events_path, until=until)
+        except Exception as e:  # noqa: BLE001 - the summary is a convenience: the run goes on without one
+            log.warning("%s: the summary was not taken up (%s): none is kept for this run", events_path, e)
+            keeper = None
+        with self._lock:
+            for record, line in self._pending if keeper is not None else []:
+                keeper.add(record, line)
+            self._pending = []
+            self._keeper = keeper or _NoKeeper()
+
+    @property
+    def caught_up(self) -> bool:
+        return self._keeper is not None
+
+    def add(self, record: dict, line: str) -> None:
+        with self._lock:
+            if self._keeper is None:
+                self._pending.append((record, line))
+            else:
+                self._keeper.add(record, line)
+
+    def maybe_write(self) -> None:
+        with self._lock:
+            if self._keeper is not None:
+                self._keeper.maybe_write()
+
+    def write(self) -> None:
+        self._thread.join()
+        self._keeper.write()
+
+
+class _NoKeeper:
+    def add(self, record: dict, line: str) -> None:
+        pass
+
+    def maybe_write(self) -> None:
+        pass
+
+    def write(self) -> None:
+        pass
 
 
 def needs_building(events_path: str | os.PathLike) -> bool:
