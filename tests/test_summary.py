@@ -373,3 +373,34 @@ def test_a_resumed_run_without_a_summary_starts_at_once_and_its_summary_is_a_sin
     assert caught_up == summary_module.summary_path(events).read_bytes(), "the same summary as one pass"
     read = [e for e in read_events(events, summary=True) if e["event"] == "step"]
     assert read[-1]["step"] == 2_600 and all(e.get("step") != 2001 or "loss" in e for e in read), "the cut line skipped"
+
+
+def test_the_last_events_of_a_run_with_a_summary_are_not_looked_for_below_what_it_covers(tmp_path):
+    """Issue #72: an export of a run whose first segment was 10^6 steps long scanned the whole file backwards for its
+    run_start (7-10 s). With a summary that describes the file, the scan stops at what the summary covers and the
+    summary answers for the rest: the same events, and a line below that point is never looked at (here one is
+    made a run_start of another model: a scan that went down to it would answer with it)."""
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    writer = EventWriter(run.events)
+    writer.emit("run_start", config={"model": {"name": "first"}}, start_step=0)
+    emit_steps(writer, 1, 6000)
+    writer.emit("run_end", status="stopped")
+    writer.close()  # the summary covers all of it
+    writer = EventWriter(run.events)
+    emit_steps(writer, 6001, 6100)  # a second segment under way: after what the summary covers
+    whole = {e["event"]: e for e in read_events(run.events) if e["event"] in ("run_start", "run_end")}
+    covered = summary_module.read_header(summary_module.summary_path(run.events), run.events)["offset"]
+    data = run.events.read_bytes()
+    middle = data.index(b'{"event": "step"', covered // 2)
+    line = data[middle:data.index(b"\n", middle)]
+    planted = b'{"event": "run_start", "config": {"model": {"name": "below"}}, "x": "'
+    planted += b"x" * (len(line) - len(planted) - 2) + b'"}'
+    assert len(planted) == len(line) and middle > summary_module.HEAD_BYTES
+    with open(run.events, "r+b") as f:
+        f.seek(middle)
+        f.write(planted)
+    assert summary_module.read_header(summary_module.summary_path(run.events), run.events), "the summary still holds"
+    last = run.last_events("run_start", "run_end")
+    assert last == whole and last["run_start"]["config"]["model"]["name"] == "first"
+    writer.close()

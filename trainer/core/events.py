@@ -15,8 +15,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from trainer.core import clock
-from trainer.core.files import BoundedLines, UserFileError, open_regular
-from trainer.core.summary import MAX_EVENT_LINE, CatchingUp, SummaryKeeper, check_header, needs_building, summary_path
+from trainer.core.files import BoundedLines, UserFileError, open_regular, read_user_file
+from trainer.core.summary import (
+    MAX_EVENT_LINE,
+    MAX_SUMMARY_BYTES,
+    WHOLE,
+    CatchingUp,
+    SummaryKeeper,
+    check_header,
+    needs_building,
+    read_header,
+    summary_path,
+)
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = ("prepare", "run_start", "restart", "step", "grad_stats", "histogram", "epoch", "replan", "checkpoint",
@@ -109,23 +119,27 @@ def last_events_in(path: str | os.PathLike, names: tuple[str, ...]) -> dict[str,
     backwards, a block at a time, until each is found: only the lines that begin as one of those events (the way
     EventWriter writes them) are parsed, so a run of 10^6 steps is a byte scan, never 10^6 JSON lines. A run folder is
     user input: a regular file of the run's own only (else {}), a line longer than MAX_EVENT_LINE is skipped, and a
-    line that is not such an event is passed over."""
+    line that is not such an event is passed over. Where the run's summary describes the file, the scan stops at what
+    it covers and the summary (which keeps every event of these kinds) answers for the rest: a run_start 10^6 steps
+    back is not a scan of the whole file."""
     import re
 
     wanted = re.compile(rb'^\{"event": "(' + b"|".join(re.escape(n.encode()) for n in names) + rb')"[^\n]*', re.M)
     found: dict[str, dict] = {}
+    header = read_header(summary_path(path), path) if set(names) <= set(WHOLE) else None
+    floor = header["offset"] if header else 0  # below it, the summary answers
     try:
         f = os.fdopen(open_regular(path, "events file", follow_links=False), "rb")
     except (OSError, UserFileError):
         return found
     with f:
         end, carried = f.seek(0, 2), b""  # `carried`: the start of a line whose end the block before held
-        while end > 0 and len(found) < len(names):
-            start = max(0, end - SCAN_BLOCK)
+        while end > floor and len(found) < len(names):
+            start = max(floor, end - SCAN_BLOCK)
             f.seek(start)
             block = f.read(end - start) + carried
             carried = b""
-            if start > 0:
+            if start > floor:
                 cut = block.find(b"\n")
                 if cut < 0:  # all inside one line: carried on, unless too long to be an event (never held whole)
                     carried, end = (block if len(block) <= MAX_EVENT_LINE else b""), start
@@ -142,7 +156,27 @@ def last_events_in(path: str | os.PathLike, names: tuple[str, ...]) -> dict[str,
                 if isinstance(event, dict) and event.get("event") == name:
                     found[name] = event
             end = start
+    if header and len(found) < len(names):
+        _last_in_summary(path, wanted, found)
     return found
+
+
+def _last_in_summary(path, wanted, found: dict[str, dict]) -> None:
+    """The last of each wanted event not `found` yet, from the run's summary (bounded, read as a run file is)."""
+    try:
+        text = read_user_file(summary_path(path), MAX_SUMMARY_BYTES, "summary of events", follow_links=False)
+    except (OSError, UserFileError):
+        return
+    for match in reversed(list(wanted.finditer(text))):
+        name = match.group(1).decode()
+        if name in found:
+            continue
+        try:
+            event = json.loads(match.group(0))
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == name:
+            found[name] = event
 
 
 class EventTail:

@@ -22,6 +22,8 @@ import json
 import logging
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -296,7 +298,13 @@ class CatchingUp:
         self._thread.start()
 
     def _catch_up(self, events_path, until: int) -> None:
-        try:
+        try:  # the pass in a process of its own (this thread only waits: the run keeps the interpreter), then its
+            # summary taken up here (its few thousand lines, not the file)
+            done = subprocess.run([sys.executable, "-m", "trainer.core.summary", str(events_path), str(until)],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            if done.returncode != 0:
+                log.warning("%s: the summary's own pass failed (%s): taken up here", events_path,
+                            done.stderr.strip()[-300:])
             keeper = SummaryKeeper.resume(events_path, until=until)
         except Exception as e:  # noqa: BLE001 - the summary is a convenience: the run goes on without one
             log.warning("%s: the summary was not taken up (%s): none is kept for this run", events_path, e)
@@ -377,3 +385,8 @@ def check_header(line: bytes, events_path: str | os.PathLike) -> dict | None:
             and head[1] == fingerprint(events_path, head[0])):
         return None
     return header
+
+
+if __name__ == "__main__":  # python -m trainer.core.summary EVENTS_FILE UNTIL: CatchingUp's pass, in its own process
+    logging.basicConfig(level=logging.WARNING)
+    SummaryKeeper.resume(sys.argv[1], until=int(sys.argv[2])).write()
