@@ -145,20 +145,30 @@ def last_events_in(path: str | os.PathLike, names: tuple[str, ...]) -> dict[str,
                     carried, end = (block if len(block) <= MAX_EVENT_LINE else b""), start
                     continue
                 carried, block = (block[:cut] if cut <= MAX_EVENT_LINE else b""), block[cut + 1:]
-            for match in reversed(list(wanted.finditer(block))):
-                name = match.group(1).decode()
-                if name in found or len(match.group(0)) > MAX_EVENT_LINE:
-                    continue
-                try:
-                    event = json.loads(match.group(0))
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and event.get("event") == name:
-                    found[name] = event
+            for name in names:  # each name's last line in the block (a byte search: no regex over 10^6 steps)
+                if name not in found:
+                    _last_in_block(block, name, found)
             end = start
     if header and len(found) < len(names):
         _last_in_summary(path, wanted, found)
     return found
+
+
+def _last_in_block(block: bytes, name: str, found: dict[str, dict]) -> None:
+    """The last line of `block` (which starts at a line's start) that is a whole `name` event, into `found`."""
+    needle, at = b'{"event": "' + name.encode() + b'"', len(block)
+    while (at := block.rfind(needle, 0, at)) >= 0:
+        if at == 0 or block[at - 1] == 0x0A:  # a line's start
+            end = block.find(b"\n", at)
+            line = block[at:] if end < 0 else block[at:end]
+            if len(line) <= MAX_EVENT_LINE:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = None
+                if isinstance(event, dict) and event.get("event") == name:
+                    found[name] = event
+                    return
 
 
 def _last_in_summary(path, wanted, found: dict[str, dict]) -> None:
