@@ -307,7 +307,6 @@ def dataset_page(app, folder, work) -> dict:
 def audit(work, images_dir: Path, count: int) -> dict:
     """`main.py audit RUN --map` on a run of `count` images (small_cnn, one epoch, 32 px): its wall time, its peak
     memory, and the phases its log names."""
-    import resource
     import subprocess
 
     import yaml
@@ -321,14 +320,33 @@ def audit(work, images_dir: Path, count: int) -> dict:
     subprocess.run([sys.executable, str(REPO / "main.py"), "train", str(config), "--runs-dir", str(runs)], check=True,
                    capture_output=True)
     run = next(runs.iterdir())
+    audited = watched([sys.executable, str(REPO / "main.py"), "audit", str(run), "--map"])  # its own peak, not the run's
+    return {"images": count, **audited}
+
+
+def watched(argv: list[str], done=lambda: False) -> dict:
+    """`argv` run to its end, or until `done()` (then stopped): its seconds, the peak memory of its largest process
+    (sampled every 20 ms), its exit code and its last output."""
+    import subprocess
+
+    import psutil
+
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(REPO / "main.py"), "audit", str(run), "--map"], capture_output=True,
-                          text=True)
-    seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"images": count, "seconds": round(seconds, 1), "exit_code": done.returncode,
-            "peak_rss_mb_of_the_largest_child": round(peak), "said": done.stdout.strip().splitlines()[:3] +
-            done.stderr.strip().splitlines()[-12:]}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak, reached = 0.0, None
+    while proc.poll() is None:
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            peak = max(peak, max(p.memory_info().rss for p in tree) / 2**20)
+        except psutil.Error:
+            pass
+        if reached is None and done():
+            reached = time.perf_counter() - started
+            proc.terminate()
+        time.sleep(0.02)
+    reached = reached if reached is not None else time.perf_counter() - started  # ran to its end
+    return {"seconds": round(reached, 2), "peak_rss_mb": round(peak),
+            "exit_code": proc.returncode, "said": proc.stderr.read().decode()[-600:]}
 
 
 def long_run_commands(work, steps: int) -> dict:
@@ -336,8 +354,6 @@ def long_run_commands(work, steps: int) -> dict:
     (a run from before summaries, or copied without one): each command's time to its first step (resume) or to its
     file (export, the card beside it), and its peak memory (the largest process, sampled every 20 ms)."""
     import subprocess
-
-    import psutil
 
     from trainer.core.rundir import RunDir
     from trainer.data.demo_data import write_demo_dataset
@@ -365,24 +381,6 @@ def long_run_commands(work, steps: int) -> dict:
         f.writelines(lines[end:])
     run.summary.unlink(missing_ok=True)
     size_mb = run.events.stat().st_size / 2**20
-
-    def watched(argv: list[str], done) -> dict:
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        peak, reached = 0.0, None
-        while proc.poll() is None:
-            try:
-                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-                peak = max(peak, max(p.memory_info().rss for p in tree) / 2**20)
-            except psutil.Error:
-                pass
-            if reached is None and done():
-                reached = time.perf_counter() - started
-                proc.terminate()
-            time.sleep(0.02)
-        reached = reached if reached is not None else time.perf_counter() - started  # ran to its end
-        return {"seconds": round(reached, 2), "peak_rss_mb": round(peak),
-                "exit_code": proc.returncode, "said": proc.stderr.read().decode()[-600:]}
 
     before = run.events.stat().st_size
     resumed = watched([sys.executable, str(REPO / "main.py"), "resume", str(run.path), "--epochs", "2"],
