@@ -200,7 +200,12 @@ def test_ddp_run_from_the_app_plots_stops_every_rank_and_resumes_from_its_checkp
                                                                                    tmp_path):
     import psutil
 
-    cfg = write_config(tmp_path, shapes_dir, data={"batch_size": 2}, train={"epochs": 2}, monitor={"log_every": 1})
+    from trainer.data.demo_data import write_demo_dataset
+
+    # an epoch long enough (64 steps a rank) that Stop, pressed at the second step, lands inside it on a busy machine
+    # too (on the shared 30 images a class it was 24 steps, and a late Stop met the epoch's end: a suite run failed so)
+    shapes = write_demo_dataset(tmp_path / "shapes", per_class=80, size=16, seed=3)
+    cfg = write_config(tmp_path, shapes, data={"batch_size": 2}, train={"epochs": 2}, monitor={"log_every": 1})
     window = make_window(cfg)
     wait_ready(qtbot, window)
     window.device_page.mode.setCurrentText("DDP via torchrun")
