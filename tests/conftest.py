@@ -30,13 +30,38 @@ def pytest_configure(config):
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // workers))))
 
 
+# The modules whose tests take the one-node test cluster for themselves (the `slurm` fixture's lock): one unit of work,
+# so they run one after another on one worker while the other works on, instead of a worker waiting on the lock.
+ONE_CLUSTER = ("tests/remote/test_slurm_runs.py", "tests/remote/test_slurm_requeue.py", "tests/app/test_remote_app.py")
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the modules that share the test cluster."""
+    module = nodeid.split("::")[0]
+    return "the test cluster's modules" if module in ONE_CLUSTER else module
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The modules with the most slow tests first (`--dist loadfile --no-loadscope-reorder`: each module one unit of
-    work for a worker, in this order), so the long ones start early and the two workers end together."""
-    module = {item: item.nodeid.split("::")[0] for item in items}
-    slow = Counter(module[item] for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[module[item]])
+    """The units with the most slow tests first (`--dist loadfile --no-loadscope-reorder`: each module, or the test
+    cluster's modules together, one unit of work for a worker, in this order), so the long ones start early and the
+    two workers end together."""
+    unit = {item: unit_of(item.nodeid) for item in items}
+    slow = Counter(unit[item] for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[unit[item]])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's loadfile scheduling, with the test cluster's modules one unit (`unit_of`)."""
+    if config.getoption("dist") != "loadfile":
+        return None  # another mode asked for: xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return Scheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from trainer.core import lazy_dynamo  # noqa: E402 - before any module of the trainer imports torchvision
+from trainer.core import lazy_dynamo  # noqa: E402 - before any module of the trainer imports torch
 
 lazy_dynamo.install()

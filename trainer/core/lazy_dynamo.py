@@ -1,81 +1,169 @@
-"""torchvision without torch.compile's machinery until something compiles: a start-up cut for every trainer process.
+"""TorchDynamo loaded when something uses it, not when an eager process merely touches it: a start-up cut for every
+trainer process that compiles nothing.
 
-torchvision 0.29's `torchvision/ops/roi_align.py` imports `is_compile_supported` from `torch._dynamo.utils` at load
-time, and every `import torchvision` loads it (the package imports its ops). That pulls in TorchDynamo and sympy: as
-much again as `import torch` itself, paid by each `main.py` process that never compiles anything (upstream meant it
-to be lazy: pytorch/vision#8436, "importing dynamo has undesirable side effects for eager mode only users"). While
-that one module loads, a stand-in `torch._dynamo.utils` offers it an `is_compile_supported` that imports the real one
-when first called; nothing else changes, and `torch.compile`, `torch.export` and the rest load the real TorchDynamo
-as before. Where the module's imports differ (another torchvision), the stand-in is not used. Torch-free to install.
+Two places in torch and torchvision load TorchDynamo (and sympy with it) without using it: torchvision 0.29's
+`torchvision/ops/roi_align.py` imports `is_compile_supported` from `torch._dynamo.utils` when torchvision loads
+(upstream meant it to be lazy: pytorch/vision#8436, "importing dynamo has undesirable side effects for eager mode
+only users"), and torch.optim's first step, `zero_grad` and `state_dict` import it to call `graph_break()` and
+`disable(fn)`, which do nothing outside a compiled region (and none can run before TorchDynamo is loaded). Each is
+about as much again as `import torch` itself (docs/benchmarks.md, "Start-up").
+
+So `torch._dynamo` is first a stand-in (`_StandIn`): it answers those three itself, and anything else asked of it (or
+of `torch._dynamo.utils`), any other submodule imported, loads the real TorchDynamo at that moment (`real()`) and
+forwards there from then on; the stand-ins leave `sys.modules`, so `torch.compile`, `torch.export` and every later
+`import torch._dynamo` get the real one, and a function `disable` wrapped before it loaded runs TorchDynamo's own
+`disable` from then on. Torch-free to install; `install()` once per process, before torch is imported.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.abc
 import importlib.util
 import sys
+import threading
 import types
 
-TARGET = "torchvision.ops.roi_align"
-STAND_INS = ("torch._dynamo", "torch._dynamo.utils")
+NAME = "torch._dynamo"
+UTILS = "torch._dynamo.utils"
+
+_lock = threading.RLock()
+_real: types.ModuleType | None = None
+_loading = False  # the real one is being imported: the finder stands aside
 
 
-def is_compile_supported(device_type):
-    """TorchDynamo's own answer, imported at the first call (roi_align asks only on its deterministic path)."""
-    from torch._dynamo.utils import is_compile_supported as real
-
-    return real(device_type)
+def loaded() -> bool:
+    """Whether the real TorchDynamo has been loaded in this process."""
+    return _real is not None
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, real: importlib.abc.Loader):
-        self.real = real
+def real() -> types.ModuleType:
+    """The real `torch._dynamo`, imported at the first call (the stand-ins leave `sys.modules`)."""
+    global _real, _loading
+    with _lock:
+        if _real is None:
+            stand_ins = {name: sys.modules.pop(name) for name in (UTILS, NAME)
+                         if isinstance(sys.modules.get(name), _StandIn)}
+            _loading = True
+            try:
+                module = importlib.import_module(NAME)
+            except BaseException:
+                sys.modules.update(stand_ins)
+                raise
+            finally:
+                _loading = False
+            _real = module
+        return _real
 
+
+class _StandIn(types.ModuleType):
+    """`torch._dynamo` or `torch._dynamo.utils` until the real one is needed: what it does not answer itself is the
+    real module's (loaded then). Python's own module attributes (`__file__`, ...) are not forwarded: a look through
+    `sys.modules` (inspect, pickle) does not load TorchDynamo."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        real()
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def graph_break(msg: str = "") -> None:
+    """A graph break: nothing to do outside a compiled region, and none runs before TorchDynamo is loaded."""
+    if _real is not None:
+        _real.graph_break(msg)
+
+
+def is_compiling() -> bool:
+    return _real.is_compiling() if _real is not None else False
+
+
+def disable(fn=None, recursive: bool = True, **options):
+    """TorchDynamo's `disable`: `fn` as it is until TorchDynamo is loaded, TorchDynamo's own wrapper from then on."""
+    if _real is not None:
+        return _real.disable(fn, recursive, **options)
+    if fn is None:
+        return functools.partial(disable, recursive=recursive, **options)
+    wrapped: list = []
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if _real is None:
+            return fn(*args, **kwargs)
+        if not wrapped:
+            wrapped.append(_real.disable(fn, recursive, **options))
+        return wrapped[0](*args, **kwargs)
+
+    return call
+
+
+def is_compile_supported(device_type) -> bool:
+    """torchvision's roi_align asks on its deterministic path only: TorchDynamo's own answer."""
+    return real().utils.is_compile_supported(device_type)
+
+
+_OWN = {NAME: {"graph_break": graph_break, "is_compiling": is_compiling, "disable": disable},
+        UTILS: {"is_compile_supported": is_compile_supported}}
+
+
+class _StandInLoader(importlib.abc.Loader):
     def create_module(self, spec):
-        return self.real.create_module(spec)
+        return _StandIn(spec.name)
 
     def exec_module(self, module) -> None:
-        if any(name in sys.modules for name in STAND_INS):  # the real one is loaded already: nothing to save
-            self.real.exec_module(module)
-            return
-        package, utils = types.ModuleType(STAND_INS[0]), types.ModuleType(STAND_INS[1])
-        package.__path__ = []  # a package, so that its submodule can be named
-        utils.is_compile_supported = is_compile_supported
-        package.utils = utils
-        sys.modules.update(dict(zip(STAND_INS, (package, utils))))
-        try:
-            self.real.exec_module(module)
-        except Exception:  # noqa: BLE001 - another torchvision wanting more of TorchDynamo: load it the usual way
-            _remove(package, utils)
-            self.real.exec_module(module)
-        finally:
-            _remove(package, utils)
+        module.__dict__.update(_OWN[module.__name__])
 
 
-def _remove(*stand_ins) -> None:
-    for name, stand_in in zip(STAND_INS, stand_ins):
-        if sys.modules.get(name) is stand_in:
-            del sys.modules[name]
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__dict__", {}).get("_dynamo") is stand_ins[0]:
-        del torch._dynamo
+class _AlreadyLoaded(importlib.abc.Loader):
+    """A submodule that loading the real package loaded already: the import asked for it gets that module."""
+
+    def create_module(self, spec):
+        self.module = sys.modules[spec.name]
+        self.spec = self.module.__spec__
+        return self.module
+
+    def exec_module(self, module) -> None:
+        module.__spec__ = self.spec  # (the import gave it this loader's spec meanwhile)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name != TARGET:
+        if _loading or _real is not None or not (name == NAME or name.startswith(NAME + ".")):
             return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader)
-        return spec
+        standing_in = isinstance(sys.modules.get(NAME), _StandIn)
+        if name == NAME or name == UTILS and standing_in:
+            return importlib.util.spec_from_loader(name, _StandInLoader(), is_package=name == NAME)
+        if not standing_in:
+            return None
+        real()  # another submodule: the real package now, then that submodule of it
+        if name in sys.modules:
+            return importlib.util.spec_from_loader(name, _AlreadyLoaded())
+        return _on_real_parent(importlib.util.find_spec(name))
+
+
+class _OnRealParent(importlib.abc.Loader):
+    """A submodule imported through the stand-in: also an attribute of the real package, as an import makes it."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        setattr(sys.modules[NAME], module.__name__.rpartition(".")[2], module)
+
+
+def _on_real_parent(spec):
+    if spec is not None and spec.loader is not None:
+        spec.loader = _OnRealParent(spec.loader)
+    return spec
 
 
 def install() -> None:
-    """Once per process, before torchvision is imported (trainer/__init__.py)."""
+    """Once per process, before torch is imported (trainer/__init__.py)."""
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _Finder())

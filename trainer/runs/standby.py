@@ -1,8 +1,8 @@
 """A trainer process started before it is needed.
 
-`python main.py standby` imports what every run needs (torch; torch._dynamo, which torch.optim pulls in when the
-first optimizer is built; the training modules) and then waits for one command on stdin. The app keeps one ready
-while the user is still choosing, so pressing Start skips those seconds (docs/benchmarks.md, "Start-up").
+`python main.py standby` imports what every run needs (torch, the training modules) and then waits for one command
+on stdin. The app keeps one ready while the user is still choosing, so pressing Start skips those seconds
+(docs/benchmarks.md, "Start-up").
 
 The command is one JSON line: `{"argv": ["train", CONFIG, "--run-dir", RUN], "output": "RUN/output.log"}`. The
 process then sends its output to that file, reads nothing more from stdin, and runs the command exactly as
@@ -23,7 +23,6 @@ STANDBY_COMMANDS = ("train", "resume")
 
 def warm_imports() -> None:
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (torch.optim imports it at the first optimizer: over a second)
 
     import trainer.runs.runner  # noqa: F401
     import trainer.train.engine  # noqa: F401
