@@ -236,8 +236,8 @@ class MainWindow(QMainWindow):
 
     def _prebuild_dashboard(self) -> None:
         """The Training page made while the window is idle after start-up, a part per turn of the event loop
-        (pyqtgraph's import, then each tab), so that the first run opened or started finds it built: built then, it
-        held the GUI thread 0.4-0.6 s (bench/scale.py's window case)."""
+        (pyqtgraph's import, each tab, then the page around them), so that the first run opened or started finds it
+        built: built then, it held the GUI thread 0.4-0.6 s (bench/scale.py's window case)."""
         def next_part() -> None:
             if self._dashboard is None and self.isVisible() and next(steps, False):
                 QTimer.singleShot(0, self, next_part)
@@ -247,6 +247,7 @@ class MainWindow(QMainWindow):
 
             yield True
             yield from Dashboard.parts(self._dashboard_parts)
+            self.dashboard  # noqa: B018 - the page around the tabs, on a turn of its own
         steps = parts()
         QTimer.singleShot(PREBUILD_AFTER_MS, self, next_part)
 

@@ -15,7 +15,7 @@ from app.jobs.run_model import RunModel
 from app.state.buffers import Series, Smoothed
 from app.state.csv_export import export_run_csv
 from app.state.loss_axis import robust_range
-from app.widgets.plots import COLORS, curve, draw, empty, make_plot, retitle, show, with_log_toggle
+from app.widgets.plots import COLORS, curve, draw, empty, make_plot, points_for, retitle, show, with_log_toggle
 
 
 class CurvesTab(QWidget):
@@ -120,7 +120,7 @@ class CurvesTab(QWidget):
         m = self.model
 
         def loss():
-            shown = m.step_loss.display_index()
+            shown = m.step_loss.display_index(points_for(self.raw_loss))
             x = m.step_loss.x[shown]
             draw(self.raw_loss, x, m.step_loss.y[shown])
             draw(self.smooth_loss, x, self.smoother.values()[shown])

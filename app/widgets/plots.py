@@ -12,6 +12,8 @@ from app.state.buffers import Series
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
+POINTS_PER_PX = 4  # of a thinned curve (`points_for`)
+MIN_POINTS = 1000
 SMALL_PT = 8  # what a plot says of its own axis, in its title
 NOTE_COLOUR = "#b35900"  # what a plot says of its own axis (a value left off its scale)
 
@@ -101,10 +103,18 @@ def curve(plot: pg.PlotWidget, color: str, name: str | None = None, width: float
     return item
 
 
+def points_for(item) -> int:
+    """How many points of a thinned series `item`'s plot is given: POINTS_PER_PX a pixel of its width (each bucket's
+    lowest and highest, two buckets a pixel: a window made twice as wide still shows every peak), at least
+    MIN_POINTS. More are not seen, and each costs its paint (4,000 on a 256 px plot: a third of the dashboard's)."""
+    view = item.getViewBox()
+    return max(MIN_POINTS, int(POINTS_PER_PX * (view.width() if view is not None else 0)))
+
+
 def show(item, series: Series) -> None:
-    """Draw `series` in `item`, thinned to what a plot can show (`Series.display_index`). A line through one point
-    draws nothing, so a lone point is drawn as a dot, with the view around it."""
-    shown = series.display_index()
+    """Draw `series` in `item`, thinned to what its plot can show (`Series.display_index`, `points_for`). A line
+    through one point draws nothing, so a lone point is drawn as a dot, with the view around it."""
+    shown = series.display_index(points_for(item))
     draw(item, series.x[shown], series.y[shown])
 
 

@@ -168,7 +168,9 @@ def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> Pass:
     captured: list[torch.Tensor] = []
     hook = last[-1].register_forward_hook(lambda mod, args, out: captured.append(args[0].detach().float().flatten(1)))
     model.net.to(memory_format=torch.channels_last)  # the same numbers; on a CPU convolutions take half the time
-    rows, thumbs, probs, kept, skipped = [], [], [], [], {}
+    whole: list[np.ndarray] = []  # the embeddings, thumbnails and probabilities, a row per path (made at the first
+    # batch, when the sizes are known), filled as the batches come: never a list of batches and their concatenation
+    kept, skipped, filled = [], {}, 0
     try:
         for start in range(0, len(paths), batch):
             images = []
@@ -182,17 +184,21 @@ def embed(model: LoadedModel, paths: list[str], batch: int = BATCH) -> Pass:
                 stacked = torch.stack(images)
                 with torch.inference_mode(), model.preprocess.autocast("cpu"):
                     logits = model.net(model.preprocess.to_input(stacked).contiguous(memory_format=torch.channels_last))
-                rows.append(captured.pop().cpu().numpy())
                 scores = torch.sigmoid(logits.float()) if model.multilabel else torch.softmax(logits.float(), dim=1)
-                probs.append(scores.cpu().numpy())
-                thumbs.append(thumbnails(stacked))
+                parts = (captured.pop().cpu().numpy(), thumbnails(stacked), scores.cpu().numpy())
+                if not whole:
+                    whole = [np.empty((len(paths), *part.shape[1:]), np.float32) for part in parts]
+                for rows, part in zip(whole, parts):
+                    rows[filled:filled + len(part)] = part
+                filled += len(images)
     finally:
         hook.remove()
-    if not rows:
+    if not whole:
         classes = len(model.classes)
         return Pass(np.zeros((0, 0), np.float32), np.zeros((0, 3 * THUMB * THUMB), np.float32),
                     np.zeros((0, classes), np.float32), kept, skipped)
-    return Pass(np.concatenate(rows), np.concatenate(thumbs), np.concatenate(probs), kept, skipped)
+    embeddings, thumbs, probs = (rows[:filled] for rows in whole)
+    return Pass(embeddings, thumbs, probs, kept, skipped)
 
 
 def thumbnails(images: torch.Tensor) -> np.ndarray:
