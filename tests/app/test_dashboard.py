@@ -255,3 +255,30 @@ def test_a_long_run_without_a_summary_opens_in_the_window_through_one_built_in_a
     assert len(model.step_loss) <= 2 * summary_module.BUDGET["step"] + 2
     assert_same_run(model, state_of(run, summary=False))
     assert 12_345 in model.step_loss.x.tolist(), "the one-step spike is kept"
+
+
+def test_a_long_curve_is_thinned_to_its_plots_width_and_keeps_its_peaks(qtbot, tmp_path):
+    """20,000 steps on a plot some 300 px wide: drawn as POINTS_PER_PX points a pixel (each bucket's lowest and
+    highest), not thousands more than a plot shows; the one spike and the lowest loss are still drawn."""
+    import json
+
+    from app.widgets.plots import POINTS_PER_PX
+
+    run = finished_run_events(tmp_path, steps=20_000, epochs_done=1, epochs=1, reason=None)
+    events = [json.loads(line) for line in run.events.read_text().splitlines()]
+    for e in events:
+        if e["event"] == "step":
+            e["loss"] = 9.5 if e["step"] == 12_345 else 2.0 + 0.5 * ((e["step"] * 7919) % 101) / 101
+    dashboard, model = dashboard_reading(qtbot, run, events)
+    dashboard.resize(1280, 720)
+    dashboard.show()
+    qtbot.waitExposed(dashboard)
+    dashboard.curves.redraw()
+    raw = dashboard.curves.raw_loss
+    width = raw.getViewBox().width()
+    assert 150 < width < 600
+    drawn = raw.getData()[1]
+    assert 2 * width <= len(drawn) <= 1.1 * POINTS_PER_PX * width, "about POINTS_PER_PX a pixel (whole buckets)"
+    assert drawn.max() == 9.5 and drawn.min() == min(e["loss"] for e in events if e["event"] == "step")
+    model.close()
+    dashboard.stop_updates()
