@@ -28,6 +28,13 @@ def pytest_configure(config):
     workers = config.getoption("numprocesses", None)
     workers = workers if isinstance(workers, int) and workers > 0 else 1
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // workers))))
+    if not hasattr(config, "workerinput"):
+        # TrainDeck's own modules compiled once, before the ~330 `main.py` processes the suite starts: where
+        # PYTHONDONTWRITEBYTECODE is set (this machine's environment), each process compiled them again
+        import compileall
+
+        for package in ("trainer", "app"):
+            compileall.compile_dir(REPO / package, quiet=1)
 
 
 # The modules whose tests take the one-node test cluster for themselves (the `slurm` fixture's lock): one unit of work,
