@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QCheckBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
 from app.jobs.background import run_in_thread
@@ -16,6 +16,8 @@ from app.state.buffers import Series, Smoothed
 from app.state.csv_export import export_run_csv
 from app.state.loss_axis import robust_range
 from app.widgets.plots import COLORS, curve, draw, empty, make_plot, points_for, retitle, show, with_log_toggle
+
+PAINT_ONE_EVERY_MS = 12  # `hold_paint`: a plot's paint a turn (~10-17 ms each on 2 EPYC cores)
 
 
 class CurvesTab(QWidget):
@@ -44,7 +46,11 @@ class CurvesTab(QWidget):
         self.norm_plot = make_plot("Gradient norm", "global L2, before clipping")
         self.norm_curve = curve(self.norm_plot, COLORS[3])
         self._warning_lines: list = []
-        self._step_turn = 0  # the step plot whose turn is next
+        self._turn = 0  # the plot whose turn to be redrawn is next
+        self._held: list = []  # the plots not painted again yet (`hold_paint`)
+        self._release = QTimer(self)
+        self._release.setInterval(PAINT_ONE_EVERY_MS)
+        self._release.timeout.connect(self._release_one)
         self.smoother: Smoothed | None = None
 
         controls = self._build_controls()
@@ -52,10 +58,12 @@ class CurvesTab(QWidget):
         self.plots = QWidget()
         grid = QGridLayout(self.plots)
         grid.setContentsMargins(0, 0, 0, 0)
-        for i, plot in enumerate([self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot,
-                                  self.norm_plot]):
+        self.all_plots = [self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot, self.norm_plot]
+        for i, plot in enumerate(self.all_plots):
             grid.addWidget(with_log_toggle(plot), i // 3, i % 3)
-        self.epoch_plot.log_toggle.toggled.connect(lambda _: (self._versions.pop("epoch_axis", None), self.redraw()))
+            # a plot resized is drawn again, thinned to its new width (`points_for`), on the ticks to come
+            plot.getViewBox().sigResized.connect(lambda *_: self._versions.clear())
+        self.epoch_plot.log_toggle.toggled.connect(lambda _: (self._versions.pop("train_epoch", None), self.redraw()))
         layout = QVBoxLayout(self)
         layout.addLayout(controls)
         layout.addWidget(self.plots, 1)
@@ -99,8 +107,9 @@ class CurvesTab(QWidget):
             self.lr_plot.removeItem(c)
         self.lr_curves.clear()
         retitle(self.lr_plot)
-        for plot in (self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot, self.norm_plot):
+        for plot in self.all_plots:
             empty(plot)
+        self.hold_paint()
 
     def add_group_curves(self) -> None:
         """One learning-rate curve per parameter group of the run."""
@@ -115,8 +124,8 @@ class CurvesTab(QWidget):
         self.loss_plot.addItem(line)
         self._warning_lines.append(line)
 
-    def _step_plots(self) -> list[tuple[list[tuple[str, Series]], Callable[[], None]]]:
-        """Per step plot: the (key, series) it shows and how to redraw it."""
+    def _plots(self) -> list[tuple[list[tuple[str, Series]], Callable[[], None]]]:
+        """Per plot: the (key, series) it shows and how to redraw it (the step plots, then the epoch plots)."""
         m = self.model
 
         def loss():
@@ -129,46 +138,63 @@ class CurvesTab(QWidget):
             for item, series in zip(self.lr_curves, m.lr):
                 show(item, series)
 
+        def epochs():
+            show(self.train_epoch, m.train_loss)
+            show(self.val_epoch, m.val_loss)
+            self._fit_epoch_axis()
+
         return [([("loss", m.step_loss)], loss),
                 ([(f"lr{i}", s) for i, s in enumerate(m.lr[: len(self.lr_curves)])], lrs),
                 ([("speed", m.images_per_s)], lambda: show(self.speed_curve, m.images_per_s)),
-                ([("norm", m.grad_norm)], lambda: show(self.norm_curve, m.grad_norm))]
+                ([("norm", m.grad_norm)], lambda: show(self.norm_curve, m.grad_norm)),
+                ([("train_epoch", m.train_loss), ("val_epoch", m.val_loss)], epochs),
+                ([("acc", m.val_score)], lambda: show(self.acc_curve, m.val_score))]
 
-    def redraw(self, step_plots: int | None = None) -> None:
-        """Bring the plots up to date; `step_plots` limits how many step plots are redrawn (timer ticks)."""
+    def redraw(self, plots: int | None = None) -> None:
+        """Bring the plots up to date; `plots` limits how many are redrawn (the timer's ticks: one plot's paint a
+        turn, whichever changed, in turn)."""
         m = self.model
         if m is None:
             return
-        plots = self._step_plots()
-        budget = len(plots) if step_plots is None else step_plots
-        for k in range(len(plots)):
+        if self._score_key != m.score_key:  # a multi-label run's curve is its mAP
+            self._score_key = m.score_key
+            multilabel = m.score_key == "val_map"
+            self.acc_plot.base_title = "Val mAP" if multilabel else "Val accuracy"
+            self.acc_plot.setLabel("left", "mAP" if multilabel else "accuracy")
+            self.acc_curve.opts["name"] = "val mAP" if multilabel else "val acc"
+            retitle(self.acc_plot)
+        drawables = self._plots()
+        budget = len(drawables) if plots is None else plots
+        start = self._turn
+        for k in range(len(drawables)):
             if budget == 0:
                 break
-            index = (self._step_turn + k) % len(plots)
-            shown, draw = plots[index]
+            index = (start + k) % len(drawables)
+            shown, draw_it = drawables[index]
             if any(self._versions.get(key) != series.version for key, series in shown):
                 for key, series in shown:
                     self._versions[key] = series.version
-                draw()
+                draw_it()
                 budget -= 1
-                self._step_turn = index + 1
-        for key, item, series in (("train_epoch", self.train_epoch, m.train_loss),
-                                  ("val_epoch", self.val_epoch, m.val_loss), ("acc", self.acc_curve, m.val_score)):
-            if key == "acc" and self._score_key != m.score_key:  # a multi-label run's curve is its mAP
-                self._score_key = m.score_key
-                multilabel = m.score_key == "val_map"
-                self.acc_plot.base_title = "Val mAP" if multilabel else "Val accuracy"
-                self.acc_plot.setLabel("left", "mAP" if multilabel else "accuracy")
-                self.acc_curve.opts["name"] = "val mAP" if multilabel else "val acc"
-                retitle(self.acc_plot)
-            if self._versions.get(key) != series.version:
-                self._versions[key] = series.version
-                show(item, series)
-                if key != "acc":
-                    self._versions.pop("epoch_axis", None)
-        if self._versions.get("epoch_axis") is None:
-            self._versions["epoch_axis"] = 1
-            self._fit_epoch_axis()
+                self._turn = index + 1
+
+    def hold_paint(self) -> None:
+        """Every plot painted again on a turn of its own (PAINT_ONE_EVERY_MS apart), not all six in one: after a run is
+        opened (each emptied) or the tab shown, one turn painting them all held the GUI thread ~0.1 s."""
+        self._held = list(self.all_plots)
+        for plot in self._held:
+            plot.setUpdatesEnabled(False)
+        self._release.start()
+
+    def _release_one(self) -> None:
+        if self._held:
+            self._held.pop(0).setUpdatesEnabled(True)
+        if not self._held:
+            self._release.stop()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.hold_paint()
 
     def _fit_epoch_axis(self) -> None:
         """Loss per epoch without its outliers on a linear axis (said in its title), else following the data."""
@@ -192,7 +218,7 @@ class CurvesTab(QWidget):
             self.redraw()
 
     def _log_scale_changed(self, on: bool) -> None:
-        for plot in (self.loss_plot, self.epoch_plot, self.acc_plot, self.lr_plot, self.speed_plot, self.norm_plot):
+        for plot in self.all_plots:
             plot.log_toggle.setChecked(on)
 
     def export_png(self, path: str | None = None) -> str | None:

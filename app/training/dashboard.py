@@ -31,9 +31,9 @@ from app.training.gradients_tab import GradientsTab
 from app.training.results_tab import ResultsTab
 
 REDRAW_MS = 100
-# Step plots redrawn per timer tick, the longest-waiting first: repainting one plot of tens of thousands of
-# points costs ~10 ms, so redrawing all four at once under a flood of events would stall the GUI thread.
-STEP_PLOTS_PER_TICK = 1
+# Curves redrawn per timer tick, whichever changed, in turn: repainting one plot (its axes, their text, its curves)
+# costs 10-17 ms on 2 EPYC cores, so redrawing all six at once under a flood of events stalled the GUI thread.
+PLOTS_PER_TICK = 1
 # While the run model is catching up on unread events, redraw only every this many ticks: painting (axes with
 # their text, curves) otherwise takes most of the GUI thread and the backlog drains slowly.
 CATCHING_UP_EVERY = 5
@@ -216,7 +216,7 @@ class Dashboard(QWidget):
         """The run's end in the summary, in place of whatever it was doing last (no stale "preparing")."""
         self.summary.setText(f"{self._facts}<br><b>{state}</b>" + (f": {html.escape(message)}" if message else ""))
         self.progress.hide()
-        self.redraw(STEP_PLOTS_PER_TICK)  # the other step plots on the next ticks: all at once held the GUI 0.1 s
+        self.redraw(PLOTS_PER_TICK)  # the other plots on the next ticks: all at once held the GUI 0.1 s
 
     def _add_line(self, text: str) -> QListWidgetItem:
         item = QListWidgetItem(text)
@@ -271,14 +271,14 @@ class Dashboard(QWidget):
         self._ticks += 1
         if self.model is not None and self.model.catching_up and self._ticks % CATCHING_UP_EVERY:
             return
-        self.redraw(STEP_PLOTS_PER_TICK)
+        self.redraw(PLOTS_PER_TICK)
 
-    def redraw(self, step_plots: int | None = None) -> None:
+    def redraw(self, plots: int | None = None) -> None:
         """Bring the visible views up to date (hidden tabs are redrawn from the buffers when shown)."""
         if self.model is None:
             return
-        self.curves.redraw(step_plots)
+        self.curves.redraw(plots)
         if self.tabs.currentIndex() == GRADIENTS_TAB:
             self.gradients.redraw()
-        elif self.tabs.currentIndex() == RESULTS_TAB and step_plots is None:  # its files change at epochs, not steps
+        elif self.tabs.currentIndex() == RESULTS_TAB and plots is None:  # its files change at epochs, not steps
             self.results.redraw()
