@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from app.dialogs.label_dialog import LabelDialog
@@ -80,11 +80,12 @@ class RunActions(QObject):
 
     def open(self, path: str) -> None:
         """Show a past run's curves (replayed from its events), re-attaching when it is still going; its settings go
-        into the forms, said and undoable."""
+        into the forms, said and undoable. The Training page shows it on the next turn of the event loop (laid out
+        the first time: ~20 ms of the GUI thread, not added to the open's own)."""
         run = RunDir(path)
         self.runs.open(run)
         self.form.load_run(run)
-        self.showTraining.emit()
+        QTimer.singleShot(1, self, self.showTraining.emit)  # a timer, not a posted call: what is due goes first
 
     # ---- the queue and sweeps ------------------------------------------------------------------
     def _form_config_file(self) -> Path | None:
