@@ -225,6 +225,8 @@ class CurvesTab(QWidget):
         if not path:
             path, _ = QFileDialog.getSaveFileName(self, "Export plots as PNG", "curves.png", "PNG (*.png)")
         if path:
+            while self._held:  # every plot painted before the picture is taken (`hold_paint`)
+                self._release_one()
             self.plots.grab().save(path)
         return path or None
 
