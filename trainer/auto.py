@@ -524,12 +524,14 @@ def image_sizes(paths: list[str], sample: int = 300) -> list[tuple[int, int]]:
     """(width, height) of a seeded sample of `paths`, from their headers."""
     from PIL import Image
 
+    from trainer.data.scan import open_image
+
     sizes = []
     for path in sorted(random.Random(0).sample(paths, min(sample, len(paths)))):
         try:
-            with Image.open(path) as image:
+            with open_image(path) as image:
                 sizes.append(image.size)
-        except (OSError, ValueError):
+        except (OSError, ValueError, Image.DecompressionBombError):
             continue
     return sizes
 

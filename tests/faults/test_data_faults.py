@@ -12,7 +12,7 @@ from PIL import Image
 from trainer.core.events import read_events
 from trainer.data.frame import Frame
 from trainer.data.loader import decode_image
-from trainer.data.scan import scan_image_folder
+from trainer.data.scan import check_images, scan_image_folder
 
 
 def png_header_only(path, width, height):
@@ -79,6 +79,32 @@ def test_scan_names_every_unusable_file_and_converts_the_rest(messy_dir):
     assert (gray[0] == gray[1]).all() and (gray[1] == gray[2]).all()
     sixteen = decode_image(str(messy_dir / "cat" / "sixteen.png"), Frame(16, 16))
     assert 0 < sixteen.float().mean() < 255, "16-bit images are scaled, not clipped to white"
+
+
+def test_images_between_the_pixel_limit_and_twice_it_are_refused_on_every_thread(tmp_path, monkeypatch):
+    """Pillow only warns from its pixel limit to twice it; the scan's threads must refuse each such image. Stop 81's CI
+    let one through: a per-call warnings filter, restored by the thread of an ordinary image while the bomb's thread
+    was opening it. Here the opens are slowed as on a busy machine (the bomb's more), so the threads overlap so."""
+    import time
+    import warnings
+
+    real_open = Image.open
+
+    def slow_open(path, *args, **kwargs):
+        time.sleep(0.03 if "bomb" in str(path) else 0.01)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(Image, "open", slow_open)
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(tmp_path / "plain.png")
+    png_header_only(tmp_path / "bomb.png", 13000, 13000)  # 169 M pixels: over Pillow's 89 M, under twice it
+    paths = [str(tmp_path / "plain.png"), str(tmp_path / "bomb.png")]
+    for _ in range(10):
+        filters = list(warnings.filters)  # each round from the process's own filters
+        try:
+            (plain, _), (bomb, _) = check_images(paths, full=False, workers=2)
+        finally:
+            warnings.filters[:] = filters
+        assert plain is None and bomb and bomb.startswith("too large to decode safely"), bomb
 
 
 def test_check_data_cli_lists_bad_files_and_warns_on_imbalance(messy_dir, tmp_path):

@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import random
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from trainer.core.files import is_regular_file
 from trainer.core.system import worker_start_method
 from trainer.data.cache import ImageStore, Interrupted, Progress, default_cache_dir, open_store
 from trainer.data.frame import Frame
-from trainer.data.scan import DataError, ScanResult, check_same_classes, scan_image_folder
+from trainer.data.scan import DataError, ScanResult, check_same_classes, open_image, scan_image_folder
 from trainer.data.user_pipeline import build_pipeline, run_pipeline
 
 log = logging.getLogger(__name__)
@@ -46,10 +45,7 @@ def decode_image(path: str, frame: Frame) -> torch.Tensor:
     to `frame` (crop: short side resized, centre crop; pad: long side resized, centred on black)."""
     if not is_regular_file(path):  # opening a FIFO or a device would wait for ever
         raise ValueError("not a regular file (a FIFO, a device or a folder)")
-    with warnings.catch_warnings():  # the scan's limit for every decode: Pillow only warns below twice its pixels
-        warnings.simplefilter("error", Image.DecompressionBombWarning)
-        img = Image.open(path)
-    with img:
+    with open_image(path) as img:  # the scan's pixel limit for every decode
         img.draft("RGB", (frame.width * 2, frame.height * 2))  # JPEG: decode at reduced scale when much larger
         if img.getexif().get(ORIENTATION_TAG, 1) != 1:  # phone photos: upright as the camera meant, not as stored
             img = ImageOps.exif_transpose(img)

@@ -25,6 +25,11 @@ IMBALANCE_RATIO = 10  # warn when the largest class has this many times the imag
 
 log = logging.getLogger(__name__)
 
+# Pillow warns between its pixel limit and twice it and raises above; `open_image` raises above the limit itself.
+# Turning the warning into an error per call (warnings.catch_warnings) is not thread-safe: `check_images` runs on
+# threads, and one thread's restored filters dropped another's, so a bomb passed as an image (stop 81's CI).
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+
 
 class DataError(InputError, ValueError):
     """A dataset that cannot be trained on; the message names the folder or file."""
@@ -77,6 +82,18 @@ class ScanResult:
         return out
 
 
+def open_image(path: str) -> Image.Image:
+    """`Image.open` of a user's image, refused (Image.DecompressionBombError) above Pillow's pixel limit, where Pillow
+    itself would only warn up to twice the limit. Thread-safe; the caller closes the image."""
+    img = Image.open(path)
+    width, height = img.size
+    if Image.MAX_IMAGE_PIXELS and width * height > Image.MAX_IMAGE_PIXELS:
+        img.close()
+        raise Image.DecompressionBombError(f"{width} x {height} = {width * height} pixels, over the limit of "
+                                           f"{Image.MAX_IMAGE_PIXELS}")
+    return img
+
+
 def _check_image(path: str, full: bool) -> tuple[str | None, tuple[int, int] | None]:
     """(None, (width, height)) when the image decodes, else (the reason it cannot be used, None)."""
     size = None
@@ -85,15 +102,13 @@ def _check_image(path: str, full: bool) -> tuple[str | None, tuple[int, int] | N
             return "broken symbolic link", None
         if os.path.getsize(path) == 0:
             return "empty file (0 bytes)", None
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as img:
-                size = img.size
-                if full:
-                    img.load()
+        with open_image(path) as img:
+            size = img.size
+            if full:
+                img.load()
     except PermissionError:
         return "permission denied", None
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    except Image.DecompressionBombError as e:
         return f"too large to decode safely ({e})", None
     except UnidentifiedImageError:
         return "not an image (unrecognised format)", None

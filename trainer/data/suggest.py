@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from trainer.data.scan import ScanResult
+from trainer.data.scan import ScanResult, open_image
 
 SIZE_STEP = 32  # suggested sizes are multiples of this (what the torchvision nets downsample by)
 MIN_SIZE, MAX_SIZE = 32, 224  # 224: what ImageNet-pretrained weights were trained at; larger costs more than it gains
@@ -222,7 +222,7 @@ def flip_rule(scan: ScanResult) -> tuple[bool, str]:
 
 def _grey(path: str) -> np.ndarray | None:
     try:
-        with Image.open(path) as image:
+        with open_image(path) as image:
             return np.asarray(image.convert("L").resize((MIRROR_SIDE, MIRROR_SIDE)), dtype=np.float32)
     except (OSError, ValueError, Image.DecompressionBombError):
         return None

@@ -103,12 +103,12 @@ def seen_box(height: int, width: int, frame) -> tuple[int, int, int, int] | None
 def whole_view(path: str, frame, cam: torch.Tensor) -> tuple[np.ndarray, tuple[int, int, int, int] | None]:
     """The whole image (its longer side OVERLAY_SIZE) with the map over the part the network sees and the rest
     dimmed and outlined (issue #71: a wide image showed only its centre square), and that part's box."""
-    from PIL import Image
 
     from trainer.data.frame import Frame
     from trainer.data.loader import ORIENTATION_TAG, decode_image
+    from trainer.data.scan import open_image
 
-    with Image.open(path) as img:
+    with open_image(path) as img:
         width, height = img.size
         if img.getexif().get(ORIENTATION_TAG, 1) in (5, 6, 7, 8):  # shown upright: turned a quarter
             width, height = height, width

@@ -99,7 +99,7 @@ def scan(folder: str, thumbs_per_class: int, size: int, labels: str | None = Non
     from PIL import Image
 
     from trainer.data.labels import labelled_scan
-    from trainer.data.scan import scan_image_folder
+    from trainer.data.scan import open_image, scan_image_folder
 
     folder = os.path.expanduser(folder)
     if labels:
@@ -115,13 +115,13 @@ def scan(folder: str, thumbs_per_class: int, size: int, labels: str | None = Non
         paths = [p for p, lab in result.samples if shows(lab, label)]
         for path in rng.sample(paths, min(thumbs_per_class, len(paths))):
             try:
-                with Image.open(path) as im:
+                with open_image(path) as im:
                     im = im.convert("RGB")
                     im.thumbnail((size, size))
                     out = io.BytesIO()
                     im.save(out, "PNG")
                 thumbs.append([name, base64.b64encode(out.getvalue()).decode()])
-            except OSError:
+            except (OSError, Image.DecompressionBombError):
                 continue
     return {"result": asdict(result), "thumbs": thumbs}
 
