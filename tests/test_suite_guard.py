@@ -3,6 +3,7 @@ timeout and its worker goes on; one stuck where no alarm reaches ends its worker
 other tests of its module and the rest of the session still run (tests/suite_guard.py)."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,11 @@ def test_a_hung_test_fails_by_its_timeout_the_session_completes_and_nothing_it_s
     summary = result.stdout.strip().splitlines()[-1]
     assert result.returncode == 1, result.stdout[-3000:]
     assert "3 failed, 12 passed" in summary, result.stdout[-3000:]
-    assert "FAILED test_qt_hang.py::test_waits_for_ever - Failed: Timeout >3.0s" in result.stdout
+    # failed by its timeout, its worker alive: an alarm inside one of waitUntil's short Qt waits leaves it ("Timeout
+    # >3.0s (in a Qt wait)"); one between two of them, as often on a busy machine, is pytest-timeout's own, raised in
+    # plain Python ("Timeout (>3.0s) from pytest-timeout.")
+    assert re.search(r"FAILED test_qt_hang\.py::test_waits_for_ever - Failed: Timeout \(?>3\.0s", result.stdout), \
+        result.stdout[-3000:]
     assert "FAILED test_c_hang.py::test_stuck_where_no_alarm_reaches - worker 'gw" in result.stdout
     started = {p.name: int(p.read_text()) for p in pids.iterdir()}
     assert started.keys() == {"forgot", "died"}
